@@ -1,0 +1,24 @@
+//! rlx runs reinforcement-learning post-training experiments for code models from declarative
+//! YAML specs.
+//!
+//! # Layout
+//!
+//! Data flows one way through the crate (see `docs/design.md` §1 in the shared docs):
+//!
+//! ```text
+//! spec ──► plan (resolved spec, run id) ──► engine ──► runlog (runs/<id>/)
+//!                                              │
+//!                 data ─► prompt ─► sampler ─► sandbox ─► rl (rewards, advantages) ─► trainer
+//! ```
+//!
+//! - [`spec`]: the experiment spec: YAML loading with source locations, JSON Schema validation,
+//!   `key=value` overrides and aliases, sweep grammar, semantic checks, run ids.
+//! - [`runlog`]: the run directory (`runs/<id>/`) and its files; the only module that knows the
+//!   layout.
+//! - [`engine`]: the step loop that joins the pieces.
+//! - [`cli`]: the command line; the only module that prints.
+
+pub mod cli;
+pub mod engine;
+pub mod runlog;
+pub mod spec;
