@@ -1,0 +1,781 @@
+//! The experiment spec as typed data: one struct per section of design §4.
+//!
+//! These types are the contract between users and every later stage. Their doc comments are the
+//! user reference: `rlx schema` turns them into `schemas/experiment.schema.json`, which editors use
+//! for completion and hover docs, and which [`super::schema`] uses to validate a YAML tree before
+//! serde sees it (so that every error in a file is reported at once, with its location).
+//!
+//! Conventions: every struct denies unknown fields; variants are internally tagged by `kind`;
+//! nothing is cast implicitly; defaults live in `Default` impls and `default_*` functions so the
+//! schema shows them. Relative paths are resolved against the directory of the file that wrote
+//! them (the spec's directory for values in the spec, the current directory for command-line
+//! overrides).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// An rlx experiment: what to train, on which problems, how to reward it, and how long.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "rlx experiment spec")]
+pub struct Spec {
+    /// Experiment name; the run id is this name plus a hash of the resolved spec.
+    /// Letters, digits, `.`, `_` and `-`. Example: `qwen3-4b-deepcoder`.
+    pub name: String,
+    /// Free text for humans; not part of the run id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Seed for data shuffling, sampling and initialisation. Default `0`. Sweeping `seed` makes
+    /// replicate runs.
+    #[serde(default)]
+    pub seed: u64,
+    /// The policy model.
+    pub model: Model,
+    /// Where sampling and training happen.
+    pub backend: Backend,
+    /// Training and evaluation problems.
+    pub data: Data,
+    /// Prompt templates (Jinja, rendered with minijinja).
+    pub prompt: Prompt,
+    /// Sampling parameters for training rollouts.
+    #[serde(default)]
+    pub sampling: Sampling,
+    /// Group-relative policy optimisation: batch shape, advantages, loss.
+    #[serde(default)]
+    pub grpo: Grpo,
+    /// Multi-turn rollouts with error feedback.
+    #[serde(default)]
+    pub rollout: Rollout,
+    /// How a graded completion becomes a scalar reward.
+    #[serde(default)]
+    pub reward: Reward,
+    /// Where model-written code runs.
+    #[serde(default)]
+    pub sandbox: Sandbox,
+    /// Adam(W) parameters, as Tinker's `AdamParams`.
+    #[serde(default)]
+    pub optimizer: Optimizer,
+    /// Length of the run, evaluation and checkpoint cadence.
+    #[serde(default)]
+    pub schedule: Schedule,
+    /// Held-out evaluation (pass@k).
+    #[serde(default)]
+    pub eval: Eval,
+    /// Where the run directory goes and what is logged.
+    #[serde(default)]
+    pub log: Log,
+}
+
+/// The policy model and how it is adapted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Model {
+    /// Base model: a Hugging Face repo id (`Qwen/Qwen3-4B-Instruct-2507`), a local directory with
+    /// `config.json` and safetensors, or a `.gguf` file.
+    pub base: String,
+    /// Hub revision (branch, tag or commit) for a repo id. Default: the repo's default branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Tokenizer source when it differs from `base` (repo id, directory or `tokenizer.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// Chat template: `auto` (the model's own, from `tokenizer_config.json` or GGUF metadata),
+    /// a built-in renderer (`qwen3_instruct`: ChatML without think blocks, `chatml`), or a path to
+    /// a Jinja file. Default `auto`.
+    #[serde(default = "default_chat_template")]
+    pub chat_template: String,
+    /// `lora` (train low-rank adapters, base frozen) or `full` (train every weight).
+    /// Default `lora`.
+    #[serde(default)]
+    pub finetune: Finetune,
+    /// LoRA adapter shape; used when `finetune: lora`.
+    #[serde(default)]
+    pub lora: Lora,
+}
+
+fn default_chat_template() -> String {
+    "auto".into()
+}
+
+/// Which weights are trained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Finetune {
+    /// Low-rank adapters on the target modules; the base weights stay frozen.
+    #[default]
+    Lora,
+    /// Every weight is trained (embedded backend only).
+    Full,
+}
+
+/// LoRA adapter shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Lora {
+    /// Adapter rank r. Default `32`. Range 1..=1024.
+    #[serde(default = "default_lora_rank")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub rank: u32,
+    /// Scaling alpha; the update is scaled by alpha / rank. Default `32`.
+    #[serde(default = "default_lora_alpha")]
+    #[schemars(range(min = 0.0))]
+    pub alpha: f64,
+    /// Modules that get adapters. Default: every attention and MLP projection
+    /// (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj`).
+    #[serde(default = "default_lora_targets")]
+    pub targets: Vec<LoraTarget>,
+}
+
+fn default_lora_rank() -> u32 {
+    32
+}
+fn default_lora_alpha() -> f64 {
+    32.0
+}
+fn default_lora_targets() -> Vec<LoraTarget> {
+    use LoraTarget::*;
+    vec![QProj, KProj, VProj, OProj, GateProj, UpProj, DownProj]
+}
+
+impl Default for Lora {
+    fn default() -> Self {
+        Lora { rank: default_lora_rank(), alpha: default_lora_alpha(), targets: default_lora_targets() }
+    }
+}
+
+/// A projection that can carry a LoRA adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum LoraTarget {
+    QProj,
+    KProj,
+    VProj,
+    OProj,
+    GateProj,
+    UpProj,
+    DownProj,
+}
+
+/// Where sampling and training happen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Backend {
+    /// rlx's embedded trainer: candle on this machine's CPU; small models, no services.
+    Local {
+        /// Worker threads for tensor math. Default: all cores.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1))]
+        threads: Option<u32>,
+    },
+    /// The Tinker training service (remote sampling and training).
+    Tinker {
+        /// Service URL. Default: `$TINKER_BASE_URL`, else Tinker's production endpoint.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        base_url: Option<String>,
+        /// Environment variable holding the API key. Default `TINKER_API_KEY`. The key itself
+        /// never goes into a spec or a run directory.
+        #[serde(default = "default_tinker_key_env")]
+        api_key_env: String,
+    },
+    /// An OpenAI-compatible server (vLLM, SGLang, ...). Sampling only: it cannot train, so it
+    /// serves evaluation-only runs (`schedule.max_steps: 0`).
+    Openai {
+        /// Base URL of the server, e.g. `http://localhost:8000/v1`.
+        base_url: String,
+        /// Environment variable holding the API key. Default `OPENAI_API_KEY`.
+        #[serde(default = "default_openai_key_env")]
+        api_key_env: String,
+        /// Model name the server knows. Default: `model.base`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        served_model: Option<String>,
+    },
+}
+
+fn default_tinker_key_env() -> String {
+    "TINKER_API_KEY".into()
+}
+fn default_openai_key_env() -> String {
+    "OPENAI_API_KEY".into()
+}
+
+/// Training and evaluation problems.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Data {
+    /// Training sources, concatenated in order (then shuffled if `shuffle`).
+    #[schemars(length(min = 1))]
+    pub train: Vec<Source>,
+    /// Held-out evaluation sources. Default: none (no evaluation).
+    #[serde(default)]
+    pub eval: Vec<Source>,
+    /// Shuffle training problems once with `seed` before cycling through them. Default `true`.
+    #[serde(default = "yes")]
+    pub shuffle: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One dataset: where it is, its row format, and which problems to keep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    /// A local `.jsonl`, `.json` or `.parquet` file (relative to the spec), or
+    /// `hf://owner/name[/config][:split]` for a Hugging Face dataset.
+    /// Example: `hf://agentica-org/DeepCoder-Preview-Dataset/taco:train`.
+    pub path: String,
+    /// Row format. Default `auto` (detected from the first rows).
+    #[serde(default)]
+    pub format: DataFormat,
+    /// Keep only these problem ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<String>,
+    /// Keep only these difficulties (as the dataset spells them, e.g. `easy`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub difficulty: Vec<String>,
+    /// Keep problems dated on or after this day (`YYYY-MM-DD`), where rows carry a date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date_from: Option<String>,
+    /// Keep problems dated on or before this day (`YYYY-MM-DD`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date_to: Option<String>,
+    /// Keep at most this many problems (after the filters above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub limit: Option<u32>,
+    /// Keep at most this many tests per problem, the ones with the longest inputs (as rLLM does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tests: Option<u32>,
+}
+
+/// Dataset row formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DataFormat {
+    /// Detect from the rows.
+    #[default]
+    Auto,
+    /// LiveCodeBench native rows (public and private tests).
+    Lcb,
+    /// DeepCoder-Preview `primeintellect` rows.
+    Primeintellect,
+    /// DeepCoder-Preview / TACO / APPS rows with `{inputs, outputs, fn_name?}` tests.
+    Taco,
+    /// DeepCoder-Preview `lcbv5` rows.
+    Lcbv5,
+    /// DeepCoder-Preview `codeforces` rows.
+    Codeforces,
+    /// MBPP, full or sanitized.
+    Mbpp,
+    /// HumanEval (`prompt`, `test` with `check(candidate)`, `entry_point`).
+    Humaneval,
+}
+
+/// Prompt templates. Paths are relative to the spec file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Prompt {
+    /// System message template. Default: no system message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<PathBuf>,
+    /// User message template; sees `problem` (statement, starter_code, ...) and `vars`.
+    pub user: PathBuf,
+    /// Feedback turn for multi-attempt rollouts (`rollout.max_attempts > 1`); sees the failing
+    /// test, expected and actual output, and the error text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<PathBuf>,
+    /// Extra variables available to every template as `vars.<name>`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, serde_json::Value>,
+}
+
+/// Sampling parameters for training rollouts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Sampling {
+    /// Maximum new tokens per completion. Default `1024`.
+    #[serde(default = "default_max_tokens")]
+    #[schemars(range(min = 1))]
+    pub max_tokens: u32,
+    /// Softmax temperature; `0` is greedy. Default `1.0`. Range 0..=10.
+    #[serde(default = "one")]
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub temperature: f64,
+    /// Nucleus sampling mass. Default `1.0` (off). Range (0, 1].
+    #[serde(default = "one")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub top_p: f64,
+    /// Keep only the k most likely tokens; `0` is off. Default `0`.
+    #[serde(default)]
+    pub top_k: u32,
+    /// Extra stop strings, besides the model's end-of-turn tokens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+}
+
+fn default_max_tokens() -> u32 {
+    1024
+}
+fn one() -> f64 {
+    1.0
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling { max_tokens: default_max_tokens(), temperature: 1.0, top_p: 1.0, top_k: 0, stop: vec![] }
+    }
+}
+
+/// Group-relative policy optimisation: batch shape, advantages, loss.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Grpo {
+    /// Problems per training step. Default `8`.
+    #[serde(default = "default_prompts_per_step")]
+    #[schemars(range(min = 1))]
+    pub prompts_per_step: u32,
+    /// Completions sampled per problem: the G of GRPO. Default `8`. At least 2, since advantages
+    /// compare completions within a group.
+    #[serde(default = "default_group_size")]
+    #[schemars(range(min = 1))]
+    pub group_size: u32,
+    /// Optional cross-check: total completions per step. If given it must equal
+    /// `prompts_per_step × group_size`. (Some pipelines use `batch_size`/`group_size` with other
+    /// meanings; rlx never derives one from the other.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
+    /// How group rewards become advantages. Default `{kind: mean_center}`.
+    #[serde(default)]
+    pub advantage: Advantage,
+    /// Drop groups whose advantages are all zero (every completion scored the same): they carry
+    /// no gradient. Default `true`.
+    #[serde(default = "yes")]
+    pub skip_degenerate: bool,
+    /// The policy-gradient loss. Default `{kind: importance_sampling}`.
+    #[serde(default)]
+    pub loss: Loss,
+    /// Pipelining: sample step N+1 while step N trains, with sampler weights at most this many
+    /// steps behind. `0` is synchronous on-policy training. Default `0`.
+    #[serde(default)]
+    #[schemars(range(max = 16))]
+    pub max_steps_off_policy: u32,
+}
+
+fn default_prompts_per_step() -> u32 {
+    8
+}
+fn default_group_size() -> u32 {
+    8
+}
+
+impl Default for Grpo {
+    fn default() -> Self {
+        Grpo {
+            prompts_per_step: default_prompts_per_step(),
+            group_size: default_group_size(),
+            batch_size: None,
+            advantage: Advantage::default(),
+            skip_degenerate: true,
+            loss: Loss::default(),
+            max_steps_off_policy: 0,
+        }
+    }
+}
+
+/// How the rewards of one group become advantages.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Advantage {
+    /// Reward minus the group mean (Dr. GRPO; no division by the standard deviation).
+    #[default]
+    MeanCenter,
+    /// (reward − mean) / (std + eps): the original GRPO normalisation.
+    Zscore {
+        /// Added to the standard deviation. Default `1e-6`.
+        #[serde(default = "default_eps")]
+        #[schemars(range(min = 0.0))]
+        eps: f64,
+    },
+    /// Leave-one-out baseline: reward minus the mean of the other completions (RLOO).
+    Rloo,
+}
+
+fn default_eps() -> f64 {
+    1e-6
+}
+
+/// The policy-gradient loss, with Tinker's definitions (token-level sums).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Loss {
+    /// −Σ ratio·A with ratio = exp(logp − sampling logp).
+    #[default]
+    ImportanceSampling,
+    /// PPO's clipped objective.
+    Ppo {
+        /// Lower clip: ratios below 1 − clip_low are clipped. Default `0.2`.
+        #[serde(default = "default_clip")]
+        #[schemars(range(min = 0.0, max = 1.0))]
+        clip_low: f64,
+        /// Upper clip: ratios above 1 + clip_high are clipped. Default `0.2`.
+        #[serde(default = "default_clip")]
+        #[schemars(range(min = 0.0))]
+        clip_high: f64,
+    },
+    /// CISPO: clipped, stop-gradient importance weights times logp·A.
+    Cispo {
+        /// Lower clip of the importance weight. Default `0.2`.
+        #[serde(default = "default_clip")]
+        #[schemars(range(min = 0.0, max = 1.0))]
+        clip_low: f64,
+        /// Upper clip of the importance weight. Default `0.2`.
+        #[serde(default = "default_clip")]
+        #[schemars(range(min = 0.0))]
+        clip_high: f64,
+    },
+    /// DRO: −(logp·A − ½β(logp − q)²).
+    Dro {
+        /// Quadratic penalty β. Default `0.05`.
+        #[serde(default = "default_dro_beta")]
+        #[schemars(range(min = 0.0))]
+        beta: f64,
+    },
+}
+
+fn default_clip() -> f64 {
+    0.2
+}
+fn default_dro_beta() -> f64 {
+    0.05
+}
+
+/// Multi-turn rollouts with error feedback.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Rollout {
+    /// Attempts per completion. With more than one, a failing attempt gets the feedback turn
+    /// (`prompt.feedback`) and tries again; the last attempt's reward counts. Default `1`.
+    #[serde(default = "default_attempts")]
+    #[schemars(range(min = 1, max = 8))]
+    pub max_attempts: u32,
+    /// Retries of a completion whose grading hit an infrastructure error before its group is
+    /// dropped (never scored as a failure). Default `2`.
+    #[serde(default = "default_infra_retries")]
+    pub infra_retries: u32,
+}
+
+fn default_attempts() -> u32 {
+    1
+}
+fn default_infra_retries() -> u32 {
+    2
+}
+
+impl Default for Rollout {
+    fn default() -> Self {
+        Rollout { max_attempts: 1, infra_retries: default_infra_retries() }
+    }
+}
+
+/// How a graded completion becomes a reward.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reward {
+    /// The reward function. Default `tests_all_pass`.
+    #[serde(default)]
+    pub kind: RewardKind,
+    /// Weight of the format score (−1 without a code block, 0 with one) added to the
+    /// correctness score. Default `0.1`, giving −0.1 / 0 / 1.
+    #[serde(default = "default_format_coef")]
+    #[schemars(range(min = 0.0))]
+    pub format_coef: f64,
+    /// Terms of a `weighted` reward.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub terms: Vec<RewardTerm>,
+    /// Time limit per test, seconds. Default `6`.
+    #[serde(default = "default_test_timeout")]
+    #[schemars(range(min = 0.0))]
+    pub test_timeout_s: f64,
+    /// Run at most this many tests per problem when grading rewards (the longest inputs).
+    /// Default: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tests: Option<u32>,
+}
+
+fn default_format_coef() -> f64 {
+    0.1
+}
+fn default_test_timeout() -> f64 {
+    6.0
+}
+
+impl Default for Reward {
+    fn default() -> Self {
+        Reward {
+            kind: RewardKind::default(),
+            format_coef: default_format_coef(),
+            terms: vec![],
+            test_timeout_s: default_test_timeout(),
+            max_tests: None,
+        }
+    }
+}
+
+/// Reward functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RewardKind {
+    /// 1 when every test passes, else 0; plus `format_coef` × format score.
+    #[default]
+    TestsAllPass,
+    /// Fraction of tests passed; plus `format_coef` × format score.
+    TestsFraction,
+    /// Σ weight × term over `terms`.
+    Weighted,
+}
+
+/// One term of a weighted reward.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RewardTerm {
+    /// The term.
+    pub kind: RewardTermKind,
+    /// Its weight.
+    pub weight: f64,
+}
+
+/// Terms a weighted reward can combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RewardTermKind {
+    /// 1 if every test passes.
+    TestsAllPass,
+    /// Fraction of tests passed.
+    TestsFraction,
+    /// 0 with a code block, −1 without.
+    Format,
+}
+
+/// Where model-written code runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Sandbox {
+    /// `local` (rlx's embedded, isolated sandbox) or `fusion` (a Sandbox Fusion server).
+    /// Default `local`.
+    #[serde(default)]
+    pub kind: SandboxKind,
+    /// Sandbox Fusion endpoint. Default `http://localhost:8080/run_code`.
+    #[serde(default = "default_fusion_url")]
+    pub url: String,
+    /// Programs running at once. Default: the number of cores (local), 32 (fusion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub concurrency: Option<u32>,
+    /// Address-space limit per program, MiB. Default `2048`.
+    #[serde(default = "default_memory_mb")]
+    #[schemars(range(min = 16))]
+    pub memory_mb: u32,
+    /// Refuse to run model code when an isolation layer (namespaces, limits) is unavailable,
+    /// instead of warning and going on. Default `true`.
+    #[serde(default = "yes")]
+    pub strict: bool,
+}
+
+fn default_fusion_url() -> String {
+    "http://localhost:8080/run_code".into()
+}
+fn default_memory_mb() -> u32 {
+    2048
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Sandbox {
+            kind: SandboxKind::default(),
+            url: default_fusion_url(),
+            concurrency: None,
+            memory_mb: default_memory_mb(),
+            strict: true,
+        }
+    }
+}
+
+/// Sandbox implementations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxKind {
+    /// rlx's embedded sandbox: isolated processes, warm Python workers.
+    #[default]
+    Local,
+    /// A Sandbox Fusion server over HTTP.
+    Fusion,
+}
+
+/// Adam(W) parameters, with Tinker's names and defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Optimizer {
+    /// Learning rate. Default `1e-5`. Must be > 0. LoRA typically wants ~10× the full
+    /// fine-tuning rate (e.g. `4e-5`).
+    #[serde(default = "default_lr")]
+    pub learning_rate: f64,
+    /// First-moment decay. Default `0.9`. Range [0, 1).
+    #[serde(default = "default_beta1")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub beta1: f64,
+    /// Second-moment decay. Default `0.95`. Range [0, 1).
+    #[serde(default = "default_beta2")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub beta2: f64,
+    /// Denominator epsilon. Default `1e-12`.
+    #[serde(default = "default_adam_eps")]
+    #[schemars(range(min = 0.0))]
+    pub eps: f64,
+    /// Decoupled weight decay (AdamW). Default `0`.
+    #[serde(default)]
+    #[schemars(range(min = 0.0))]
+    pub weight_decay: f64,
+    /// Clip the global gradient norm to this value; `0` is off. Default `0`.
+    #[serde(default)]
+    #[schemars(range(min = 0.0))]
+    pub grad_clip_norm: f64,
+}
+
+fn default_lr() -> f64 {
+    1e-5
+}
+fn default_beta1() -> f64 {
+    0.9
+}
+fn default_beta2() -> f64 {
+    0.95
+}
+fn default_adam_eps() -> f64 {
+    1e-12
+}
+
+impl Default for Optimizer {
+    fn default() -> Self {
+        Optimizer {
+            learning_rate: default_lr(),
+            beta1: default_beta1(),
+            beta2: default_beta2(),
+            eps: default_adam_eps(),
+            weight_decay: 0.0,
+            grad_clip_norm: 0.0,
+        }
+    }
+}
+
+/// Length of the run and the cadence of evaluation and checkpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    /// Training steps. `0` runs only the baseline evaluation. Default `100`.
+    #[serde(default = "default_max_steps")]
+    pub max_steps: u32,
+    /// Evaluate every this many steps; `0` evaluates only at the start and the end. Default `10`.
+    #[serde(default = "ten")]
+    pub eval_every: u32,
+    /// Checkpoint every this many steps; `0` saves only at the end. Default `10`.
+    #[serde(default = "ten")]
+    pub save_every: u32,
+    /// Evaluate before the first step (step −1, the baseline). Default `true`.
+    #[serde(default = "yes")]
+    pub eval_at_start: bool,
+}
+
+fn default_max_steps() -> u32 {
+    100
+}
+fn ten() -> u32 {
+    10
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule { max_steps: default_max_steps(), eval_every: 10, save_every: 10, eval_at_start: true }
+    }
+}
+
+/// Held-out evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Eval {
+    /// The k of pass@k to report. Default `[1]`.
+    #[serde(default = "default_ks")]
+    #[schemars(length(min = 1))]
+    pub k: Vec<u32>,
+    /// Completions per eval problem (n of the unbiased pass@k estimator). Default: the largest k.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub samples: Option<u32>,
+    /// Sampling temperature for evaluation; `0` is greedy. Default `0`.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub temperature: f64,
+    /// Maximum new tokens per eval completion. Default: `sampling.max_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tokens: Option<u32>,
+}
+
+fn default_ks() -> Vec<u32> {
+    vec![1]
+}
+
+impl Default for Eval {
+    fn default() -> Self {
+        Eval { k: default_ks(), samples: None, temperature: 0.0, max_tokens: None }
+    }
+}
+
+/// Where the run directory goes and what is logged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Log {
+    /// Directory holding run directories, relative to the current directory. Default `runs`.
+    #[serde(default = "default_root")]
+    pub root: PathBuf,
+    /// Which completions go to `rollouts.jsonl`: `all`, `sample` (the first group of each step)
+    /// or `none`. Default `all`.
+    #[serde(default)]
+    pub rollouts: RolloutLog,
+}
+
+fn default_root() -> PathBuf {
+    "runs".into()
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log { root: default_root(), rollouts: RolloutLog::default() }
+    }
+}
+
+/// Which completions are written to `rollouts.jsonl`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutLog {
+    /// Every completion.
+    #[default]
+    All,
+    /// The first group of each step.
+    Sample,
+    /// None.
+    None,
+}
+
+impl Spec {
+    /// Completions sampled per training step.
+    pub fn completions_per_step(&self) -> u64 {
+        u64::from(self.grpo.prompts_per_step) * u64::from(self.grpo.group_size)
+    }
+}
