@@ -1,1 +1,297 @@
-//! placeholder
+//! The run directory, `runs/<run-id>/`: the only module that knows its layout (design §5).
+//!
+//! ```text
+//! spec.yaml          the spec file as written
+//! resolved.json      the spec after overrides and defaults (absolute paths)
+//! provenance.json    rlx version, git state, overrides, template and dataset hashes, host
+//! status.json        running | finished | failed | interrupted, steps done, why it ended
+//! metrics.jsonl      one object per step: `step` plus flat `train/...`, `eval/...` keys
+//! rollouts.jsonl     one object per completion
+//! checkpoints.jsonl  one object per checkpoint
+//! events.jsonl       run lifecycle events (start, resume, stop)
+//! logs.log           the human log (tracing)
+//! ```
+//!
+//! Durability rules: whole-file JSON is written atomically (temp file + rename), so a reader
+//! never sees half a `status.json`; JSONL lines are written with one `write` of the whole line
+//! and flushed, and a torn last line (a crash mid-write) is skipped by readers with a warning and
+//! cut off by the next writer, so it never glues onto the next record.
+
+mod jsonl;
+mod provenance;
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use jsonl::{JsonlWriter, Read as JsonlRead, read_jsonl};
+pub use provenance::{Provenance, provenance};
+
+use crate::spec::Plan;
+
+/// Version of the run-directory format; bumped when a file changes incompatibly.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// File names inside a run directory.
+pub mod files {
+    /// The spec as written.
+    pub const SPEC: &str = "spec.yaml";
+    /// The resolved spec.
+    pub const RESOLVED: &str = "resolved.json";
+    /// Where the run came from.
+    pub const PROVENANCE: &str = "provenance.json";
+    /// Run state.
+    pub const STATUS: &str = "status.json";
+    /// Per-step metrics.
+    pub const METRICS: &str = "metrics.jsonl";
+    /// Per-completion records.
+    pub const ROLLOUTS: &str = "rollouts.jsonl";
+    /// Checkpoint records.
+    pub const CHECKPOINTS: &str = "checkpoints.jsonl";
+    /// Lifecycle events.
+    pub const EVENTS: &str = "events.jsonl";
+    /// Human log.
+    pub const LOG: &str = "logs.log";
+}
+
+/// Errors reading or writing a run directory.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file could not be read or written.
+    #[error("{op} `{}`", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file holds something that is not what rlx writes there.
+    #[error("`{}` line {line}: {message}", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line (1 for whole-file JSON).
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The directory exists but holds a different experiment.
+    #[error("`{}` holds run `{found}`, not `{expected}`", path.display())]
+    Mismatch {
+        /// The directory.
+        path: PathBuf,
+        /// The run id in its status.
+        found: String,
+        /// The run id asked for.
+        expected: String,
+    },
+}
+
+pub(crate) fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source| Error::Io { op, path: path.to_path_buf(), source }
+}
+
+/// Lifecycle of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// In progress (or crashed without a chance to say so).
+    Running,
+    /// Completed every step.
+    Finished,
+    /// Stopped by an error.
+    Failed,
+    /// Stopped by SIGINT/SIGTERM; resumable.
+    Interrupted,
+}
+
+/// `status.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// Format version.
+    pub schema_version: u32,
+    /// The run id.
+    pub run_id: String,
+    /// Where the run is.
+    pub state: State,
+    /// Training steps completed.
+    pub steps_done: u32,
+    /// Training steps asked for.
+    pub max_steps: u32,
+    /// Why it ended, for failed and interrupted runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Process id of the run while `running`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// RFC 3339 time the run first started.
+    pub started_at: String,
+    /// RFC 3339 time of this status.
+    pub updated_at: String,
+}
+
+/// Current time as RFC 3339 (UTC, seconds).
+pub fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// An open run directory.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    /// The directory a plan's run lives in: `<log.root>/<run-id>`.
+    pub fn path_for(plan: &Plan) -> PathBuf {
+        plan.spec.log.root.join(&plan.run_id)
+    }
+
+    /// Creates the run directory of `plan` and writes its spec, resolved spec and provenance; or
+    /// reopens it if it exists (a re-run of the same experiment resumes it).
+    ///
+    /// # Errors
+    /// I/O errors, and [`Error::Mismatch`] if the directory holds another run.
+    pub fn create(plan: &Plan) -> Result<RunDir, Error> {
+        let path = Self::path_for(plan);
+        let dir = RunDir { path };
+        if let Some(status) = dir.status()? {
+            if status.run_id != plan.run_id {
+                return Err(Error::Mismatch { path: dir.path.clone(), found: status.run_id, expected: plan.run_id.clone() });
+            }
+            return Ok(dir);
+        }
+        fs::create_dir_all(&dir.path).map_err(io("cannot create run directory", &dir.path))?;
+        atomic_write(&dir.file(files::SPEC), plan.spec_text.as_bytes())?;
+        dir.write_json(files::RESOLVED, &plan.spec)?;
+        dir.write_json(files::PROVENANCE, &provenance(plan))?;
+        let now = now();
+        dir.set_status(&Status {
+            schema_version: SCHEMA_VERSION,
+            run_id: plan.run_id.clone(),
+            state: State::Running,
+            steps_done: 0,
+            max_steps: plan.spec.schedule.max_steps,
+            reason: None,
+            pid: Some(std::process::id()),
+            started_at: now.clone(),
+            updated_at: now,
+        })?;
+        Ok(dir)
+    }
+
+    /// Opens an existing run directory.
+    ///
+    /// # Errors
+    /// When `path` has no `status.json`.
+    pub fn open(path: &Path) -> Result<RunDir, Error> {
+        let dir = RunDir { path: path.to_path_buf() };
+        match dir.status()? {
+            Some(_) => Ok(dir),
+            None => Err(Error::Corrupt { path: dir.file(files::STATUS), line: 1, message: "not a run directory (no status.json)".into() }),
+        }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A file inside the directory.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Writes a whole JSON file atomically.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn write_json<T: Serialize>(&self, name: &str, value: &T) -> Result<(), Error> {
+        let mut bytes = serde_json::to_vec_pretty(value).expect("run files serialise");
+        bytes.push(b'\n');
+        atomic_write(&self.file(name), &bytes)
+    }
+
+    /// Reads a whole JSON file, `None` if absent.
+    ///
+    /// # Errors
+    /// I/O errors and invalid content.
+    pub fn read_json<T: for<'de> Deserialize<'de>>(&self, name: &str) -> Result<Option<T>, Error> {
+        let path = self.file(name);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| Error::Corrupt { path, line: e.line(), message: e.to_string() }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("cannot read", &path)(e)),
+        }
+    }
+
+    /// The current status, `None` for a directory that is not (yet) a run.
+    ///
+    /// # Errors
+    /// I/O errors and invalid content.
+    pub fn status(&self) -> Result<Option<Status>, Error> {
+        self.read_json(files::STATUS)
+    }
+
+    /// Replaces the status (atomically), stamping `updated_at`.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn set_status(&self, status: &Status) -> Result<(), Error> {
+        let mut s = status.clone();
+        s.updated_at = now();
+        self.write_json(files::STATUS, &s)
+    }
+
+    /// An appender for one of the JSONL files.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn jsonl(&self, name: &str) -> Result<JsonlWriter, Error> {
+        JsonlWriter::open(&self.file(name))
+    }
+}
+
+/// Writes `bytes` to `path` so that readers see either the old or the new content, never a mix:
+/// a temp file in the same directory, fsynced, then renamed over the target.
+///
+/// # Errors
+/// I/O errors.
+pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        io("cannot write", path)(e)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_whole_files() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.json");
+        atomic_write(&p, b"{\"a\":1}").unwrap();
+        atomic_write(&p, b"{\"a\":2}").unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "{\"a\":2}");
+        // No temp files left behind.
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+}

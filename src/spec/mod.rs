@@ -1,10 +1,22 @@
-//! The experiment spec: YAML loading with source locations, JSON Schema validation, overrides,
-//! sweeps, semantic checks and run ids.
+//! The experiment spec: what users write and what the rest of rlx reads.
+//!
+//! - [`types`]: the spec sections (serde + schemars); their doc comments are the user reference.
+//! - [`source`], [`node`]: YAML text to a tree whose every value knows its file:line:column.
+//! - [`schema`]: the generated JSON Schema and a validator that reports every problem at once.
+//! - [`overrides`]: `key.path=value` arguments, aliases, sweep axes.
+//! - [`check`]: semantic rules (batch arithmetic, ranges, files, templates).
+//! - [`plan`]: the pipeline from file + overrides to a [`Plan`] with its run id.
+//! - [`sweep`]: grids of plans.
 
+pub mod check;
 pub mod diagnostic;
 pub mod node;
+pub mod overrides;
+pub mod plan;
 pub mod schema;
 pub mod source;
 pub mod types;
 
+pub use diagnostic::{Diagnostic, Diagnostics};
+pub use plan::{Error, Plan, plan};
 pub use types::Spec;

@@ -133,13 +133,14 @@ impl Node {
 
 /// Parses a whole source text as one YAML document.
 pub fn parse(source: &Arc<Source>) -> Result<Node, Vec<Diagnostic>> {
-    parse_at(source, 0)
+    parse_range(source, 0..source.text.len())
 }
 
-/// Parses `source.text[start..]` as one YAML document, with spans relative to the whole text.
-/// Used for the value part of a `key=value` override.
-pub fn parse_at(source: &Arc<Source>, start: usize) -> Result<Node, Vec<Diagnostic>> {
-    let text = &source.text[start..];
+/// Parses `source.text[range]` as one YAML document, with spans relative to the whole text.
+/// Used for the value part of a `key=value` override and the items of a sweep axis.
+pub fn parse_range(source: &Arc<Source>, range: std::ops::Range<usize>) -> Result<Node, Vec<Diagnostic>> {
+    let start = range.start;
+    let text = &source.text[range];
     let mut b = Builder {
         source,
         offsets: char_offsets(text, start),

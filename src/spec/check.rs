@@ -1,0 +1,363 @@
+//! Semantic checks: rules that span fields or touch the file system, run after the schema
+//! accepted the tree and before anything expensive starts.
+//!
+//! Each check reports against the located tree, so a rule broken by a default points at the
+//! section that omitted the value, and one broken by an override points into the command line.
+
+use std::path::{Path, PathBuf};
+
+use super::diagnostic::Diagnostic;
+use super::node::Node;
+use super::source::{Source, Span};
+use super::types::{Backend, Finetune, RewardKind, SandboxKind, Spec};
+
+/// Built-in chat renderers accepted by `model.chat_template` besides `auto` and file paths.
+pub const BUILTIN_CHAT_TEMPLATES: &[&str] = &["auto", "qwen3_instruct", "chatml"];
+
+/// A template file named by the spec, with its role (`prompt.user`, ...).
+#[derive(Debug, Clone)]
+pub struct TemplateRef {
+    /// Which key names it.
+    pub role: String,
+    /// Absolute path.
+    pub path: PathBuf,
+    /// Its text.
+    pub text: String,
+}
+
+/// Paths resolved during checking, handed on to the plan.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// Templates that exist and compile.
+    pub templates: Vec<TemplateRef>,
+}
+
+struct Ctx<'a> {
+    tree: &'a Node,
+    out: Vec<Diagnostic>,
+}
+
+impl Ctx<'_> {
+    fn span(&self, path: &str) -> Span {
+        let segs: Vec<&str> = path.split('.').collect();
+        self.tree.span_of(&segs)
+    }
+
+    fn err(&mut self, path: &str, message: String) -> &mut Diagnostic {
+        let span = self.span(path);
+        self.out.push(Diagnostic::new(message, Some(span)).at(path));
+        self.out.last_mut().expect("just pushed")
+    }
+
+    /// Resolves a path written at `key` against the directory of the text that wrote it.
+    fn resolve_path(&self, key: &str, written: &Path) -> PathBuf {
+        let base = self.span(key).source.base_dir.clone();
+        let joined = if written.is_absolute() { written.to_path_buf() } else { base.join(written) };
+        std::path::absolute(&joined).map(|p| normalize(&p)).unwrap_or(joined)
+    }
+}
+
+/// Removes `.` and `..` components lexically (the path need not exist).
+pub fn normalize(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            c => out.push(c.as_os_str()),
+        }
+    }
+    out
+}
+
+/// Runs every semantic check; on success rewrites relative paths in `spec` to absolute ones.
+pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> {
+    let mut cx = Ctx { tree, out: vec![] };
+    let mut resolved = Resolved::default();
+
+    if spec.name.is_empty() || !spec.name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) || spec.name.starts_with('.') {
+        cx.err("name", format!("`name` must be letters, digits, `.`, `_` or `-` (it names the run directory), found `{}`", spec.name));
+    }
+
+    // Batch arithmetic.
+    let g = &spec.grpo;
+    if g.group_size < 2 && spec.schedule.max_steps > 0 {
+        cx.err("grpo.group_size", format!("`grpo.group_size` must be at least 2 to train, found {}", g.group_size))
+            .hints
+            .push("advantages compare the completions of one problem with each other; a group of one has no baseline".into());
+    }
+    if let Some(b) = g.batch_size {
+        let product = u64::from(g.prompts_per_step) * u64::from(g.group_size);
+        if u64::from(b) != product {
+            cx.err(
+                "grpo.batch_size",
+                format!("`grpo.batch_size` is {b}, but `prompts_per_step` × `group_size` = {} × {} = {product}", g.prompts_per_step, g.group_size),
+            )
+            .hints
+            .extend([
+                "in rlx `group_size` is completions per problem (the G of GRPO) and `prompts_per_step` is problems per step".to_string(),
+                format!("for {b} completions in groups of {}, set `prompts_per_step: {}`", g.group_size, b / g.group_size.max(1)),
+            ]);
+        }
+    }
+
+    // Numeric ranges the schema cannot say.
+    let o = &spec.optimizer;
+    if !(o.learning_rate > 0.0) {
+        cx.err("optimizer.learning_rate", format!("`optimizer.learning_rate` must be > 0, found {}", o.learning_rate));
+    }
+    for (key, v) in [("optimizer.beta1", o.beta1), ("optimizer.beta2", o.beta2)] {
+        if v >= 1.0 {
+            cx.err(key, format!("`{key}` must be < 1, found {v}"));
+        }
+    }
+    if !(spec.sampling.top_p > 0.0) {
+        cx.err("sampling.top_p", format!("`sampling.top_p` must be > 0, found {}", spec.sampling.top_p));
+    }
+    if spec.reward.test_timeout_s <= 0.0 {
+        cx.err("reward.test_timeout_s", format!("`reward.test_timeout_s` must be > 0, found {}", spec.reward.test_timeout_s));
+    }
+
+    // Evaluation.
+    let e = &spec.eval;
+    let n = e.samples.unwrap_or_else(|| e.k.iter().copied().max().unwrap_or(1));
+    for (i, &k) in e.k.iter().enumerate() {
+        if k == 0 {
+            cx.err(&format!("eval.k.{i}"), "pass@k needs k ≥ 1, found 0".into());
+        } else if k > n {
+            cx.err(&format!("eval.k.{i}"), format!("pass@{k} needs at least {k} samples per problem, but `eval.samples` is {n}"));
+        }
+    }
+    if e.temperature == 0.0 && n > 1 {
+        cx.err("eval.temperature", format!("`eval.temperature` is 0 (greedy) with {n} samples per problem: every sample would be the same"))
+            .hints
+            .push("set `eval.temperature` > 0 for pass@k with k > 1, or `eval.k: [1]`".into());
+    }
+
+    // Incompatible options.
+    match &spec.backend {
+        Backend::Openai { .. } if spec.schedule.max_steps > 0 => {
+            cx.err("backend.kind", format!("the `openai` backend can only sample, but `schedule.max_steps` is {}", spec.schedule.max_steps))
+                .hints
+                .push("use `backend.kind: local` or `tinker` to train, or set `schedule.max_steps: 0` for an evaluation-only run".into());
+        }
+        Backend::Tinker { .. } if spec.model.finetune == Finetune::Full => {
+            cx.err("model.finetune", "Tinker trains LoRA adapters only; `model.finetune: full` needs `backend.kind: local`".into());
+        }
+        _ => {}
+    }
+    if spec.rollout.max_attempts > 1 && spec.prompt.feedback.is_none() {
+        cx.err("rollout.max_attempts", format!("`rollout.max_attempts` is {} but `prompt.feedback` is not set", spec.rollout.max_attempts))
+            .hints
+            .push("the feedback template renders the failing test for the next attempt; see prompts/feedback.j2".into());
+    }
+    match (spec.reward.kind, spec.reward.terms.is_empty()) {
+        (RewardKind::Weighted, true) => {
+            cx.err("reward.terms", "`reward.kind: weighted` needs `reward.terms`".into())
+                .hints
+                .push("for example `terms: [{kind: tests_fraction, weight: 1.0}, {kind: format, weight: 0.1}]`".into());
+        }
+        (RewardKind::TestsAllPass | RewardKind::TestsFraction, false) => {
+            cx.err("reward.terms", "`reward.terms` is only used with `reward.kind: weighted`".into());
+        }
+        _ => {}
+    }
+    if spec.sandbox.kind == SandboxKind::Fusion && !(spec.sandbox.url.starts_with("http://") || spec.sandbox.url.starts_with("https://")) {
+        cx.err("sandbox.url", format!("`sandbox.url` must be an http(s) URL, found `{}`", spec.sandbox.url));
+    }
+
+    // Data sources.
+    for (split, sources) in [("train", &mut spec.data.train), ("eval", &mut spec.data.eval)] {
+        for (i, src) in sources.iter_mut().enumerate() {
+            let key = format!("data.{split}.{i}.path");
+            if let Some(rest) = src.path.strip_prefix("hf://") {
+                if let Err(why) = check_hf_uri(rest) {
+                    cx.err(&key, format!("invalid dataset `{}`: {why}", src.path))
+                        .hints
+                        .push("write `hf://owner/name`, `hf://owner/name/config` or `hf://owner/name/config:split`".into());
+                }
+            } else {
+                let abs = cx.resolve_path(&key, Path::new(&src.path));
+                let ext = abs.extension().and_then(|e| e.to_str()).unwrap_or("");
+                if !abs.is_file() {
+                    let what = if abs.exists() { "is not a file" } else { "does not exist" };
+                    cx.err(&key, format!("dataset `{}` {what}", src.path)).label = format!("resolved to {}", abs.display());
+                } else if !["jsonl", "json", "parquet"].contains(&ext) {
+                    cx.err(&key, format!("dataset `{}` must be .jsonl, .json or .parquet", src.path));
+                } else {
+                    src.path = abs.display().to_string();
+                }
+            }
+            for (which, date) in [("date_from", &src.date_from), ("date_to", &src.date_to)] {
+                if let Some(d) = date
+                    && !is_date(d)
+                {
+                    cx.err(&format!("data.{split}.{i}.{which}"), format!("`{which}` must be a date `YYYY-MM-DD`, found `{d}`"));
+                }
+            }
+            if let (Some(a), Some(b)) = (&src.date_from, &src.date_to)
+                && is_date(a)
+                && is_date(b)
+                && a > b
+            {
+                cx.err(&format!("data.{split}.{i}.date_to"), format!("`date_to` ({b}) is before `date_from` ({a})"));
+            }
+        }
+    }
+
+    // Model files written as paths must exist.
+    let base = spec.model.base.clone();
+    if looks_like_path(&base) {
+        let abs = cx.resolve_path("model.base", Path::new(&base));
+        if abs.exists() {
+            spec.model.base = abs.display().to_string();
+        } else {
+            cx.err("model.base", format!("model `{base}` does not exist")).label = format!("resolved to {}", abs.display());
+        }
+    } else if base.split('/').count() != 2 || base.split('/').any(str::is_empty) {
+        cx.err("model.base", format!("`model.base` must be a Hugging Face repo id `owner/name` or a path, found `{base}`"))
+            .hints
+            .push("write a local path with `./` or `/` at the start, e.g. `./models/tiny`".into());
+    }
+    let ct = spec.model.chat_template.clone();
+    if !BUILTIN_CHAT_TEMPLATES.contains(&ct.as_str()) {
+        if looks_like_path(&ct) || ct.ends_with(".j2") || ct.ends_with(".jinja") {
+            let abs = cx.resolve_path("model.chat_template", Path::new(&ct));
+            match std::fs::read_to_string(&abs) {
+                Ok(text) => {
+                    compile_template(&mut cx, "model.chat_template", &abs, &text);
+                    spec.model.chat_template = abs.display().to_string();
+                }
+                Err(e) => {
+                    cx.err("model.chat_template", format!("chat template `{ct}` cannot be read: {e}")).label = format!("resolved to {}", abs.display());
+                }
+            }
+        } else {
+            let names = BUILTIN_CHAT_TEMPLATES.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+            let d = cx.err("model.chat_template", format!("unknown chat template `{ct}`; expected {names} or a path to a Jinja file"));
+            if let Some(m) = super::diagnostic::did_you_mean(&ct, BUILTIN_CHAT_TEMPLATES.iter().copied()) {
+                d.hints.push(format!("did you mean `{m}`?"));
+            }
+        }
+    }
+
+    // Templates must exist and compile.
+    let mut templates = vec![("prompt.user", Some(spec.prompt.user.clone()))];
+    templates.push(("prompt.system", spec.prompt.system.clone()));
+    templates.push(("prompt.feedback", spec.prompt.feedback.clone()));
+    for (key, path) in templates {
+        let Some(path) = path else { continue };
+        let abs = cx.resolve_path(key, &path);
+        match std::fs::read_to_string(&abs) {
+            Ok(text) => {
+                if compile_template(&mut cx, key, &abs, &text) {
+                    resolved.templates.push(TemplateRef { role: key.to_string(), path: abs.clone(), text });
+                }
+                match key {
+                    "prompt.user" => spec.prompt.user = abs,
+                    "prompt.system" => spec.prompt.system = Some(abs),
+                    _ => spec.prompt.feedback = Some(abs),
+                }
+            }
+            Err(e) => {
+                let why = if e.kind() == std::io::ErrorKind::NotFound { "does not exist".to_string() } else { e.to_string() };
+                cx.err(key, format!("template `{}` {why}", path.display())).label = format!("resolved to {}", abs.display());
+            }
+        }
+    }
+
+    if cx.out.is_empty() { Ok(resolved) } else { Err(cx.out) }
+}
+
+/// Compiles a template with the same environment rendering uses; reports a syntax error with its
+/// location in the template file. Returns whether it compiled.
+fn compile_template(cx: &mut Ctx<'_>, key: &str, path: &Path, text: &str) -> bool {
+    let env = template_env();
+    match env.template_from_str(text) {
+        Ok(_) => true,
+        Err(e) => {
+            let source = Source::file(path, text.to_string());
+            let span = e.range().or_else(|| {
+                e.line().map(|l| {
+                    let start: usize = text.split_inclusive('\n').take(l.saturating_sub(1)).map(str::len).sum();
+                    let len = text[start..].find('\n').unwrap_or(text.len() - start);
+                    start..start + len
+                })
+            });
+            let span = span.map(|r| Span::new(&source, r));
+            let msg = format!("template `{}` does not compile: {}", path.display(), e.detail().unwrap_or(&e.kind().to_string()));
+            let named_at = cx.span(key).location();
+            cx.out.push(Diagnostic::new(msg, span).at(key).label("here").hint(format!("named by `{key}` at {named_at}")));
+            false
+        }
+    }
+}
+
+/// The minijinja environment prompt templates are compiled and rendered with: Python string
+/// methods, `raise_exception`, HF's whitespace handling.
+pub fn template_env() -> minijinja::Environment<'static> {
+    let mut env = minijinja::Environment::new();
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    let syntax = minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build();
+    env.set_syntax(syntax.expect("the default delimiters are valid"));
+    env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+    });
+    env
+}
+
+fn looks_like_path(s: &str) -> bool {
+    s.starts_with('.') || s.starts_with('/') || s.starts_with('~') || s.ends_with(".gguf") || s.ends_with(".safetensors")
+}
+
+fn is_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && s.char_indices().all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
+        && (1..=12).contains(&s[5..7].parse::<u32>().unwrap_or(0))
+        && (1..=31).contains(&s[8..10].parse::<u32>().unwrap_or(0))
+}
+
+fn check_hf_uri(rest: &str) -> Result<(), &'static str> {
+    let (repo, split) = match rest.split_once(':') {
+        Some((r, s)) => (r, Some(s)),
+        None => (rest, None),
+    };
+    let parts: Vec<&str> = repo.split('/').collect();
+    if !(2..=3).contains(&parts.len()) || parts.iter().any(|p| p.is_empty()) {
+        return Err("expected `owner/name` with an optional `/config`");
+    }
+    if split.is_some_and(str::is_empty) {
+        return Err("empty split after `:`");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_and_uris() {
+        assert!(is_date("2024-08-01"));
+        assert!(!is_date("2024-13-01"));
+        assert!(!is_date("24-08-01"));
+        assert!(check_hf_uri("agentica-org/DeepCoder-Preview-Dataset/taco:train").is_ok());
+        assert!(check_hf_uri("a/b").is_ok());
+        assert!(check_hf_uri("a").is_err());
+        assert!(check_hf_uri("a/b:").is_err());
+        assert!(check_hf_uri("a//b").is_err());
+    }
+
+    #[test]
+    fn normalize_is_lexical() {
+        assert_eq!(normalize(Path::new("/a/b/../c/./d")), PathBuf::from("/a/c/d"));
+    }
+}
