@@ -18,6 +18,7 @@
 //! cut off by the next writer, so it never glues onto the next record.
 
 mod jsonl;
+pub mod logfile;
 mod provenance;
 
 use std::fs;

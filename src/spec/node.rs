@@ -113,6 +113,40 @@ impl Node {
         node.span.clone()
     }
 
+    /// Removes the value at `path` (a mapping entry or a list item); returns whether it existed.
+    pub fn remove(&mut self, path: &[&str]) -> bool {
+        let Some((last, parents)) = path.split_last() else { return false };
+        let mut node = self;
+        for seg in parents {
+            node = match &mut node.value {
+                Value::Map(entries) => match entries.iter_mut().find(|e| e.key == *seg) {
+                    Some(e) => &mut e.value,
+                    None => return false,
+                },
+                Value::Seq(items) => match seg.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+                    Some(n) => n,
+                    None => return false,
+                },
+                _ => return false,
+            };
+        }
+        match &mut node.value {
+            Value::Map(entries) => {
+                let before = entries.len();
+                entries.retain(|e| e.key != *last);
+                entries.len() != before
+            }
+            Value::Seq(items) => match last.parse::<usize>() {
+                Ok(i) if i < items.len() => {
+                    items.remove(i);
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// Converts to JSON. Non-finite floats become `null`; the schema validator rejects them
     /// before this is called on a spec.
     pub fn to_json(&self) -> serde_json::Value {

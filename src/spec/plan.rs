@@ -102,6 +102,7 @@ pub fn plan_text(path: &Path, text: String, overrides: &[Override]) -> Result<Pl
     }
     diags.extend(Validator::new().validate(&tree));
     if !diags.is_empty() {
+        diags.extend(semantic_despite_schema_errors(&tree, &diags));
         return Err(invalid(diags));
     }
     let mut spec: Spec = serde_json::from_value(tree.to_json()).map_err(|e| {
@@ -120,6 +121,32 @@ pub fn plan_text(path: &Path, text: String, overrides: &[Override]) -> Result<Pl
         hash,
         run_id,
     })
+}
+
+/// Runs the semantic checks on the tree with the schema's offending values removed (so defaults
+/// take their place), so that a file's problems of both kinds show up in one report. When the
+/// pruned tree still cannot be read (a required section is broken), there is nothing to add.
+fn semantic_despite_schema_errors(tree: &Node, schema_diags: &[Diagnostic]) -> Vec<Diagnostic> {
+    let mut pruned = tree.clone();
+    let mut removed: Vec<String> = vec![];
+    for d in schema_diags {
+        let Some(p) = &d.path else { return vec![] };
+        let dotted = p.replace('[', ".").replace(']', "");
+        let segs: Vec<&str> = dotted.split('.').collect();
+        pruned.remove(&segs);
+        removed.push(dotted);
+    }
+    let Ok(mut spec) = serde_json::from_value::<Spec>(pruned.to_json()) else { return vec![] };
+    let touches = |d: &Diagnostic| {
+        d.path.as_ref().is_some_and(|p| {
+            let p = p.replace('[', ".").replace(']', "");
+            removed.iter().any(|r| p.starts_with(r.as_str()) || r.starts_with(p.as_str()))
+        })
+    };
+    match check::check(&mut spec, &pruned) {
+        Ok(_) => vec![],
+        Err(sem) => sem.into_iter().filter(|d| !touches(d)).collect(),
+    }
 }
 
 /// Parses the located tree of a spec file after overrides, without checking it (for sweeps,

