@@ -1,2 +1,18 @@
-//! The single integration-test binary. Each module covers one area through the real `rlx` binary
-//! or the library's public API.
+//! The single integration-test binary (one link step, one place to look). Each module covers one
+//! area through the real `rlx` binary or the library's public API:
+//!
+//! - `common`: `TestContext` (temp work dir, clean env, `rlx` command) and helpers.
+//! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
+//! - `schema`: `rlx schema` and the committed `schemas/experiment.schema.json` agree.
+//! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records.
+//! - `run`: `rlx run` up to the engine boundary.
+//! - `runlog`: run directory files, atomic writes, torn lines.
+//! - `grammar`: property tests: override and sweep grammars never panic.
+
+mod common;
+mod grammar;
+mod run;
+mod runlog;
+mod schema;
+mod sweep;
+mod validate;

@@ -1,0 +1,116 @@
+//! The run directory: files of design §5, atomic JSON, whole JSONL lines, torn-line tolerance.
+
+use crate::common::TestContext;
+use rlx::runlog::{self, RunDir, State, files};
+use serde_json::json;
+
+fn plan(cx: &TestContext) -> rlx::spec::Plan {
+    let mut p = rlx::spec::plan(&cx.path().join("spec.yaml"), &[rlx::spec::overrides::parse("lr=2e-5").unwrap()]).unwrap();
+    p.spec.log.root = cx.path().join("runs");
+    p
+}
+
+#[test]
+fn create_writes_the_self_describing_files() {
+    let cx = TestContext::new();
+    let p = plan(&cx);
+    let dir = RunDir::create(&p).unwrap();
+    assert_eq!(dir.path(), cx.path().join("runs").join(&p.run_id));
+    assert_eq!(std::fs::read_to_string(dir.file(files::SPEC)).unwrap(), crate::common::MINIMAL);
+    let resolved: serde_json::Value = dir.read_json(files::RESOLVED).unwrap().unwrap();
+    assert_eq!(resolved["optimizer"]["learning_rate"], 2e-5);
+    assert_eq!(resolved["grpo"]["group_size"], 8, "defaults are written out");
+    assert!(resolved["prompt"]["user"].as_str().unwrap().starts_with('/'), "paths are absolute");
+    let prov: serde_json::Value = dir.read_json(files::PROVENANCE).unwrap().unwrap();
+    assert_eq!(prov["overrides"][0], "optimizer.learning_rate=2e-5");
+    assert_eq!(prov["run_id"], p.run_id.as_str());
+    assert_eq!(prov["templates"][0]["role"], "prompt.user");
+    assert_eq!(prov["templates"][0]["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(prov["datasets"][0]["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(prov["rlx_version"], env!("CARGO_PKG_VERSION"));
+    let st = dir.status().unwrap().unwrap();
+    assert_eq!(st.state, State::Running);
+    assert_eq!(st.max_steps, 3);
+    assert_eq!(st.schema_version, runlog::SCHEMA_VERSION);
+
+    // Re-creating the same experiment reopens it (resume), keeping its state.
+    let mut s2 = st.clone();
+    s2.steps_done = 2;
+    dir.set_status(&s2).unwrap();
+    let again = RunDir::create(&p).unwrap();
+    assert_eq!(again.status().unwrap().unwrap().steps_done, 2);
+}
+
+#[test]
+fn metrics_survive_a_torn_write() {
+    let cx = TestContext::new();
+    let dir = RunDir::create(&plan(&cx)).unwrap();
+    let mut m = dir.jsonl(files::METRICS).unwrap();
+    for step in 0..3 {
+        m.append(&json!({"step": step, "train/reward_mean": 0.1 * f64::from(step)})).unwrap();
+    }
+    m.sync().unwrap();
+    drop(m);
+    // Simulate a crash in the middle of writing step 3.
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().append(true).open(dir.file(files::METRICS)).unwrap();
+    f.write_all(br#"{"step": 3, "train/rew"#).unwrap();
+    drop(f);
+    let read = runlog::read_jsonl::<serde_json::Value>(&dir.file(files::METRICS)).unwrap();
+    assert_eq!(read.rows.len(), 3);
+    assert_eq!(read.torn_line, Some(4));
+    // Resuming appends cleanly after the last whole line.
+    let mut m = dir.jsonl(files::METRICS).unwrap();
+    m.append(&json!({"step": 3})).unwrap();
+    let read = runlog::read_jsonl::<serde_json::Value>(&dir.file(files::METRICS)).unwrap();
+    assert_eq!(read.rows.iter().map(|r| r["step"].as_i64().unwrap()).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn concurrent_appenders_never_interleave_lines() {
+    let cx = TestContext::new();
+    let dir = RunDir::create(&plan(&cx)).unwrap();
+    let path = dir.file(files::ROLLOUTS);
+    let big = "x".repeat(3000);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (path, big) = (path.clone(), big.clone());
+            s.spawn(move || {
+                let mut w = runlog::JsonlWriter::open(&path).unwrap();
+                for i in 0..50 {
+                    w.append(&json!({"t": t, "i": i, "text": big})).unwrap();
+                }
+            });
+        }
+    });
+    let read = runlog::read_jsonl::<serde_json::Value>(&path).unwrap();
+    assert_eq!(read.rows.len(), 200);
+    assert_eq!(read.torn_line, None);
+}
+
+#[test]
+fn a_directory_of_another_run_is_refused() {
+    let cx = TestContext::new();
+    let p = plan(&cx);
+    let dir = RunDir::create(&p).unwrap();
+    let mut st = dir.status().unwrap().unwrap();
+    st.run_id = "someone-else".into();
+    dir.set_status(&st).unwrap();
+    let err = RunDir::create(&p).unwrap_err();
+    assert!(err.to_string().contains("holds run `someone-else`"), "{err}");
+    assert!(RunDir::open(&cx.path().join("nope")).is_err());
+}
+
+#[test]
+fn logs_go_to_the_run_log_once_attached() {
+    let cx = TestContext::new();
+    let dir = RunDir::create(&plan(&cx)).unwrap();
+    runlog::logfile::attach(&dir.file(files::LOG)).unwrap();
+    use std::io::Write;
+    let mut sink = runlog::logfile::LogSink;
+    sink.write_all(b"step 0 done\n").unwrap();
+    runlog::logfile::detach();
+    sink.write_all(b"after detach\n").unwrap();
+    let log = std::fs::read_to_string(dir.file(files::LOG)).unwrap();
+    assert_eq!(log, "step 0 done\n");
+}
