@@ -76,6 +76,8 @@ pub fn normalize(p: &Path) -> PathBuf {
 }
 
 /// Runs every semantic check; on success rewrites relative paths in `spec` to absolute ones.
+// `!(x > 0.0)` rather than `x <= 0.0`: NaN must fail these checks too.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
 pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> {
     let mut cx = Ctx { tree, out: vec![] };
     let mut resolved = Resolved::default();

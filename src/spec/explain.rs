@@ -36,8 +36,8 @@ pub struct Estimate {
 /// Number of evaluations: the baseline (if `eval_at_start`), after every `eval_every` steps, and
 /// after the last step (once, even when it falls on the cadence).
 pub fn eval_count(max_steps: u32, eval_every: u32, eval_at_start: bool) -> u32 {
-    let periodic = if eval_every == 0 { 0 } else { max_steps / eval_every };
-    let last_on_cadence = eval_every != 0 && max_steps % eval_every == 0 && max_steps > 0;
+    let periodic = max_steps.checked_div(eval_every).unwrap_or(0);
+    let last_on_cadence = eval_every != 0 && max_steps.is_multiple_of(eval_every) && max_steps > 0;
     let final_eval = u32::from(max_steps > 0 && !last_on_cadence);
     u32::from(eval_at_start) + periodic + final_eval
 }

@@ -275,7 +275,7 @@ impl Validator {
                 .and_then(|p| p.get(req))
                 .and_then(|p| self.resolve(p).get("description").or_else(|| p.get("description")))
                 .and_then(J::as_str)
-                .map(|d| first_sentence(d));
+                .map(first_sentence);
             let where_ = if path.is_empty() { "the spec".to_string() } else { format!("`{}`", show(path)) };
             let mut d = Diagnostic::new(format!("missing field `{req}` in {where_}"), Some(node.span.clone()))
                 .at(show(&full))
