@@ -26,6 +26,13 @@ impl JsonlWriter {
     /// I/O errors.
     pub fn open(path: &Path) -> Result<JsonlWriter, Error> {
         let mut file = OpenOptions::new().create(true).read(true).append(true).open(path).map_err(io("cannot open", path))?;
+        // One writer per file: the torn-tail repair below must never cut a line that another
+        // writer is in the middle of appending. The lock is released when the writer drops.
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Busy { path: path.to_path_buf() }),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io("cannot lock", path)(e)),
+        }
         let bytes = fs::read(path).map_err(io("cannot read", path))?;
         let mut repaired = 0;
         if !bytes.is_empty() && !bytes.ends_with(b"\n") {

@@ -81,6 +81,12 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// Another writer (usually another `rlx` process running the same experiment) holds the file.
+    #[error("`{}` is being written by another process (is the same run already going?)", path.display())]
+    Busy {
+        /// The file.
+        path: PathBuf,
+    },
     /// The directory exists but holds a different experiment.
     #[error("`{}` holds run `{found}`, not `{expected}`", path.display())]
     Mismatch {

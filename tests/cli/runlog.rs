@@ -67,25 +67,34 @@ fn metrics_survive_a_torn_write() {
 }
 
 #[test]
-fn concurrent_appenders_never_interleave_lines() {
+fn readers_see_whole_lines_while_a_writer_appends() {
     let cx = TestContext::new();
     let dir = RunDir::create(&plan(&cx)).unwrap();
     let path = dir.file(files::ROLLOUTS);
-    let big = "x".repeat(3000);
+    let big = "x".repeat(20_000);
+    let mut w = runlog::JsonlWriter::open(&path).unwrap();
+    // A second writer on the same file is refused rather than allowed to interleave or repair.
+    let busy = runlog::JsonlWriter::open(&path).unwrap_err();
+    assert!(busy.to_string().contains("being written by another process"), "{busy}");
     std::thread::scope(|s| {
-        for t in 0..4 {
-            let (path, big) = (path.clone(), big.clone());
-            s.spawn(move || {
-                let mut w = runlog::JsonlWriter::open(&path).unwrap();
-                for i in 0..50 {
-                    w.append(&json!({"t": t, "i": i, "text": big})).unwrap();
-                }
-            });
+        let reader = s.spawn(|| {
+            let mut last = 0;
+            for _ in 0..200 {
+                let r = runlog::read_jsonl::<serde_json::Value>(&path).expect("a concurrent read never sees corruption");
+                assert!(r.rows.len() >= last);
+                last = r.rows.len();
+            }
+        });
+        for i in 0..200 {
+            w.append(&json!({"i": i, "text": big})).unwrap();
         }
+        reader.join().unwrap();
     });
+    drop(w);
     let read = runlog::read_jsonl::<serde_json::Value>(&path).unwrap();
     assert_eq!(read.rows.len(), 200);
     assert_eq!(read.torn_line, None);
+    assert!(runlog::JsonlWriter::open(&path).is_ok(), "the lock is released with the writer");
 }
 
 #[test]
