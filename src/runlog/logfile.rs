@@ -60,3 +60,27 @@ impl<'a> MakeWriter<'a> for LogSink {
         LogSink
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[test]
+    fn tracing_events_reach_the_attached_file() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("logs.log");
+        let layer = tracing_subscriber::fmt::layer().with_writer(LogSink).with_ansi(false);
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!("before attach");
+            attach(&path).unwrap();
+            tracing::info!(step = 3, "step finished");
+            detach();
+            tracing::info!("after detach");
+        });
+        let log = std::fs::read_to_string(&path).unwrap();
+        assert!(log.contains("step finished") && log.contains("step=3"), "{log}");
+        assert!(!log.contains("before attach") && !log.contains("after detach"), "{log}");
+    }
+}

@@ -171,3 +171,13 @@ fn bad_override_syntax_is_a_usage_error() {
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("cannot read spec `nope.yaml`"), "{}", r.stderr);
 }
+
+#[test]
+fn misspelled_learning_rate_names_file_line_column_and_the_fix() {
+    let cx = TestContext::new();
+    cx.write("typo.yaml", &format!("{}optimizer:\n  learning_rat: 1e-5\n", crate::common::MINIMAL));
+    let r = cx.run(&["validate", "typo.yaml"]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("--> typo.yaml:10:3"), "{}", r.stderr);
+    assert!(r.stderr.contains("did you mean `learning_rate`?"), "{}", r.stderr);
+}
