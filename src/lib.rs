@@ -20,5 +20,6 @@
 
 pub mod cli;
 pub mod engine;
+pub mod prompt;
 pub mod runlog;
 pub mod spec;

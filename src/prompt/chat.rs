@@ -1,0 +1,299 @@
+//! Chat templates: messages → the exact text a chat model expects.
+//!
+//! A model's own template (HF `tokenizer_config.json` `chat_template`, or GGUF
+//! `tokenizer.chat_template`) is rendered the way `transformers.apply_chat_template` renders it:
+//! Jinja with `trim_blocks` and `lstrip_blocks`, loop controls, `raise_exception`,
+//! `strftime_now`, a `tojson` that matches Python's `json.dumps(ensure_ascii=False)` (minijinja's
+//! own HTML-escapes and sorts keys, which changes tool prompts), Python string methods
+//! (`.startswith`, `.split`, `.strip`, ...) through minijinja-contrib's pycompat, and the special
+//! tokens (`bos_token`, `eos_token`, ...) in the context. HF's `{% generation %}` marker (used for
+//! assistant masks) is not Jinja; it is removed before compiling, as it renders nothing.
+//!
+//! Built-in renderers produce the same text without a template file: `qwen3_instruct` (and its
+//! alias `chatml`) is ChatML without think blocks, as Qwen3-Instruct-2507 and the tinker-cookbook
+//! `Qwen3InstructRenderer` format conversations.
+
+use minijinja::value::{Kwargs, Value};
+use serde::{Deserialize, Serialize};
+
+use super::Error;
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+impl Message {
+    /// A message with a role.
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        Message { role: role.to_string(), content: content.into() }
+    }
+}
+
+/// Special tokens a template may refer to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SpecialTokens {
+    /// `bos_token`.
+    pub bos_token: Option<String>,
+    /// `eos_token`.
+    pub eos_token: Option<String>,
+    /// `pad_token`.
+    pub pad_token: Option<String>,
+    /// `unk_token`.
+    pub unk_token: Option<String>,
+}
+
+/// A way to turn messages into model text.
+#[derive(Debug)]
+pub enum ChatTemplate {
+    /// A Jinja chat template (the model's own, or a user file).
+    Jinja {
+        /// Compiled environment holding the template `chat`.
+        env: Box<minijinja::Environment<'static>>,
+        /// Special tokens for the context.
+        special: SpecialTokens,
+    },
+    /// ChatML without think blocks (Qwen3-Instruct-2507).
+    Qwen3Instruct,
+}
+
+/// Names of the built-in renderers.
+pub const BUILTINS: &[&str] = &["qwen3_instruct", "chatml"];
+
+impl ChatTemplate {
+    /// A built-in renderer by name.
+    ///
+    /// # Errors
+    /// [`Error::UnknownBuiltin`].
+    pub fn builtin(name: &str) -> Result<Self, Error> {
+        match name {
+            "qwen3_instruct" | "chatml" => Ok(ChatTemplate::Qwen3Instruct),
+            _ => Err(Error::UnknownBuiltin(name.to_string())),
+        }
+    }
+
+    /// Compiles a Jinja chat template.
+    ///
+    /// # Errors
+    /// [`Error::Template`] with the line of a syntax error.
+    pub fn jinja(source: &str, special: SpecialTokens) -> Result<Self, Error> {
+        let mut env = hf_environment();
+        let source = strip_generation_tags(source);
+        env.add_template_owned("chat", source).map_err(|e| Error::Template { what: "chat template does not compile".into(), source: e })?;
+        Ok(ChatTemplate::Jinja { env: Box::new(env), special })
+    }
+
+    /// Renders a conversation; with `add_generation_prompt` the text ends where the assistant's
+    /// reply begins.
+    ///
+    /// # Errors
+    /// [`Error::Template`] when the template raises or fails.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, Error> {
+        match self {
+            ChatTemplate::Qwen3Instruct => {
+                let mut out = String::new();
+                for m in messages {
+                    out.push_str("<|im_start|>");
+                    out.push_str(&m.role);
+                    out.push('\n');
+                    out.push_str(&m.content);
+                    out.push_str("<|im_end|>\n");
+                }
+                if add_generation_prompt {
+                    out.push_str("<|im_start|>assistant\n");
+                }
+                Ok(out)
+            }
+            ChatTemplate::Jinja { env, special } => {
+                let tmpl = env.get_template("chat").map_err(|e| Error::Template { what: "chat template".into(), source: e })?;
+                let ctx = minijinja::context! {
+                    messages => Value::from(minijinja::value::Serde(messages)),
+                    add_generation_prompt => add_generation_prompt,
+                    bos_token => special.bos_token.clone().unwrap_or_default(),
+                    eos_token => special.eos_token.clone().unwrap_or_default(),
+                    pad_token => special.pad_token.clone(),
+                    unk_token => special.unk_token.clone(),
+                };
+                tmpl.render(ctx).map_err(|e| Error::Template { what: "rendering the chat template".into(), source: e })
+            }
+        }
+    }
+}
+
+/// The Jinja environment of HF chat templates (see the module docs).
+pub fn hf_environment() -> minijinja::Environment<'static> {
+    let mut env = minijinja::Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build();
+    env.set_syntax(syntax.expect("default delimiters are valid"));
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+    });
+    env.add_function("strftime_now", |fmt: String| -> String {
+        // Only what chat templates use (dates in system prompts): %Y %m %d %B %b %H %M.
+        strftime_now(&fmt)
+    });
+    env.add_filter("tojson", py_tojson);
+    env
+}
+
+fn strip_generation_tags(src: &str) -> String {
+    let re_like = ["{% generation %}", "{%- generation %}", "{% generation -%}", "{%- generation -%}", "{% endgeneration %}", "{%- endgeneration %}", "{% endgeneration -%}", "{%- endgeneration -%}"];
+    let mut s = src.to_string();
+    for tag in re_like {
+        s = s.replace(tag, "");
+    }
+    s
+}
+
+/// Python's `json.dumps(x, ensure_ascii=False)` formatting: `", "` and `": "` separators, no
+/// HTML escaping, keys in insertion order; `indent=N` as Python does it.
+struct PyFormatter {
+    indent: Option<usize>,
+    level: usize,
+    has_value: bool,
+}
+
+impl PyFormatter {
+    fn newline<W: ?Sized + std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
+        if let Some(n) = self.indent {
+            w.write_all(b"\n")?;
+            w.write_all(" ".repeat(n * self.level).as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+impl serde_json::ser::Formatter for PyFormatter {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(b"[")
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.level -= 1;
+        if self.has_value {
+            self.newline(w)?;
+        }
+        self.has_value = true;
+        w.write_all(b"]")
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if !first {
+            w.write_all(if self.indent.is_some() { b"," } else { b", " })?;
+        }
+        self.newline(w)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(b"{")
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.level -= 1;
+        if self.has_value {
+            self.newline(w)?;
+        }
+        self.has_value = true;
+        w.write_all(b"}")
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if !first {
+            w.write_all(if self.indent.is_some() { b"," } else { b", " })?;
+        }
+        self.newline(w)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+}
+
+fn py_tojson(v: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let _: Option<bool> = kwargs.get("ensure_ascii")?;
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, PyFormatter { indent, level: 0, has_value: false });
+    serde::Serialize::serialize(&v, &mut ser).map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string()))?;
+    Ok(Value::from_safe_string(String::from_utf8(out).expect("serde_json writes UTF-8")))
+}
+
+fn strftime_now(fmt: &str) -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let days = (secs / 86_400) as i64;
+    let (y, m, d) = civil_from_days(days);
+    let (hh, mm) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    const MONTHS: [&str; 12] = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+    let month = MONTHS[(m - 1) as usize];
+    fmt.replace("%Y", &y.to_string())
+        .replace("%m", &format!("{m:02}"))
+        .replace("%d", &format!("{d:02}"))
+        .replace("%B", month)
+        .replace("%b", &month[..3])
+        .replace("%H", &format!("{hh:02}"))
+        .replace("%M", &format!("{mm:02}"))
+}
+
+/// Days since 1970-01-01 → (year, month, day), Howard Hinnant's algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qwen3_instruct_is_chatml() {
+        let t = ChatTemplate::builtin("qwen3_instruct").unwrap();
+        let s = t.render(&[Message::new("system", "S"), Message::new("user", "hi")], true).unwrap();
+        assert_eq!(s, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+        assert!(ChatTemplate::builtin("llama9").is_err());
+    }
+
+    #[test]
+    fn tojson_matches_python() {
+        let t = ChatTemplate::jinja("{{ x | tojson }}|{{ x | tojson(indent=2) }}", SpecialTokens::default()).unwrap();
+        let ChatTemplate::Jinja { env, .. } = &t else { panic!() };
+        let out = env.get_template("chat").unwrap().render(minijinja::context! { x => Value::from(minijinja::value::Serde(serde_json::json!({"b": [1, "<a&b>"], "a": {"c": null}}))) }).unwrap();
+        assert_eq!(out, "{\"b\": [1, \"<a&b>\"], \"a\": {\"c\": null}}|{\n  \"b\": [\n    1,\n    \"<a&b>\"\n  ],\n  \"a\": {\n    \"c\": null\n  }\n}");
+    }
+
+    #[test]
+    fn raise_exception_and_python_methods() {
+        let t = ChatTemplate::jinja(
+            "{% if messages[0].role != 'user' %}{{ raise_exception('first must be user') }}{% endif %}{{ messages[0].content.strip().upper() }}",
+            SpecialTokens::default(),
+        )
+        .unwrap();
+        assert_eq!(t.render(&[Message::new("user", " hi ")], false).unwrap(), "HI");
+        let err = t.render(&[Message::new("system", "x")], false).unwrap_err();
+        assert!(format!("{err:?}").contains("first must be user"));
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_454), (2026, 1, 1));
+    }
+}

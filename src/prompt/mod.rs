@@ -1,0 +1,47 @@
+//! From problems to prompt tokens: prompt templates (`prompts/*.j2`), chat templates (the model's
+//! own Jinja template, or a built-in renderer), and the tokenizer.
+//!
+//! - [`chat`]: messages → the exact text a chat model was trained on (HF-compatible Jinja
+//!   rendering with minijinja, plus built-in renderers such as `qwen3_instruct`).
+//! - [`tokenizer`]: text ↔ token ids with the model's `tokenizer.json`, stop tokens.
+//! - [`model_files`]: chat template and special tokens from `tokenizer_config.json`.
+
+pub mod chat;
+pub mod model_files;
+pub mod tokenizer;
+
+pub use chat::{ChatTemplate, Message};
+pub use tokenizer::Tokenizer;
+
+/// Errors of prompt rendering and tokenization.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Jinja template failed to compile or render.
+    #[error("{what}: {source}")]
+    Template {
+        /// Which template.
+        what: String,
+        /// The minijinja error (with line information).
+        #[source]
+        source: minijinja::Error,
+    },
+    /// A tokenizer file could not be loaded, or text could not be encoded.
+    #[error("tokenizer {what}: {message}")]
+    Tokenizer {
+        /// What was being done (and on which file).
+        what: String,
+        /// The tokenizers crate's message.
+        message: String,
+    },
+    /// A model file could not be read or has unexpected content.
+    #[error("`{}`: {message}", path.display())]
+    ModelFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A built-in renderer name that does not exist.
+    #[error("unknown chat template `{0}`")]
+    UnknownBuiltin(String),
+}
