@@ -21,5 +21,6 @@
 pub mod cli;
 pub mod engine;
 pub mod prompt;
+pub mod rl;
 pub mod runlog;
 pub mod spec;

@@ -1,0 +1,8 @@
+//! Reinforcement-learning math shared by every backend: advantage and reward strategies (behind
+//! name registries selected by the spec) and the pass@k estimator.
+//!
+//! Everything here is a pure function of numbers: no problems, no models, no I/O.
+
+pub mod advantage;
+pub mod passk;
+pub mod reward;
