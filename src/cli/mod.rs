@@ -34,6 +34,11 @@ pub struct Cli {
 pub enum Command {
     /// Print the JSON Schema of experiment specs.
     Schema,
+    /// Grade completions against a problem file in the sandbox; one JSON line per completion.
+    Grade(commands::grade::GradeArgs),
+    /// The code sandbox: run a Sandbox-Fusion-compatible server.
+    #[command(subcommand)]
+    Sandbox(commands::sandbox::SandboxCommand),
 }
 
 /// Parse the command line, run the command, map the outcome to an exit code.

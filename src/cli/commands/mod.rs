@@ -2,10 +2,15 @@
 
 use super::{Cli, Command};
 
+pub mod grade;
+pub mod sandbox;
+
 /// Run the chosen subcommand.
 pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Schema => Ok(super::exit::OK),
+        Command::Grade(args) => grade::run(args),
+        Command::Sandbox(cmd) => sandbox::run(cmd),
     }
 }
 
