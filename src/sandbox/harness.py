@@ -243,7 +243,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECUREBITS = 1, 38, 28
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECUREBITS, PR_SET_CHILD_SUBREAPER = 1, 38, 28, 36
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -540,11 +540,16 @@ def collect(job, res_r, pid, expected, runner_is_init):
                 break
     finally:
         os.close(res_r)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if killed or len(results) < n:
+            # Fail-fast, deadline or a broken runner: S dies, R follows through
+            # PR_SET_PDEATHSIG, and the kernel kills the rest of R's PID namespace.
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        # Otherwise R has reported every test and is exiting by itself.
         os.waitpid(pid, 0)
+        reap_orphans()
     if infra:
         return {"error": infra}
     if len(results) < n and not killed:
@@ -556,6 +561,16 @@ def collect(job, res_r, pid, expected, runner_is_init):
         for i in range(len(results), n):
             results.append({"status": "timeout" if timed_out else "runtime_error", "time_ms": 0})
     return {"tests": results}
+
+
+def reap_orphans():
+    """W is a child subreaper: a runner orphaned by the death of its S is re-parented to W and
+    reaped here, so nothing of the submission (not even a zombie) outlives it."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 def judge(job, raw, expected):
@@ -918,6 +933,10 @@ def worker_main():
     PRELUDE_NS["__builtins__"] = __builtins__
     sys.setrecursionlimit(600000)
     PROTECTION = setup(CFG)
+    try:
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+    except OSError:
+        PROTECTION["notes"].append("cannot become a child subreaper: killed runners are reaped by init")
     write_frame(1, {"ready": True, "protection": PROTECTION, "python": sys.version.split()[0]})
     while True:
         job = read_frame(0)
