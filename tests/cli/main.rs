@@ -5,3 +5,7 @@
 mod data;
 /// The local sandbox: dataset grading, LiveCodeBench conformance, adversarial programs.
 mod sandbox;
+/// `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
+mod server;
+/// `rlx grade` and `rlx sandbox serve` through the binary.
+mod grade;
