@@ -633,18 +633,10 @@ def runner(job, wd, res_w):
     except BaseException as e:
         write_frame(res_w, {"infra": f"sandbox set-up failed: {type(e).__name__}: {e}"})
         return
-    import resource
-
-    mem = job["limits"]["memory_mb"]
-    in_pidns = os.getpid() == 1
-    for i, test in enumerate(job["tests"]):
-        try:
-            raw = run_one(job, i, test, in_pidns, mem, resource)
-        except OSError as e:
-            write_frame(res_w, {"infra": f"running test {i} failed: {e}"})
-            return
-        raw["i"] = i
-        write_frame(res_w, raw)
+    try:
+        run_tests(job, os.getpid() == 1, res_w)
+    except OSError as e:
+        write_frame(res_w, {"infra": f"running the tests failed: {e}"})
 
 
 def prepare_runner(job, wd):
@@ -660,89 +652,8 @@ def prepare_runner(job, wd):
     set_limits(job)
 
 
-def run_one(job, i, test, in_pidns, mem, resource):
-    lim = job["limits"]
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    res_r, res_w = os.pipe()
-    t0 = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(out_r)
-            os.close(err_r)
-            os.close(res_r)
-            if not in_pidns:
-                os.setpgid(0, 0)
-            if mem > 0:
-                resource.setrlimit(resource.RLIMIT_AS, (mem << 20, mem << 20))
-            # CPU time backs up the wall-clock deadline (soft < hard: SIGXCPU first).
-            cpu = int(math.ceil(job["timeout_s"])) + 1
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-            child(job, test, out_w, err_w, res_w)
-        finally:
-            os._exit(70)
-    for fd in (out_w, err_w, res_w):
-        os.close(fd)
-    pidfd = os.pidfd_open(pid)
-    bufs = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray()}
-    caps = {out_r: lim["output_bytes"], err_r: lim["stderr_bytes"], res_r: 64 << 20}
-    open_fds = {out_r, err_r, res_r}
-    status = None
-    deadline = t0 + job["timeout_s"]
-    exited = False
-    poller = select.poll()
-    for fd in open_fds:
-        poller.register(fd, select.POLLIN)
-    poller.register(pidfd, select.POLLIN)
-    err_truncated = False
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            status = "timeout"
-            break
-        events = poller.poll(max(1, int(left * 1000)))
-        for fd, ev in events:
-            if fd == pidfd:
-                exited = True
-                continue
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                poller.unregister(fd)
-                open_fds.discard(fd)
-                continue
-            b = bufs[fd]
-            room = caps[fd] - len(b)
-            if len(chunk) > room:
-                b += chunk[: max(room, 0)]
-                if fd == err_r:
-                    err_truncated = True  # keep draining stderr so the program never blocks
-                else:
-                    status = "output_limit"
-            else:
-                b += chunk
-        if status or (exited and not open_fds):
-            break
-        if exited:
-            # The program exited but a descendant still holds a pipe: take what is buffered.
-            for fd in list(open_fds):
-                try:
-                    os.set_blocking(fd, False)
-                    while True:
-                        chunk = os.read(fd, 1 << 16)
-                        if not chunk:
-                            break
-                        bufs[fd] += chunk[: max(caps[fd] - len(bufs[fd]), 0)]
-                except BlockingIOError:
-                    pass
-            break
-    elapsed = time.monotonic() - t0
-    try:
-        os.kill(pid, signal.SIGKILL) if not exited else None
-    except ProcessLookupError:
-        pass
-    _, st = os.waitpid(pid, 0)
-    # Nothing of this test may survive into the next one.
+def kill_others(in_pidns, pgid):
+    """Kill everything the program left (R is PID 1 and immune) and reap it."""
     if in_pidns:
         try:
             os.kill(-1, signal.SIGKILL)
@@ -755,59 +666,251 @@ def run_one(job, i, test, in_pidns, mem, resource):
                 break
     else:
         try:
-            os.killpg(pid, signal.SIGKILL)
+            os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    for fd in (out_r, err_r, res_r, pidfd):
-        os.close(fd)
-    code = os.waitstatus_to_exitcode(st)
-    sig = -code if code < 0 else None
-    if status is None:
-        if sig in (signal.SIGXCPU,) or (sig == signal.SIGKILL and elapsed >= job["timeout_s"] - 0.05):
-            status = "timeout"
-        elif sig == signal.SIGXFSZ:
-            status = "output_limit"
-        else:
-            status = "ran"
-    res = None
-    if bufs[res_r]:
+
+
+def run_tests(job, in_pidns, res_w):
+    """Run every test, reporting one raw frame per test to W.
+
+    One G process runs the tests in order (as the reference harness runs them in one process),
+    so a test costs a function call, not a fork. After each test, G flushes its output and
+    writes a frame on its control pipe; R then takes the bytes read so far as that test's
+    output. A test that hits its deadline or a limit, or kills G, is charged to that test and
+    a fresh G continues with the next one. The control pipe is writable by the program too;
+    all it can say there is "this test is done" or its own return value."""
+    import resource
+
+    lim = job["limits"]
+    tests = job["tests"]
+    n = len(tests)
+    i = 0
+    while i < n:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        ack_r, ack_w = os.pipe()
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(out_r)
+                os.close(err_r)
+                os.close(ctl_r)
+                os.close(ack_w)
+                if not in_pidns:
+                    os.setpgid(0, 0)
+                mem = lim["memory_mb"]
+                if mem > 0:
+                    resource.setrlimit(resource.RLIMIT_AS, (mem << 20, mem << 20))
+                child_loop(job, i, out_w, err_w, ctl_w, ack_r, resource)
+            finally:
+                os._exit(70)
+        for fd in (out_w, err_w, ctl_w, ack_r):
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        poller = select.poll()
+        for fd in (out_r, err_r, ctl_r, pidfd):
+            poller.register(fd, select.POLLIN)
+        bufs = {out_r: bytearray(), err_r: bytearray()}
+        caps = {out_r: lim["output_bytes"], err_r: lim["stderr_bytes"]}
+        ctl = bytearray()
+        open_fds = {out_r, err_r, ctl_r}
+        err_truncated = False
+        deadline = t0 + job["timeout_s"]
+        exited = False
+        status = None
+
+        def drain(fd):
+            nonlocal err_truncated
+            try:
+                os.set_blocking(fd, False)
+                while True:
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        break
+                    room = caps[fd] - len(bufs[fd])
+                    bufs[fd] += chunk[: max(room, 0)]
+                    if len(chunk) > room:
+                        if fd == err_r:
+                            err_truncated = True
+                        else:
+                            return "output_limit"
+            except BlockingIOError:
+                pass
+            finally:
+                os.set_blocking(fd, True)
+            return None
+
+        def report(status, res, code, sig):
+            nonlocal i, t0, deadline, err_truncated
+            now = time.monotonic()
+            write_frame(res_w, {
+                "i": i,
+                "status": status,
+                "time_ms": int((now - t0) * 1000),
+                "exit": code,
+                "signal": sig,
+                "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
+                "stderr": base64.b64encode(bytes(bufs[err_r])).decode(),
+                "stderr_truncated": err_truncated,
+                "res": res,
+            })
+            bufs[out_r].clear()
+            bufs[err_r].clear()
+            err_truncated = False
+            i += 1
+            t0 = now
+            deadline = now + job["timeout_s"]
+
+        while i < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                status = "timeout"
+                break
+            events = poller.poll(max(1, int(left * 1000)))
+            for fd, _ in events:
+                if fd == pidfd:
+                    exited = True
+                    continue
+                if fd not in open_fds:
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+                    continue
+                if fd == ctl_r:
+                    ctl += chunk
+                    continue
+                room = caps[fd] - len(bufs[fd])
+                bufs[fd] += chunk[: max(room, 0)]
+                if len(chunk) > room:
+                    if fd == err_r:
+                        err_truncated = True  # keep draining stderr so the program never blocks
+                    else:
+                        status = "output_limit"
+            if status:
+                break
+            # Completed tests: G flushed its output before writing the frame, so what the
+            # pipes hold now belongs to this test.
+            while len(ctl) >= 4:
+                (k,) = struct.unpack(">I", ctl[:4])
+                if k > (64 << 20):
+                    status = "ran"  # a garbled control stream ends this G
+                    break
+                if len(ctl) < 4 + k:
+                    break
+                try:
+                    frame = json.loads(bytes(ctl[4 : 4 + k]))
+                    res, code = frame.get("res"), int(frame.get("exit", 0))
+                except (ValueError, TypeError, AttributeError):
+                    res, code = None, 1
+                del ctl[: 4 + k]
+                if drain(out_r):
+                    status = "output_limit"
+                    break
+                drain(err_r)
+                report("ran", res, code, None)
+                if i >= n:
+                    break
+                # G waits for this before the next test, so output never straddles tests.
+                try:
+                    os.write(ack_w, b"k")
+                except OSError:
+                    pass
+            if status or i >= n:
+                break
+            if exited:
+                for fd in (out_r, err_r):
+                    if fd in open_fds and drain(fd):
+                        status = "output_limit"
+                break
+        # This G is done (all tests reported, or the current test ended it).
         try:
-            res = json.loads(bytes(bufs[res_r]))
-        except ValueError:
-            res = None
-    return {
-        "status": status,
-        "time_ms": int(elapsed * 1000),
-        "exit": code,
-        "signal": sig,
-        "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
-        "stderr": base64.b64encode(bytes(bufs[err_r])).decode(),
-        "stderr_truncated": err_truncated,
-        "res": res,
-    }
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _, st = os.waitpid(pid, 0)
+        kill_others(in_pidns, pid)
+        for fd in (out_r, err_r, ctl_r, pidfd, ack_w):
+            os.close(fd)
+        if i < n:
+            code = os.waitstatus_to_exitcode(st)
+            sig = -code if code < 0 else None
+            if status is None:
+                elapsed = time.monotonic() - t0
+                if sig == signal.SIGXCPU or (sig == signal.SIGKILL and elapsed >= job["timeout_s"] - 0.05):
+                    status = "timeout"
+                elif sig == signal.SIGXFSZ:
+                    status = "output_limit"
+                else:
+                    status = "ran"
+            if status != "ran" or exited:
+                report(status, None, code if status == "ran" else None, sig if status == "ran" else None)
+            else:
+                report("ran", None, code, sig)
 
 
 # ---------------------------------------------------------------- the program's process (G)
 
 
-def child(job, test, out_w, err_w, res_w):
-    mode = job["mode"]
-    stdin_data = test.get("stdin") or ""
-    fd = os.memfd_create("stdin")
-    data = stdin_data.encode("utf-8", "surrogateescape") if isinstance(stdin_data, str) else stdin_data
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-    os.lseek(fd, 0, 0)
-    os.dup2(fd, 0)
+def child_loop(job, start, out_w, err_w, ctl_w, ack_r, resource):
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
-    os.dup2(res_w, 3)
-    os.closerange(4, 1 << 16)
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="surrogateescape")
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="surrogateescape")
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    os.dup2(ctl_w, 3)
+    os.dup2(ack_r, 4)
+    os.closerange(5, 1 << 16)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    t = job["timeout_s"]
+    for i in range(start, len(job["tests"])):
+        test = job["tests"][i]
+        stdin_data = test.get("stdin") or ""
+        fd = os.memfd_create("stdin")
+        data = stdin_data.encode("utf-8", "surrogateescape")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, 0)
+        os.dup2(fd, 0)
+        os.close(fd)
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="surrogateescape")
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="surrogateescape")
+        sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+        # CPU time backs up the wall-clock deadline of this test (soft < hard: SIGXCPU first).
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = int(ru.ru_utime + ru.ru_stime + math.ceil(t)) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        report, exit_code = run_test(job, test)
+        try:
+            sys.stdout.flush()
+        except BaseException:
+            exit_code = exit_code or 1
+        try:
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        try:
+            frame = {"res": report or None, "exit": exit_code}
+            try:
+                body = json.dumps(frame).encode()
+            except (ValueError, RecursionError, MemoryError):
+                body = b'{"res": {"exc": "UnencodableResult"}, "exit": 1}'
+            data = struct.pack(">I", len(body)) + body
+            view = memoryview(data)
+            while view:
+                view = view[os.write(3, view):]
+            if i + 1 < len(job["tests"]) and os.read(4, 1) != b"k":
+                os._exit(0)
+        except OSError:
+            os._exit(71)
+    os._exit(0)
+
+
+def run_test(job, test):
+    """Run one test in this process; returns (report for W, exit code)."""
+    mode = job["mode"]
     code_text = job["code"]
     report = {}
     exit_code = 0
@@ -854,26 +957,7 @@ def child(job, test, out_w, err_w, res_w):
             traceback.print_exc()
         except BaseException:
             pass
-    try:
-        sys.stdout.flush()
-    except BaseException:
-        exit_code = exit_code or 1
-    try:
-        sys.stderr.flush()
-    except BaseException:
-        pass
-    if report:
-        try:
-            data = json.dumps(report).encode()
-        except (ValueError, RecursionError):
-            data = b'{"exc": "UnencodableResult"}'
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(3, view):]
-        except OSError:
-            pass
-    os._exit(exit_code)
+    return report, exit_code
 
 
 def _exit_code(e):
@@ -974,12 +1058,7 @@ def fusion_main():
             for fd in (0, 1):
                 os.dup2(devnull, fd)
             set_limits(job)
-            import resource
-
-            for i, test in enumerate(job["tests"]):
-                raw = run_one(job, i, test, False, job["limits"]["memory_mb"], resource)
-                raw["i"] = i
-                write_frame(res_w, raw)
+            run_tests(job, False, res_w)
         finally:
             os._exit(0)
     os.close(res_w)

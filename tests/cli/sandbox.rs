@@ -404,7 +404,8 @@ async fn adversarial_escapes() {
     let v = grade(&sb, &p, "import sys\nsys.exit(0)\n", &opts(2.0)).await;
     assert_eq!(statuses(&v), [TestStatus::RuntimeError]);
     // Writing a forged functional result and exiting only "returns" that value: still judged.
-    let v = grade(&sb, &p, "import os\nos.write(3, b'{\"ok\": 4}')\nos._exit(0)\n", &opts(2.0)).await;
+    let forge = "import os, struct, json\nb = json.dumps({'res': {'ok': 4}, 'exit': 0}).encode()\nos.write(3, struct.pack('>I', len(b)) + b)\nos._exit(0)\n";
+    let v = grade(&sb, &p, forge, &opts(2.0)).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
     // A value whose __eq__ always says yes is not plain data and equals nothing.
     let v = grade(&sb, &p, "class Y:\n    def __eq__(self, o):\n        return True\ndef f(a):\n    return Y()\n", &opts(2.0)).await;
