@@ -314,10 +314,24 @@ def build_root(root, extra_ro):
         open(root + "/dev/" + dev, "w").close()
         mount("/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
     os.makedirs(root + "/tmp", exist_ok=True)
-    # The workdirs live here; root-owned 0755, so only a submission's own dir is writable.
-    mount("rlx-tmp", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=%dm" % TMP_MB)
+    # /tmp holds only the mount point of the per-submission working directory (a fresh tmpfs,
+    # see `handle`). It and the root are then made read-only: even a program whose uid owns
+    # them (inside our user namespace) cannot write outside its working directory, and it
+    # has no capability left to remount.
+    mount("rlx-tmp", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    os.mkdir(root + WORKDIR, 0o755)
+    mount(None, root + "/tmp", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chroot(root)
     os.chdir("/")
+
+
+WORKDIR = "/tmp/work"
+MNT_DETACH = 2
+
+
+def umount(path):
+    _check(_libc.umount2(path.encode(), ctypes.c_int(MNT_DETACH)), f"umount {path}")
 
 
 # ---------------------------------------------------------------- the worker (W)
@@ -412,11 +426,18 @@ def tmp_root():
 def handle(job):
     """Run one submission; returns the reply frame for rlx."""
     SEQ[0] += 1
-    wd = os.path.join(tmp_root(), "s%d" % SEQ[0])
-    os.mkdir(wd, 0o700)
     uid, gid = CFG["uid"], CFG["gid"]
+    private = PROTECTION.get("mount_namespace")
+    if private:
+        # A fresh tmpfs per submission: nothing survives it, and its size is capped.
+        wd = WORKDIR
+        owner = (0, 0) if PROTECTION.get("user_namespace") else (uid, gid)
+        mount("rlx-work", wd, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700,uid=%d,gid=%d,size=%dm" % (owner + (TMP_MB,)))
+    else:
+        wd = os.path.join(tmp_root(), "s%d" % SEQ[0])
+        os.mkdir(wd, 0o700)
     try:
-        if os.geteuid() == 0 and not PROTECTION.get("user_namespace"):
+        if os.geteuid() == 0 and not PROTECTION.get("user_namespace") and not private:
             os.chown(wd, uid, gid)
         for rel, b64 in (job.get("files") or {}).items():
             if b64 is None or "IGNORE_THIS_FILE" in rel:
@@ -434,7 +455,10 @@ def handle(job):
             reply["files"] = fetch_files(wd, job["fetch_files"])
         return reply
     finally:
-        _rmtree(wd)
+        if private:
+            umount(wd)
+        else:
+            _rmtree(wd)
 
 
 def fetch_files(wd, names):
