@@ -196,10 +196,10 @@ fn lcb_tests(row: &Row) -> Result<Tests, String> {
     let cases = if let Some(Value::String(s)) = row.get("public_test_cases") {
         let mut cases: Vec<Value> = serde_json::from_str(s).map_err(|e| format!("`public_test_cases` is not JSON: {e}"))?;
         // Private tests are JSON or base64(zlib(pickle)); only the JSON form is readable here.
-        if let Some(Value::String(p)) = row.get("private_test_cases") {
-            if let Ok(Value::Array(more)) = serde_json::from_str::<Value>(p) {
-                cases.extend(more);
-            }
+        if let Some(Value::String(p)) = row.get("private_test_cases")
+            && let Ok(Value::Array(more)) = serde_json::from_str::<Value>(p)
+        {
+            cases.extend(more);
         }
         cases
     } else {

@@ -488,12 +488,109 @@ def _rmtree(path):
     shutil.rmtree(path, ignore_errors=True)
 
 
+ZYGOTE = {}
+# Set by the worker; the Sandbox Fusion driver runs with the server's privileges.
+DROP_PRIVILEGES = False
+
+
+def spawn_zygote():
+    """Start the long-lived PID namespace of this worker: S0 (our child, in our namespace)
+    enters a new PID namespace and forks Z, its PID 1. Z forks one runner per submission and,
+    when the runner is done, SIGKILLs everything else in the namespace and reaps it, so each
+    submission starts in an empty namespace without paying for a new one. Z and S0 were forked
+    before any job arrived: no expected output was ever in their memory."""
+    job_r, job_w = os.pipe()
+    res_r, res_w = os.pipe()
+    s0 = os.fork()
+    if s0 == 0:
+        try:
+            os.close(job_w)
+            os.close(res_r)
+            devnull = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            for fd in range(3, 1 << 10):
+                if fd not in (job_r, res_w):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            unshare(CLONE_NEWPID)
+            z = os.fork()
+            if z == 0:
+                zygote_main(job_r, res_w)
+            write_frame(res_w, {"zygote": z})
+            os.waitpid(z, 0)
+        finally:
+            os._exit(0)
+    os.close(job_r)
+    os.close(res_w)
+    hello = read_frame(res_r)
+    ZYGOTE.update(s0=s0, z=hello["zygote"], job_w=job_w, res_r=res_r)
+
+
+def kill_zygote():
+    """Hard stop: S0 dies, Z follows through PR_SET_PDEATHSIG, the namespace with it."""
+    if not ZYGOTE:
+        return
+    try:
+        os.kill(ZYGOTE["s0"], signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.close(ZYGOTE["job_w"])
+    os.close(ZYGOTE["res_r"])
+    ZYGOTE.clear()
+    reap_orphans()
+
+
+def zygote_main(job_r, res_w):
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    def abort(signum, frame):
+        # Fail-fast or the submission deadline: kill the runner and the program (PID 1 is
+        # spared by kill(-1)); the loop below then cleans up and reports "done" as usual.
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGUSR1, abort)
+    while True:
+        job = read_frame(job_r)
+        if job is None:
+            os._exit(0)
+        r = os.fork()
+        if r == 0:
+            try:
+                signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+                os.close(job_r)
+                runner(job, job["wd"], res_w, True)
+            finally:
+                os._exit(0)
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            if pid == r:
+                break
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        reap_orphans()
+        write_frame(res_w, {"done": True})
+
+
 def supervise(job, wd):
-    n = len(job["tests"])
+    job = dict(job, wd=wd)
+    if PROTECTION.get("pid_namespace"):
+        return supervise_in_zygote(job)
+    # No PID namespace: a supervisor and a runner per submission, killed by process group.
     res_r, res_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        code = 5
         try:
             os.close(res_r)
             devnull = os.open("/dev/null", os.O_RDWR)
@@ -502,85 +599,136 @@ def supervise(job, wd):
             os.closerange(3, res_w)
             os.closerange(res_w + 1, 1 << 16)
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if PROTECTION.get("pid_namespace"):
-                unshare(CLONE_NEWPID)
-            r = os.fork()
-            if r == 0:
-                runner(job, wd, res_w)
-                os._exit(0)
-            os.close(res_w)
-            _, st = os.waitpid(r, 0)
-            code = 0
+            runner(job, wd, res_w, False)
         finally:
-            os._exit(code)
+            os._exit(0)
     os.close(res_w)
-    # Only now read the expected outputs: S, R and G were forked without them.
-    expected = None
+    expected = read_expected(job)
+    if expected is False:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        sys.exit(0)
+    results, infra, clean, aborted, timed_out = collect(job, res_r, expected, False)
+    os.close(res_r)
+    if not clean:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.waitpid(pid, 0)
+    reap_orphans()
+    return finish(job, results, infra, aborted, timed_out, False)
+
+
+def read_expected(job):
+    """The expected outputs, read from rlx only after the program's processes exist."""
     if job["kind"] == "grade" and job["mode"] in ("stdin", "functional"):
         frame = read_frame(0)
         if frame is None:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            sys.exit(0)
-        expected = frame["expected"]
-    return collect(job, res_r, pid, expected, PROTECTION.get("pid_namespace"))
+            return False
+        return frame["expected"]
+    return None
 
 
-def collect(job, res_r, pid, expected, runner_is_init):
-    """Read R's per-test frames, judge each, kill the submission's tree at the end."""
+def supervise_in_zygote(job):
+    if not ZYGOTE:
+        spawn_zygote()
+    write_frame(ZYGOTE["job_w"], job)
+    expected = read_expected(job)
+    if expected is False:
+        kill_zygote()
+        sys.exit(0)
+    results, infra, clean, aborted, timed_out = collect(job, ZYGOTE["res_r"], expected, True)
+    if not clean:
+        # Ask Z to kill the submission, then wait (briefly) for its "done".
+        try:
+            os.kill(ZYGOTE["z"], signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+        if not wait_done(ZYGOTE["res_r"], 5.0):
+            kill_zygote()
+    # In root mode the runner has a uid of its own and PID 1 as parent: the program can
+    # neither signal it nor its parent, so a runner that vanishes is our failure.
+    protected = bool(PROTECTION.get("unprivileged_uid"))
+    return finish(job, results, infra, aborted, timed_out, protected)
+
+
+def wait_done(res_r, timeout):
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        r, _, _ = select.select([res_r], [], [], left)
+        if not r:
+            return False
+        chunk = os.read(res_r, 1 << 20)
+        if not chunk:
+            return False
+        buf += chunk
+        while len(buf) >= 4:
+            (k,) = struct.unpack(">I", buf[:4])
+            if len(buf) < 4 + k:
+                break
+            raw = json.loads(buf[4 : 4 + k])
+            buf = buf[4 + k :]
+            if raw.get("done"):
+                return True
+
+
+def collect(job, res_r, expected, zygote):
+    """Read the runner's per-test frames and judge each. With a zygote, read on to its
+    "done" (the namespace is empty again). Returns (results, infra, clean, aborted, timed_out):
+    `clean` means nothing needs killing."""
     n = len(job["tests"])
     deadline = time.monotonic() + job["deadline_s"]
     results = []
     buf = b""
-    killed = False
+    aborted = False
     infra = None
-    try:
-        while len(results) < n:
-            left = deadline - time.monotonic()
-            if left <= 0:
+    done = False
+    while not done and not aborted:
+        if len(results) >= n and not zygote:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        r, _, _ = select.select([res_r], [], [], left)
+        if not r:
+            break
+        chunk = os.read(res_r, 1 << 20)
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 4:
+            (k,) = struct.unpack(">I", buf[:4])
+            if len(buf) < 4 + k:
                 break
-            r, _, _ = select.select([res_r], [], [], left)
-            if not r:
+            raw = json.loads(buf[4 : 4 + k])
+            buf = buf[4 + k :]
+            if raw.get("done"):
+                done = True
                 break
-            chunk = os.read(res_r, 1 << 20)
-            if not chunk:
+            if "infra" in raw:
+                infra = raw["infra"]
+                aborted = True
                 break
-            buf += chunk
-            while len(buf) >= 4:
-                (k,) = struct.unpack(">I", buf[:4])
-                if len(buf) < 4 + k:
-                    break
-                raw = json.loads(buf[4 : 4 + k])
-                buf = buf[4 + k :]
-                if "infra" in raw:
-                    infra = raw["infra"]
-                    killed = True
-                    break
+            if len(results) < n:
                 results.append(judge(job, raw, expected))
-                if job.get("fail_fast") and results[-1]["status"] != "passed":
-                    killed = True
-                    break
-            if killed:
+            if job.get("fail_fast") and results[-1]["status"] != "passed":
+                aborted = True
                 break
-    finally:
-        os.close(res_r)
-        if killed or len(results) < n:
-            # Fail-fast, deadline or a broken runner: S dies, R follows through
-            # PR_SET_PDEATHSIG, and the kernel kills the rest of R's PID namespace.
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        # Otherwise R has reported every test and is exiting by itself.
-        os.waitpid(pid, 0)
-        reap_orphans()
+    clean = done or (not zygote and len(results) >= n)
+    return results, infra, clean, aborted, time.monotonic() >= deadline
+
+
+def finish(job, results, infra, aborted, timed_out, runner_protected):
+    n = len(job["tests"])
     if infra:
         return {"error": infra}
-    if len(results) < n and not killed:
-        timed_out = time.monotonic() >= deadline
-        if not timed_out and runner_is_init:
-            # R is PID 1 of its namespace: the program cannot signal it, so R vanishing
-            # early is our failure (OOM killer, a bug), never the program's verdict.
+    if len(results) < n and not aborted:
+        if not timed_out and runner_protected:
             return {"error": "the sandbox runner died before reporting every test"}
         for i in range(len(results), n):
             results.append({"status": "timeout" if timed_out else "runtime_error", "time_ms": 0})
@@ -651,20 +799,24 @@ def set_limits(job):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def runner(job, wd, res_w):
+def runner(job, wd, res_w, in_pidns):
+    """R: runs as the worker's user (root stays root: the program, under its own uid, can
+    neither signal nor trace it) and forks the program's processes, which drop privileges."""
     try:
-        prepare_runner(job, wd)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.chdir(wd)
     except BaseException as e:
         write_frame(res_w, {"infra": f"sandbox set-up failed: {type(e).__name__}: {e}"})
         return
     try:
-        run_tests(job, os.getpid() == 1, res_w)
+        run_tests(job, in_pidns, res_w)
     except OSError as e:
         write_frame(res_w, {"infra": f"running the tests failed: {e}"})
 
 
-def prepare_runner(job, wd):
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def drop_privileges(job):
+    """In G, before any submitted code: the slot's uid (root) or no capabilities (user
+    namespace), no new privileges, and the rlimits."""
     if os.geteuid() == 0 and not PROTECTION.get("user_namespace"):
         os.setgroups([])
         os.setgid(CFG["gid"])
@@ -672,7 +824,6 @@ def prepare_runner(job, wd):
     elif PROTECTION.get("user_namespace"):
         drop_all_caps()
     prctl(PR_SET_NO_NEW_PRIVS, 1)
-    os.chdir(wd)
     set_limits(job)
 
 
@@ -725,6 +876,8 @@ def run_tests(job, in_pidns, res_w):
                 os.close(ack_w)
                 if not in_pidns:
                     os.setpgid(0, 0)
+                if DROP_PRIVILEGES:
+                    drop_privileges(job)
                 mem = lim["memory_mb"]
                 if mem > 0:
                     resource.setrlimit(resource.RLIMIT_AS, (mem << 20, mem << 20))
@@ -1029,7 +1182,8 @@ def run_script(code_text, job):
 
 
 def worker_main():
-    global PROTECTION, CFG
+    global PROTECTION, CFG, DROP_PRIVILEGES
+    DROP_PRIVILEGES = True
     CFG = json.loads(sys.argv[2])
     for name in ("resource", "shutil", "numbers", "traceback", "fractions", "decimal", "array", "ast", "string", "re", "datetime", "collections", "heapq", "bisect", "copy", "random", "statistics", "itertools", "functools", "operator", "typing", "dataclasses", "enum", "textwrap", "unittest"):
         try:
@@ -1088,7 +1242,14 @@ def fusion_main():
     os.close(res_w)
     with os.fdopen(exp_fd) as f:
         exp = json.load(f)
-    reply = collect(job, res_r, pid, exp.get("expected"), False)
+    results, infra, clean, aborted, timed_out = collect(job, res_r, exp.get("expected"), False)
+    if not clean:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.waitpid(pid, 0)
+    reply = finish(job, results, infra, aborted, timed_out, False)
     sys.stdout.write("\nRLX-VERDICT %s %s\n" % (exp["nonce"], json.dumps(reply)))
     sys.stdout.flush()
 

@@ -88,10 +88,10 @@ struct Worker {
 impl Drop for Inner {
     fn drop(&mut self) {
         for slot in &self.slots {
-            if let Ok(mut w) = slot.try_lock() {
-                if let Some(w) = w.take() {
-                    w.kill();
-                }
+            if let Ok(mut w) = slot.try_lock()
+                && let Some(w) = w.take()
+            {
+                w.kill();
             }
         }
         let _ = std::fs::remove_dir_all(&self.spawner.dir);

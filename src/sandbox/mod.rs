@@ -322,19 +322,13 @@ impl Verdict {
     }
 }
 
-/// Grading options shared by the backends.
-#[derive(Debug, Clone)]
+/// Grading options shared by the backends (default: [`Limits::default`], no fail-fast).
+#[derive(Debug, Clone, Default)]
 pub struct GradeOptions {
     /// Limits per test (`timeout` is the per-test limit, LiveCodeBench's 6 s by default).
     pub limits: Limits,
     /// Stop at the first failing test, as the reference harness does; `tests` is then shorter.
     pub fail_fast: bool,
-}
-
-impl Default for GradeOptions {
-    fn default() -> Self {
-        GradeOptions { limits: Limits::default(), fail_fast: false }
-    }
 }
 
 /// Checks code against a problem's tests.

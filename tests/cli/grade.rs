@@ -3,6 +3,8 @@
 //! environment is unreachable), bad input, and grading through `--sandbox fusion` against a
 //! spawned `rlx sandbox serve`.
 
+#![allow(clippy::print_stderr)] // skip notices are meant to be seen in test output
+
 use std::io::BufRead as _;
 use std::process::{Command, Stdio};
 

@@ -3,6 +3,8 @@
 //! client against our own server, and infrastructure failures (refused connections, 5xx, 4xx)
 //! reported as `infra_error` with the right number of attempts.
 
+#![allow(clippy::print_stderr)] // skip notices are meant to be seen in test output
+
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
 use std::path::Path;

@@ -102,10 +102,27 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-/// CPU seconds of the workers and everything they reaped, plus rlx itself.
-fn cpu_seconds(pids: &[u32]) -> f64 {
+/// The live descendants of `pid` (through `/proc/<pid>/task/*/children`).
+fn descendants(pid: u32, out: &mut Vec<u32>) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+    for t in tasks.filter_map(Result::ok) {
+        let Ok(children) = std::fs::read_to_string(t.path().join("children")) else { continue };
+        for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            out.push(c);
+            descendants(c, out);
+        }
+    }
+}
+
+/// CPU seconds of the workers, their long-lived helpers (the PID-namespace holders) and
+/// everything those reaped, plus rlx itself.
+fn cpu_seconds(workers: &[u32]) -> f64 {
     let tick = 100.0; // USER_HZ is 100 on Linux.
     let mut total = 0.0;
+    let mut pids = workers.to_vec();
+    for &w in workers {
+        descendants(w, &mut pids);
+    }
     for pid in pids.iter().map(|p| p.to_string()).chain(std::iter::once("self".to_owned())) {
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             let after = stat.rsplit_once(") ").map_or("", |(_, r)| r);
