@@ -16,11 +16,15 @@
 //! - [`runlog`]: the run directory (`runs/<id>/`) and its files; the only module that knows the
 //!   layout.
 //! - [`engine`]: the step loop that joins the pieces.
+//! - [`data`]: problems and their tests; adapters for the common code-RL dataset formats.
+//! - [`sandbox`]: isolated execution of model code and grading (local, Sandbox Fusion, server).
 //! - [`cli`]: the command line; the only module that prints.
 
 pub mod cli;
+pub mod data;
 pub mod engine;
 pub mod prompt;
 pub mod rl;
 pub mod runlog;
+pub mod sandbox;
 pub mod spec;

@@ -59,6 +59,11 @@ pub enum Command {
     /// Without SPEC, `experiments/default.yaml` is used. Each grid point is a run whose id hashes
     /// its resolved spec, so re-launching a sweep skips finished runs and resumes the others.
     Sweep(SweepArgs),
+    /// Grade completions against a problem file in the sandbox; one JSON line per completion.
+    Grade(commands::grade::GradeArgs),
+    /// The code sandbox: run a Sandbox-Fusion-compatible server.
+    #[command(subcommand)]
+    Sandbox(commands::sandbox::SandboxCommand),
 }
 
 /// `rlx validate`.

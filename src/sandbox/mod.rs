@@ -1,0 +1,404 @@
+//! Running untrusted code and grading it.
+//!
+//! Two seams: [`Sandbox`] runs one program (code, stdin, files, limits) and reports its exit
+//! status, output, time and resource verdict; [`Grader`] checks code against a
+//! [`Problem`](crate::data::Problem)'s tests and returns a [`Verdict`] with per-test results.
+//!
+//! Backends:
+//! - [`local`]: embedded and isolated (namespaces, chroot, unprivileged uid, rlimits, PID-namespace
+//!   kill), with warm Python workers that fork per submission. Implements both seams.
+//! - [`fusion`]: a Sandbox Fusion `/run_code` client; grades by sending our harness.
+//! - [`server`]: a Sandbox-Fusion-compatible HTTP server over [`local`].
+//!
+//! The grading harness itself is Python we wrote ([`harness`], `harness.py`), embedded in the
+//! binary; it implements the LiveCodeBench comparison semantics. [`extract`] pulls the code out of
+//! a model completion. [`grade_all`] grades many completions with bounded concurrency.
+//!
+//! Infrastructure failures never become failed tests: they are [`VerdictStatus::InfraError`].
+
+pub mod extract;
+pub mod fusion;
+pub mod harness;
+pub mod local;
+pub mod server;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::data::Problem;
+
+pub use extract::extract_code;
+
+/// Resource limits for one program or one test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Wall-clock limit per test (per run for [`Sandbox::run`]); CPU time is capped at this
+    /// rounded up plus one second.
+    pub timeout: Duration,
+    /// Address-space limit in MiB (0: none).
+    pub memory_mb: u64,
+    /// Stdout beyond this many bytes ends the test as `output_limit`.
+    pub output_bytes: usize,
+    /// Stderr beyond this many bytes is dropped (the program keeps running).
+    pub stderr_bytes: usize,
+    /// Processes (RLIMIT_NPROC) for the sandbox uid.
+    pub nproc: u32,
+    /// Largest file the program may write, in MiB.
+    pub fsize_mb: u64,
+    /// Open file descriptors.
+    pub nofile: u32,
+}
+
+impl Default for Limits {
+    /// LiveCodeBench's 6 s per test; 1 GiB (verl's default memory limit); 16 MiB of stdout.
+    fn default() -> Self {
+        Limits {
+            timeout: Duration::from_secs(6),
+            memory_mb: 1024,
+            output_bytes: 16 << 20,
+            stderr_bytes: 64 << 10,
+            nproc: 64,
+            fsize_mb: 64,
+            nofile: 256,
+        }
+    }
+}
+
+/// The isolation actually in force, as probed by the local sandbox at start-up.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Protection {
+    /// Workers run in a user namespace of their own (when rlx is not root).
+    pub user_namespace: bool,
+    /// No network: a fresh network namespace with only a down loopback.
+    pub network_namespace: bool,
+    /// A private mount namespace with a read-only root; only the working directory is writable.
+    pub mount_namespace: bool,
+    /// Each submission in its own PID namespace: the whole tree dies with it.
+    pub pid_namespace: bool,
+    /// Programs run under an unprivileged uid (root only; rlx as a normal user is already one).
+    pub unprivileged_uid: bool,
+    /// setrlimit limits (CPU, address space, processes, file size, open files, no core dumps).
+    pub rlimits: bool,
+    /// What is missing and why, one line each.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl Protection {
+    /// True when every layer this platform could offer is in force.
+    pub fn is_complete(&self) -> bool {
+        self.network_namespace && self.mount_namespace && self.pid_namespace && self.rlimits
+    }
+}
+
+/// One program to run (the `/run_code` shape).
+#[derive(Debug, Clone, Default)]
+pub struct ExecRequest {
+    /// Python source, run as `__main__` from `main.py` in a fresh working directory.
+    pub code: String,
+    /// Stdin; `None` is an empty stdin.
+    pub stdin: Option<String>,
+    /// Files written into the working directory first (relative paths only).
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// Files read back after the run (relative paths; missing ones are left out).
+    pub fetch_files: Vec<String>,
+    /// Limits; `timeout` is the wall-clock limit of the whole run.
+    pub limits: Limits,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecStatus {
+    /// Exited with this code.
+    Exited(i32),
+    /// Killed by this signal (not by us).
+    Signaled(i32),
+    /// Killed at the wall-clock deadline, or by the CPU-time limit.
+    TimedOut,
+    /// Killed because stdout passed `Limits::output_bytes`.
+    OutputLimit,
+}
+
+/// The outcome of [`Sandbox::run`].
+#[derive(Debug, Clone)]
+pub struct ExecOutput {
+    /// How it ended.
+    pub status: ExecStatus,
+    /// Stdout, at most `output_bytes`.
+    pub stdout: Vec<u8>,
+    /// Stderr, at most `stderr_bytes`.
+    pub stderr: Vec<u8>,
+    /// Stderr was cut.
+    pub stderr_truncated: bool,
+    /// Wall time from start to exit.
+    pub time: Duration,
+    /// Fetched files (relative path → bytes).
+    pub files: BTreeMap<String, Vec<u8>>,
+}
+
+/// Sandbox failures: always infrastructure, never the program's fault.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No Python interpreter could be started.
+    #[error("cannot start the Python interpreter `{python}`")]
+    Python {
+        /// The interpreter tried.
+        python: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A worker failed to start or died; `stderr` is its last words.
+    #[error("sandbox worker {slot} failed: {reason}{}", if stderr.is_empty() { String::new() } else { format!("; its stderr: {stderr}") })]
+    Worker {
+        /// Worker slot.
+        slot: usize,
+        /// What happened.
+        reason: String,
+        /// The end of the worker's stderr.
+        stderr: String,
+    },
+    /// `strict` was asked for and a layer is missing.
+    #[error("sandbox isolation incomplete: {}", missing.join("; "))]
+    Incomplete {
+        /// The missing layers.
+        missing: Vec<String>,
+    },
+    /// The harness refused the request (for example a file path leaving the working directory).
+    #[error("sandbox rejected the request: {0}")]
+    Rejected(String),
+    /// I/O on the sandbox's own files.
+    #[error("sandbox I/O on `{path}`")]
+    Io {
+        /// The path.
+        path: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A completion names a problem that the problem file does not have.
+    #[error("completion {index} names problem `{id}`, which is not in the problem file")]
+    UnknownProblem {
+        /// 0-based completion index.
+        index: usize,
+        /// The id.
+        id: String,
+    },
+    /// A grading task panicked or was cancelled.
+    #[error("grading task failed: {0}")]
+    Task(String),
+    /// A remote sandbox failed (transport error, 5xx, SandboxError), after retries.
+    #[error("remote sandbox failed after {attempts} attempt(s): {reason}")]
+    Remote {
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        reason: String,
+    },
+}
+
+/// Runs one program in isolation.
+pub trait Sandbox: Send + Sync {
+    /// Run `req` and report how it ended.
+    ///
+    /// # Errors
+    /// Only infrastructure failures; a crashing or timed-out program is an `Ok` result.
+    fn run(&self, req: ExecRequest) -> impl Future<Output = Result<ExecOutput, Error>> + Send;
+}
+
+/// Overall verdict status of one completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictStatus {
+    /// Every test passed.
+    Passed,
+    /// At least one test failed.
+    Failed,
+    /// No code block in the completion.
+    FormatError,
+    /// The sandbox failed; the code was not judged.
+    InfraError,
+}
+
+/// Result of one test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TestStatus {
+    /// Output matched.
+    Passed,
+    /// Ran to completion with the wrong output (or a failed assert).
+    WrongAnswer,
+    /// Raised, exited non-zero, or was killed by a signal.
+    RuntimeError,
+    /// Passed the wall-clock or CPU limit.
+    Timeout,
+    /// Ran out of memory (MemoryError under the address-space limit).
+    MemoryLimit,
+    /// Wrote more than the output limit.
+    OutputLimit,
+}
+
+/// One test's result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestResult {
+    /// Outcome.
+    pub status: TestStatus,
+    /// Wall time of the test in milliseconds.
+    pub time_ms: u64,
+}
+
+/// The grade of one completion: the `rlx grade` output line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The problem graded against.
+    pub problem_id: String,
+    /// Overall status.
+    pub status: VerdictStatus,
+    /// All tests passed (LiveCodeBench's all-pass verdict).
+    pub passed: bool,
+    /// Tests that passed.
+    pub tests_passed: usize,
+    /// Tests the problem has.
+    pub tests_total: usize,
+    /// Per-test results, in test order (shorter than `tests_total` only with fail-fast).
+    pub tests: Vec<TestResult>,
+    /// For `infra_error`: what failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Verdict {
+    /// A verdict from per-test results.
+    pub fn from_tests(problem_id: &str, tests_total: usize, tests: Vec<TestResult>) -> Verdict {
+        let tests_passed = tests.iter().filter(|t| t.status == TestStatus::Passed).count();
+        let passed = tests_total > 0 && tests_passed == tests_total;
+        Verdict {
+            problem_id: problem_id.to_owned(),
+            status: if passed { VerdictStatus::Passed } else { VerdictStatus::Failed },
+            passed,
+            tests_passed,
+            tests_total,
+            tests,
+            error: None,
+        }
+    }
+
+    /// No code block to run.
+    pub fn format_error(problem_id: &str, tests_total: usize) -> Verdict {
+        Verdict {
+            problem_id: problem_id.to_owned(),
+            status: VerdictStatus::FormatError,
+            passed: false,
+            tests_passed: 0,
+            tests_total,
+            tests: vec![],
+            error: None,
+        }
+    }
+
+    /// The sandbox failed.
+    pub fn infra_error(problem_id: &str, tests_total: usize, err: &dyn std::error::Error) -> Verdict {
+        let mut msg = err.to_string();
+        let mut src = err.source();
+        while let Some(s) = src {
+            msg.push_str(": ");
+            msg.push_str(&s.to_string());
+            src = s.source();
+        }
+        Verdict {
+            problem_id: problem_id.to_owned(),
+            status: VerdictStatus::InfraError,
+            passed: false,
+            tests_passed: 0,
+            tests_total,
+            tests: vec![],
+            error: Some(msg),
+        }
+    }
+}
+
+/// Grading options shared by the backends (default: [`Limits::default`], no fail-fast).
+#[derive(Debug, Clone, Default)]
+pub struct GradeOptions {
+    /// Limits per test (`timeout` is the per-test limit, LiveCodeBench's 6 s by default).
+    pub limits: Limits,
+    /// Stop at the first failing test, as the reference harness does; `tests` is then shorter.
+    pub fail_fast: bool,
+}
+
+/// Checks code against a problem's tests.
+pub trait Grader: Send + Sync {
+    /// Grade already-extracted `code`. Never fails: infrastructure failures come back as
+    /// [`VerdictStatus::InfraError`] verdicts.
+    fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> impl Future<Output = Verdict> + Send;
+}
+
+/// What to grade: a completion (model text, code extracted here) or code as is.
+#[derive(Debug, Clone)]
+pub enum Submission {
+    /// Model output; the last fenced code block is graded, none is a format error.
+    Completion(String),
+    /// Code to grade directly.
+    Code(String),
+}
+
+/// Progress of [`grade_all`], one call per finished completion (in completion order, not input
+/// order). Implemented by the CLI's progress bar.
+pub trait Progress: Send + Sync {
+    /// One more completion graded.
+    fn graded(&self, verdict: &Verdict);
+}
+
+impl Progress for () {
+    fn graded(&self, _: &Verdict) {}
+}
+
+/// Grade many submissions, at most `concurrency` at a time, returning verdicts in input order.
+///
+/// `problems` is looked up by id; an unknown id is an error before anything runs.
+///
+/// # Errors
+/// [`Error::UnknownProblem`] for the first submission whose problem is unknown (before anything
+/// runs); [`Error::Task`] if a grading task panicked.
+pub async fn grade_all<G: Grader + 'static>(
+    grader: Arc<G>,
+    problems: &[Problem],
+    submissions: Vec<(String, Submission)>,
+    opts: &GradeOptions,
+    concurrency: usize,
+    progress: Arc<dyn Progress>,
+) -> Result<Vec<Verdict>, Error> {
+    let by_id: std::collections::HashMap<&str, &Problem> = problems.iter().map(|p| (p.id.as_str(), p)).collect();
+    let mut jobs = Vec::with_capacity(submissions.len());
+    for (index, (id, sub)) in submissions.into_iter().enumerate() {
+        let problem = by_id.get(id.as_str()).ok_or_else(|| Error::UnknownProblem { index, id: id.clone() })?;
+        jobs.push(((*problem).clone(), sub));
+    }
+    let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let mut handles = Vec::with_capacity(jobs.len());
+    for (problem, sub) in jobs {
+        let (grader, sem, opts, progress) = (grader.clone(), sem.clone(), opts.clone(), progress.clone());
+        handles.push(tokio::spawn(async move {
+            let _permit = sem.acquire_owned().await.expect("semaphore never closed");
+            let verdict = match sub {
+                Submission::Completion(text) => match extract_code(&text) {
+                    Some(code) => grader.grade(&problem, &code, &opts).await,
+                    None => Verdict::format_error(&problem.id, problem.tests.len()),
+                },
+                Submission::Code(code) => grader.grade(&problem, &code, &opts).await,
+            };
+            progress.graded(&verdict);
+            verdict
+        }));
+    }
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.map_err(|e| Error::Task(e.to_string()))?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,248 @@
+//! `rlx sandbox serve`: a Sandbox-Fusion-compatible HTTP server backed by [`LocalSandbox`].
+//!
+//! Endpoints (reference/sandbox-fusion.md §1): `GET /v1/ping` answers `"pong"`; `POST /run_code`
+//! takes the same request JSON (unknown fields ignored) and answers HTTP 200 with the same
+//! response JSON and status rules: `Success` iff the run finished with return code 0, `Failed`
+//! for a non-zero code, a signal or a timeout (`TimeLimitExceeded`, `return_code: null`), and
+//! `SandboxError` when the sandbox itself failed. A body that fails validation gets HTTP 422 with
+//! a pydantic-style `detail` list. Languages other than Python are accepted by Sandbox Fusion's
+//! schema but not run here: they get `SandboxError`.
+//!
+//! Differences: concurrency is bounded by the worker pool (requests queue; Sandbox Fusion runs
+//! everything at once); stdout/stderr are read while the program runs and capped instead of being
+//! silently cut at ~200 KB or deadlocking; non-UTF-8 output is decoded lossily (U+FFFD) instead
+//! of being replaced by a `[DecodeError]` message; files must stay inside the working directory.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use super::local::LocalSandbox;
+use super::{ExecRequest, ExecStatus, Limits, Sandbox};
+
+/// Languages in Sandbox Fusion's `RunCodeRequest.language` Literal.
+const FUSION_LANGUAGES: &[&str] = &[
+    "python", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash", "typescript", "sql", "rust", "cuda",
+    "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest", "junit", "kotlin_script", "jest", "verilog",
+    "python_gpu", "lean", "swift", "racket",
+];
+
+/// Largest request body accepted (files travel base64-encoded inside it).
+const MAX_BODY: usize = 64 << 20;
+
+/// Serve until `shutdown` resolves. Each connection is a task; in-flight runs are bounded by the
+/// sandbox's worker pool.
+///
+/// # Errors
+/// Only a failing `accept` that is not transient.
+///
+/// # Cancel safety
+/// Dropping the future stops accepting; connections already accepted finish on their own tasks.
+pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    tokio::pin!(shutdown);
+    loop {
+        // `accept` is cancel-safe; the shutdown branch ends the loop.
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(e) if is_transient(&e) => { tokio::time::sleep(Duration::from_millis(50)).await; continue; }
+                Err(e) => return Err(e),
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let sandbox = sandbox.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let sandbox = sandbox.clone();
+                async move { Ok::<_, Infallible>(route(req, &sandbox).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+fn is_transient(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::Interrupted)
+        || e.raw_os_error() == Some(libc::EMFILE)
+        || e.raw_os_error() == Some(libc::ENFILE)
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(v.to_string())))
+        .expect("static response parts are valid")
+}
+
+async fn route(req: Request<Incoming>, sandbox: &LocalSandbox) -> Response<Full<Bytes>> {
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/v1/ping") => json_response(StatusCode::OK, &json!("pong")),
+        (&Method::POST, "/run_code") => {
+            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => return unprocessable(vec![detail(&["body"], &format!("cannot read body: {e}"), "value_error")]),
+            };
+            match parse_request(&body) {
+                Ok(r) => json_response(StatusCode::OK, &run_code(r, sandbox).await),
+                Err(details) => unprocessable(details),
+            }
+        }
+        (_, "/run_code" | "/v1/ping") => json_response(StatusCode::METHOD_NOT_ALLOWED, &json!({"detail": "Method Not Allowed"})),
+        _ => json_response(StatusCode::NOT_FOUND, &json!({"detail": "Not Found"})),
+    }
+}
+
+fn detail(loc: &[&str], msg: &str, kind: &str) -> Value {
+    json!({"loc": loc, "msg": msg, "type": kind})
+}
+
+fn unprocessable(details: Vec<Value>) -> Response<Full<Bytes>> {
+    json_response(StatusCode::UNPROCESSABLE_ENTITY, &json!({"detail": details}))
+}
+
+/// A validated `/run_code` request.
+#[derive(Debug)]
+pub struct RunCodeRequest {
+    /// Source code.
+    pub code: String,
+    /// Language (one of Sandbox Fusion's).
+    pub language: String,
+    /// Wall-clock limit of the run, seconds.
+    pub run_timeout: f64,
+    /// Address-space limit, MiB (≤ 0: the default limit).
+    pub memory_limit_mb: i64,
+    /// Stdin.
+    pub stdin: Option<String>,
+    /// Files (relative path → bytes).
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// Files to return.
+    pub fetch_files: Vec<String>,
+}
+
+/// Validate a request body the way Sandbox Fusion's pydantic model does: required `code` and
+/// `language`, typed optional fields, unknown fields ignored.
+///
+/// # Errors
+/// The pydantic-style `detail` entries, one per problem.
+pub fn parse_request(body: &[u8]) -> Result<RunCodeRequest, Vec<Value>> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| vec![detail(&["body"], &format!("invalid JSON: {e}"), "json_invalid")])?;
+    let Value::Object(m) = v else {
+        return Err(vec![detail(&["body"], "Input should be a valid dictionary", "dict_type")]);
+    };
+    let mut errs = Vec::new();
+    let code = match m.get("code") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => { errs.push(detail(&["body", "code"], "Input should be a valid string", "string_type")); String::new() }
+        None => { errs.push(detail(&["body", "code"], "Field required", "missing")); String::new() }
+    };
+    let language = match m.get("language") {
+        Some(Value::String(s)) if FUSION_LANGUAGES.contains(&s.as_str()) => s.clone(),
+        Some(_) => {
+            errs.push(detail(&["body", "language"], &format!("Input should be one of {}", FUSION_LANGUAGES.join(", ")), "literal_error"));
+            String::new()
+        }
+        None => { errs.push(detail(&["body", "language"], "Field required", "missing")); String::new() }
+    };
+    let mut number = |key: &str, default: f64| match m.get(key) {
+        None | Some(Value::Null) => default,
+        Some(Value::Number(n)) => n.as_f64().unwrap_or(default),
+        Some(_) => { errs.push(detail(&["body", key], "Input should be a valid number", "float_type")); default }
+    };
+    let run_timeout = number("run_timeout", 10.0);
+    let _compile_timeout = number("compile_timeout", 10.0);
+    let memory_limit_mb = number("memory_limit_MB", -1.0) as i64;
+    let stdin = match m.get("stdin") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => { errs.push(detail(&["body", "stdin"], "Input should be a valid string", "string_type")); None }
+    };
+    let mut files = BTreeMap::new();
+    match m.get("files") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(f)) => {
+            for (path, content) in f {
+                match content {
+                    Value::Null => {}
+                    Value::String(b) => match B64.decode(b) {
+                        Ok(bytes) => { files.insert(path.clone(), bytes); }
+                        Err(_) => errs.push(detail(&["body", "files", path], "Input should be base64", "value_error")),
+                    },
+                    _ => errs.push(detail(&["body", "files", path], "Input should be a valid string", "string_type")),
+                }
+            }
+        }
+        Some(_) => errs.push(detail(&["body", "files"], "Input should be a valid dictionary", "dict_type")),
+    }
+    let fetch_files = match m.get("fetch_files") {
+        None | Some(Value::Null) => vec![],
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
+        Some(_) => { errs.push(detail(&["body", "fetch_files"], "Input should be a valid list of strings", "list_type")); vec![] }
+    };
+    if !(run_timeout > 0.0 && run_timeout.is_finite()) {
+        errs.push(detail(&["body", "run_timeout"], "Input should be greater than 0", "greater_than"));
+    }
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    Ok(RunCodeRequest { code, language, run_timeout, memory_limit_mb, stdin, files, fetch_files })
+}
+
+fn sandbox_error(message: &str) -> Value {
+    json!({"status": "SandboxError", "message": message, "compile_result": null, "run_result": null,
+           "executor_pod_name": null, "files": {}})
+}
+
+/// Run a validated request and build the Sandbox Fusion response.
+pub async fn run_code<S: Sandbox>(r: RunCodeRequest, sandbox: &S) -> Value {
+    if r.language != "python" {
+        return sandbox_error(&format!("language `{}` is not supported by rlx sandbox serve (python only)", r.language));
+    }
+    // Absolute or escaping paths land anywhere on the host in Sandbox Fusion; here they are refused.
+    if let Some(bad) = r.files.keys().find(|p| p.starts_with('/') || p.split('/').any(|c| c == "..")) {
+        return sandbox_error(&format!("file path `{bad}` must be relative to the working directory"));
+    }
+    let mut limits = Limits { timeout: Duration::from_secs_f64(r.run_timeout.min(86_400.0)), output_bytes: 16 << 20, stderr_bytes: 1 << 20, ..Limits::default() };
+    if r.memory_limit_mb > 0 {
+        limits.memory_mb = r.memory_limit_mb as u64;
+    }
+    let req = ExecRequest { code: r.code, stdin: r.stdin, files: r.files, fetch_files: r.fetch_files, limits };
+    let out = match sandbox.run(req).await {
+        Ok(o) => o,
+        Err(e) => return sandbox_error(&e.to_string()),
+    };
+    let (run_status, return_code) = match out.status {
+        ExecStatus::Exited(c) => ("Finished", json!(c)),
+        ExecStatus::Signaled(s) => ("Finished", json!(-s)),
+        ExecStatus::TimedOut => ("TimeLimitExceeded", Value::Null),
+        ExecStatus::OutputLimit => ("Finished", json!(-(libc::SIGKILL))),
+    };
+    let status = if run_status == "Finished" && return_code == json!(0) { "Success" } else { "Failed" };
+    let files: serde_json::Map<String, Value> = out.files.iter().map(|(k, v)| (k.clone(), Value::String(B64.encode(v)))).collect();
+    json!({
+        "status": status,
+        "message": "",
+        "compile_result": null,
+        "run_result": {
+            "status": run_status,
+            "execution_time": out.time.as_secs_f64(),
+            "return_code": return_code,
+            "stdout": String::from_utf8_lossy(&out.stdout),
+            "stderr": String::from_utf8_lossy(&out.stderr),
+        },
+        "executor_pod_name": null,
+        "files": files,
+    })
+}

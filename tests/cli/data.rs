@@ -1,0 +1,88 @@
+//! Dataset loading: every file in ../shared/data loads with the right problem and test counts,
+//! and rows that fit no format are reported with the file and row.
+
+use std::path::Path;
+
+use rlx::data::{self, Format, Tests};
+
+const LCB: &str = "../shared/data/lcb/lcb_train_580.json";
+const CODE_CONTESTS: &str = "../shared/data/lcb/code_contests_test_165.json";
+const MBPP: &str = "../shared/data/mbpp/mbpp.jsonl";
+const MBPP_SANITIZED: &str = "../shared/data/mbpp/sanitized-mbpp.json";
+
+fn counts(problems: &[data::Problem]) -> (usize, usize, usize, usize, usize) {
+    let (mut stdin, mut functional, mut asserts) = (0, 0, 0);
+    let mut tests = 0;
+    for p in problems {
+        tests += p.tests.len();
+        match &p.tests {
+            Tests::Stdin { .. } => stdin += 1,
+            Tests::Functional { .. } => functional += 1,
+            Tests::Asserts { .. } => asserts += 1,
+            Tests::Check { .. } => {}
+        }
+    }
+    (problems.len(), stdin, functional, asserts, tests)
+}
+
+#[test]
+fn livecodebench_580() {
+    let problems = data::load_file(Path::new(LCB), None).unwrap();
+    assert_eq!(counts(&problems), (580, 303, 277, 0, 1543));
+    // Functional problems take their method name from the starter code.
+    let p = &problems[0];
+    assert_eq!(p.id, "lcb_train_580/0");
+    match &p.tests {
+        Tests::Functional { fn_name, cases } => {
+            assert_eq!(fn_name, "countSeniors");
+            assert_eq!(cases[0].output, "2");
+        }
+        other => panic!("expected functional tests, got {other:?}"),
+    }
+    assert!(p.starter_code.as_deref().unwrap().contains("class Solution"));
+}
+
+#[test]
+fn code_contests_165() {
+    let problems = data::load_file(Path::new(CODE_CONTESTS), None).unwrap();
+    assert_eq!(counts(&problems), (165, 165, 0, 0, 1837));
+    // Forcing the format it has works too; forcing another one fails on row 0.
+    assert_eq!(data::load_file(Path::new(CODE_CONTESTS), Some(Format::Taco)).unwrap().len(), 165);
+    let err = data::load_file(Path::new(CODE_CONTESTS), Some(Format::Mbpp)).unwrap_err();
+    assert!(err.to_string().contains("row 0"), "{err}");
+}
+
+#[test]
+fn mbpp_full_and_sanitized() {
+    let full = data::load_file(Path::new(MBPP), None).unwrap();
+    assert_eq!(counts(&full), (974, 0, 0, 974, 2922));
+    let with_setup = full.iter().filter(|p| matches!(&p.tests, Tests::Asserts { setup, .. } if !setup.trim().is_empty())).count();
+    assert_eq!(with_setup, 2);
+    assert_eq!(full[0].id, "1");
+    let sanitized = data::load_file(Path::new(MBPP_SANITIZED), None).unwrap();
+    assert_eq!(counts(&sanitized), (427, 0, 0, 427, 1324));
+    let with_imports = sanitized.iter().filter(|p| matches!(&p.tests, Tests::Asserts { setup, .. } if !setup.trim().is_empty())).count();
+    assert_eq!(with_imports, 13);
+}
+
+#[test]
+fn unknown_rows_are_reported_with_file_and_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mixed.jsonl");
+    std::fs::write(
+        &path,
+        "{\"problem\": \"p\", \"tests\": [{\"input\": \"1\", \"output\": \"1\"}]}\n{\"question\": \"q\", \"answer\": 3}\n",
+    )
+    .unwrap();
+    let err = data::load_file(&path, None).unwrap_err().to_string();
+    assert!(err.contains("mixed.jsonl") && err.contains("row 1") && err.contains("`answer`"), "{err}");
+}
+
+#[test]
+fn bad_json_names_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.jsonl");
+    std::fs::write(&path, "{\"problem\": \"p\", \"tests\": []}\n{not json\n").unwrap();
+    let err = data::load_file(&path, None).unwrap_err().to_string();
+    assert!(err.contains("line 2"), "{err}");
+}

@@ -1,0 +1,175 @@
+//! `rlx grade` and `rlx sandbox serve` through the real binary: output lines in input order with
+//! the exact fields of issue 3, format errors, a scrubbed environment (a secret in rlx's
+//! environment is unreachable), bad input, and grading through `--sandbox fusion` against a
+//! spawned `rlx sandbox serve`.
+
+#![allow(clippy::print_stderr)] // skip notices are meant to be seen in test output
+
+use std::io::BufRead as _;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+fn rlx() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rlx"));
+    c.env("NO_COLOR", "1");
+    c
+}
+
+fn python_available() -> bool {
+    let ok = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: python3 is not available");
+    }
+    ok
+}
+
+fn write_jsonl(path: &std::path::Path, rows: &[Value]) {
+    std::fs::write(path, rows.iter().map(|r| r.to_string() + "\n").collect::<String>()).unwrap();
+}
+
+fn lines(out: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(out).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn grade_mbpp_completions_in_input_order() {
+    if !python_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let completions = dir.path().join("c.jsonl");
+    write_jsonl(
+        &completions,
+        &[
+            json!({"problem_id": "2", "completion": "Here:\n```python\ndef similar_elements(a, b):\n    return tuple(set(a) & set(b))\n```\nDone."}),
+            json!({"problem_id": 3, "code": "def is_not_prime(n):\n    return any(n % i == 0 for i in range(2, n))\n"}),
+            json!({"problem_id": "2", "completion": "I cannot write code today."}),
+            json!({"problem_id": "2", "code": "def similar_elements(a, b):\n    return ()\n"}),
+        ],
+    );
+    let out = dir.path().join("out.jsonl");
+    let status = rlx()
+        .args(["grade", "--problems", "../shared/data/mbpp/mbpp.jsonl", "--no-progress", "--concurrency", "2"])
+        .arg("--completions")
+        .arg(&completions)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let v = lines(&std::fs::read(&out).unwrap());
+    assert_eq!(v.len(), 4);
+    let keys: Vec<&str> = v[0].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["problem_id", "status", "passed", "tests_passed", "tests_total", "tests"]);
+    assert_eq!(v[0]["status"], "passed");
+    assert_eq!(v[0]["tests"].as_array().unwrap().len(), 3);
+    assert!(v[0]["tests"][0]["time_ms"].is_u64());
+    assert_eq!((v[1]["problem_id"].as_str(), v[1]["status"].as_str()), (Some("3"), Some("passed")));
+    assert_eq!(v[2]["status"], "format_error");
+    assert_eq!((v[2]["passed"].as_bool(), v[2]["tests_total"].as_u64()), (Some(false), Some(3)));
+    assert_eq!(v[3]["status"], "failed");
+    assert_eq!(v[3]["tests"][0]["status"], "wrong_answer");
+}
+
+#[test]
+fn secrets_in_rlx_environment_are_unreachable() {
+    if !python_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let problems = dir.path().join("p.json");
+    std::fs::write(&problems, json!([{"problem": "env", "tests": [{"input": "", "output": "None None", "testtype": "stdin"}]}]).to_string()).unwrap();
+    let completions = dir.path().join("c.jsonl");
+    write_jsonl(
+        &completions,
+        &[json!({"problem_id": "p/0", "code": "import os\nprint(os.environ.get('RLX_TEST_SECRET'), os.environ.get('OPENAI_API_KEY'))"})],
+    );
+    let out = rlx()
+        .args(["grade", "--no-progress"])
+        .arg("--problems")
+        .arg(&problems)
+        .arg("--completions")
+        .arg(&completions)
+        .env("RLX_TEST_SECRET", "hunter2")
+        .env("OPENAI_API_KEY", "sk-test")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = lines(&out.stdout);
+    assert_eq!(v[0]["status"], "passed", "{v:?}");
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let completions = dir.path().join("c.jsonl");
+    write_jsonl(&completions, &[json!({"problem_id": "nope", "code": "print(1)"})]);
+    let out = rlx()
+        .args(["grade", "--no-progress", "--problems", "../shared/data/mbpp/mbpp.jsonl"])
+        .arg("--completions")
+        .arg(&completions)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`nope`"), "{err}");
+
+    std::fs::write(&completions, "{\"problem_id\": \"2\"}\n").unwrap();
+    let out = rlx().args(["grade", "--problems", "../shared/data/mbpp/mbpp.jsonl"]).arg("--completions").arg(&completions).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 1") && err.contains("`completion` or `code`"), "{err}");
+
+    let out = rlx().args(["grade", "--problems", "missing.json", "--completions", "missing.jsonl"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.json"));
+}
+
+#[test]
+fn grade_through_a_spawned_sandbox_server() {
+    if !python_available() {
+        return;
+    }
+    let mut server = rlx()
+        .args(["sandbox", "serve", "--bind", "127.0.0.1:0", "--concurrency", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = server.stderr.take().unwrap();
+    let mut addr = None;
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("rlx sandbox listening on ") {
+            addr = rest.split_whitespace().next().map(str::to_owned);
+            break;
+        }
+    }
+    let addr = addr.expect("the server prints its address");
+    let dir = tempfile::tempdir().unwrap();
+    let completions = dir.path().join("c.jsonl");
+    write_jsonl(
+        &completions,
+        &[
+            json!({"problem_id": "lcb_train_580/187", "code": "a, b = map(int, input().split())\nprint(-(-a // b))"}),
+            json!({"problem_id": "lcb_train_580/187", "code": "print(3)"}),
+        ],
+    );
+    let out = rlx()
+        .args(["grade", "--no-progress", "--sandbox", "fusion", "--problems", "../shared/data/lcb/lcb_train_580.json"])
+        .arg("--fusion-url")
+        .arg(&addr)
+        .arg("--completions")
+        .arg(&completions)
+        .output()
+        .unwrap();
+    // SIGINT: the server's Ctrl-C path, which stops its workers and removes its files.
+    // SAFETY: kill(2) on the child we spawned.
+    unsafe {
+        libc::kill(server.id() as i32, libc::SIGINT);
+    }
+    let _ = server.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = lines(&out.stdout);
+    assert_eq!((v[0]["status"].as_str(), v[0]["tests_passed"].as_u64()), (Some("passed"), Some(3)));
+    assert_eq!((v[1]["status"].as_str(), v[1]["tests_passed"].as_u64()), (Some("failed"), Some(1)));
+}
