@@ -16,9 +16,13 @@
 //! - [`runlog`]: the run directory (`runs/<id>/`) and its files; the only module that knows the
 //!   layout.
 //! - [`engine`]: the step loop that joins the pieces.
+//! - [`backend`]: the `Sampler`/`Trainer` seams and their implementations (`local`: candle).
+//! - [`rl`]: loss definitions (and later advantages, rewards) shared by every backend.
 //! - [`cli`]: the command line; the only module that prints.
 
+pub mod backend;
 pub mod cli;
 pub mod engine;
+pub mod rl;
 pub mod runlog;
 pub mod spec;

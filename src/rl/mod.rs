@@ -1,0 +1,3 @@
+//! Reinforcement-learning math shared by every backend: loss definitions ([`loss`]).
+
+pub mod loss;
