@@ -372,7 +372,8 @@ impl RmsNorm {
 
 impl Module for RmsNorm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        if x.track_op() || self.weight.track_op() {
+        // The fused kernel has no backward and no f64 path (f64 is for gradient checks).
+        if x.track_op() || self.weight.track_op() || x.dtype() == DType::F64 {
             candle_nn::ops::rms_norm_slow(x, &self.weight, self.eps as f32)
         } else {
             candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps as f32)
@@ -414,7 +415,7 @@ impl Rope {
         let t = x.dim(2)?;
         let cos = self.cos.narrow(0, offset, t)?;
         let sin = self.sin.narrow(0, offset, t)?;
-        if x.track_op() {
+        if x.track_op() || x.dtype() == DType::F64 {
             candle_nn::rotary_emb::rope_slow(x, &cos, &sin)
         } else {
             candle_nn::rotary_emb::rope(&x.contiguous()?, &cos.contiguous()?, &sin.contiguous()?)
@@ -539,7 +540,7 @@ impl Attention {
         } else {
             scores
         };
-        let probs = if scores.track_op() {
+        let probs = if scores.track_op() || scores.dtype() == DType::F64 {
             candle_nn::ops::softmax(&scores, D::Minus1)?
         } else {
             candle_nn::ops::softmax_last_dim(&scores)?
