@@ -2,7 +2,8 @@
 //! on the CPU, with Tinker's datum format and loss definitions.
 //!
 //! - [`model`]: the differentiable transformer (parameters as `Var`s, KV-cache inference path).
-//! - [`lora`]: low-rank adapters; [`frozen`]: the gradient-free product for frozen base weights.
+//! - [`lora`]: low-rank adapters; [`frozen`]: the gradient-free product for frozen base weights;
+//!   [`target_logprob`]: the fused log-prob-of-target op with its own backward.
 //! - [`load`]: Hugging Face directories and GGUF files; [`chat`]: the model's chat template.
 //! - [`sampler`]: [`LocalSampler`], batched KV-cache generation (its docs define the logprobs).
 //! - [`trainer`]: [`LocalTrainer`], forward/backward, AdamW ([`optim`]), state ([`state`]).
@@ -19,6 +20,7 @@ pub mod optim;
 pub mod rng;
 pub mod sampler;
 pub mod state;
+pub mod target_logprob;
 pub mod trainer;
 
 pub use load::{Loaded, load};

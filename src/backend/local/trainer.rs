@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use candle_core::{D, DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
 
 use super::load::Loaded;
 use super::model::{Config, Model, ParamBuilder, Tuning};
@@ -201,9 +201,11 @@ impl LocalTrainer {
 
     /// `log softmax(logits)[target]`, `[b, t]`.
     fn target_logprobs(&self, tokens: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+        let (b, t) = tokens.dims2()?;
         let logits = self.model.forward(tokens, 0, None)?; // [b, t, vocab]
-        let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-        logp.gather(&targets.unsqueeze(2)?, 2)?.squeeze(2)
+        let logits = logits.reshape((b * t, self.config.vocab_size))?;
+        let targets = targets.flatten_all()?.to_vec1::<u32>()?;
+        super::target_logprob::target_logprobs(&logits, &targets)?.reshape((b, t))
     }
 }
 
