@@ -269,7 +269,18 @@ fn sampling_is_seeded_batched_and_stops() {
 
 #[test]
 fn sampler_logprobs_match_trainer_logprobs_on_policy() {
-    let mut tr = trainer(Arch::Qwen2, Tuning::Full, DType::F32, 13);
+    for tuning in [Tuning::Full, lora()] {
+        let mut tr = trainer(Arch::Qwen2, tuning, DType::F32, 13);
+        // Move the weights (and LoRA's B off zero) so the sampler snapshot must carry them.
+        for _ in 0..2 {
+            tr.forward_backward(&[pg_datum(1.0)], &LossFn::ImportanceSampling).unwrap();
+            tr.optim_step(&adam(0.05)).unwrap();
+        }
+        on_policy_check(&mut tr);
+    }
+}
+
+fn on_policy_check(tr: &mut LocalTrainer) {
     let mut s = tr.sampler().unwrap();
     let prompt = [4u32, 5, 6];
     let seq = s.sample(&prompt, 1, &SamplingParams { max_tokens: 8, seed: Some(1), ..Default::default() }).unwrap().remove(0);
@@ -397,4 +408,19 @@ fn grpo_with_importance_sampling_learns_a_verifiable_task() {
     let end: f32 = rewards_per_step[steps - 5..].iter().sum::<f32>() / 5.0;
     eprintln!("GRPO mean reward: first 5 steps {start:.3}, last 5 steps {end:.3}");
     assert!(end > start + 0.3, "mean reward did not rise enough: start {start:.3}, end {end:.3}, curve {rewards_per_step:?}");
+}
+
+#[test]
+fn samplers_are_snapshots_of_the_weights() {
+    let mut tr = trainer(Arch::Llama, lora(), DType::F32, 17);
+    let p = SamplingParams { max_tokens: 10, seed: Some(5), ..Default::default() };
+    let mut old = tr.sampler().unwrap();
+    let before = old.sample(&[1, 2], 3, &p).unwrap();
+    for _ in 0..3 {
+        tr.forward_backward(&[pg_datum(1.0)], &LossFn::ImportanceSampling).unwrap();
+        tr.optim_step(&adam(0.2)).unwrap();
+    }
+    assert_eq!(old.sample(&[1, 2], 3, &p).unwrap(), before, "a handed-out sampler must not see later steps");
+    let after = tr.sampler().unwrap().sample(&[1, 2], 3, &p).unwrap();
+    assert_ne!(after.iter().map(|s| &s.logprobs).collect::<Vec<_>>(), before.iter().map(|s| &s.logprobs).collect::<Vec<_>>());
 }
