@@ -15,11 +15,15 @@
 //!   `key=value` overrides and aliases, sweep grammar, semantic checks, run ids.
 //! - [`runlog`]: the run directory (`runs/<id>/`) and its files; the only module that knows the
 //!   layout.
-//! - [`engine`]: the step loop that joins the pieces.
 //! - [`data`]: problems and their tests; adapters for the common code-RL dataset formats.
 //! - [`sandbox`]: isolated execution of model code and grading (local, Sandbox Fusion, server).
+//! - [`backend`]: the `Sampler`/`Trainer` seams and their implementations (`local`: candle).
+//! - [`prompt`]: prompt templates, chat templates, tokenizers.
+//! - [`rl`]: losses, advantages, rewards, pass@k: the math shared by every backend.
+//! - [`engine`]: the step loop that joins the pieces.
 //! - [`cli`]: the command line; the only module that prints.
 
+pub mod backend;
 pub mod cli;
 pub mod data;
 pub mod engine;

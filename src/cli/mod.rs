@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 pub mod commands;
 pub mod diagnostics;
 pub mod printer;
+pub mod progress;
 
 /// Exit codes, documented in `rlx --help`.
 pub mod exit {

@@ -1,23 +1,392 @@
-//! The GRPO step loop that joins spec, data, prompts, sampler, sandbox, rewards and trainer
-//! (design §1). Not built yet: `rlx run` validates and plans, then stops here with a clear error.
+//! The GRPO step loop (design §1): select problems, render, sample groups, grade, reward,
+//! advantages, skip degenerate groups, build datums, train, log; evaluation at step −1, every
+//! `eval_every` steps and at the end; checkpoints every `save_every` steps and at the end;
+//! resume from the last checkpoint; graceful stop.
+//!
+//! - [`prompting`]: problem → prompt tokens.
+//! - [`rollout`]: sample groups and grade them (grading overlaps the next group's sampling).
+//! - [`step`]: one training step; [`eval`]: pass@k.
+//! - [`grading`]: the sandbox behind one grader, infra retries.
+//! - [`problems`]: loading, seeded order, seeds.
+//!
+//! Resumption rule: a run restarts after its last checkpoint; whatever a crashed attempt wrote
+//! for later steps (metrics, rollouts, eval results) is dropped first, so every step appears
+//! exactly once. Sampling seeds derive from (seed, step, problem slot), so a resumed step samples
+//! what it would have sampled.
 
+mod event;
+pub mod eval;
+pub mod grading;
+pub mod problems;
+pub mod prompting;
+pub mod rollout;
+pub mod step;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::json;
+
+pub use event::{Event, EventSink};
+
+use crate::backend::local::{LocalTrainer, LoraConfig, TrainerOptions, Tuning};
+use crate::backend::{AdamParams, LossFn, SamplingParams, Stop as StopCond, Trainer};
+use crate::prompt::chat::SpecialTokens;
+use crate::runlog::{self, CheckpointRecord, JsonlWriter, RunDir, State, Status, files};
 use crate::spec::Plan;
+use crate::spec::types::{Backend, Finetune, Loss};
 
 /// Why a run could not proceed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The step loop does not exist yet.
-    #[error("the training engine is not implemented yet; the spec is valid and would run as `{run_id}`")]
-    NotImplemented {
-        /// The run that would have started.
-        run_id: String,
+    /// Setting the run up failed (data, model, sandbox).
+    #[error("{0}")]
+    Setup(String),
+    /// The spec asks for something this engine does not do yet.
+    #[error("not supported yet: {0}")]
+    Unsupported(String),
+    /// The run directory.
+    #[error(transparent)]
+    RunLog(#[from] runlog::Error),
+    /// The backend.
+    #[error(transparent)]
+    Backend(#[from] crate::backend::Error),
+    /// Prompt rendering or tokenization.
+    #[error(transparent)]
+    Prompt(#[from] crate::prompt::Error),
+}
+
+/// A stop request shared between the signal handler and the engine. Passed explicitly (no
+/// global), so tests can stop a run.
+#[derive(Debug, Clone, Default)]
+pub struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    /// Asks the run to stop at the next safe point.
+    pub fn request(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    /// Whether a stop was asked for.
+    pub fn requested(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How a run ended (errors are `Err`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every step ran.
+    Finished {
+        /// Steps completed.
+        steps: u32,
+    },
+    /// Stopped on request after `steps` completed steps; resumable.
+    Interrupted {
+        /// Steps completed.
+        steps: u32,
     },
 }
 
-/// Runs a planned experiment to completion.
+/// Runs a planned experiment to completion, resuming its run directory if it has one.
 ///
 /// # Errors
-/// Always [`Error::NotImplemented`] for now.
-pub fn run(plan: &Plan) -> Result<(), Error> {
-    Err(Error::NotImplemented { run_id: plan.run_id.clone() })
+/// Setup failures (data, model, sandbox), backend failures; the status file says `failed`.
+pub async fn run(plan: &Plan, stop: &Stop, sink: &dyn EventSink) -> Result<Outcome, Error> {
+    let dir = RunDir::create(plan)?;
+    if let Some(s) = dir.status()?
+        && s.state == State::Finished
+        && s.steps_done >= plan.spec.schedule.max_steps
+    {
+        // Re-running a finished experiment (a re-launched sweep) is a no-op.
+        return Ok(Outcome::Finished { steps: s.steps_done });
+    }
+    let _ = runlog::logfile::attach(&dir.file(files::LOG));
+    let result = run_in(plan, &dir, stop, sink).await;
+    let mut status = dir.status()?.unwrap_or_else(|| fresh_status(plan));
+    let mut events = dir.jsonl(files::EVENTS)?;
+    match &result {
+        Ok(Outcome::Finished { steps }) => {
+            status.state = State::Finished;
+            status.steps_done = *steps;
+            status.reason = None;
+            events.append(&json!({"event": "finished", "steps": steps, "time": runlog::now()}))?;
+        }
+        Ok(Outcome::Interrupted { steps }) => {
+            status.state = State::Interrupted;
+            status.steps_done = *steps;
+            status.reason = Some("stopped by a signal".into());
+            events.append(&json!({"event": "interrupted", "steps": steps, "time": runlog::now()}))?;
+        }
+        Err(e) => {
+            status.state = State::Failed;
+            status.reason = Some(e.to_string());
+            events.append(&json!({"event": "failed", "error": e.to_string(), "time": runlog::now()}))?;
+            tracing::error!("run failed: {e}");
+        }
+    }
+    status.pid = None;
+    dir.set_status(&status)?;
+    runlog::logfile::detach();
+    result
+}
+
+fn fresh_status(plan: &Plan) -> Status {
+    let now = runlog::now();
+    Status {
+        schema_version: runlog::SCHEMA_VERSION,
+        run_id: plan.run_id.clone(),
+        state: State::Running,
+        steps_done: 0,
+        max_steps: plan.spec.schedule.max_steps,
+        reason: None,
+        pid: Some(std::process::id()),
+        started_at: now.clone(),
+        updated_at: now,
+    }
+}
+
+fn loss_fn(loss: &Loss) -> LossFn {
+    match *loss {
+        Loss::ImportanceSampling => LossFn::ImportanceSampling,
+        Loss::Ppo { clip_low_threshold, clip_high_threshold } => LossFn::Ppo { clip_low_threshold, clip_high_threshold },
+        Loss::Cispo { clip_low_threshold, clip_high_threshold } => LossFn::Cispo { clip_low_threshold, clip_high_threshold },
+        Loss::Dro { beta } => LossFn::Dro { beta },
+    }
+}
+
+async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) -> Result<Outcome, Error> {
+    let spec = &plan.spec;
+    if !matches!(spec.backend, Backend::Local { .. }) {
+        return Err(Error::Unsupported("only `backend.kind: local` runs in this version; the Tinker and OpenAI backends come next".into()));
+    }
+    if spec.rollout.max_attempts > 1 {
+        return Err(Error::Unsupported("multi-attempt rollouts (`rollout.max_attempts` > 1)".into()));
+    }
+    if spec.grpo.max_steps_off_policy > 0 {
+        tracing::warn!("`grpo.max_steps_off_policy` > 0: pipelining is not implemented yet; running on-policy");
+        sink.event(Event::Warning("pipelining (`grpo.max_steps_off_policy`) is not implemented yet; this run is synchronous".into()));
+    }
+    if let Backend::Local { threads: Some(t) } = spec.backend {
+        // Candle's CPU kernels use rayon's global pool; size it once, before first use.
+        let _ = rayon_threads(t as usize);
+    }
+
+    // Problems.
+    let mut train = problems::load(&spec.data.train)?;
+    if train.is_empty() {
+        return Err(Error::Setup("no training problems after filters".into()));
+    }
+    if spec.data.shuffle {
+        problems::shuffle(&mut train, spec.seed);
+    }
+    let train: Vec<_> = train.into_iter().map(Arc::new).collect();
+    let eval_set: Vec<_> = problems::load(&spec.data.eval)?.into_iter().map(Arc::new).collect();
+
+    // Model, prompts, trainer.
+    let (base, revision) = (spec.model.base.clone(), spec.model.revision.clone());
+    let loaded = tokio::task::spawn_blocking(move || -> Result<_, crate::backend::Error> {
+        let path = crate::backend::model_source::resolve(&base, revision.as_deref())?;
+        crate::backend::local::load(&path)
+    })
+    .await
+    .map_err(|e| Error::Setup(format!("model loading thread failed: {e}")))??;
+    let special = SpecialTokens { bos_token: loaded.bos_token.clone(), eos_token: loaded.eos_token.clone(), ..SpecialTokens::default() };
+    let prompting = Arc::new(prompting::Prompting::new(plan, loaded.tokenizer.clone(), loaded.chat_template.clone(), special)?);
+    let tuning = match spec.model.finetune {
+        Finetune::Full => Tuning::Full,
+        Finetune::Lora => Tuning::Lora(LoraConfig {
+            rank: spec.model.lora.rank as usize,
+            alpha: spec.model.lora.alpha,
+            targets: spec.model.lora.targets.iter().map(|t| serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()).collect(),
+        }),
+    };
+    let options = TrainerOptions { tuning, seed: spec.seed, ..TrainerOptions::default() };
+    let mut trainer = tokio::task::spawn_blocking(move || LocalTrainer::new(loaded, options))
+        .await
+        .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))??;
+
+    // Sandbox.
+    let (grader, protection) = grading::AnyGrader::start(spec).await?;
+    let grader = Arc::new(grader);
+    let opts = grading::AnyGrader::options(spec);
+    {
+        // Record the isolation actually in force.
+        let mut prov: serde_json::Value = dir.read_json(files::PROVENANCE)?.unwrap_or_default();
+        prov["sandbox"] = protection;
+        dir.write_json(files::PROVENANCE, &prov)?;
+    }
+
+    let mut stops: Vec<StopCond> = prompting.tokenizer.stop_ids().iter().map(|&id| StopCond::Token(id)).collect();
+    stops.extend(spec.sampling.stop.iter().cloned().map(StopCond::Text));
+    let sampling = SamplingParams {
+        max_tokens: spec.sampling.max_tokens as usize,
+        temperature: spec.sampling.temperature,
+        top_p: spec.sampling.top_p,
+        top_k: (spec.sampling.top_k > 0).then_some(spec.sampling.top_k as usize),
+        stop: stops,
+        seed: None,
+    };
+    let o = &spec.optimizer;
+    let adam = AdamParams { learning_rate: o.learning_rate, beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, grad_clip_norm: o.grad_clip_norm };
+    let loss = loss_fn(&spec.grpo.loss);
+    let advantage = crate::rl::advantage::strategy(&spec.grpo.advantage);
+    let reward = crate::rl::reward::strategy(&spec.reward);
+
+    // Resume.
+    let mut events = dir.jsonl(files::EVENTS)?;
+    let (first_step, mut cursor) = match dir.last_checkpoint()? {
+        Some(ck) => {
+            let state = ck.state_path.clone().expect("last_checkpoint has a state");
+            trainer = tokio::task::spawn_blocking(move || trainer.load_state(&state).map(|()| trainer))
+                .await
+                .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))??;
+            let keep = |s: i64| s <= i64::from(ck.step);
+            let dropped: usize = [files::METRICS, files::ROLLOUTS, files::EVAL_RESULTS].iter().map(|f| dir.retain_steps(f, keep)).sum::<Result<usize, _>>()?;
+            events.append(&json!({"event": "resume", "from_checkpoint": ck.name, "next_step": ck.step + 1, "dropped_records": dropped, "time": runlog::now()}))?;
+            tracing::info!(checkpoint = %ck.name, next_step = ck.step + 1, dropped, "resuming");
+            (ck.step + 1, ck.data_cursor)
+        }
+        None => {
+            // Nothing to resume from: start clean, even if a crashed attempt left records.
+            let dropped: usize = [files::METRICS, files::ROLLOUTS, files::EVAL_RESULTS].iter().map(|f| dir.retain_steps(f, |_| false)).sum::<Result<usize, _>>()?;
+            let event = if dropped > 0 { "restart" } else { "start" };
+            events.append(&json!({"event": event, "dropped_records": dropped, "time": runlog::now()}))?;
+            (0, 0)
+        }
+    };
+    let max_steps = spec.schedule.max_steps;
+    let mut status = dir.status()?.unwrap_or_else(|| fresh_status(plan));
+    status.state = State::Running;
+    status.steps_done = first_step;
+    status.pid = Some(std::process::id());
+    status.reason = None;
+    dir.set_status(&status)?;
+    sink.event(Event::Started { run_id: plan.run_id.clone(), dir: dir.path().to_path_buf(), first_step, max_steps, problems: (train.len(), eval_set.len()) });
+
+    let mut metrics_log = dir.jsonl(files::METRICS)?;
+    let mut rollouts_log = dir.jsonl(files::ROLLOUTS)?;
+    let mut eval_log = dir.jsonl(files::EVAL_RESULTS)?;
+    let mut checkpoints = dir.jsonl(files::CHECKPOINTS)?;
+    let cx = rollout::Ctx { prompting: &prompting, grader: &grader, opts: &opts, retries: spec.rollout.infra_retries, sink, stop };
+    let cfg = step::StepConfig { spec, train: &train, advantage: advantage.as_ref(), reward: reward.as_ref(), loss: &loss, adam: &adam, sampling: &sampling };
+
+    // Baseline.
+    if first_step == 0 && spec.schedule.eval_at_start && !eval_set.is_empty() {
+        let (t, res) = eval::run(trainer, -1, spec, &eval_set, &sampling, &cx).await?;
+        trainer = t;
+        let Some(res) = res else { return Ok(Outcome::Interrupted { steps: 0 }) };
+        write_eval(&mut metrics_log, &mut eval_log, -1, &res, BTreeMap::new())?;
+        sink.event(Event::Eval { step: -1, metrics: res.metrics });
+    }
+
+    let mut last_saved: Option<u32> = first_step.checked_sub(1);
+    for s in first_step..max_steps {
+        if stop.requested() {
+            return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await;
+        }
+        let (t, res) = step::run(trainer, s, cursor, &cfg, &cx).await?;
+        trainer = t;
+        let Some(res) = res else {
+            return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await;
+        };
+        cursor += u64::from(spec.grpo.prompts_per_step);
+        for r in &res.rollouts {
+            rollouts_log.append(r)?;
+        }
+        let last = s + 1 == max_steps;
+        let due_eval = !eval_set.is_empty() && (last || (spec.schedule.eval_every > 0 && (s + 1) % spec.schedule.eval_every == 0));
+        let mut metrics = res.metrics;
+        if due_eval {
+            let (t, ev) = eval::run(trainer, i64::from(s), spec, &eval_set, &sampling, &cx).await?;
+            trainer = t;
+            match ev {
+                Some(ev) => {
+                    for r in &ev.records {
+                        eval_log.append(r)?;
+                    }
+                    sink.event(Event::Eval { step: i64::from(s), metrics: ev.metrics.clone() });
+                    metrics.extend(ev.metrics);
+                }
+                // Stopped during the eval: the step itself is complete and is kept.
+                None => {}
+            }
+        }
+        let mut line = serde_json::Map::new();
+        line.insert("step".into(), json!(s));
+        for (k, v) in &metrics {
+            line.insert(k.clone(), json!(v));
+        }
+        metrics_log.append(&line)?;
+        metrics_log.sync()?;
+        rollouts_log.sync()?;
+        sink.event(Event::Step { step: s, metrics });
+        status.steps_done = s + 1;
+        dir.set_status(&status)?;
+        let due_save = last || (spec.schedule.save_every > 0 && (s + 1) % spec.schedule.save_every == 0);
+        if due_save {
+            trainer = checkpoint(trainer, s, cursor, if last { "final" } else { "periodic" }, dir, &mut checkpoints, sink).await?;
+            last_saved = Some(s);
+        }
+        if stop.requested() {
+            return interrupted(trainer, s + 1, cursor, last_saved, dir, &mut checkpoints, sink).await;
+        }
+    }
+    Ok(Outcome::Finished { steps: max_steps })
+}
+
+fn write_eval(metrics: &mut JsonlWriter, results: &mut JsonlWriter, step: i64, res: &eval::EvalResult, extra: BTreeMap<String, f64>) -> Result<(), Error> {
+    for r in &res.records {
+        results.append(r)?;
+    }
+    let mut line = serde_json::Map::new();
+    line.insert("step".into(), json!(step));
+    for (k, v) in res.metrics.iter().chain(extra.iter()) {
+        line.insert(k.clone(), json!(v));
+    }
+    metrics.append(&line)?;
+    metrics.sync()?;
+    Ok(())
+}
+
+async fn checkpoint<T: Trainer + 'static>(trainer: T, step: u32, cursor: u64, kind: &str, dir: &RunDir, log: &mut JsonlWriter, sink: &dyn EventSink) -> Result<T, Error> {
+    let name = format!("step-{step:06}");
+    let path = dir.checkpoint_path(&name);
+    let p = path.clone();
+    let mut trainer = trainer;
+    let trainer = tokio::task::spawn_blocking(move || {
+        if let Some(parent) = p.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        trainer.save_state(&p).map(|()| trainer)
+    })
+    .await
+    .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))??;
+    log.append(&CheckpointRecord {
+        name,
+        step,
+        data_cursor: cursor,
+        state_path: Some(path.clone()),
+        sampler_path: None,
+        time: runlog::now(),
+        kind: kind.into(),
+    })?;
+    log.sync()?;
+    sink.event(Event::Checkpoint { step, path });
+    Ok(trainer)
+}
+
+/// Saves what the run has (unless the last completed step is already saved) and reports an
+/// interruption after `done` completed steps.
+async fn interrupted<T: Trainer + 'static>(trainer: T, done: u32, cursor: u64, last_saved: Option<u32>, dir: &RunDir, log: &mut JsonlWriter, sink: &dyn EventSink) -> Result<Outcome, Error> {
+    if done > 0 && last_saved != Some(done - 1) {
+        checkpoint(trainer, done - 1, cursor, "interrupt", dir, log, sink).await?;
+    }
+    Ok(Outcome::Interrupted { steps: done })
+}
+
+/// Sizes rayon's global pool (candle's CPU kernels run on it). Only the first call in a process
+/// takes effect; later ones (a pool already built) are ignored.
+fn rayon_threads(n: usize) -> bool {
+    rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_ok()
 }

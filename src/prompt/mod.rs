@@ -8,9 +8,11 @@
 
 pub mod chat;
 pub mod model_files;
+pub mod render;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
+pub use render::PromptTemplates;
 pub use tokenizer::Tokenizer;
 
 /// Errors of prompt rendering and tokenization.

@@ -1,8 +1,11 @@
-//! Reinforcement-learning math shared by every backend: advantage and reward strategies (behind
-//! name registries selected by the spec) and the pass@k estimator.
+//! Reinforcement-learning math shared by every backend: loss definitions ([`loss`], Tinker's),
+//! advantage and reward strategies (behind name registries selected by the spec) and the pass@k
+//! estimator.
 //!
 //! Everything here is a pure function of numbers: no problems, no models, no I/O.
 
 pub mod advantage;
+pub mod datum;
+pub mod loss;
 pub mod passk;
 pub mod reward;

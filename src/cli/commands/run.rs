@@ -5,7 +5,9 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::{report_plan_error, split_args};
+use crate::cli::progress::Console;
 use crate::cli::{RunArgs, exit, printer};
+use crate::engine;
 use crate::runlog::{RunDir, files};
 use crate::spec;
 
@@ -59,11 +61,45 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         ));
         return Ok(exit::USAGE);
     }
-    printer::status(format!("run {} → {}", plan.run_id, RunDir::path_for(&plan).display()));
-    match crate::engine::run(&plan) {
-        Ok(()) => Ok(exit::OK),
-        Err(e) => {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let stop = engine::Stop::default();
+    let console = Console::new();
+    let outcome = rt.block_on(async {
+        let signals = stop.clone();
+        tokio::spawn(async move {
+            // First SIGINT/SIGTERM: finish or abandon the step, checkpoint, exit 130.
+            // Second: exit at once (the last checkpoint still resumes).
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            for n in 0.. {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {},
+                    Some(()) = async { match term.as_mut() { Some(t) => t.recv().await, None => std::future::pending().await } } => {},
+                }
+                if n == 0 {
+                    printer::status("stopping after the current step (again to quit now)…");
+                    signals.request();
+                } else {
+                    std::process::exit(i32::from(exit::INTERRUPTED));
+                }
+            }
+        });
+        engine::run(&plan, &stop, &console).await
+    });
+    match outcome {
+        Ok(engine::Outcome::Finished { steps }) => {
+            printer::status(format!("finished {} ({steps} steps) → {}", plan.run_id, RunDir::path_for(&plan).display()));
+            Ok(exit::OK)
+        }
+        Ok(engine::Outcome::Interrupted { steps }) => {
+            printer::status(format!("interrupted after {steps} steps; `rlx run --resume {}` continues", RunDir::path_for(&plan).display()));
+            Ok(exit::INTERRUPTED)
+        }
+        Err(e @ engine::Error::Unsupported(_)) => {
             printer::status(format!("error: {e}"));
+            Ok(exit::USAGE)
+        }
+        Err(e) => {
+            printer::status(format!("error: run {} failed: {e}", plan.run_id));
             Ok(exit::INTERNAL)
         }
     }

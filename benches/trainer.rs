@@ -1,0 +1,173 @@
+//! Throughput of the local candle backend on SmolLM2-135M against PyTorch + transformers (+ peft),
+//! same CPU, same shapes, in one run. Prints a table; asserts nothing (timings are noisy).
+//!
+//! `cargo bench --bench trainer` (add `-- --threads N`; default: all cores). Each phase runs in a
+//! child process so its peak RSS is its own: sampling 64 new tokens after a 32-token prompt at
+//! batch 1 and 16 (temperature 1, full distribution), and a training step (forward, backward,
+//! clip, AdamW) on 4 × 128 tokens with the importance-sampling loss, LoRA (r 16, all seven
+//! projections) and full fine-tuning. The PyTorch side (`benches/trainer_torch.py`) loads the
+//! same weights, exported by rlx from the GGUF as an HF directory; it is skipped with a message if
+//! `torch`/`transformers`/`peft` are not importable.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rlx::backend::local::model::{ParamBuilder, Tuning};
+use rlx::backend::local::{LocalSampler, LocalTrainer, LoraConfig, Model, TrainerOptions};
+use rlx::backend::{AdamParams, Datum, LossFn, LossFnInputs, Sampler, SamplingParams, Trainer};
+
+#[path = "../tests/cli/smollm2_fetch.rs"]
+mod fetch;
+
+const PROMPT: usize = 32;
+const NEW: usize = 64;
+const BATCH: usize = 4;
+const SEQ: usize = 128;
+const STEPS: usize = 2;
+const PHASES: [&str; 4] = ["sample1", "sample16", "train_lora", "train_full"];
+
+fn peak_rss_mb() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|k| k.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+}
+
+/// Deterministic pseudo-random token ids (the content does not matter for speed).
+fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
+    let mut r = rlx::backend::local::rng::Rng::new(seed);
+    (0..n).map(|_| (r.next_u64() % vocab as u64) as u32).collect()
+}
+
+fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
+    let loaded = rlx::backend::local::load(gguf).expect("load GGUF");
+    let vocab = loaded.config.vocab_size;
+    if let Some(n) = phase.strip_prefix("sample") {
+        let n: usize = n.parse().expect("sample<N>");
+        let pb = ParamBuilder::new(&loaded.weights, &Tuning::Frozen, gguf, 0);
+        let model = Model::new(&loaded.config, &pb).expect("model");
+        let mut s = LocalSampler::new(Arc::new(model), None);
+        let prompt = tokens(PROMPT, 1, vocab);
+        let p = SamplingParams { max_tokens: NEW, temperature: 1.0, seed: Some(0), ..Default::default() };
+        s.sample(&prompt[..8], n, &SamplingParams { max_tokens: 4, ..p.clone() }).expect("warm-up");
+        let t = Instant::now();
+        let out = s.sample(&prompt, n, &p).expect("sample");
+        let dt = t.elapsed().as_secs_f64();
+        let generated: usize = out.iter().map(|o| o.tokens.len()).sum();
+        return serde_json::json!({"phase": phase, "tokens_per_s": generated as f64 / dt, "peak_rss_mb": peak_rss_mb()});
+    }
+    let tuning = if phase == "train_lora" { Tuning::Lora(LoraConfig { rank: 16, alpha: 32.0, ..LoraConfig::all_linear(16) }) } else { Tuning::Full };
+    let mut tr = LocalTrainer::new(loaded, TrainerOptions { tuning, seed: 0, max_tokens_per_microbatch: BATCH * SEQ }).expect("trainer");
+    let data: Vec<Datum> = (0..BATCH as u64)
+        .map(|i| {
+            let lp: Vec<f32> = tokens(SEQ, 100 + i, 1000).iter().map(|&x| -(x as f32) / 200.0).collect();
+            let adv: Vec<f32> = tokens(SEQ, 200 + i, 1000).iter().map(|&x| x as f32 / 500.0 - 1.0).collect();
+            Datum {
+                model_input: tokens(SEQ, 10 + i, vocab),
+                loss_fn_inputs: LossFnInputs { target_tokens: tokens(SEQ, 20 + i, vocab), weights: None, logprobs: Some(lp), advantages: Some(adv) },
+            }
+        })
+        .collect();
+    let adam = AdamParams { learning_rate: 1e-5, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, grad_clip_norm: 1.0 };
+    let mut step = |tr: &mut LocalTrainer| -> (f64, f64, f64) {
+        let t0 = Instant::now();
+        tr.forward_backward(&data, &LossFn::ImportanceSampling).expect("forward_backward");
+        let t1 = Instant::now();
+        tr.optim_step(&adam).expect("optim_step");
+        let t2 = Instant::now();
+        ((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64(), (t2 - t0).as_secs_f64())
+    };
+    step(&mut tr); // warm-up
+    let (mut fb, mut opt, mut total) = (0.0, 0.0, 0.0);
+    for _ in 0..STEPS {
+        let (a, b, c) = step(&mut tr);
+        fb += a;
+        opt += b;
+        total += c;
+    }
+    let n = STEPS as f64;
+    // Forward alone, for the backward/forward ratio the issue asks about.
+    let t = Instant::now();
+    tr.forward(&data).expect("forward");
+    let fwd = t.elapsed().as_secs_f64();
+    serde_json::json!({"phase": phase, "tokens_per_s": (BATCH * SEQ) as f64 / (total / n), "step_s": total / n,
+                       "fwd_bwd_s": fb / n, "optim_s": opt / n, "fwd_only_s": fwd, "peak_rss_mb": peak_rss_mb()})
+}
+
+fn child(args: &[&str]) -> Option<serde_json::Value> {
+    let exe = std::env::current_exe().ok()?;
+    let out = Command::new(exe).args(args).output().ok()?;
+    if !out.status.success() {
+        eprintln!("phase {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok())
+}
+
+fn torch_phase(dir: &Path, phase: &str, threads: usize) -> Option<serde_json::Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/trainer_torch.py");
+    let out = Command::new("python3").arg(script).arg(dir).arg(phase).arg(threads.to_string()).output().ok()?;
+    if !out.status.success() {
+        eprintln!("torch phase {phase} failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok())
+}
+
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let threads = args.iter().position(|a| a == "--threads").and_then(|i| args.get(i + 1)).and_then(|t| t.parse().ok()).unwrap_or_else(|| {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    });
+    if let Some(i) = args.iter().position(|a| a == "--phase") {
+        let gguf = PathBuf::from(&args[i + 2]);
+        println!("{}", run_phase(&gguf, &args[i + 1]));
+        return;
+    }
+    let gguf = match fetch::smollm2_gguf() {
+        Ok(p) => p,
+        Err(why) => {
+            println!("SmolLM2 GGUF unavailable, benchmark skipped: {why}");
+            return;
+        }
+    };
+    // SAFETY-free configuration: candle's CPU GEMM reads RAYON_NUM_THREADS in each child.
+    let threads_s = threads.to_string();
+    // SAFETY: single-threaded at this point; children inherit the variable.
+    unsafe { std::env::set_var("RAYON_NUM_THREADS", &threads_s) };
+    let hf_dir = std::env::temp_dir().join("rlx-bench-smollm2-hf");
+    if !hf_dir.join("model.safetensors").exists() {
+        let loaded = rlx::backend::local::load(&gguf).expect("load GGUF");
+        let tr = LocalTrainer::new(loaded, TrainerOptions::default()).expect("trainer");
+        tr.export_merged(&hf_dir).expect("export");
+    }
+    let has_torch = Command::new("python3").args(["-c", "import torch, transformers, peft"]).status().is_ok_and(|s| s.success());
+    if !has_torch {
+        println!("PyTorch side skipped: `python3 -c 'import torch, transformers, peft'` failed (pip install torch transformers peft)");
+    }
+    println!("SmolLM2-135M-Instruct (f32, dequantised from Q4_1), {threads} threads; sampling: {PROMPT}-token prompt + {NEW} new tokens; training: {BATCH}x{SEQ} tokens, importance_sampling, AdamW + clip");
+    println!("{:<11} {:>14} {:>14} {:>8} {:>12} {:>12}", "phase", "rlx tok/s", "torch tok/s", "ratio", "rlx MB", "torch MB");
+    for phase in PHASES {
+        let ours = child(&["--phase", phase, gguf.to_str().expect("utf-8 path")]);
+        let theirs = if has_torch { torch_phase(&hf_dir, phase, threads) } else { None };
+        let f = |v: &Option<serde_json::Value>, k: &str| v.as_ref().and_then(|v| v[k].as_f64());
+        let (a, b) = (f(&ours, "tokens_per_s"), f(&theirs, "tokens_per_s"));
+        let fmt = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
+        let ratio = match (a, b) {
+            (Some(a), Some(b)) => format!("{:.2}x", a / b),
+            _ => "-".into(),
+        };
+        println!("{:<11} {:>14} {:>14} {:>8} {:>12} {:>12}", phase, fmt(a), fmt(b), ratio, fmt(f(&ours, "peak_rss_mb")), fmt(f(&theirs, "peak_rss_mb")));
+        if let Some(o) = &ours {
+            if o.get("step_s").is_some() {
+                println!("            rlx detail: {o}");
+            }
+        }
+        if let Some(t) = &theirs {
+            if t.get("step_s").is_some() {
+                println!("            torch detail: {t}");
+            }
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! The embedded backend: sample and train small Llama/Qwen2/Qwen3 models in-process with candle
+//! on the CPU, with Tinker's datum format and loss definitions.
+//!
+//! - [`model`]: the differentiable transformer (parameters as `Var`s, KV-cache inference path).
+//! - [`lora`]: low-rank adapters; [`frozen`]: the gradient-free product for frozen base weights;
+//!   [`target_logprob`]: the fused log-prob-of-target op with its own backward.
+//! - [`load`]: Hugging Face directories and GGUF files; [`chat`]: the model's chat template.
+//! - [`sampler`]: [`LocalSampler`], batched KV-cache generation (its docs define the logprobs).
+//! - [`trainer`]: [`LocalTrainer`], forward/backward, AdamW ([`optim`]), state ([`state`]).
+//!
+//! Threading: a trainer and its samplers are `Send`; run them on a dedicated thread that owns
+//! them (style.md §e). candle parallelises each matmul over the cores itself.
+
+pub mod chat;
+pub mod frozen;
+pub mod load;
+pub mod lora;
+pub mod model;
+pub mod optim;
+pub mod rng;
+pub mod sampler;
+pub mod state;
+pub mod target_logprob;
+pub mod trainer;
+
+pub use load::{Loaded, load};
+pub use lora::LoraConfig;
+pub use model::{Arch, Config, Model, Tuning};
+pub use sampler::LocalSampler;
+pub use trainer::{LocalTrainer, TrainerOptions};

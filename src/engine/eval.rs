@@ -1,0 +1,95 @@
+//! Evaluation: pass@k on held-out problems with the unbiased estimator, per problem and overall.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::backend::{SamplingParams, Trainer};
+use crate::data::Problem;
+use crate::rl::passk::pass_at_k;
+use crate::sandbox::VerdictStatus;
+use crate::spec::Spec;
+
+use super::rollout::{self, Ctx};
+use super::{Error, problems};
+
+/// An evaluation's metrics and per-problem records.
+pub struct EvalResult {
+    /// `eval/pass@k`, `eval/format_rate`, `eval/problems`, `time/eval_s`.
+    pub metrics: BTreeMap<String, f64>,
+    /// One record per problem for eval_results.jsonl.
+    pub records: Vec<Value>,
+}
+
+/// Sampling parameters of evaluation (greedy at temperature 0).
+pub fn params(spec: &Spec, base: &SamplingParams) -> SamplingParams {
+    SamplingParams {
+        temperature: spec.eval.temperature,
+        max_tokens: spec.eval.max_tokens.unwrap_or(spec.sampling.max_tokens) as usize,
+        ..base.clone()
+    }
+}
+
+/// Evaluates the trainer's current weights at `step` (−1 for the baseline). `None` when a stop
+/// was requested mid-way.
+///
+/// # Errors
+/// Sampler or prompt failures.
+pub async fn run<T>(trainer: T, step: i64, spec: &Spec, eval: &[Arc<Problem>], base: &SamplingParams, cx: &Ctx<'_>) -> Result<(T, Option<EvalResult>), Error>
+where
+    T: Trainer + 'static,
+    T::Sampler: 'static,
+{
+    let t = Instant::now();
+    let n = spec.eval.samples.unwrap_or_else(|| spec.eval.k.iter().copied().max().unwrap_or(1));
+    let mut prompts = vec![];
+    for (i, p) in eval.iter().enumerate() {
+        // Eval seeds do not depend on the step, so differences between evals are the weights'.
+        prompts.push((p.clone(), cx.prompting.first_turn(p)?, problems::derive_seed(spec.seed ^ 0xE7A1, -1, i as u64)));
+    }
+    let mut trainer = trainer;
+    let (t2, sampler) = tokio::task::spawn_blocking(move || {
+        let s = trainer.sampler();
+        (trainer, s)
+    })
+    .await
+    .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))?;
+    trainer = t2;
+    let (_, groups, _) = rollout::run(sampler?, prompts, n as usize, &params(spec, base), cx, "eval", step).await?;
+    let Some(groups) = groups else { return Ok((trainer, None)) };
+    let mut metrics = BTreeMap::new();
+    let mut records = vec![];
+    let mut sums: BTreeMap<u32, f64> = BTreeMap::new();
+    let (mut formatted, mut total, mut infra) = (0usize, 0usize, 0usize);
+    for g in &groups {
+        let c = g.graded.iter().filter(|x| x.verdict.passed).count() as u32;
+        let graded_n = g.graded.iter().filter(|x| x.verdict.status != VerdictStatus::InfraError).count() as u32;
+        infra += (n - graded_n) as usize;
+        formatted += g.graded.iter().filter(|x| x.verdict.status != VerdictStatus::FormatError).count();
+        total += g.graded.len();
+        let mut per = serde_json::Map::new();
+        for &k in &spec.eval.k {
+            // Infra-failed samples are left out of n rather than counted as wrong.
+            let p = pass_at_k(graded_n, c, k);
+            *sums.entry(k).or_default() += p;
+            per.insert(format!("pass@{k}"), json!(p));
+        }
+        records.push(json!({
+            "step": step, "problem_id": g.problem.id, "n": graded_n, "correct": c,
+            "statuses": g.graded.iter().map(|x| x.verdict.status).collect::<Vec<_>>(),
+            "tests_passed": g.graded.iter().map(|x| x.verdict.tests_passed).collect::<Vec<_>>(),
+            "metrics": per,
+        }));
+    }
+    let problems_n = groups.len().max(1) as f64;
+    for (k, s) in sums {
+        metrics.insert(format!("eval/pass@{k}"), s / problems_n);
+    }
+    metrics.insert("eval/format_rate".into(), if total == 0 { 0.0 } else { formatted as f64 / total as f64 });
+    metrics.insert("eval/problems".into(), groups.len() as f64);
+    metrics.insert("eval/infra_errors".into(), infra as f64);
+    metrics.insert("time/eval_s".into(), t.elapsed().as_secs_f64());
+    Ok((trainer, Some(EvalResult { metrics, records })))
+}

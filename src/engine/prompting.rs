@@ -1,0 +1,91 @@
+//! The prompt pipeline of a run: prompt templates → chat template → token ids, built from the
+//! plan and the loaded model's own tokenizer and chat template.
+
+use std::path::Path;
+
+use crate::data::Problem;
+use crate::prompt::chat::SpecialTokens;
+use crate::prompt::{ChatTemplate, Message, PromptTemplates, Tokenizer};
+use crate::spec::Plan;
+
+use super::Error;
+
+/// Everything needed to turn a problem (and feedback turns) into prompt tokens.
+#[derive(Debug)]
+pub struct Prompting {
+    /// The spec's templates.
+    pub templates: PromptTemplates,
+    /// The chat template.
+    pub chat: ChatTemplate,
+    /// The tokenizer.
+    pub tokenizer: Tokenizer,
+}
+
+/// A rendered prompt.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The conversation so far.
+    pub messages: Vec<Message>,
+    /// Token ids ending with the generation prompt.
+    pub tokens: Vec<u32>,
+}
+
+impl Prompting {
+    /// Builds the pipeline from the plan and what the model files provide.
+    ///
+    /// # Errors
+    /// Missing tokenizer or chat template, templates that fail to compile.
+    pub fn new(plan: &Plan, tokenizer: Option<tokenizers::Tokenizer>, model_template: Option<String>, special: SpecialTokens) -> Result<Self, Error> {
+        let templates = PromptTemplates::from_plan(plan)?;
+        let spec = &plan.spec.model;
+        let tokenizer = match (&spec.tokenizer, tokenizer) {
+            (Some(t), _) => {
+                let p = Path::new(t);
+                let file = if p.is_dir() { p.join("tokenizer.json") } else { p.to_path_buf() };
+                Tokenizer::from_file(&file)?
+            }
+            (None, Some(t)) => Tokenizer::new(t),
+            (None, None) => return Err(Error::Setup(format!("model `{}` has no tokenizer; set `model.tokenizer`", spec.base))),
+        };
+        let mut tokenizer = tokenizer;
+        if let Some(eos) = &special.eos_token {
+            let mut stops: Vec<&str> = vec![eos.as_str()];
+            for extra in ["<|im_end|>", "<|endoftext|>", "<|eot_id|>"] {
+                if tokenizer.token_id(extra).is_some() && extra != eos {
+                    stops.push(extra);
+                }
+            }
+            tokenizer.set_stop_tokens(&stops);
+        }
+        let chat = match spec.chat_template.as_str() {
+            "auto" => match model_template {
+                Some(src) => ChatTemplate::jinja(&src, special)?,
+                None => return Err(Error::Setup(format!("model `{}` has no chat template; set `model.chat_template`", spec.base))),
+            },
+            name if crate::prompt::chat::BUILTINS.contains(&name) => ChatTemplate::builtin(name)?,
+            path => {
+                let src = std::fs::read_to_string(path).map_err(|e| Error::Setup(format!("cannot read chat template `{path}`: {e}")))?;
+                ChatTemplate::jinja(&src, special)?
+            }
+        };
+        Ok(Prompting { templates, chat, tokenizer })
+    }
+
+    /// Renders a conversation with the generation prompt and tokenizes it.
+    ///
+    /// # Errors
+    /// Template or tokenizer failures.
+    pub fn render(&self, messages: Vec<Message>) -> Result<Rendered, Error> {
+        let text = self.chat.render(&messages, true)?;
+        let tokens = self.tokenizer.encode(&text)?;
+        Ok(Rendered { messages, tokens })
+    }
+
+    /// The first prompt of a problem.
+    ///
+    /// # Errors
+    /// Template or tokenizer failures.
+    pub fn first_turn(&self, problem: &Problem) -> Result<Rendered, Error> {
+        self.render(self.templates.messages(problem)?)
+    }
+}

