@@ -3,8 +3,8 @@
 //! Each slot owns one worker process running `harness.py worker` (see the process tree at the top
 //! of `harness.py`). The worker is started once with a scrubbed environment in its own process
 //! group, isolates itself (namespaces, read-only root, private `/tmp`), imports the harness, and
-//! then forks per submission; a submission costs about two forks plus one per test instead of an
-//! interpreter start-up (Sandbox Fusion pays ~9 ms of start-up and ~120 ms of numpy import per
+//! then forks per submission; a submission costs about two forks (more only when a test times
+//! out or crashes the program) instead of an interpreter start-up (Sandbox Fusion pays ~9 ms of start-up and ~120 ms of numpy import per
 //! request, reference/sandbox-fusion.md §4).
 //!
 //! Concurrency: a semaphore with one permit per slot queues callers; a free list hands out slots.
