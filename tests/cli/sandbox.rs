@@ -444,3 +444,26 @@ async fn run_reports_output_exit_and_signals() {
     assert!(!env.contains("CARGO") && !env.contains("RUST"), "inherited environment: {env}");
     assert_nothing_left(&sb);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_fast_stops_at_the_first_failure_and_the_worker_goes_on() {
+    if !python_available() {
+        return;
+    }
+    let sb = sandbox(1).await;
+    let p = stdin_problem("ff", &[("1\n", "1\n"), ("2\n", "0\n"), ("3\n", "3\n"), ("4\n", "4\n")]);
+    let code = "import time\nn = int(input())\nif n == 3:\n    time.sleep(1000)\nprint(n)\n";
+    // All tests by default: the third times out, the fourth still runs in a fresh process.
+    let v = grade(&sb, &p, code, &opts(1.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::Passed, TestStatus::WrongAnswer, TestStatus::Timeout, TestStatus::Passed]);
+    assert_eq!((v.tests_passed, v.tests_total), (2, 4));
+    // Fail-fast: the reference harness's behaviour, the rest is not run.
+    let mut o = opts(1.0);
+    o.fail_fast = true;
+    let v = grade(&sb, &p, code, &o).await;
+    assert_eq!(statuses(&v), [TestStatus::Passed, TestStatus::WrongAnswer]);
+    assert_eq!((v.passed, v.tests_total), (false, 4));
+    assert_nothing_left(&sb);
+    let v = grade(&sb, &p, "print(input())", &opts(1.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::Passed, TestStatus::WrongAnswer, TestStatus::Passed, TestStatus::Passed]);
+}
