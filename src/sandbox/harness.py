@@ -887,6 +887,17 @@ def run_tests(job, in_pidns, res_w):
                 mem = lim["memory_mb"]
                 if mem > 0:
                     resource.setrlimit(resource.RLIMIT_AS, (mem << 20, mem << 20))
+                # Deep recursion through C frames (lru_cache, __eq__) needs more than the 8 MiB
+                # default stack once the recursion limit is 600 000; the stack counts against
+                # the address-space limit anyway. Best effort: the hard limit may be lower.
+                try:
+                    stack = 256 << 20 if mem <= 0 else min(256, mem // 2) << 20
+                    hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+                    if hard != resource.RLIM_INFINITY:
+                        stack = min(stack, hard)
+                    resource.setrlimit(resource.RLIMIT_STACK, (stack, hard))
+                except (ValueError, OSError):
+                    pass
                 child_loop(job, i, out_w, err_w, ctl_w, ack_r, resource)
             finally:
                 os._exit(70)

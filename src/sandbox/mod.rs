@@ -338,6 +338,25 @@ pub trait Grader: Send + Sync {
     fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> impl Future<Output = Verdict> + Send;
 }
 
+/// Either backend behind one type, for callers that pick it at run time (the spec's
+/// `sandbox.kind`, `rlx grade --sandbox`): [`Grader`] is not object-safe.
+#[derive(Clone)]
+pub enum AnyGrader {
+    /// The embedded sandbox.
+    Local(local::LocalSandbox),
+    /// A Sandbox Fusion server.
+    Fusion(fusion::FusionClient),
+}
+
+impl Grader for AnyGrader {
+    async fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Verdict {
+        match self {
+            AnyGrader::Local(g) => g.grade(problem, code, opts).await,
+            AnyGrader::Fusion(g) => g.grade(problem, code, opts).await,
+        }
+    }
+}
+
 /// What to grade: a completion (model text, code extracted here) or code as is.
 #[derive(Debug, Clone)]
 pub enum Submission {

@@ -345,6 +345,11 @@ async fn adversarial_resource_abuse() {
     // RecursionError at 600 000 frames (the reference's limit), or the limits on a slow machine.
     assert!(matches!(statuses(&v)[..], [TestStatus::RuntimeError | TestStatus::MemoryLimit | TestStatus::Timeout]), "{v:?}");
 
+    // Deep but finite recursion through C frames is a correct program.
+    let lru = "from functools import lru_cache\n@lru_cache(None)\ndef f(n):\n    return 0 if n == 0 else f(n - 1) + 1\nprint(f(100000))\n";
+    let v = adversarial(&sb, "deep_lru_recursion", lru, "100000", 10.0).await;
+    assert!(v.passed, "{v:?}");
+
     // Killing its parent, init and everything it can see: grading goes on.
     let kill = "import os, signal\nfor pid in (os.getppid(), 1, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\nprint(7)\n";
     let v = adversarial(&sb, "kill_parent", kill, "7", 2.0).await;
