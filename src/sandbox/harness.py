@@ -376,11 +376,15 @@ def setup(cfg):
     is_root = os.geteuid() == 0
     base = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
     entered = False
-    if is_root:
+    if not cfg.get("namespaces", True):
+        prot["unprivileged_uid"] = is_root
+        prot["notes"].append("namespaces disabled by configuration: no network, mount or PID isolation")
+    elif is_root:
+        # Programs always drop to the slot's uid when rlx is root, namespaces or not.
+        prot["unprivileged_uid"] = True
         try:
             unshare(base)
             entered = True
-            prot["unprivileged_uid"] = True
         except OSError as e:
             prot["notes"].append(f"unshare(mount|net) as root failed: {e}")
     else:
@@ -850,6 +854,32 @@ def kill_others(in_pidns, pgid):
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if DROP_PRIVILEGES and os.geteuid() == 0 and not PROTECTION.get("user_namespace"):
+            kill_uid(CFG["uid"])
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+
+
+def kill_uid(uid):
+    """Without a PID namespace, as root: every process of the slot's uid is the program's, so a
+    helper that becomes that uid and calls kill(-1) reaches children that left the process
+    group too (the helper itself is spared). Twice, for a fork racing the first pass."""
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(CFG["gid"])
+                os.setuid(uid)
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
 
 
 def run_tests(job, in_pidns, res_w):

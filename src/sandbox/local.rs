@@ -42,6 +42,9 @@ pub struct LocalConfig {
     pub python: Option<PathBuf>,
     /// Refuse to start when an isolation layer is missing instead of degrading.
     pub strict: bool,
+    /// Use namespaces when the kernel allows them (default). Off only to exercise the degraded
+    /// mode (tests) or where namespaces misbehave; the loss is reported in [`Protection`].
+    pub namespaces: bool,
 }
 
 impl Default for LocalConfig {
@@ -50,6 +53,7 @@ impl Default for LocalConfig {
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             python: None,
             strict: false,
+            namespaces: true,
         }
     }
 }
@@ -75,6 +79,7 @@ struct Spawner {
     python: PathBuf,
     dir: PathBuf,
     uid_base: u32,
+    namespaces: bool,
 }
 
 struct Worker {
@@ -123,7 +128,7 @@ impl LocalSandbox {
         let workers = config.workers.max(1);
         // Distinct uid ranges per process and per sandbox in it (tests start many).
         let uid_base = 1_000_000 + (std::process::id() % 10_000) * 512 + (n % 8) * 64;
-        let spawner = Spawner { python, dir, uid_base };
+        let spawner = Spawner { python, dir, uid_base, namespaces: config.namespaces };
         let mut inner = Inner {
             slots: Vec::new(),
             free: Mutex::new((0..workers).rev().collect()),
@@ -294,6 +299,7 @@ async fn spawn_worker(inner: &Spawner, slot: usize) -> Result<(Worker, Protectio
         "root_dir": root_dir,
         "fallback_tmp": work_dir,
         "tmp_mb": 512,
+        "namespaces": inner.namespaces,
     });
     let mut cmd = Command::new(&inner.python);
     cmd.arg("-I")

@@ -472,3 +472,28 @@ async fn fail_fast_stops_at_the_first_failure_and_the_worker_goes_on() {
     let v = grade(&sb, &p, "print(input())", &opts(1.0)).await;
     assert_eq!(statuses(&v), [TestStatus::Passed, TestStatus::WrongAnswer, TestStatus::Passed, TestStatus::Passed]);
 }
+
+/// Without namespaces (as on machines that forbid them): still a separate uid per slot (when
+/// root), rlimits and deadlines, and every process of the slot's uid is killed after each test,
+/// including a child that left the process group with `setsid`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn degraded_mode_without_namespaces() {
+    if !python_available() {
+        return;
+    }
+    let sb = LocalSandbox::start(LocalConfig { workers: 1, namespaces: false, ..LocalConfig::default() }).await.unwrap();
+    let prot = sb.protection().clone();
+    assert!(!prot.pid_namespace && !prot.network_namespace && !prot.mount_namespace);
+    assert!(prot.notes.iter().any(|n| n.contains("disabled")), "{prot:?}");
+    assert!(LocalSandbox::start(LocalConfig { workers: 1, namespaces: false, strict: true, ..LocalConfig::default() }).await.is_err());
+    let problems = data::load_file(Path::new("../shared/data/lcb/lcb_train_580.json"), None).unwrap();
+    let v = grade(&sb, &problems[187], "a, b = map(int, input().split())\nprint(-(-a // b))", &opts(6.0)).await;
+    assert!(v.passed, "{v:?}");
+    let v = adversarial(&sb, "loop", "while True:\n    pass\n", "1", 1.0).await;
+    assert_eq!(statuses(&v), [TestStatus::Timeout]);
+    let daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n    os._exit(0)\nprint(1)\n";
+    let v = adversarial(&sb, "daemon", daemon, "1", 2.0).await;
+    assert!(v.passed, "{v:?}");
+    let v = adversarial(&sb, "fork_bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", "1", 1.0).await;
+    assert!(!v.passed);
+}
