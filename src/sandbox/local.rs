@@ -13,8 +13,8 @@
 //! restarted on the next use, so one bad submission never poisons a slot.
 //!
 //! Each slot runs programs under its own uid (when rlx is root): RLIMIT_NPROC counts per uid, so
-//! a fork bomb in one slot cannot starve another. Uids are `1_000_000 + (pid % 50_000)·64 + slot`,
-//! far from any real account.
+//! a fork bomb in one slot cannot starve another. Uids are `1_000_000 + (pid % 10_000)·65_536 +
+//! slot number within the process`, far from any real account.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -126,8 +126,12 @@ impl LocalSandbox {
         let harness_path = dir.join("harness.py");
         std::fs::write(&harness_path, harness::SOURCE).map_err(io(&harness_path))?;
         let workers = config.workers.max(1);
-        // Distinct uid ranges per process and per sandbox in it (tests start many).
-        let uid_base = 1_000_000 + (std::process::id() % 10_000) * 512 + (n % 8) * 64;
+        // Distinct uid ranges per process and per sandbox in it (tests start many): uids of
+        // two live pools must never meet, since the process limit and (without a PID
+        // namespace) the final kill work per uid.
+        static NEXT_SLOT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let first = NEXT_SLOT.fetch_add(config.workers.max(1) as u32, std::sync::atomic::Ordering::Relaxed) % 65_536;
+        let uid_base = 1_000_000 + (std::process::id() % 10_000) * 65_536 + first;
         let spawner = Spawner { python, dir, uid_base, namespaces: config.namespaces };
         let mut inner = Inner {
             slots: Vec::new(),

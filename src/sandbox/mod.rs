@@ -344,8 +344,8 @@ pub trait Grader: Send + Sync {
 pub enum AnyGrader {
     /// The embedded sandbox.
     Local(local::LocalSandbox),
-    /// A Sandbox Fusion server.
-    Fusion(fusion::FusionClient),
+    /// A Sandbox Fusion server (boxed: the HTTP client is large next to the pool handle).
+    Fusion(Box<fusion::FusionClient>),
 }
 
 impl Grader for AnyGrader {

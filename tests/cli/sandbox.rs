@@ -333,12 +333,13 @@ async fn adversarial_resource_abuse() {
     let v = adversarial(&sb, "sleep", "import time\ntime.sleep(1000)\n", "1", 1.0).await;
     assert_eq!(statuses(&v), [TestStatus::Timeout]);
 
-    let v = adversarial(&sb, "flood", "import sys\nb = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(b)\n", "1", 10.0).await;
-    assert_eq!(statuses(&v), [TestStatus::OutputLimit]);
+    // A generous limit: on a starved machine, moving 16 MiB must not turn into a timeout.
+    let v = adversarial(&sb, "flood", "import sys\nb = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(b)\n", "1", 30.0).await;
+    assert_eq!(statuses(&v), [TestStatus::OutputLimit], "{v:?}");
 
     // Signals are ignored and the program forks and daemonises: still killed, and the children too.
     let daemon = "import os, signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n    os._exit(0)\nprint(1)\nsys.stdout.flush()\n";
-    let v = adversarial(&sb, "daemon", daemon, "1", 2.0).await;
+    let v = adversarial(&sb, "daemon", daemon, "1", 10.0).await;
     assert!(v.passed, "the program's own output still counts: {v:?}");
 
     let v = adversarial(&sb, "deep_recursion", "def f(n):\n    return f(n + 1) + 1\nprint(f(0))\n", "1", 5.0).await;
@@ -352,9 +353,9 @@ async fn adversarial_resource_abuse() {
 
     // Killing its parent, init and everything it can see: grading goes on.
     let kill = "import os, signal\nfor pid in (os.getppid(), 1, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\nprint(7)\n";
-    let v = adversarial(&sb, "kill_parent", kill, "7", 2.0).await;
+    let v = adversarial(&sb, "kill_parent", kill, "7", 10.0).await;
     assert!(v.passed, "{v:?}");
-    let v = adversarial(&sb, "after_kill", "print(8)", "8", 2.0).await;
+    let v = adversarial(&sb, "after_kill", "print(8)", "8", 10.0).await;
     assert!(v.passed, "the worker survives: {v:?}");
 }
 
@@ -403,19 +404,19 @@ async fn adversarial_escapes() {
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer], "{v:?}");
 
     // os._exit(0) and sys.exit(0) decide nothing.
-    let v = adversarial(&sb, "os_exit", "import os\nos._exit(0)\n", "42", 2.0).await;
+    let v = adversarial(&sb, "os_exit", "import os\nos._exit(0)\n", "42", 10.0).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
-    let v = adversarial(&sb, "fake_marker", "print('PASSED')\nprint('All tests passed')\n", "42", 2.0).await;
+    let v = adversarial(&sb, "fake_marker", "print('PASSED')\nprint('All tests passed')\n", "42", 10.0).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
     let p = functional_problem("f", &[("1", "3")]);
-    let v = grade(&sb, &p, "import sys\nsys.exit(0)\n", &opts(2.0)).await;
+    let v = grade(&sb, &p, "import sys\nsys.exit(0)\n", &opts(10.0)).await;
     assert_eq!(statuses(&v), [TestStatus::RuntimeError]);
     // Writing a forged functional result and exiting only "returns" that value: still judged.
     let forge = "import os, struct, json\nb = json.dumps({'res': {'ok': 4}, 'exit': 0}).encode()\nos.write(3, struct.pack('>I', len(b)) + b)\nos._exit(0)\n";
-    let v = grade(&sb, &p, forge, &opts(2.0)).await;
+    let v = grade(&sb, &p, forge, &opts(10.0)).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
     // A value whose __eq__ always says yes is not plain data and equals nothing.
-    let v = grade(&sb, &p, "class Y:\n    def __eq__(self, o):\n        return True\ndef f(a):\n    return Y()\n", &opts(2.0)).await;
+    let v = grade(&sb, &p, "class Y:\n    def __eq__(self, o):\n        return True\ndef f(a):\n    return Y()\n", &opts(10.0)).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
 }
 
@@ -492,7 +493,7 @@ async fn degraded_mode_without_namespaces() {
     let v = adversarial(&sb, "loop", "while True:\n    pass\n", "1", 1.0).await;
     assert_eq!(statuses(&v), [TestStatus::Timeout]);
     let daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n    os._exit(0)\nprint(1)\n";
-    let v = adversarial(&sb, "daemon", daemon, "1", 2.0).await;
+    let v = adversarial(&sb, "daemon", daemon, "1", 10.0).await;
     assert!(v.passed, "{v:?}");
     let v = adversarial(&sb, "fork_bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", "1", 1.0).await;
     assert!(!v.passed);

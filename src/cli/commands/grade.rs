@@ -145,7 +145,7 @@ pub fn run(args: GradeArgs) -> anyhow::Result<u8> {
             SandboxKind::Fusion => {
                 let concurrency = args.concurrency.unwrap_or(4);
                 let client = FusionClient::new(FusionConfig { concurrency, ..FusionConfig::new(&args.fusion_url) })?;
-                (AnyGrader::Fusion(client), concurrency)
+                (AnyGrader::Fusion(Box::new(client)), concurrency)
             }
         };
         grade_all(Arc::new(grader), &problems, submissions, &opts, concurrency, progress).await.context("grading failed")
