@@ -77,7 +77,8 @@ pub struct Protection {
     pub network_namespace: bool,
     /// A private mount namespace with a read-only root; only the working directory is writable.
     pub mount_namespace: bool,
-    /// Each submission in its own PID namespace: the whole tree dies with it.
+    /// Programs run in a PID namespace of their worker that is emptied (SIGKILL, reap) after
+    /// every submission: forked, daemonised and signal-ignoring children die too.
     pub pid_namespace: bool,
     /// Programs run under an unprivileged uid (root only; rlx as a normal user is already one).
     pub unprivileged_uid: bool,
