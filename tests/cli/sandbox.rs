@@ -403,6 +403,10 @@ async fn adversarial_escapes() {
     let v = adversarial(&sb, "read_tests", &needle_hunt, "SECRET-EXPECTED-42", 20.0).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer], "{v:?}");
 
+    // Non-UTF-8 output is judged (and fails), it does not break grading.
+    let v = adversarial(&sb, "non_utf8", "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe42\\n')\n", "42", 10.0).await;
+    assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
+
     // os._exit(0) and sys.exit(0) decide nothing.
     let v = adversarial(&sb, "os_exit", "import os\nos._exit(0)\n", "42", 10.0).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
