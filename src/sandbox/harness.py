@@ -5,18 +5,25 @@
 #
 #   W  worker: trusted, long-lived, never runs submitted code. Started by rlx with a scrubbed
 #      environment; at start-up it enters its own mount/network/IPC/UTS namespaces (and a user
-#      namespace when not root), builds a read-only root (system dirs + the Python install, a
-#      private /tmp) and chroots into it, then imports everything the harness needs.
-#   S  per submission: forked from W, unshares a PID namespace, forks R, waits.
-#   R  per submission: PID 1 of that namespace. Drops to the slot's unprivileged uid, sets the
-#      rlimits, then forks one G per test and collects its output (capped, with a deadline).
-#      After each test it SIGKILLs every other process in the namespace and reaps them.
-#   G  per test: a fork of R that wires stdin/stdout/stderr to the test and runs the program as
-#      `__main__` (stdin tests), imports it and calls the function (functional tests), or runs
-#      the asserts (MBPP, HumanEval).
+#      namespace when not root), builds a read-only root (system dirs + the Python install),
+#      chroots into it, and imports everything the harness needs. Per submission it mounts a
+#      fresh tmpfs as the working directory and unmounts it afterwards.
+#   S0 long-lived: enters a new PID namespace and forks Z.
+#   Z  long-lived PID 1 of that namespace (the zygote). Per submission it forks R, and when R
+#      is done it SIGKILLs everything else in the namespace and reaps it, so every submission
+#      starts in an empty namespace; on fail-fast or a deadline W signals Z to do it early.
+#   R  per submission: the runner, with the worker's privileges (the program cannot signal
+#      it). Forks G, feeds it the tests, collects each test's output (capped, with a deadline).
+#   G  the program's process: drops to the slot's uid (or all capabilities in a user
+#      namespace), sets the rlimits, then runs the tests in order: as `__main__` with the test
+#      on stdin (stdin tests), calling the function (functional tests), or running the asserts
+#      (MBPP, HumanEval). A test that times out, hits a limit or kills G costs a fresh G.
 #
-# Why the verdict cannot be forged: W reads the expected outputs from its request pipe only
-# *after* forking S, so no process that runs submitted code ever holds them; G only produces
+# Without a PID namespace (degraded mode) W forks a supervisor and a runner per submission and
+# the program is killed by process group.
+#
+# Why the verdict cannot be forged: Z was forked before any job arrived and R from Z, and W
+# never hands the expected outputs on, so no process that runs submitted code holds them; G only produces
 # raw output (stdout bytes, or an encoded return value on fd 3), and W compares. Exit codes,
 # markers printed on stdout and os._exit/sys.exit therefore decide nothing. (For assert-based
 # formats the asserts necessarily run inside G; see README.sandbox.md.)
@@ -369,11 +376,15 @@ def setup(cfg):
     is_root = os.geteuid() == 0
     base = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
     entered = False
-    if is_root:
+    if not cfg.get("namespaces", True):
+        prot["unprivileged_uid"] = is_root
+        prot["notes"].append("namespaces disabled by configuration: no network, mount or PID isolation")
+    elif is_root:
+        # Programs always drop to the slot's uid when rlx is root, namespaces or not.
+        prot["unprivileged_uid"] = True
         try:
             unshare(base)
             entered = True
-            prot["unprivileged_uid"] = True
         except OSError as e:
             prot["notes"].append(f"unshare(mount|net) as root failed: {e}")
     else:
@@ -792,7 +803,6 @@ def set_limits(job):
     import resource
 
     lim = job["limits"]
-    t = job["timeout_s"]
     resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
     resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize_mb"] << 20, lim["fsize_mb"] << 20))
     resource.setrlimit(resource.RLIMIT_NOFILE, (lim["nofile"], lim["nofile"]))
@@ -844,6 +854,32 @@ def kill_others(in_pidns, pgid):
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if DROP_PRIVILEGES and os.geteuid() == 0 and not PROTECTION.get("user_namespace"):
+            kill_uid(CFG["uid"])
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+
+
+def kill_uid(uid):
+    """Without a PID namespace, as root: every process of the slot's uid is the program's, so a
+    helper that becomes that uid and calls kill(-1) reaches children that left the process
+    group too (the helper itself is spared). Twice, for a fork racing the first pass."""
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(CFG["gid"])
+                os.setuid(uid)
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
 
 
 def run_tests(job, in_pidns, res_w):
@@ -881,6 +917,17 @@ def run_tests(job, in_pidns, res_w):
                 mem = lim["memory_mb"]
                 if mem > 0:
                     resource.setrlimit(resource.RLIMIT_AS, (mem << 20, mem << 20))
+                # Deep recursion through C frames (lru_cache, __eq__) needs more than the 8 MiB
+                # default stack once the recursion limit is 600 000; the stack counts against
+                # the address-space limit anyway. Best effort: the hard limit may be lower.
+                try:
+                    stack = 256 << 20 if mem <= 0 else min(256, mem // 2) << 20
+                    hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+                    if hard != resource.RLIM_INFINITY:
+                        stack = min(stack, hard)
+                    resource.setrlimit(resource.RLIMIT_STACK, (stack, hard))
+                except (ValueError, OSError):
+                    pass
                 child_loop(job, i, out_w, err_w, ctl_w, ack_r, resource)
             finally:
                 os._exit(70)
@@ -1199,6 +1246,10 @@ def worker_main():
         prctl(PR_SET_CHILD_SUBREAPER, 1)
     except OSError:
         PROTECTION["notes"].append("cannot become a child subreaper: killed runners are reaped by init")
+    if PROTECTION.get("pid_namespace"):
+        # Now, before any job: the zygote's memory never held an expected output, not even a
+        # freed one. (Only a zygote that stops responding is replaced later.)
+        spawn_zygote()
     write_frame(1, {"ready": True, "protection": PROTECTION, "python": sys.version.split()[0]})
     while True:
         job = read_frame(0)

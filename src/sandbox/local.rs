@@ -3,8 +3,8 @@
 //! Each slot owns one worker process running `harness.py worker` (see the process tree at the top
 //! of `harness.py`). The worker is started once with a scrubbed environment in its own process
 //! group, isolates itself (namespaces, read-only root, private `/tmp`), imports the harness, and
-//! then forks per submission; a submission costs about two forks plus one per test instead of an
-//! interpreter start-up (Sandbox Fusion pays ~9 ms of start-up and ~120 ms of numpy import per
+//! then forks per submission; a submission costs about two forks (more only when a test times
+//! out or crashes the program) instead of an interpreter start-up (Sandbox Fusion pays ~9 ms of start-up and ~120 ms of numpy import per
 //! request, reference/sandbox-fusion.md §4).
 //!
 //! Concurrency: a semaphore with one permit per slot queues callers; a free list hands out slots.
@@ -13,8 +13,8 @@
 //! restarted on the next use, so one bad submission never poisons a slot.
 //!
 //! Each slot runs programs under its own uid (when rlx is root): RLIMIT_NPROC counts per uid, so
-//! a fork bomb in one slot cannot starve another. Uids are `1_000_000 + (pid % 50_000)·64 + slot`,
-//! far from any real account.
+//! a fork bomb in one slot cannot starve another. Uids are `1_000_000 + (pid % 10_000)·65_536 +
+//! slot number within the process`, far from any real account.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,6 +42,9 @@ pub struct LocalConfig {
     pub python: Option<PathBuf>,
     /// Refuse to start when an isolation layer is missing instead of degrading.
     pub strict: bool,
+    /// Use namespaces when the kernel allows them (default). Off only to exercise the degraded
+    /// mode (tests) or where namespaces misbehave; the loss is reported in [`Protection`].
+    pub namespaces: bool,
 }
 
 impl Default for LocalConfig {
@@ -50,6 +53,7 @@ impl Default for LocalConfig {
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             python: None,
             strict: false,
+            namespaces: true,
         }
     }
 }
@@ -75,6 +79,7 @@ struct Spawner {
     python: PathBuf,
     dir: PathBuf,
     uid_base: u32,
+    namespaces: bool,
 }
 
 struct Worker {
@@ -121,9 +126,13 @@ impl LocalSandbox {
         let harness_path = dir.join("harness.py");
         std::fs::write(&harness_path, harness::SOURCE).map_err(io(&harness_path))?;
         let workers = config.workers.max(1);
-        // Distinct uid ranges per process and per sandbox in it (tests start many).
-        let uid_base = 1_000_000 + (std::process::id() % 10_000) * 512 + (n % 8) * 64;
-        let spawner = Spawner { python, dir, uid_base };
+        // Distinct uid ranges per process and per sandbox in it (tests start many): uids of
+        // two live pools must never meet, since the process limit and (without a PID
+        // namespace) the final kill work per uid.
+        static NEXT_SLOT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let first = NEXT_SLOT.fetch_add(config.workers.max(1) as u32, std::sync::atomic::Ordering::Relaxed) % 65_536;
+        let uid_base = 1_000_000 + (std::process::id() % 10_000) * 65_536 + first;
+        let spawner = Spawner { python, dir, uid_base, namespaces: config.namespaces };
         let mut inner = Inner {
             slots: Vec::new(),
             free: Mutex::new((0..workers).rev().collect()),
@@ -294,6 +303,7 @@ async fn spawn_worker(inner: &Spawner, slot: usize) -> Result<(Worker, Protectio
         "root_dir": root_dir,
         "fallback_tmp": work_dir,
         "tmp_mb": 512,
+        "namespaces": inner.namespaces,
     });
     let mut cmd = Command::new(&inner.python);
     cmd.arg("-I")

@@ -77,7 +77,8 @@ pub struct Protection {
     pub network_namespace: bool,
     /// A private mount namespace with a read-only root; only the working directory is writable.
     pub mount_namespace: bool,
-    /// Each submission in its own PID namespace: the whole tree dies with it.
+    /// Programs run in a PID namespace of their worker that is emptied (SIGKILL, reap) after
+    /// every submission: forked, daemonised and signal-ignoring children die too.
     pub pid_namespace: bool,
     /// Programs run under an unprivileged uid (root only; rlx as a normal user is already one).
     pub unprivileged_uid: bool,
@@ -336,6 +337,25 @@ pub trait Grader: Send + Sync {
     /// Grade already-extracted `code`. Never fails: infrastructure failures come back as
     /// [`VerdictStatus::InfraError`] verdicts.
     fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> impl Future<Output = Verdict> + Send;
+}
+
+/// Either backend behind one type, for callers that pick it at run time (the spec's
+/// `sandbox.kind`, `rlx grade --sandbox`): [`Grader`] is not object-safe.
+#[derive(Clone)]
+pub enum AnyGrader {
+    /// The embedded sandbox.
+    Local(local::LocalSandbox),
+    /// A Sandbox Fusion server (boxed: the HTTP client is large next to the pool handle).
+    Fusion(Box<fusion::FusionClient>),
+}
+
+impl Grader for AnyGrader {
+    async fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Verdict {
+        match self {
+            AnyGrader::Local(g) => g.grade(problem, code, opts).await,
+            AnyGrader::Fusion(g) => g.grade(problem, code, opts).await,
+        }
+    }
 }
 
 /// What to grade: a completion (model text, code extracted here) or code as is.

@@ -333,23 +333,29 @@ async fn adversarial_resource_abuse() {
     let v = adversarial(&sb, "sleep", "import time\ntime.sleep(1000)\n", "1", 1.0).await;
     assert_eq!(statuses(&v), [TestStatus::Timeout]);
 
-    let v = adversarial(&sb, "flood", "import sys\nb = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(b)\n", "1", 10.0).await;
-    assert_eq!(statuses(&v), [TestStatus::OutputLimit]);
+    // A generous limit: on a starved machine, moving 16 MiB must not turn into a timeout.
+    let v = adversarial(&sb, "flood", "import sys\nb = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(b)\n", "1", 30.0).await;
+    assert_eq!(statuses(&v), [TestStatus::OutputLimit], "{v:?}");
 
     // Signals are ignored and the program forks and daemonises: still killed, and the children too.
     let daemon = "import os, signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n    os._exit(0)\nprint(1)\nsys.stdout.flush()\n";
-    let v = adversarial(&sb, "daemon", daemon, "1", 2.0).await;
+    let v = adversarial(&sb, "daemon", daemon, "1", 10.0).await;
     assert!(v.passed, "the program's own output still counts: {v:?}");
 
     let v = adversarial(&sb, "deep_recursion", "def f(n):\n    return f(n + 1) + 1\nprint(f(0))\n", "1", 5.0).await;
     // RecursionError at 600 000 frames (the reference's limit), or the limits on a slow machine.
     assert!(matches!(statuses(&v)[..], [TestStatus::RuntimeError | TestStatus::MemoryLimit | TestStatus::Timeout]), "{v:?}");
 
+    // Deep but finite recursion through C frames is a correct program.
+    let lru = "from functools import lru_cache\n@lru_cache(None)\ndef f(n):\n    return 0 if n == 0 else f(n - 1) + 1\nprint(f(100000))\n";
+    let v = adversarial(&sb, "deep_lru_recursion", lru, "100000", 10.0).await;
+    assert!(v.passed, "{v:?}");
+
     // Killing its parent, init and everything it can see: grading goes on.
     let kill = "import os, signal\nfor pid in (os.getppid(), 1, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\nprint(7)\n";
-    let v = adversarial(&sb, "kill_parent", kill, "7", 2.0).await;
+    let v = adversarial(&sb, "kill_parent", kill, "7", 10.0).await;
     assert!(v.passed, "{v:?}");
-    let v = adversarial(&sb, "after_kill", "print(8)", "8", 2.0).await;
+    let v = adversarial(&sb, "after_kill", "print(8)", "8", 10.0).await;
     assert!(v.passed, "the worker survives: {v:?}");
 }
 
@@ -397,20 +403,24 @@ async fn adversarial_escapes() {
     let v = adversarial(&sb, "read_tests", &needle_hunt, "SECRET-EXPECTED-42", 20.0).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer], "{v:?}");
 
-    // os._exit(0) and sys.exit(0) decide nothing.
-    let v = adversarial(&sb, "os_exit", "import os\nos._exit(0)\n", "42", 2.0).await;
+    // Non-UTF-8 output is judged (and fails), it does not break grading.
+    let v = adversarial(&sb, "non_utf8", "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe42\\n')\n", "42", 10.0).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
-    let v = adversarial(&sb, "fake_marker", "print('PASSED')\nprint('All tests passed')\n", "42", 2.0).await;
+
+    // os._exit(0) and sys.exit(0) decide nothing.
+    let v = adversarial(&sb, "os_exit", "import os\nos._exit(0)\n", "42", 10.0).await;
+    assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
+    let v = adversarial(&sb, "fake_marker", "print('PASSED')\nprint('All tests passed')\n", "42", 10.0).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
     let p = functional_problem("f", &[("1", "3")]);
-    let v = grade(&sb, &p, "import sys\nsys.exit(0)\n", &opts(2.0)).await;
+    let v = grade(&sb, &p, "import sys\nsys.exit(0)\n", &opts(10.0)).await;
     assert_eq!(statuses(&v), [TestStatus::RuntimeError]);
     // Writing a forged functional result and exiting only "returns" that value: still judged.
     let forge = "import os, struct, json\nb = json.dumps({'res': {'ok': 4}, 'exit': 0}).encode()\nos.write(3, struct.pack('>I', len(b)) + b)\nos._exit(0)\n";
-    let v = grade(&sb, &p, forge, &opts(2.0)).await;
+    let v = grade(&sb, &p, forge, &opts(10.0)).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
     // A value whose __eq__ always says yes is not plain data and equals nothing.
-    let v = grade(&sb, &p, "class Y:\n    def __eq__(self, o):\n        return True\ndef f(a):\n    return Y()\n", &opts(2.0)).await;
+    let v = grade(&sb, &p, "class Y:\n    def __eq__(self, o):\n        return True\ndef f(a):\n    return Y()\n", &opts(10.0)).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
 }
 
@@ -443,4 +453,52 @@ async fn run_reports_output_exit_and_signals() {
     let env = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(!env.contains("CARGO") && !env.contains("RUST"), "inherited environment: {env}");
     assert_nothing_left(&sb);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_fast_stops_at_the_first_failure_and_the_worker_goes_on() {
+    if !python_available() {
+        return;
+    }
+    let sb = sandbox(1).await;
+    let p = stdin_problem("ff", &[("1\n", "1\n"), ("2\n", "0\n"), ("3\n", "3\n"), ("4\n", "4\n")]);
+    let code = "import time\nn = int(input())\nif n == 3:\n    time.sleep(1000)\nprint(n)\n";
+    // All tests by default: the third times out, the fourth still runs in a fresh process.
+    let v = grade(&sb, &p, code, &opts(1.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::Passed, TestStatus::WrongAnswer, TestStatus::Timeout, TestStatus::Passed]);
+    assert_eq!((v.tests_passed, v.tests_total), (2, 4));
+    // Fail-fast: the reference harness's behaviour, the rest is not run.
+    let mut o = opts(1.0);
+    o.fail_fast = true;
+    let v = grade(&sb, &p, code, &o).await;
+    assert_eq!(statuses(&v), [TestStatus::Passed, TestStatus::WrongAnswer]);
+    assert_eq!((v.passed, v.tests_total), (false, 4));
+    assert_nothing_left(&sb);
+    let v = grade(&sb, &p, "print(input())", &opts(1.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::Passed, TestStatus::WrongAnswer, TestStatus::Passed, TestStatus::Passed]);
+}
+
+/// Without namespaces (as on machines that forbid them): still a separate uid per slot (when
+/// root), rlimits and deadlines, and every process of the slot's uid is killed after each test,
+/// including a child that left the process group with `setsid`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn degraded_mode_without_namespaces() {
+    if !python_available() {
+        return;
+    }
+    let sb = LocalSandbox::start(LocalConfig { workers: 1, namespaces: false, ..LocalConfig::default() }).await.unwrap();
+    let prot = sb.protection().clone();
+    assert!(!prot.pid_namespace && !prot.network_namespace && !prot.mount_namespace);
+    assert!(prot.notes.iter().any(|n| n.contains("disabled")), "{prot:?}");
+    assert!(LocalSandbox::start(LocalConfig { workers: 1, namespaces: false, strict: true, ..LocalConfig::default() }).await.is_err());
+    let problems = data::load_file(Path::new("../shared/data/lcb/lcb_train_580.json"), None).unwrap();
+    let v = grade(&sb, &problems[187], "a, b = map(int, input().split())\nprint(-(-a // b))", &opts(6.0)).await;
+    assert!(v.passed, "{v:?}");
+    let v = adversarial(&sb, "loop", "while True:\n    pass\n", "1", 1.0).await;
+    assert_eq!(statuses(&v), [TestStatus::Timeout]);
+    let daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n    os._exit(0)\nprint(1)\n";
+    let v = adversarial(&sb, "daemon", daemon, "1", 10.0).await;
+    assert!(v.passed, "{v:?}");
+    let v = adversarial(&sb, "fork_bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", "1", 1.0).await;
+    assert!(!v.passed);
 }

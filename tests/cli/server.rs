@@ -214,5 +214,29 @@ async fn fusion_infrastructure_failures_are_infra_errors() {
     assert_eq!(v.status, VerdictStatus::InfraError);
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 
+    // A server that accepts and never answers: each attempt times out, then infra.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let a = accepted.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming().flatten() {
+            a.fetch_add(1, Ordering::SeqCst);
+            held.push(s);
+        }
+    });
+    let client = FusionClient::new(fast_retries(format!("http://{addr}"))).unwrap();
+    let err = client.run_code(&json!({"code": "print(1)", "language": "python"}), Duration::from_millis(300)).await.unwrap_err();
+    assert!(err.to_string().contains("3 attempt") && err.to_string().contains("no reply"), "{err}");
+    // The accept thread may lag behind the kernel's handshake; give it a moment.
+    for _ in 0..100 {
+        if accepted.load(Ordering::SeqCst) >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 3, "one connection per attempt");
+
     assert!(FusionClient::new(FusionConfig::new("https://example.com")).is_err(), "https is refused up front");
 }

@@ -19,7 +19,7 @@ use crate::cli::exit;
 use crate::data::{self, Format};
 use crate::sandbox::fusion::{FusionClient, FusionConfig};
 use crate::sandbox::local::{LocalConfig, LocalSandbox};
-use crate::sandbox::{GradeOptions, Limits, Progress, Submission, Verdict, VerdictStatus, grade_all};
+use crate::sandbox::{AnyGrader, GradeOptions, Limits, Progress, Submission, Verdict, VerdictStatus, grade_all};
 
 /// Which sandbox grades.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -134,21 +134,21 @@ pub fn run(args: GradeArgs) -> anyhow::Result<u8> {
     let progress: Arc<dyn Progress> = Arc::new(Bar(bar.clone()));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     let verdicts = runtime.block_on(async {
-        match args.sandbox {
+        let (grader, concurrency) = match args.sandbox {
             SandboxKind::Local => {
                 let config = LocalConfig { strict: args.strict, ..LocalConfig::default() };
                 let workers = args.concurrency.unwrap_or(config.workers);
                 let sandbox = LocalSandbox::start(LocalConfig { workers, ..config }).await.context("cannot start the local sandbox")?;
                 warn_protection(sandbox.protection());
-                grade_all(Arc::new(sandbox), &problems, submissions, &opts, workers, progress).await
+                (AnyGrader::Local(sandbox), workers)
             }
             SandboxKind::Fusion => {
                 let concurrency = args.concurrency.unwrap_or(4);
                 let client = FusionClient::new(FusionConfig { concurrency, ..FusionConfig::new(&args.fusion_url) })?;
-                grade_all(Arc::new(client), &problems, submissions, &opts, concurrency, progress).await
+                (AnyGrader::Fusion(Box::new(client)), concurrency)
             }
-        }
-        .context("grading failed")
+        };
+        grade_all(Arc::new(grader), &problems, submissions, &opts, concurrency, progress).await.context("grading failed")
     })?;
     bar.finish_and_clear();
     let mut sink: Box<dyn std::io::Write> = match &args.out {
