@@ -1,4 +1,4 @@
-//! The run's grader (embedded sandbox or Sandbox Fusion) and group grading with infrastructure
+//! Starting the run's sandbox (embedded or Sandbox Fusion) and grading groups with infrastructure
 //! retries: an infra-failed completion is graded again, never scored as a failure.
 
 use std::sync::Arc;
@@ -6,31 +6,17 @@ use std::time::{Duration, Instant};
 
 use crate::data::Problem;
 use crate::sandbox::fusion::{FusionClient, FusionConfig};
+use crate::sandbox::AnyGrader;
 use crate::sandbox::local::{LocalConfig, LocalSandbox};
 use crate::sandbox::{GradeOptions, Grader, Limits, Verdict, VerdictStatus, extract_code};
 use crate::spec::types::{SandboxKind, Spec};
 
 use super::Error;
 
-/// Either sandbox, behind one `Grader`.
-#[derive(Clone)]
-pub enum AnyGrader {
-    /// rlx's embedded sandbox.
-    Local(LocalSandbox),
-    /// A Sandbox Fusion server.
-    Fusion(FusionClient),
-}
+/// Starts the spec's sandbox and derives grading options.
+pub struct Sandboxes;
 
-impl Grader for AnyGrader {
-    async fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Verdict {
-        match self {
-            AnyGrader::Local(s) => s.grade(problem, code, opts).await,
-            AnyGrader::Fusion(f) => f.grade(problem, code, opts).await,
-        }
-    }
-}
-
-impl AnyGrader {
+impl Sandboxes {
     /// Starts the spec's sandbox.
     ///
     /// # Errors
@@ -51,7 +37,7 @@ impl AnyGrader {
                 let mut cfg = FusionConfig::new(&s.url);
                 cfg.concurrency = s.concurrency.unwrap_or(32) as usize;
                 let client = FusionClient::new(cfg).map_err(|e| Error::Setup(format!("cannot create the Sandbox Fusion client: {e}")))?;
-                Ok((AnyGrader::Fusion(client), serde_json::json!({"kind": "fusion", "url": s.url})))
+                Ok((AnyGrader::Fusion(Box::new(client)), serde_json::json!({"kind": "fusion", "url": s.url})))
             }
         }
     }

@@ -122,7 +122,7 @@ pub async fn run(plan: &Plan, stop: &Stop, sink: &dyn EventSink) -> Result<Outco
             status.state = State::Failed;
             status.reason = Some(e.to_string());
             events.append(&json!({"event": "failed", "error": e.to_string(), "time": runlog::now()}))?;
-            tracing::error!("run failed: {e}");
+            tracing::info!("run failed: {e}");
         }
     }
     status.pid = None;
@@ -207,9 +207,9 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
         .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))??;
 
     // Sandbox.
-    let (grader, protection) = grading::AnyGrader::start(spec).await?;
+    let (grader, protection) = grading::Sandboxes::start(spec).await?;
     let grader = Arc::new(grader);
-    let opts = grading::AnyGrader::options(spec);
+    let opts = grading::Sandboxes::options(spec);
     {
         // Record the isolation actually in force.
         let mut prov: serde_json::Value = dir.read_json(files::PROVENANCE)?.unwrap_or_default();
@@ -351,7 +351,8 @@ fn write_eval(metrics: &mut JsonlWriter, results: &mut JsonlWriter, step: i64, r
 
 async fn checkpoint<T: Trainer + 'static>(trainer: T, step: u32, cursor: u64, kind: &str, dir: &RunDir, log: &mut JsonlWriter, sink: &dyn EventSink) -> Result<T, Error> {
     let name = format!("step-{step:06}");
-    let path = dir.checkpoint_path(&name);
+    let rel = dir.checkpoint_path(&name);
+    let path = dir.path().join(&rel);
     let p = path.clone();
     let mut trainer = trainer;
     let trainer = tokio::task::spawn_blocking(move || {
@@ -366,7 +367,7 @@ async fn checkpoint<T: Trainer + 'static>(trainer: T, step: u32, cursor: u64, ki
         name,
         step,
         data_cursor: cursor,
-        state_path: Some(path.clone()),
+        state_path: Some(rel),
         sampler_path: None,
         time: runlog::now(),
         kind: kind.into(),

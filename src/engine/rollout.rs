@@ -8,7 +8,8 @@ use crate::backend::{SampledSequence, Sampler, SamplingParams, StopReason};
 use crate::data::Problem;
 use crate::sandbox::GradeOptions;
 
-use super::grading::{AnyGrader, Graded, grade_group};
+use super::grading::{Graded, grade_group};
+use crate::sandbox::AnyGrader;
 use super::prompting::{Prompting, Rendered};
 use super::{Error, Event, EventSink, Stop};
 

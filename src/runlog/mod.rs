@@ -162,7 +162,8 @@ pub struct CheckpointRecord {
     pub step: u32,
     /// Training problems consumed after that step (where the next step starts).
     pub data_cursor: u64,
-    /// Trainer state (weights + optimizer moments), resumable.
+    /// Trainer state (weights + optimizer moments), resumable; relative to the run directory,
+    /// so a run directory can be moved or copied and still resume.
     pub state_path: Option<PathBuf>,
     /// Sampler weights for serving, when a backend writes them separately.
     pub sampler_path: Option<PathBuf>,
@@ -282,18 +283,25 @@ impl RunDir {
         self.write_json(files::STATUS, &s)
     }
 
-    /// Where checkpoint `name`'s state goes.
+    /// Where checkpoint `name`'s state goes, relative to the run directory.
     pub fn checkpoint_path(&self, name: &str) -> PathBuf {
-        self.path.join(files::CHECKPOINT_DIR).join(name)
+        Path::new(files::CHECKPOINT_DIR).join(name)
     }
 
-    /// The last checkpoint whose state exists on disk: where a resumed run starts.
+    /// The last checkpoint whose state exists on disk: where a resumed run starts. Its
+    /// `state_path` is returned resolved against the run directory.
     ///
     /// # Errors
     /// I/O errors and corrupt lines.
     pub fn last_checkpoint(&self) -> Result<Option<CheckpointRecord>, Error> {
         let read: jsonl::Read<CheckpointRecord> = read_jsonl(&self.file(files::CHECKPOINTS))?;
-        Ok(read.rows.into_iter().rev().find(|c| c.state_path.as_ref().is_some_and(|p| p.exists())))
+        Ok(read.rows.into_iter().rev().find_map(|mut c| {
+            let abs = self.path.join(c.state_path.as_ref()?);
+            abs.exists().then(|| {
+                c.state_path = Some(abs);
+                c
+            })
+        }))
     }
 
     /// Rewrites a JSONL file keeping only records whose `step` satisfies `keep` (records without

@@ -28,7 +28,7 @@ schedule: {max_steps: 3}
 impl TestContext {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("train.jsonl"), "{\"task_id\": 1, \"text\": \"t\", \"code\": \"\", \"test_list\": []}\n").unwrap();
+        std::fs::write(dir.path().join("train.jsonl"), "{\"task_id\": 1, \"text\": \"Return 1.\", \"code\": \"def f():\\n    return 1\", \"test_list\": [\"assert f() == 1\"]}\n").unwrap();
         std::fs::write(dir.path().join("user.j2"), "{{ problem.statement }}\n").unwrap();
         std::fs::write(dir.path().join("spec.yaml"), MINIMAL).unwrap();
         TestContext { dir }

@@ -128,7 +128,7 @@ fn a_short_run_writes_a_complete_run_directory() {
     assert_eq!(cks.len(), 3);
     assert_eq!(cks[2]["kind"], "final");
     assert_eq!(cks[2]["data_cursor"], 6);
-    assert!(Path::new(cks[2]["state_path"].as_str().unwrap()).exists());
+    assert!(dir.join(cks[2]["state_path"].as_str().unwrap()).exists(), "state paths are relative to the run directory");
     let prov: Value = serde_json::from_slice(&std::fs::read(dir.join("provenance.json")).unwrap()).unwrap();
     assert!(prov["sandbox"].is_object(), "effective sandbox protection recorded: {prov}");
     // Running the finished experiment again is a no-op.
@@ -180,7 +180,7 @@ fn sigint_stops_gracefully_and_resume_continues() {
     let cx = TestContext::new();
     tiny_model(&cx.path().join("tiny"));
     cx.write("spec.yaml", &spec(6, 100));
-    let mut child = cx.rlx().args(["run", "spec.yaml"]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let child = cx.rlx().args(["run", "spec.yaml"]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(300);
     let metrics = || std::fs::read_dir(cx.path().join("runs")).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| jsonl(&e.path().join("metrics.jsonl")).len()).unwrap_or(0);
     while metrics() < 2 && Instant::now() < deadline {

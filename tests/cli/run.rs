@@ -5,12 +5,16 @@ use crate::common::TestContext;
 #[test]
 fn run_validates_first_and_names_the_run() {
     let cx = TestContext::new();
-    let r = cx.run(&["run", "spec.yaml", "lr=3e-5"]);
-    // The engine is the next piece of work: the command stops with a clear error after planning.
+    // A model that is neither a path nor in the Hugging Face cache: the run fails at set-up,
+    // says why, and records the failure in its run directory.
+    let r = cx.rlx().args(["run", "spec.yaml", "lr=3e-5"]).env("HF_HUB_CACHE", cx.path().join("empty-hf")).output().unwrap();
+    let r = crate::common::Run::from(r);
     assert_eq!(r.code, 3, "{}", r.stderr);
-    assert!(r.stderr.contains("run mini-"), "{}", r.stderr);
-    assert!(r.stderr.contains("not implemented yet"), "{}", r.stderr);
-    assert!(!cx.path().join("runs").exists(), "no run directory for a run that cannot start");
+    assert!(r.stderr.contains("not found in the Hugging Face cache"), "{}", r.stderr);
+    let runs: Vec<_> = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().collect();
+    let status: serde_json::Value = serde_json::from_slice(&std::fs::read(runs[0].path().join("status.json")).unwrap()).unwrap();
+    assert_eq!(status["state"], "failed");
+    assert!(status["reason"].as_str().unwrap().contains("huggingface-cli download org/model"));
 
     let r = cx.run(&["run", "spec.yaml", "optimizer.learning_rte=3e-5"]);
     assert_eq!(r.code, 2);

@@ -60,9 +60,11 @@ fn finished_runs_are_skipped_and_the_sweep_is_recorded() {
     assert!(dry.stdout.lines().nth(1).unwrap().contains("finished"), "{}", dry.stdout);
     assert!(dry.stdout.lines().nth(2).unwrap().contains("new"), "{}", dry.stdout);
 
-    // A real launch runs only the unfinished member (which stops at the engine boundary for now)
-    // and records the sweep.
-    let r = cx.run(&["sweep", "spec.yaml", "lr=[1e-5,4e-5]", "--max-parallel", "2"]);
+    // A real launch runs only the unfinished member (which fails at set-up here: its model is in
+    // no cache) and records the sweep.
+    let r = crate::common::Run::from(
+        cx.rlx().args(["sweep", "spec.yaml", "lr=[1e-5,4e-5]", "--max-parallel", "2"]).env("HF_HUB_CACHE", cx.path().join("empty-hf")).output().unwrap(),
+    );
     assert!(r.stderr.contains("1 finished run(s) skipped"), "{}", r.stderr);
     assert!(r.stderr.contains(&format!("▶ {}", members[1])), "{}", r.stderr);
     assert!(!r.stderr.contains(&format!("▶ {}", members[0])), "{}", r.stderr);
@@ -76,7 +78,9 @@ fn finished_runs_are_skipped_and_the_sweep_is_recorded() {
     assert_eq!(rec["axes"][0]["key"], "optimizer.learning_rate");
     // The member's own output went to a file beside the record (parallel mode).
     let out = sweeps[0].as_ref().unwrap().path().join(format!("{}.out", members[1]));
-    assert!(std::fs::read_to_string(out).unwrap().contains("not implemented yet"));
+    assert!(std::fs::read_to_string(out).unwrap().contains("not found in the Hugging Face cache"));
+    assert_eq!(r.code, 1, "a failed member fails the sweep");
+    assert_eq!(rec["members"][1]["state"], "failed (exit 3)");
 }
 
 #[test]
