@@ -69,7 +69,7 @@ fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
         })
         .collect();
     let adam = AdamParams { learning_rate: 1e-5, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, grad_clip_norm: 1.0 };
-    let mut step = |tr: &mut LocalTrainer| -> (f64, f64, f64) {
+    let step = |tr: &mut LocalTrainer| -> (f64, f64, f64) {
         let t0 = Instant::now();
         tr.forward_backward(&data, &LossFn::ImportanceSampling).expect("forward_backward");
         let t1 = Instant::now();
@@ -132,9 +132,9 @@ fn main() {
             return;
         }
     };
-    // SAFETY-free configuration: candle's CPU GEMM reads RAYON_NUM_THREADS in each child.
+    // candle's CPU GEMM sizes its thread pool from RAYON_NUM_THREADS, read in each child.
     let threads_s = threads.to_string();
-    // SAFETY: single-threaded at this point; children inherit the variable.
+    // SAFETY: no other thread exists yet that could read the environment concurrently.
     unsafe { std::env::set_var("RAYON_NUM_THREADS", &threads_s) };
     let hf_dir = std::env::temp_dir().join("rlx-bench-smollm2-hf");
     if !hf_dir.join("model.safetensors").exists() {
