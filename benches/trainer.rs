@@ -1,7 +1,8 @@
 //! Throughput of the local candle backend on SmolLM2-135M against PyTorch + transformers (+ peft),
 //! same CPU, same shapes, in one run. Prints a table; asserts nothing (timings are noisy).
 //!
-//! `cargo bench --bench trainer` (add `-- --threads N`; default: all cores). Each phase runs in a
+//! `cargo bench --bench trainer` (add `-- --threads N`, default all cores; `-- --phases a,b` for a
+//! subset). Each phase runs in a
 //! child process so its peak RSS is its own: sampling 64 new tokens after a 32-token prompt at
 //! batch 1 and 16 (temperature 1, full distribution), and a training step (forward, backward,
 //! clip, AdamW) on 4 × 128 tokens with the importance-sampling loss, LoRA (r 16, all seven
@@ -148,7 +149,9 @@ fn main() {
     }
     println!("SmolLM2-135M-Instruct (f32, dequantised from Q4_1), {threads} threads; sampling: {PROMPT}-token prompt + {NEW} new tokens; training: {BATCH}x{SEQ} tokens, importance_sampling, AdamW + clip");
     println!("{:<11} {:>14} {:>14} {:>8} {:>12} {:>12}", "phase", "rlx tok/s", "torch tok/s", "ratio", "rlx MB", "torch MB");
-    for phase in PHASES {
+    // `--phases sample1,train_full` runs a subset.
+    let only: Option<Vec<String>> = args.iter().position(|a| a == "--phases").and_then(|i| args.get(i + 1)).map(|p| p.split(',').map(String::from).collect());
+    for phase in PHASES.iter().copied().filter(|p| only.as_ref().is_none_or(|o| o.iter().any(|x| x == p))) {
         let ours = child(&["--phase", phase, gguf.to_str().expect("utf-8 path")]);
         let theirs = if has_torch { torch_phase(&hf_dir, phase, threads) } else { None };
         let f = |v: &Option<serde_json::Value>, k: &str| v.as_ref().and_then(|v| v[k].as_f64());
