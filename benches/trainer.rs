@@ -10,6 +10,9 @@
 //! same weights, exported by rlx from the GGUF as an HF directory; it is skipped with a message if
 //! `torch`/`transformers`/`peft` are not importable.
 
+// A benchmark reports on stdout/stderr by design.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -115,7 +118,6 @@ fn torch_phase(dir: &Path, phase: &str, threads: usize) -> Option<serde_json::Va
     String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok())
 }
 
-#[allow(clippy::print_stdout, clippy::print_stderr)]
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let threads = args.iter().position(|a| a == "--threads").and_then(|i| args.get(i + 1)).and_then(|t| t.parse().ok()).unwrap_or_else(|| {
@@ -162,15 +164,13 @@ fn main() {
             _ => "-".into(),
         };
         println!("{:<11} {:>14} {:>14} {:>8} {:>12} {:>12}", phase, fmt(a), fmt(b), ratio, fmt(f(&ours, "peak_rss_mb")), fmt(f(&theirs, "peak_rss_mb")));
-        if let Some(o) = &ours {
-            if o.get("step_s").is_some() {
+        if let Some(o) = &ours
+            && o.get("step_s").is_some() {
                 println!("            rlx detail: {o}");
             }
-        }
-        if let Some(t) = &theirs {
-            if t.get("step_s").is_some() {
+        if let Some(t) = &theirs
+            && t.get("step_s").is_some() {
                 println!("            torch detail: {t}");
             }
-        }
     }
 }

@@ -87,11 +87,10 @@ impl LocalTrainer {
         if options.tuning == Tuning::Frozen {
             return Err(Error::InvalidArgument { what: "tuning", reason: "a trainer needs `full` or `lora`".into() });
         }
-        if let Tuning::Lora(l) = &options.tuning {
-            if l.rank == 0 || l.targets.is_empty() {
+        if let Tuning::Lora(l) = &options.tuning
+            && (l.rank == 0 || l.targets.is_empty()) {
                 return Err(Error::InvalidArgument { what: "lora", reason: "rank must be >= 1 and targets non-empty".into() });
             }
-        }
         let base = Arc::new(weights);
         let pb = ParamBuilder::new(&base, &options.tuning, &source, options.seed);
         let model = Model::new(&config, &pb)?;
