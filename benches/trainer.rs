@@ -1,13 +1,17 @@
 //! Throughput of the local candle backend on SmolLM2-135M against PyTorch + transformers (+ peft),
 //! same CPU, same shapes, in one run. Prints a table; asserts nothing (timings are noisy).
 //!
-//! `cargo bench --bench trainer` (add `-- --threads N`; default: all cores). Each phase runs in a
+//! `cargo bench --bench trainer` (add `-- --threads N`, default all cores; `-- --phases a,b` for a
+//! subset). Each phase runs in a
 //! child process so its peak RSS is its own: sampling 64 new tokens after a 32-token prompt at
 //! batch 1 and 16 (temperature 1, full distribution), and a training step (forward, backward,
 //! clip, AdamW) on 4 × 128 tokens with the importance-sampling loss, LoRA (r 16, all seven
 //! projections) and full fine-tuning. The PyTorch side (`benches/trainer_torch.py`) loads the
 //! same weights, exported by rlx from the GGUF as an HF directory; it is skipped with a message if
 //! `torch`/`transformers`/`peft` are not importable.
+
+// A benchmark reports on stdout/stderr by design.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -69,7 +73,7 @@ fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
         })
         .collect();
     let adam = AdamParams { learning_rate: 1e-5, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, grad_clip_norm: 1.0 };
-    let mut step = |tr: &mut LocalTrainer| -> (f64, f64, f64) {
+    let step = |tr: &mut LocalTrainer| -> (f64, f64, f64) {
         let t0 = Instant::now();
         tr.forward_backward(&data, &LossFn::ImportanceSampling).expect("forward_backward");
         let t1 = Instant::now();
@@ -114,7 +118,6 @@ fn torch_phase(dir: &Path, phase: &str, threads: usize) -> Option<serde_json::Va
     String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok())
 }
 
-#[allow(clippy::print_stdout, clippy::print_stderr)]
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let threads = args.iter().position(|a| a == "--threads").and_then(|i| args.get(i + 1)).and_then(|t| t.parse().ok()).unwrap_or_else(|| {
@@ -132,9 +135,9 @@ fn main() {
             return;
         }
     };
-    // SAFETY-free configuration: candle's CPU GEMM reads RAYON_NUM_THREADS in each child.
+    // candle's CPU GEMM sizes its thread pool from RAYON_NUM_THREADS, read in each child.
     let threads_s = threads.to_string();
-    // SAFETY: single-threaded at this point; children inherit the variable.
+    // SAFETY: no other thread exists yet that could read the environment concurrently.
     unsafe { std::env::set_var("RAYON_NUM_THREADS", &threads_s) };
     let hf_dir = std::env::temp_dir().join("rlx-bench-smollm2-hf");
     if !hf_dir.join("model.safetensors").exists() {
@@ -148,7 +151,9 @@ fn main() {
     }
     println!("SmolLM2-135M-Instruct (f32, dequantised from Q4_1), {threads} threads; sampling: {PROMPT}-token prompt + {NEW} new tokens; training: {BATCH}x{SEQ} tokens, importance_sampling, AdamW + clip");
     println!("{:<11} {:>14} {:>14} {:>8} {:>12} {:>12}", "phase", "rlx tok/s", "torch tok/s", "ratio", "rlx MB", "torch MB");
-    for phase in PHASES {
+    // `--phases sample1,train_full` runs a subset.
+    let only: Option<Vec<String>> = args.iter().position(|a| a == "--phases").and_then(|i| args.get(i + 1)).map(|p| p.split(',').map(String::from).collect());
+    for phase in PHASES.iter().copied().filter(|p| only.as_ref().is_none_or(|o| o.iter().any(|x| x == p))) {
         let ours = child(&["--phase", phase, gguf.to_str().expect("utf-8 path")]);
         let theirs = if has_torch { torch_phase(&hf_dir, phase, threads) } else { None };
         let f = |v: &Option<serde_json::Value>, k: &str| v.as_ref().and_then(|v| v[k].as_f64());
@@ -159,15 +164,13 @@ fn main() {
             _ => "-".into(),
         };
         println!("{:<11} {:>14} {:>14} {:>8} {:>12} {:>12}", phase, fmt(a), fmt(b), ratio, fmt(f(&ours, "peak_rss_mb")), fmt(f(&theirs, "peak_rss_mb")));
-        if let Some(o) = &ours {
-            if o.get("step_s").is_some() {
+        if let Some(o) = &ours
+            && o.get("step_s").is_some() {
                 println!("            rlx detail: {o}");
             }
-        }
-        if let Some(t) = &theirs {
-            if t.get("step_s").is_some() {
+        if let Some(t) = &theirs
+            && t.get("step_s").is_some() {
                 println!("            torch detail: {t}");
             }
-        }
     }
 }

@@ -122,11 +122,10 @@ impl LossFn {
         let loss = self.name();
         match *self {
             LossFn::Ppo { clip_low_threshold: lo, clip_high_threshold: hi }
-            | LossFn::Cispo { clip_low_threshold: lo, clip_high_threshold: hi } => {
-                if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+            | LossFn::Cispo { clip_low_threshold: lo, clip_high_threshold: hi }
+                if !(lo.is_finite() && hi.is_finite() && lo <= hi) => {
                     return Err(Error::InvalidConfig { loss, reason: format!("expected clip_low_threshold <= clip_high_threshold, found {lo} and {hi}") });
                 }
-            }
             LossFn::Dro { beta } if !beta.is_finite() => {
                 return Err(Error::InvalidConfig { loss, reason: format!("beta must be finite, found {beta}") });
             }
@@ -260,11 +259,10 @@ pub fn stats(loss: &LossFn, logp: &[f32], q: &[f32], advantages: &[f32], weights
         let r = (lp - qq).exp();
         rsum += r;
         s.ratio_max = s.ratio_max.max(r);
-        if let Some((lo, hi)) = loss.clip() {
-            if r < lo || r > hi {
+        if let Some((lo, hi)) = loss.clip()
+            && (r < lo || r > hi) {
                 clipped += 1;
             }
-        }
         lsum += lp;
         klsum += qq - lp;
     }

@@ -3,6 +3,9 @@
 //! against full recomputation, bit-exact resume, gradient coverage, and a GRPO learning test.
 //! The SmolLM2 test (real GGUF from PyPI) lives in `trainer_smollm2.rs`.
 
+// Tests report measured values and skips on stderr by design.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

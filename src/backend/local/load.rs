@@ -107,13 +107,11 @@ pub fn load_hf_dir(dir: &Path) -> Result<Loaded> {
         bos_token = tok_text("bos_token");
         eos_token = tok_text("eos_token");
     }
-    if let (Some(eos), Some(tok)) = (&eos_token, &tokenizer) {
-        if let Some(id) = tok.token_to_id(eos) {
-            if !config.eos_token_ids.contains(&id) {
+    if let (Some(eos), Some(tok)) = (&eos_token, &tokenizer)
+        && let Some(id) = tok.token_to_id(eos)
+            && !config.eos_token_ids.contains(&id) {
                 config.eos_token_ids.push(id);
             }
-        }
-    }
     Ok(Loaded { config, weights, tokenizer, chat_template, bos_token, eos_token, source: dir.to_path_buf() })
 }
 

@@ -159,13 +159,13 @@ impl Config {
         if self.vocab_size == 0 || self.hidden_size == 0 || self.num_hidden_layers == 0 || self.num_attention_heads == 0 {
             return bad("sizes must be non-zero".into());
         }
-        if self.num_key_value_heads == 0 || self.num_attention_heads % self.num_key_value_heads != 0 {
+        if self.num_key_value_heads == 0 || !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return bad(format!(
                 "`num_attention_heads` ({}) must be a multiple of `num_key_value_heads` ({})",
                 self.num_attention_heads, self.num_key_value_heads
             ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!("`head_dim` must be even and non-zero, found {}", self.head_dim));
         }
         Ok(())

@@ -86,19 +86,58 @@ impl AdamW {
         let bc1 = 1.0 - p.beta1.powi(t);
         let bc2 = 1.0 - p.beta2.powi(t);
         for (i, (var, g)) in params.iter().zip(grads).enumerate() {
-            let g = if clipped { (g * gscale)? } else { g.clone() };
-            let m = ((&self.m[i] * p.beta1)? + (&g * (1.0 - p.beta1))?)?;
-            let v = ((&self.v[i] * p.beta2)? + (g.sqr()? * (1.0 - p.beta2))?)?;
-            let theta = var.as_tensor().detach();
-            let theta = if p.weight_decay != 0.0 { (theta * (1.0 - p.learning_rate * p.weight_decay))? } else { theta };
-            let denom = ((&v / bc2)?.sqrt()? + p.eps)?;
-            let upd = ((&m / bc1)? / denom)?;
-            var.set(&(theta - (upd * p.learning_rate)?)?)?;
-            self.m[i] = m;
-            self.v[i] = v;
+            // One fused pass per parameter instead of ~15 tensor ops that each allocate a
+            // parameter-sized temporary (measured: 10 s -> see README.trainer.md for SmolLM2).
+            let h = Hyper { lr: p.learning_rate, b1: p.beta1, b2: p.beta2, eps: p.eps, wd: p.weight_decay, bc1, bc2, gscale };
+            let shape = var.shape().clone();
+            let dev = var.device().clone();
+            let (np, nm, nv) = match var.dtype() {
+                candle_core::DType::F32 => {
+                    let (a, b, c) = fused::<f32>(var.as_tensor(), g, &self.m[i], &self.v[i], &h)?;
+                    (Tensor::from_vec(a, &shape, &dev)?, Tensor::from_vec(b, &shape, &dev)?, Tensor::from_vec(c, &shape, &dev)?)
+                }
+                candle_core::DType::F64 => {
+                    let (a, b, c) = fused::<f64>(var.as_tensor(), g, &self.m[i], &self.v[i], &h)?;
+                    (Tensor::from_vec(a, &shape, &dev)?, Tensor::from_vec(b, &shape, &dev)?, Tensor::from_vec(c, &shape, &dev)?)
+                }
+                other => return Err(Error::InvalidArgument { what: "parameter dtype", reason: format!("{other:?} is not supported (f32, f64)") }),
+            };
+            var.set(&np)?;
+            self.m[i] = nm;
+            self.v[i] = nv;
         }
         Ok(StepReport { grad_norm, clipped })
     }
+}
+
+struct Hyper {
+    lr: f64,
+    b1: f64,
+    b2: f64,
+    eps: f64,
+    wd: f64,
+    bc1: f64,
+    bc2: f64,
+    gscale: f64,
+}
+
+/// PyTorch AdamW for one parameter, element by element, in f64 arithmetic.
+fn fused<T>(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: &Hyper) -> Result<(Vec<T>, Vec<T>, Vec<T>)>
+where
+    T: candle_core::WithDType,
+{
+    let flat = |t: &Tensor| t.detach().flatten_all()?.to_vec1::<T>();
+    let (mut p, g, mut m, mut v) = (flat(p)?, flat(g)?, flat(m)?, flat(v)?);
+    for j in 0..p.len() {
+        let gj = g[j].to_f64() * h.gscale;
+        let mj = h.b1 * m[j].to_f64() + (1.0 - h.b1) * gj;
+        let vj = h.b2 * v[j].to_f64() + (1.0 - h.b2) * gj * gj;
+        let pj = p[j].to_f64() * (1.0 - h.lr * h.wd);
+        p[j] = T::from_f64(pj - h.lr * (mj / h.bc1) / ((vj / h.bc2).sqrt() + h.eps));
+        m[j] = T::from_f64(mj);
+        v[j] = T::from_f64(vj);
+    }
+    Ok((p, m, v))
 }
 
 #[cfg(test)]

@@ -89,7 +89,7 @@ impl CustomOp1 for TargetLogprob {
     }
 }
 
-/// The two float types the op supports, without a dependency on `num-traits`.
+/// The two float types the local kernels support, without a dependency on `num-traits`.
 mod num_traits_like {
     pub trait Float: Copy + PartialOrd + std::ops::Sub<Output = Self> + std::ops::Add<Output = Self> {
         fn neg_infinity() -> Self;

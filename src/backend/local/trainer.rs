@@ -44,7 +44,7 @@ impl Default for TrainerOptions {
 pub struct LocalTrainer {
     config: Config,
     options: TrainerOptions,
-    /// Base weights (frozen under LoRA; initial values under full fine-tuning).
+    /// Base weights, frozen under LoRA; empty under full fine-tuning (everything is a Var).
     base: Arc<HashMap<String, Tensor>>,
     model: Model,
     names: Vec<String>,
@@ -87,11 +87,10 @@ impl LocalTrainer {
         if options.tuning == Tuning::Frozen {
             return Err(Error::InvalidArgument { what: "tuning", reason: "a trainer needs `full` or `lora`".into() });
         }
-        if let Tuning::Lora(l) = &options.tuning {
-            if l.rank == 0 || l.targets.is_empty() {
+        if let Tuning::Lora(l) = &options.tuning
+            && (l.rank == 0 || l.targets.is_empty()) {
                 return Err(Error::InvalidArgument { what: "lora", reason: "rank must be >= 1 and targets non-empty".into() });
             }
-        }
         let base = Arc::new(weights);
         let pb = ParamBuilder::new(&base, &options.tuning, &source, options.seed);
         let model = Model::new(&config, &pb)?;
@@ -100,6 +99,10 @@ impl LocalTrainer {
             return Err(Error::InvalidArgument { what: "tuning", reason: "no parameter matched the LoRA targets".into() });
         }
         let opt = AdamW::new(&vars)?;
+        // Under full fine-tuning every weight now lives in a Var copy; keeping the loaded
+        // tensors too would double the model's memory for nothing.
+        drop(pb);
+        let base = if options.tuning == Tuning::Full { Arc::new(HashMap::new()) } else { base };
         Ok(Self { config, options, base, model, names, vars, grads: None, opt, tokenizer: tokenizer.map(Arc::new), source })
     }
 
