@@ -53,6 +53,8 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Print the JSON Schema of experiment specs (what `schemas/experiment.schema.json` holds).
     Schema,
+    /// Show the prompts a run would send, exactly as the model sees them, with token counts.
+    Render(RenderArgs),
     /// Run an experiment: validate, plan, then train and evaluate into `runs/<run-id>/`.
     Run(RunArgs),
     /// Run a grid of experiments: `rlx sweep [SPEC] lr=[1e-5,4e-5] group_size=8,16 seed=[0,1,2]`.
@@ -80,6 +82,20 @@ pub struct ValidateArgs {
     /// no learning signal, p^G + (1-p)^G.
     #[arg(long, value_name = "P", requires = "explain", value_parser = parse_probability)]
     pub pilot_pass_rate: Option<f64>,
+}
+
+/// `rlx render`.
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// The spec file, then `key=value` overrides.
+    #[arg(required = true, value_name = "SPEC [KEY=VALUE]...")]
+    pub args: Vec<String>,
+    /// How many problems to show (statistics cover all of them).
+    #[arg(long, default_value_t = 3)]
+    pub n: usize,
+    /// Render the evaluation problems instead of the training problems.
+    #[arg(long)]
+    pub eval: bool,
 }
 
 /// `rlx run`.

@@ -208,6 +208,63 @@ pub fn load_gguf(path: &Path) -> Result<Loaded> {
     Ok(Loaded { config, weights, tokenizer, chat_template, bos_token: text_of(bos_id), eos_token: text_of(eos_id), source: path.to_path_buf() })
 }
 
+/// What prompting needs from a model, read without its weights.
+pub struct PromptFiles {
+    /// The tokenizer, if the source has one.
+    pub tokenizer: Option<tokenizers::Tokenizer>,
+    /// The Jinja chat template, if the source has one.
+    pub chat_template: Option<String>,
+    /// The BOS token text.
+    pub bos_token: Option<String>,
+    /// The EOS token text.
+    pub eos_token: Option<String>,
+}
+
+/// Reads the tokenizer, chat template and special tokens of a GGUF file or HF directory without
+/// loading (or dequantising) any weights: what `rlx render` needs.
+///
+/// # Errors
+/// I/O failures, unreadable tokenizer or metadata.
+pub fn load_prompt_files(path: &Path) -> Result<PromptFiles> {
+    if path.is_dir() {
+        let tok_path = path.join("tokenizer.json");
+        let tokenizer = if tok_path.exists() {
+            Some(tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| Error::Tokenizer(format!("`{}`: {e}", tok_path.display())))?)
+        } else {
+            None
+        };
+        let tc_path = path.join("tokenizer_config.json");
+        let (mut chat_template, mut bos_token, mut eos_token) = (None, None, None);
+        if tc_path.exists() {
+            let cfg = crate::prompt::model_files::TokenizerConfig::from_file(&tc_path).map_err(|e| model_err(&tc_path, e.to_string()))?;
+            chat_template = cfg.chat_template;
+            bos_token = cfg.special.bos_token;
+            eos_token = cfg.special.eos_token;
+        }
+        return Ok(PromptFiles { tokenizer, chat_template, bos_token, eos_token });
+    }
+    let mut file = std::fs::File::open(path).map_err(io("open", path))?;
+    let content = gguf_file::Content::read(&mut file).map_err(|e| model_err(path, format!("not a readable GGUF file: {e}")))?;
+    let md = &content.metadata;
+    let tokens: Vec<String> = md
+        .get("tokenizer.ggml.tokens")
+        .ok_or_else(|| model_err(path, "missing metadata `tokenizer.ggml.tokens`"))?
+        .to_vec()
+        .map_err(|e| model_err(path, e.to_string()))?
+        .iter()
+        .map(|v| v.to_string().cloned())
+        .collect::<candle_core::Result<_>>()
+        .map_err(|e| model_err(path, e.to_string()))?;
+    let id = |k: &str| md.get(k).and_then(meta_u64).map(|x| x as u32);
+    let text_of = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize)).cloned();
+    Ok(PromptFiles {
+        tokenizer: Some(gguf_tokenizer(md, &tokens, path)?),
+        chat_template: md.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).cloned(),
+        bos_token: text_of(id("tokenizer.ggml.bos_token_id")),
+        eos_token: text_of(id("tokenizer.ggml.eos_token_id")),
+    })
+}
+
 /// The Hugging Face name of a llama.cpp tensor name; `None` for tensors we do not use.
 fn hf_name(gguf: &str) -> Option<String> {
     let top = match gguf {

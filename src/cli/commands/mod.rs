@@ -1,6 +1,7 @@
 //! One module per subcommand; each returns the exit code on success and an error for failures
 //! that are not the user's (I/O, internal).
 
+mod render;
 mod run;
 mod schema;
 mod sweep;
@@ -17,6 +18,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Validate(args) => validate::validate(args),
         Command::Schema => schema::schema(),
+        Command::Render(args) => render::render(args),
         Command::Run(args) => run::run(args),
         Command::Sweep(args) => sweep::sweep(args),
         Command::Grade(args) => grade::run(args),

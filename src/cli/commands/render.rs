@@ -1,0 +1,58 @@
+//! `rlx render SPEC [KEY=VALUE...] [--n 3] [--eval]`: the prompts a run would send, exactly as the
+//! model sees them, with token counts and template hashes.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use super::{report_plan_error, split_args};
+use crate::cli::{RenderArgs, exit, printer};
+use crate::engine::{problems, prompting::Prompting};
+use crate::prompt::chat::SpecialTokens;
+use crate::spec;
+
+pub fn render(args: RenderArgs) -> anyhow::Result<u8> {
+    let (specs, ovs) = match split_args(&args.args) {
+        Ok(x) => x,
+        Err(code) => return Ok(code),
+    };
+    let [spec_path] = specs.as_slice() else {
+        printer::status("error: `rlx render` takes one spec file, then overrides");
+        return Ok(exit::USAGE);
+    };
+    let plan = match spec::plan(Path::new(spec_path), &ovs) {
+        Ok(p) => p,
+        Err(e) => return Ok(report_plan_error(&e)),
+    };
+    let s = &plan.spec;
+    let sources = if args.eval { &s.data.eval } else { &s.data.train };
+    let mut list = problems::load(sources).context("cannot load the problems")?;
+    if !args.eval && s.data.shuffle {
+        problems::shuffle(&mut list, s.seed);
+    }
+    let model = crate::backend::model_source::resolve(&s.model.base, s.model.revision.as_deref()).context("cannot find the model")?;
+    let files = crate::backend::local::load::load_prompt_files(&model).context("cannot read the model's tokenizer")?;
+    let special = SpecialTokens { bos_token: files.bos_token, eos_token: files.eos_token, ..SpecialTokens::default() };
+    let prompting = Prompting::new(&plan, files.tokenizer, files.chat_template, special)?;
+
+    let mut lengths = Vec::with_capacity(list.len());
+    for (i, p) in list.iter().enumerate() {
+        let r = prompting.first_turn(p).with_context(|| format!("cannot render problem `{}`", p.id))?;
+        lengths.push(r.tokens.len());
+        if i < args.n {
+            let text = prompting.chat.render(&r.messages, true)?;
+            printer::out(format!("── problem {} ({}) · {} tokens ──", i, p.id, r.tokens.len()));
+            printer::out(text);
+        }
+    }
+    printer::out("──");
+    for t in &plan.templates {
+        printer::out(format!("template {:<16} {}  sha256:{}", t.role, t.path.display(), &t.sha256[..16]));
+    }
+    printer::out(format!("chat template    {}", s.model.chat_template));
+    if let (Some(min), Some(max)) = (lengths.iter().min(), lengths.iter().max()) {
+        let mean = lengths.iter().sum::<usize>() as f64 / lengths.len() as f64;
+        printer::out(format!("prompt tokens    min {min}  mean {mean:.1}  max {max}  over {} problems", lengths.len()));
+    }
+    Ok(exit::OK)
+}
