@@ -201,7 +201,10 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
             targets: spec.model.lora.targets.iter().map(|t| serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()).collect(),
         }),
     };
-    let options = TrainerOptions { tuning, seed: spec.seed, ..TrainerOptions::default() };
+    // Micro-batches of at most 1,024 tokens: the [tokens, vocab] logits of a 50k-vocabulary model
+    // are 200 MB each at this size, and several live at once in the backward pass; 4,096 tokens
+    // exhausted 24 GiB on SmolLM2 with 32 completions per step. Gradients are the same either way.
+    let options = TrainerOptions { tuning, seed: spec.seed, max_tokens_per_microbatch: 1024 };
     let mut trainer = tokio::task::spawn_blocking(move || LocalTrainer::new(loaded, options))
         .await
         .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))??;
