@@ -153,7 +153,7 @@ pub fn to_problem(row: &Row, format: Option<Format>, stem: &str, index: usize) -
     };
     let mut metadata = Map::new();
     metadata.insert("format".into(), Value::String(format.name().into()));
-    for key in ["difficulty", "platform", "contest_id", "contest_date", "question_title", "source"] {
+    for key in ["difficulty", "platform", "contest_id", "contest_date", "question_title", "source", "date", "estimated_date", "release_date"] {
         if let Some(v) = row.get(key) {
             metadata.insert(key.into(), v.clone());
         }
@@ -195,11 +195,9 @@ fn metadata_fn_name(row: &Row) -> Option<String> {
 fn lcb_tests(row: &Row) -> Result<Tests, String> {
     let cases = if let Some(Value::String(s)) = row.get("public_test_cases") {
         let mut cases: Vec<Value> = serde_json::from_str(s).map_err(|e| format!("`public_test_cases` is not JSON: {e}"))?;
-        // Private tests are JSON or base64(zlib(pickle)); only the JSON form is readable here.
-        if let Some(Value::String(p)) = row.get("private_test_cases")
-            && let Ok(Value::Array(more)) = serde_json::from_str::<Value>(p)
-        {
-            cases.extend(more);
+        // Private tests are JSON or base64(zlib(pickle(JSON))); see `lcb_private`.
+        if let Some(Value::String(p)) = row.get("private_test_cases") {
+            cases.extend(super::lcb_private::decode(p).map_err(|e| e.to_string())?);
         }
         cases
     } else {

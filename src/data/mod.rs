@@ -8,15 +8,22 @@
 //! (one array) or `.jsonl` file and auto-detects the format row by row.
 //!
 //! Neighbours: `prompt` renders problems into messages; `sandbox` grades code against
-//! `Problem::tests`. Remote sources (hf://, parquet) will plug in beside `load_file`.
+//! `Problem::tests`. Spec sources (local `.parquet`, `hf://` datasets), their filters, the seeded
+//! shuffle and the dataset fingerprint are in [`source`] and [`filter`].
 
+pub mod filter;
 pub mod formats;
+pub mod hf;
+pub mod lcb_private;
+pub mod parquet;
+pub mod source;
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 pub use formats::Format;
+pub use source::{Dataset, Loaded, load_data, load_source};
 
 /// One programming problem with its tests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -157,7 +164,7 @@ pub fn load_file(path: &Path, format: Option<Format>) -> Result<Vec<Problem>, Er
         .collect()
 }
 
-fn parse_rows(path: &Path, text: &str) -> Result<Vec<serde_json::Map<String, serde_json::Value>>, Error> {
+pub(crate) fn parse_rows(path: &Path, text: &str) -> Result<Vec<serde_json::Map<String, serde_json::Value>>, Error> {
     let trimmed = text.trim_start();
     if trimmed.starts_with('[') {
         let value: serde_json::Value =

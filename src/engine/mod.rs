@@ -7,7 +7,7 @@
 //! - [`rollout`]: sample groups and grade them (grading overlaps the next group's sampling).
 //! - [`step`]: one training step; [`eval`]: pass@k.
 //! - [`grading`]: the sandbox behind one grader, infra retries.
-//! - [`problems`]: loading, seeded order, seeds.
+//! - [`problems`]: sampling seeds.
 //!
 //! Resumption rule: a run restarts after its last checkpoint; whatever a crashed attempt wrote
 //! for later steps (metrics, rollouts, eval results) is dropped first, so every step appears
@@ -172,16 +172,27 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
         let _ = rayon_threads(t as usize);
     }
 
-    // Problems.
-    let mut train = problems::load(&spec.data.train)?;
-    if train.is_empty() {
+    // Problems: filters, the seeded train order and fingerprints are data's.
+    let data_spec = spec.data.clone();
+    let seed = spec.seed;
+    let dataset = tokio::task::spawn_blocking(move || crate::data::load_data(&data_spec, seed, &crate::data::source::Options::from_env()))
+        .await
+        .map_err(|e| Error::Setup(format!("data loading thread failed: {e}")))?
+        .map_err(|e| Error::Setup(e.to_string()))?;
+    if dataset.train.problems.is_empty() {
         return Err(Error::Setup("no training problems after filters".into()));
     }
-    if spec.data.shuffle {
-        problems::shuffle(&mut train, spec.seed);
+    {
+        // What the run trains and evaluates on, exactly.
+        let mut prov: serde_json::Value = dir.read_json(files::PROVENANCE)?.unwrap_or_default();
+        prov["data"] = json!({
+            "train": {"fingerprint": dataset.train.fingerprint, "problems": dataset.train.problems.len(), "sources": dataset.train.sources},
+            "eval": {"fingerprint": dataset.eval.fingerprint, "problems": dataset.eval.problems.len(), "sources": dataset.eval.sources},
+        });
+        dir.write_json(files::PROVENANCE, &prov)?;
     }
-    let train: Vec<_> = train.into_iter().map(Arc::new).collect();
-    let eval_set: Vec<_> = problems::load(&spec.data.eval)?.into_iter().map(Arc::new).collect();
+    let train: Vec<_> = dataset.train.problems.into_iter().map(Arc::new).collect();
+    let eval_set: Vec<_> = dataset.eval.problems.into_iter().map(Arc::new).collect();
 
     // Model, prompts, trainer.
     let (base, revision) = (spec.model.base.clone(), spec.model.revision.clone());
@@ -193,6 +204,17 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
     .map_err(|e| Error::Setup(format!("model loading thread failed: {e}")))??;
     let special = SpecialTokens { bos_token: loaded.bos_token.clone(), eos_token: loaded.eos_token.clone(), ..SpecialTokens::default() };
     let prompting = Arc::new(prompting::Prompting::new(plan, loaded.tokenizer.clone(), loaded.chat_template.clone(), special)?);
+    {
+        // Prompt lengths over every training problem, as `rlx render` reports them.
+        let mut lens = Vec::with_capacity(train.len());
+        for p in &train {
+            lens.push(prompting.first_turn(p)?.tokens.len());
+        }
+        let mean = lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64;
+        let mut prov: serde_json::Value = dir.read_json(files::PROVENANCE)?.unwrap_or_default();
+        prov["prompt_tokens"] = json!({"min": lens.iter().min(), "mean": mean, "max": lens.iter().max(), "problems": lens.len()});
+        dir.write_json(files::PROVENANCE, &prov)?;
+    }
     let tuning = match spec.model.finetune {
         Finetune::Full => Tuning::Full,
         Finetune::Lora => Tuning::Lora(LoraConfig {

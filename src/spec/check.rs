@@ -178,7 +178,9 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
         for (i, src) in sources.iter_mut().enumerate() {
             let key = format!("data.{split}.{i}.path");
             if let Some(rest) = src.path.strip_prefix("hf://") {
-                if let Err(why) = check_hf_uri(rest) {
+                // The loader's own parser has the final word on what it accepts.
+                let why = check_hf_uri(rest).err().map(str::to_string).or_else(|| crate::data::hf::Uri::parse(&src.path).err().map(|e| e.to_string()));
+                if let Some(why) = why {
                     cx.err(&key, format!("invalid dataset `{}`: {why}", src.path))
                         .hints
                         .push("write `hf://owner/name`, `hf://owner/name/config` or `hf://owner/name/config:split`".into());
@@ -284,7 +286,8 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
 /// Compiles a template with the same environment rendering uses; reports a syntax error with its
 /// location in the template file. Returns whether it compiled.
 fn compile_template(cx: &mut Ctx<'_>, key: &str, path: &Path, text: &str) -> bool {
-    let env = template_env();
+    // The same environment rendering uses, so what compiles here renders there.
+    let env = crate::prompt::chat::hf_environment();
     match env.template_from_str(text) {
         Ok(_) => true,
         Err(e) => {
@@ -303,19 +306,6 @@ fn compile_template(cx: &mut Ctx<'_>, key: &str, path: &Path, text: &str) -> boo
             false
         }
     }
-}
-
-/// The minijinja environment prompt templates are compiled and rendered with: Python string
-/// methods, `raise_exception`, HF's whitespace handling.
-pub fn template_env() -> minijinja::Environment<'static> {
-    let mut env = minijinja::Environment::new();
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    let syntax = minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build();
-    env.set_syntax(syntax.expect("the default delimiters are valid"));
-    env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
-        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-    });
-    env
 }
 
 fn looks_like_path(s: &str) -> bool {

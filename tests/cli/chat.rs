@@ -95,3 +95,53 @@ fn qwen3_rendering_matches_the_official_template_and_tokenizer() {
     assert_eq!(ids, vec![151644, 872, 198, 6023, 151645]);
     assert!(tok.stop_ids().contains(&151645));
 }
+
+#[path = "smollm2_fetch.rs"]
+mod smollm2_fetch;
+
+/// Renders with Python jinja2 exactly as transformers does (text only).
+const REFERENCE_TEXT: &str = r#"
+import json, sys
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.ext import loopcontrols
+req = json.load(sys.stdin)
+def raise_exception(m): raise Exception(m)
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+env.filters["tojson"] = tojson
+env.globals["raise_exception"] = raise_exception
+t = env.from_string(req["template"])
+json.dump([t.render(messages=m, add_generation_prompt=True, bos_token=req["bos"], eos_token=req["eos"]) for m in req["cases"]], sys.stdout)
+"#;
+
+#[test]
+fn smollm2_gguf_template_matches_jinja2() {
+    let gguf = match smollm2_fetch::smollm2_gguf() {
+        Ok(p) => p,
+        Err(e) => return registry::skip("smollm2 chat template", &e),
+    };
+    let py = match registry::python_reference() {
+        Ok(p) => p,
+        Err(e) => return registry::skip("smollm2 chat template", &format!("PyPI unreachable: {e}")),
+    };
+    let files = rlx::backend::local::load::load_prompt_files(&gguf).unwrap();
+    let template = files.chat_template.clone().expect("the GGUF carries a chat template");
+    let special = rlx::prompt::chat::SpecialTokens { bos_token: files.bos_token.clone(), eos_token: files.eos_token.clone(), ..Default::default() };
+    let ours = ChatTemplate::jinja(&template, special).unwrap();
+    let req = serde_json::json!({"template": template, "cases": cases(), "bos": files.bos_token, "eos": files.eos_token});
+    let mut child = Command::new(py).args(["-c", REFERENCE_TEXT]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(req.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let reference: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    let tok = Tokenizer::new(files.tokenizer.unwrap());
+    for (case, want) in cases().iter().zip(&reference) {
+        let got = ours.render(case, true).unwrap();
+        assert_eq!(&got, want);
+        // The GGUF-rebuilt tokenizer round-trips the rendered prompt.
+        assert_eq!(tok.decode(&tok.encode(&got).unwrap(), false).unwrap(), got);
+    }
+    // SmolLM2's template injects its default system prompt when none is given.
+    assert!(reference[0].starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"), "{}", reference[0]);
+}

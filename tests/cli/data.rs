@@ -86,3 +86,48 @@ fn bad_json_names_the_line() {
     let err = data::load_file(&path, None).unwrap_err().to_string();
     assert!(err.contains("line 2"), "{err}");
 }
+
+/// `(tests per problem, problems with that many)`, ascending.
+fn histogram(problems: &[data::Problem]) -> Vec<(usize, usize)> {
+    let mut h = std::collections::BTreeMap::new();
+    for p in problems {
+        *h.entry(p.tests.len()).or_insert(0) += 1;
+    }
+    h.into_iter().collect()
+}
+
+fn raw_rows(path: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    if path.ends_with(".jsonl") {
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    } else {
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+#[test]
+fn per_problem_test_counts_match_the_files() {
+    // Each problem has exactly as many tests as its row lists, counted from the raw JSON.
+    let cases: [(&str, fn(&serde_json::Value) -> usize); 4] = [
+        (LCB, |r| r["tests"].as_array().unwrap().len()),
+        (CODE_CONTESTS, |r| r["tests"]["inputs"].as_array().unwrap().len()),
+        (MBPP, |r| r["test_list"].as_array().unwrap().len()),
+        (MBPP_SANITIZED, |r| r["test_list"].as_array().unwrap().len()),
+    ];
+    for (path, count) in cases {
+        let problems = data::load_file(Path::new(path), None).unwrap();
+        let rows = raw_rows(path);
+        assert_eq!(problems.len(), rows.len(), "{path}");
+        for (i, (p, row)) in problems.iter().zip(&rows).enumerate() {
+            assert_eq!(p.tests.len(), count(row), "{path} row {i}");
+        }
+    }
+    // The distributions, as documented in reference/datasets.md (computed with Python).
+    let lcb = data::load_file(Path::new(LCB), None).unwrap();
+    assert_eq!(histogram(&lcb), [(2, 233), (3, 315), (4, 29), (5, 2), (6, 1)]);
+    let sanitized = data::load_file(Path::new(MBPP_SANITIZED), None).unwrap();
+    assert_eq!(histogram(&sanitized), [(3, 397), (4, 22), (5, 4), (6, 3), (7, 1)]);
+    let cc = data::load_file(Path::new(CODE_CONTESTS), None).unwrap();
+    let h = histogram(&cc);
+    assert_eq!((h.first().copied(), h.last().copied()), (Some((1, 40)), Some((138, 1))));
+}

@@ -131,6 +131,9 @@ fn a_short_run_writes_a_complete_run_directory() {
     assert!(dir.join(cks[2]["state_path"].as_str().unwrap()).exists(), "state paths are relative to the run directory");
     let prov: Value = serde_json::from_slice(&std::fs::read(dir.join("provenance.json")).unwrap()).unwrap();
     assert!(prov["sandbox"].is_object(), "effective sandbox protection recorded: {prov}");
+    assert_eq!(prov["data"]["train"]["problems"], 6);
+    assert_eq!(prov["data"]["train"]["fingerprint"].as_str().unwrap().len(), 64);
+    assert!(prov["prompt_tokens"]["max"].as_u64().unwrap() >= prov["prompt_tokens"]["min"].as_u64().unwrap());
     // Running the finished experiment again is a no-op.
     let again = cx.run(&["run", "spec.yaml"]);
     assert_eq!(again.code, 0);

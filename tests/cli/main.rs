@@ -12,6 +12,8 @@
 //! - `runlog`: run directory files, atomic writes, torn lines.
 //! - `sandbox`: the local sandbox: dataset grading, LiveCodeBench conformance, adversarial programs.
 //! - `schema`: `rlx schema` and the committed `schemas/experiment.schema.json` agree.
+//! - `sources`: spec data sources: parquet, `hf://` from a cache built in the test, filters,
+//!   `max_tests`, the seeded shuffle, fingerprints, LiveCodeBench private tests, TACO/HumanEval.
 //! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
 //! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records.
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
@@ -30,6 +32,7 @@ mod runlog;
 mod sandbox;
 mod schema;
 mod server;
+mod sources;
 mod sweep;
 mod trainer;
 mod trainer_smollm2;

@@ -7,7 +7,7 @@ fn run_validates_first_and_names_the_run() {
     let cx = TestContext::new();
     // A model that is neither a path nor in the Hugging Face cache: the run fails at set-up,
     // says why, and records the failure in its run directory.
-    let r = cx.rlx().args(["run", "spec.yaml", "lr=3e-5"]).env("HF_HUB_CACHE", cx.path().join("empty-hf")).output().unwrap();
+    let r = cx.rlx().args(["run", "spec.yaml", "lr=3e-5"]).env("HF_HUB_CACHE", cx.path().join("empty-hf")).env("HF_HUB_OFFLINE", "1").output().unwrap();
     let r = crate::common::Run::from(r);
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert!(r.stderr.contains("not found in the Hugging Face cache"), "{}", r.stderr);

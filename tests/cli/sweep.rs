@@ -63,7 +63,7 @@ fn finished_runs_are_skipped_and_the_sweep_is_recorded() {
     // A real launch runs only the unfinished member (which fails at set-up here: its model is in
     // no cache) and records the sweep.
     let r = crate::common::Run::from(
-        cx.rlx().args(["sweep", "spec.yaml", "lr=[1e-5,4e-5]", "--max-parallel", "2"]).env("HF_HUB_CACHE", cx.path().join("empty-hf")).output().unwrap(),
+        cx.rlx().args(["sweep", "spec.yaml", "lr=[1e-5,4e-5]", "--max-parallel", "2"]).env("HF_HUB_CACHE", cx.path().join("empty-hf")).env("HF_HUB_OFFLINE", "1").output().unwrap(),
     );
     assert!(r.stderr.contains("1 finished run(s) skipped"), "{}", r.stderr);
     assert!(r.stderr.contains(&format!("▶ {}", members[1])), "{}", r.stderr);

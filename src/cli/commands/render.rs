@@ -7,7 +7,7 @@ use anyhow::Context;
 
 use super::{report_plan_error, split_args};
 use crate::cli::{RenderArgs, exit, printer};
-use crate::engine::{problems, prompting::Prompting};
+use crate::engine::prompting::Prompting;
 use crate::prompt::chat::SpecialTokens;
 use crate::spec;
 
@@ -25,11 +25,9 @@ pub fn render(args: RenderArgs) -> anyhow::Result<u8> {
         Err(e) => return Ok(report_plan_error(&e)),
     };
     let s = &plan.spec;
-    let sources = if args.eval { &s.data.eval } else { &s.data.train };
-    let mut list = problems::load(sources).context("cannot load the problems")?;
-    if !args.eval && s.data.shuffle {
-        problems::shuffle(&mut list, s.seed);
-    }
+    let dataset = crate::data::load_data(&s.data, s.seed, &crate::data::source::Options::from_env()).context("cannot load the problems")?;
+    let set = if args.eval { dataset.eval } else { dataset.train };
+    let list = set.problems;
     let model = crate::backend::model_source::resolve(&s.model.base, s.model.revision.as_deref()).context("cannot find the model")?;
     let files = crate::backend::local::load::load_prompt_files(&model).context("cannot read the model's tokenizer")?;
     let special = SpecialTokens { bos_token: files.bos_token, eos_token: files.eos_token, ..SpecialTokens::default() };
@@ -53,6 +51,7 @@ pub fn render(args: RenderArgs) -> anyhow::Result<u8> {
     if let (Some(min), Some(max)) = (lengths.iter().min(), lengths.iter().max()) {
         let mean = lengths.iter().sum::<usize>() as f64 / lengths.len() as f64;
         printer::out(format!("prompt tokens    min {min}  mean {mean:.1}  max {max}  over {} problems", lengths.len()));
+        printer::out(format!("dataset          sha256:{}", &set.fingerprint[..16.min(set.fingerprint.len())]));
     }
     Ok(exit::OK)
 }
