@@ -49,15 +49,8 @@ where
         // Eval seeds do not depend on the step, so differences between evals are the weights'.
         prompts.push((p.clone(), cx.prompting.first_turn(p)?, problems::derive_seed(spec.seed ^ 0xE7A1, -1, i as u64)));
     }
-    let mut trainer = trainer;
-    let (t2, sampler) = tokio::task::spawn_blocking(move || {
-        let s = trainer.sampler();
-        (trainer, s)
-    })
-    .await
-    .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))?;
-    trainer = t2;
-    let (_, groups, _) = rollout::run(sampler?, prompts, n as usize, &params(spec, base), cx, "eval", step).await?;
+    let (trainer, sampler) = rollout::sampler_of(trainer).await?;
+    let (_, groups, _) = rollout::run(sampler, prompts, n as usize, &params(spec, base), cx, "eval", step).await?;
     let Some(groups) = groups else { return Ok((trainer, None)) };
     let mut metrics = BTreeMap::new();
     let mut records = vec![];

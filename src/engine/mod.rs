@@ -103,7 +103,7 @@ pub async fn run(plan: &Plan, stop: &Stop, sink: &dyn EventSink) -> Result<Outco
     }
     let _ = runlog::logfile::attach(&dir.file(files::LOG));
     let result = run_in(plan, &dir, stop, sink).await;
-    let mut status = dir.status()?.unwrap_or_else(|| fresh_status(plan));
+    let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     let mut events = dir.jsonl(files::EVENTS)?;
     match &result {
         Ok(Outcome::Finished { steps }) => {
@@ -129,21 +129,6 @@ pub async fn run(plan: &Plan, stop: &Stop, sink: &dyn EventSink) -> Result<Outco
     dir.set_status(&status)?;
     runlog::logfile::detach();
     result
-}
-
-fn fresh_status(plan: &Plan) -> Status {
-    let now = runlog::now();
-    Status {
-        schema_version: runlog::SCHEMA_VERSION,
-        run_id: plan.run_id.clone(),
-        state: State::Running,
-        steps_done: 0,
-        max_steps: plan.spec.schedule.max_steps,
-        reason: None,
-        pid: Some(std::process::id()),
-        started_at: now.clone(),
-        updated_at: now,
-    }
 }
 
 fn loss_fn(loss: &Loss) -> LossFn {
@@ -281,7 +266,7 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
         }
     };
     let max_steps = spec.schedule.max_steps;
-    let mut status = dir.status()?.unwrap_or_else(|| fresh_status(plan));
+    let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     status.state = State::Running;
     status.steps_done = first_step;
     status.pid = Some(std::process::id());

@@ -104,6 +104,24 @@ pub async fn run<S: Sampler + 'static>(
     Ok((sampler, Some(groups), timing))
 }
 
+/// A sampler on the trainer's current weights, taken on a blocking thread; the trainer comes back.
+///
+/// # Errors
+/// Backend failures.
+pub async fn sampler_of<T>(mut trainer: T) -> Result<(T, T::Sampler), Error>
+where
+    T: crate::backend::Trainer + 'static,
+    T::Sampler: 'static,
+{
+    let (trainer, sampler) = tokio::task::spawn_blocking(move || {
+        let s = trainer.sampler();
+        (trainer, s)
+    })
+    .await
+    .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))?;
+    Ok((trainer, sampler?))
+}
+
 /// Fraction of sequences that hit `max_tokens`.
 pub fn truncation_rate(groups: &[Group]) -> f64 {
     let (mut len, mut all) = (0usize, 0usize);

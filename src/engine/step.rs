@@ -72,14 +72,8 @@ where
         let rendered = cx.prompting.first_turn(&problem)?;
         prompts.push((problem, rendered, problems::derive_seed(spec.seed, i64::from(step), j)));
     }
-    let (t2, sampler) = tokio::task::spawn_blocking(move || {
-        let s = trainer.sampler();
-        (trainer, s)
-    })
-    .await
-    .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))?;
+    let (t2, sampler) = rollout::sampler_of(trainer).await?;
     trainer = t2;
-    let sampler = sampler?;
     let (_, groups, timing) = rollout::run(sampler, prompts, spec.grpo.group_size as usize, cfg.sampling, cx, "sample", i64::from(step)).await?;
     let Some(groups) = groups else { return Ok((trainer, None)) };
     if cx.stop.requested() {

@@ -148,6 +148,24 @@ pub struct Status {
     pub updated_at: String,
 }
 
+impl Status {
+    /// The status of a run of `plan` starting now in this process.
+    pub fn new(plan: &Plan) -> Status {
+        let now = now();
+        Status {
+            schema_version: SCHEMA_VERSION,
+            run_id: plan.run_id.clone(),
+            state: State::Running,
+            steps_done: 0,
+            max_steps: plan.spec.schedule.max_steps,
+            reason: None,
+            pid: Some(std::process::id()),
+            started_at: now.clone(),
+            updated_at: now,
+        }
+    }
+}
+
 /// Current time as RFC 3339 (UTC, seconds).
 pub fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
@@ -203,18 +221,7 @@ impl RunDir {
         atomic_write(&dir.file(files::SPEC), plan.spec_text.as_bytes())?;
         dir.write_json(files::RESOLVED, &plan.spec)?;
         dir.write_json(files::PROVENANCE, &provenance(plan))?;
-        let now = now();
-        dir.set_status(&Status {
-            schema_version: SCHEMA_VERSION,
-            run_id: plan.run_id.clone(),
-            state: State::Running,
-            steps_done: 0,
-            max_steps: plan.spec.schedule.max_steps,
-            reason: None,
-            pid: Some(std::process::id()),
-            started_at: now.clone(),
-            updated_at: now,
-        })?;
+        dir.set_status(&Status::new(plan))?;
         Ok(dir)
     }
 

@@ -159,13 +159,7 @@ pub fn load_gguf(path: &Path) -> Result<Loaded> {
         meta_u64(get(&key)?).map(|x| x as usize).ok_or_else(|| model_err(path, format!("metadata `{key}` is not an integer")))
     };
     let float = |k: &str, d: f64| md.get(&format!("{arch_name}.{k}")).and_then(meta_f64).unwrap_or(d);
-    let tokens: Vec<String> = get("tokenizer.ggml.tokens")?
-        .to_vec()
-        .map_err(|e| model_err(path, e.to_string()))?
-        .iter()
-        .map(|v| v.to_string().cloned())
-        .collect::<candle_core::Result<_>>()
-        .map_err(|e| model_err(path, e.to_string()))?;
+    let tokens = gguf_tokens(md, path)?;
     let heads = int("attention.head_count")?;
     let hidden = int("embedding_length")?;
     let kv_heads = int("attention.head_count_kv").unwrap_or(heads);
@@ -208,6 +202,18 @@ pub fn load_gguf(path: &Path) -> Result<Loaded> {
     Ok(Loaded { config, weights, tokenizer, chat_template, bos_token: text_of(bos_id), eos_token: text_of(eos_id), source: path.to_path_buf() })
 }
 
+/// The vocabulary of a GGUF file, from `tokenizer.ggml.tokens`.
+fn gguf_tokens(md: &HashMap<String, gguf_file::Value>, path: &Path) -> Result<Vec<String>> {
+    md.get("tokenizer.ggml.tokens")
+        .ok_or_else(|| model_err(path, "missing metadata `tokenizer.ggml.tokens`"))?
+        .to_vec()
+        .map_err(|e| model_err(path, e.to_string()))?
+        .iter()
+        .map(|v| v.to_string().cloned())
+        .collect::<candle_core::Result<_>>()
+        .map_err(|e| model_err(path, e.to_string()))
+}
+
 /// What prompting needs from a model, read without its weights.
 pub struct PromptFiles {
     /// The tokenizer, if the source has one.
@@ -246,15 +252,7 @@ pub fn load_prompt_files(path: &Path) -> Result<PromptFiles> {
     let mut file = std::fs::File::open(path).map_err(io("open", path))?;
     let content = gguf_file::Content::read(&mut file).map_err(|e| model_err(path, format!("not a readable GGUF file: {e}")))?;
     let md = &content.metadata;
-    let tokens: Vec<String> = md
-        .get("tokenizer.ggml.tokens")
-        .ok_or_else(|| model_err(path, "missing metadata `tokenizer.ggml.tokens`"))?
-        .to_vec()
-        .map_err(|e| model_err(path, e.to_string()))?
-        .iter()
-        .map(|v| v.to_string().cloned())
-        .collect::<candle_core::Result<_>>()
-        .map_err(|e| model_err(path, e.to_string()))?;
+    let tokens = gguf_tokens(md, path)?;
     let id = |k: &str| md.get(k).and_then(meta_u64).map(|x| x as u32);
     let text_of = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize)).cloned();
     Ok(PromptFiles {
