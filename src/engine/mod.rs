@@ -94,6 +94,8 @@ pub enum Outcome {
 /// Setup failures (data, model, sandbox), backend failures; the status file says `failed`.
 pub async fn run(plan: &Plan, stop: &Stop, sink: &dyn EventSink) -> Result<Outcome, Error> {
     let dir = RunDir::create(plan)?;
+    // Before anything is written: a second process on the same run must not touch its files.
+    let _lock = dir.lock()?;
     if let Some(s) = dir.status()?
         && s.state == State::Finished
         && s.steps_done >= plan.spec.schedule.max_steps

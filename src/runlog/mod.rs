@@ -334,6 +334,22 @@ impl RunDir {
         Ok(before - kept.len())
     }
 
+    /// Takes the run's exclusive lock (`.lock` in the directory), held until the returned file is
+    /// dropped: one process runs an experiment at a time, so a second `rlx run` of the same spec
+    /// (two sweeps launched at once) stops before it can touch the first one's files.
+    ///
+    /// # Errors
+    /// [`Error::Busy`] when another process holds it; I/O errors.
+    pub fn lock(&self) -> Result<fs::File, Error> {
+        let path = self.file(".lock");
+        let f = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io("cannot open", &path))?;
+        match f.try_lock() {
+            Ok(()) => Ok(f),
+            Err(fs::TryLockError::WouldBlock) => Err(Error::Busy { path: self.path.clone() }),
+            Err(fs::TryLockError::Error(e)) => Err(io("cannot lock", &path)(e)),
+        }
+    }
+
     /// An appender for one of the JSONL files.
     ///
     /// # Errors

@@ -123,3 +123,14 @@ fn logs_go_to_the_run_log_once_attached() {
     let log = std::fs::read_to_string(dir.file(files::LOG)).unwrap();
     assert_eq!(log, "step 0 done\n");
 }
+
+#[test]
+fn one_process_per_run() {
+    let cx = TestContext::new();
+    let dir = RunDir::create(&plan(&cx)).unwrap();
+    let held = dir.lock().unwrap();
+    let err = dir.lock().unwrap_err();
+    assert!(err.to_string().contains("being written by another process"), "{err}");
+    drop(held);
+    assert!(dir.lock().is_ok());
+}
