@@ -9,14 +9,13 @@ use rlx::prompt::{ChatTemplate, Message, Tokenizer};
 
 use crate::registry;
 
-/// Renders with jinja2 exactly as transformers' `_compile_jinja_template` does, and tokenizes with
-/// `tokenizers` without added special tokens.
+/// Renders with jinja2 exactly as transformers' `_compile_jinja_template` does and, when the
+/// request names a `tokenizer.json`, tokenizes with `tokenizers` without added special tokens.
 const REFERENCE: &str = r#"
 import json, sys
 from datetime import datetime
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.ext import loopcontrols
-from tokenizers import Tokenizer
 req = json.load(sys.stdin)
 def raise_exception(m): raise Exception(m)
 def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -26,13 +25,25 @@ env.filters["tojson"] = tojson
 env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = lambda f: datetime.now().strftime(f)
 t = env.from_string(req["template"])
-tok = Tokenizer.from_file(req["tokenizer"])
+tok = None
+if req.get("tokenizer"):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(req["tokenizer"])
 out = []
 for msgs in req["cases"]:
-    text = t.render(messages=msgs, add_generation_prompt=True, eos_token="<|im_end|>", bos_token=None)
-    out.append({"text": text, "ids": tok.encode(text, add_special_tokens=False).ids})
+    text = t.render(messages=msgs, add_generation_prompt=True, eos_token=req.get("eos"), bos_token=req.get("bos"))
+    out.append({"text": text, "ids": tok.encode(text, add_special_tokens=False).ids if tok else None})
 json.dump(out, sys.stdout)
 "#;
+
+/// Runs [`REFERENCE`] on a request.
+fn reference(py: &std::path::Path, req: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut child = Command::new(py).args(["-c", REFERENCE]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(req.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
 
 fn cases() -> Vec<Vec<Message>> {
     let code = "Write a function.\n\n```python\ndef f(x):\n    return x  # ünïcödé → ok\n```\n";
@@ -72,12 +83,9 @@ fn qwen3_rendering_matches_the_official_template_and_tokenizer() {
         "template": config.chat_template.as_deref().unwrap(),
         "tokenizer": models.join("tokenizer.json"),
         "cases": cases(),
+        "eos": "<|im_end|>",
     });
-    let mut child = Command::new(py).args(["-c", REFERENCE]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(req.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let reference: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let reference = reference(&py, &req);
 
     for (case, r) in cases().iter().zip(&reference) {
         let want_text = r["text"].as_str().unwrap();
@@ -99,22 +107,6 @@ fn qwen3_rendering_matches_the_official_template_and_tokenizer() {
 #[path = "smollm2_fetch.rs"]
 mod smollm2_fetch;
 
-/// Renders with Python jinja2 exactly as transformers does (text only).
-const REFERENCE_TEXT: &str = r#"
-import json, sys
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.ext import loopcontrols
-req = json.load(sys.stdin)
-def raise_exception(m): raise Exception(m)
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-env.filters["tojson"] = tojson
-env.globals["raise_exception"] = raise_exception
-t = env.from_string(req["template"])
-json.dump([t.render(messages=m, add_generation_prompt=True, bos_token=req["bos"], eos_token=req["eos"]) for m in req["cases"]], sys.stdout)
-"#;
-
 #[test]
 fn smollm2_gguf_template_matches_jinja2() {
     let gguf = match smollm2_fetch::smollm2_gguf() {
@@ -130,11 +122,7 @@ fn smollm2_gguf_template_matches_jinja2() {
     let special = rlx::prompt::chat::SpecialTokens { bos_token: files.bos_token.clone(), eos_token: files.eos_token.clone(), ..Default::default() };
     let ours = ChatTemplate::jinja(&template, special).unwrap();
     let req = serde_json::json!({"template": template, "cases": cases(), "bos": files.bos_token, "eos": files.eos_token});
-    let mut child = Command::new(py).args(["-c", REFERENCE_TEXT]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(req.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let reference: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    let reference: Vec<String> = reference(&py, &req).iter().map(|r| r["text"].as_str().unwrap().to_string()).collect();
     let tok = Tokenizer::new(files.tokenizer.unwrap());
     for (case, want) in cases().iter().zip(&reference) {
         let got = ours.render(case, true).unwrap();
