@@ -111,9 +111,9 @@ fn bad_inputs_are_clear_errors() {
         .arg(&completions)
         .output()
         .unwrap();
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(2), "an unknown problem id is a usage error");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("`nope`"), "{err}");
+    assert!(err.contains("`nope`") && err.contains("line 1"), "{err}");
 
     std::fs::write(&completions, "{\"problem_id\": \"2\"}\n").unwrap();
     let out = rlx().args(["grade", "--problems", "../shared/data/mbpp/mbpp.jsonl"]).arg("--completions").arg(&completions).output().unwrap();

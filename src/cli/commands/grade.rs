@@ -15,7 +15,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
-use crate::cli::exit;
+use crate::cli::{exit, printer};
 use crate::data::{self, Format};
 use crate::sandbox::fusion::{FusionClient, FusionConfig};
 use crate::sandbox::local::{LocalConfig, LocalSandbox};
@@ -113,6 +113,18 @@ impl Progress for Bar {
 pub fn run(args: GradeArgs) -> anyhow::Result<u8> {
     let problems = data::load_file(&args.problems, args.format).context("cannot load problems")?;
     let submissions = read_completions(&args.completions)?;
+    // An unknown problem id is a usage error (exit 2), found before any sandbox starts.
+    let known: std::collections::HashSet<&str> = problems.iter().map(|p| p.id.as_str()).collect();
+    if let Some((line, (id, _))) = submissions.iter().enumerate().find(|(_, (id, _))| !known.contains(id.as_str())) {
+        let hint = crate::spec::diagnostic::did_you_mean(id, known.iter().copied()).map(|m| format!("\n  hint: did you mean `{m}`?")).unwrap_or_default();
+        printer::status(format!(
+            "error: `{}` line {}: problem `{id}` is not in `{}`{hint}",
+            args.completions.display(),
+            line + 1,
+            args.problems.display()
+        ));
+        return Ok(exit::USAGE);
+    }
     if !(args.timeout > 0.0 && args.timeout.is_finite()) {
         bail!("`--timeout` must be a positive number of seconds, got `{}`", args.timeout);
     }
