@@ -664,6 +664,19 @@ def supervise_in_zygote(job):
     return finish(job, results, infra, aborted, timed_out, protected)
 
 
+def split_frames(buf):
+    """The complete length-prefixed JSON frames at the start of `buf`, and the bytes after them
+    (a frame still arriving)."""
+    frames = []
+    while len(buf) >= 4:
+        (k,) = struct.unpack(">I", buf[:4])
+        if len(buf) < 4 + k:
+            break
+        frames.append(json.loads(buf[4 : 4 + k]))
+        buf = buf[4 + k :]
+    return frames, buf
+
+
 def wait_done(res_r, timeout):
     deadline = time.monotonic() + timeout
     buf = b""
@@ -677,15 +690,9 @@ def wait_done(res_r, timeout):
         chunk = os.read(res_r, 1 << 20)
         if not chunk:
             return False
-        buf += chunk
-        while len(buf) >= 4:
-            (k,) = struct.unpack(">I", buf[:4])
-            if len(buf) < 4 + k:
-                break
-            raw = json.loads(buf[4 : 4 + k])
-            buf = buf[4 + k :]
-            if raw.get("done"):
-                return True
+        frames, buf = split_frames(buf + chunk)
+        if any(raw.get("done") for raw in frames):
+            return True
 
 
 def collect(job, res_r, expected, zygote):
@@ -711,13 +718,8 @@ def collect(job, res_r, expected, zygote):
         chunk = os.read(res_r, 1 << 20)
         if not chunk:
             break
-        buf += chunk
-        while len(buf) >= 4:
-            (k,) = struct.unpack(">I", buf[:4])
-            if len(buf) < 4 + k:
-                break
-            raw = json.loads(buf[4 : 4 + k])
-            buf = buf[4 + k :]
+        frames, buf = split_frames(buf + chunk)
+        for raw in frames:
             if raw.get("done"):
                 done = True
                 break
