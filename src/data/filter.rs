@@ -319,7 +319,6 @@ fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::data::IoCase;
-    use crate::spec::types::DataFormat;
 
     fn problem(id: &str, inputs: &[&str], meta: Value) -> Problem {
         let Value::Object(metadata) = meta else { unreachable!() };
@@ -335,16 +334,7 @@ mod tests {
     }
 
     fn source() -> Source {
-        Source {
-            path: "x.jsonl".into(),
-            format: DataFormat::Auto,
-            ids: vec![],
-            difficulty: vec![],
-            date_from: None,
-            date_to: None,
-            limit: None,
-            max_tests: None,
-        }
+        Source::new("x.jsonl")
     }
 
     fn set() -> Vec<Problem> {

@@ -256,6 +256,22 @@ pub struct Source {
     pub max_tests: Option<u32>,
 }
 
+impl Source {
+    /// A source with no filters and the format detected from its rows.
+    pub fn new(path: impl Into<String>) -> Source {
+        Source {
+            path: path.into(),
+            format: DataFormat::Auto,
+            ids: vec![],
+            difficulty: vec![],
+            date_from: None,
+            date_to: None,
+            limit: None,
+            max_tests: None,
+        }
+    }
+}
+
 /// Dataset row formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

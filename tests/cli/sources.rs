@@ -17,16 +17,7 @@ const CODE_CONTESTS: &str = "../shared/data/lcb/code_contests_test_165.json";
 const MBPP: &str = "../shared/data/mbpp/mbpp.jsonl";
 
 fn src(path: impl Into<String>) -> Source {
-    Source {
-        path: path.into(),
-        format: DataFormat::Auto,
-        ids: vec![],
-        difficulty: vec![],
-        date_from: None,
-        date_to: None,
-        limit: None,
-        max_tests: None,
-    }
+    Source::new(path)
 }
 
 /// Options that never touch the network or the user's cache.
