@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use rlx::backend::local::chat::{self, Message};
+use rlx::prompt::chat::{ChatTemplate, Message, SpecialTokens};
 use rlx::backend::local::model::{ParamBuilder, Tuning};
 use rlx::backend::local::{LocalSampler, Model};
 use rlx::backend::{Sampler, SamplingParams, Stop};
@@ -30,14 +30,11 @@ fn smollm2_gguf_writes_a_correct_add_function() {
     assert!(cfg.tie_word_embeddings);
     let tok = loaded.tokenizer.clone().expect("GGUF carries a tokenizer");
     let template = loaded.chat_template.clone().expect("GGUF carries a chat template");
-    let prompt = chat::render(
-        &template,
-        &[Message::new("user", "Write a Python function `add(a, b)` that returns the sum of a and b. Reply with only the code.")],
-        true,
-        loaded.bos_token.as_deref().unwrap_or(""),
-        loaded.eos_token.as_deref().unwrap_or(""),
-    )
-    .unwrap();
+    let special = SpecialTokens { bos_token: loaded.bos_token.clone(), eos_token: loaded.eos_token.clone(), ..SpecialTokens::default() };
+    let prompt = ChatTemplate::jinja(&template, special)
+        .unwrap()
+        .render(&[Message::new("user", "Write a Python function `add(a, b)` that returns the sum of a and b. Reply with only the code.")], true)
+        .unwrap();
     assert!(prompt.contains("<|im_start|>user\n") && prompt.ends_with("<|im_start|>assistant\n"), "{prompt}");
     let ids = tok.encode(prompt.as_str(), false).unwrap().get_ids().to_vec();
     // The special tokens must be single tokens, or the model sees garbage.

@@ -4,14 +4,13 @@
 //! - [`model`]: the differentiable transformer (parameters as `Var`s, KV-cache inference path).
 //! - [`lora`]: low-rank adapters; [`frozen`]: the gradient-free product for frozen base weights;
 //!   [`target_logprob`]: the fused log-prob-of-target op with its own backward.
-//! - [`load`]: Hugging Face directories and GGUF files; [`chat`]: the model's chat template.
+//! - [`load`]: Hugging Face directories and GGUF files (chat templates render with `prompt::chat`).
 //! - [`sampler`]: [`LocalSampler`], batched KV-cache generation (its docs define the logprobs).
 //! - [`trainer`]: [`LocalTrainer`], forward/backward, AdamW ([`optim`]), state ([`state`]).
 //!
 //! Threading: a trainer and its samplers are `Send`; run them on a dedicated thread that owns
 //! them (style.md §e). candle parallelises each matmul over the cores itself.
 
-pub mod chat;
 pub mod frozen;
 pub mod load;
 pub mod lora;
