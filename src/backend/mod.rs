@@ -288,6 +288,17 @@ pub struct SampledSequence {
     pub stop_reason: StopReason,
 }
 
+/// One prompt of a [`Sampler::sample_batch`] call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleRequest {
+    /// Prompt token ids.
+    pub prompt: Vec<u32>,
+    /// Completions wanted.
+    pub num_samples: usize,
+    /// This prompt's seed (overrides `SamplingParams::seed`).
+    pub seed: Option<u64>,
+}
+
 /// Generates completions: design §3 `Sampler`.
 pub trait Sampler: Send {
     /// Sample `num_samples` completions of `prompt`.
@@ -295,6 +306,24 @@ pub trait Sampler: Send {
     /// # Errors
     /// Invalid parameters, an empty prompt or out-of-vocabulary tokens, backend failures.
     fn sample(&mut self, prompt: &[u32], num_samples: usize, params: &SamplingParams) -> Result<Vec<SampledSequence>>;
+
+    /// Samples several prompts, one result list per request, in request order. Each request
+    /// gets what [`Sampler::sample`] with its seed would give (up to floating-point rounding
+    /// where the backend batches prompts together, as the local one does: one decoding batch
+    /// reads the weights once per token for every prompt).
+    ///
+    /// # Errors
+    /// As [`Sampler::sample`], for any request.
+    fn sample_batch(&mut self, requests: &[SampleRequest], params: &SamplingParams) -> Result<Vec<Vec<SampledSequence>>> {
+        requests
+            .iter()
+            .map(|r| {
+                let mut p = params.clone();
+                p.seed = r.seed.or(p.seed);
+                self.sample(&r.prompt, r.num_samples, &p)
+            })
+            .collect()
+    }
 }
 
 /// Trains a policy: design §3 `Trainer`, Tinker's training client.

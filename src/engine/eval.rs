@@ -50,18 +50,20 @@ where
         prompts.push((p.clone(), cx.prompting.first_turn(p)?, problems::derive_seed(spec.seed ^ 0xE7A1, -1, i as u64)));
     }
     let (trainer, sampler) = rollout::sampler_of(trainer).await?;
-    let (_, groups, _) = rollout::run(sampler, prompts, n as usize, &params(spec, base), cx, "eval", step).await?;
+    // Single attempts: pass@k means what it means in every leaderboard.
+    let (_, groups, _) = rollout::run(sampler, prompts, n as usize, &params(spec, base), cx, "eval", step, 1).await?;
     let Some(groups) = groups else { return Ok((trainer, None)) };
     let mut metrics = BTreeMap::new();
     let mut records = vec![];
     let mut sums: BTreeMap<u32, f64> = BTreeMap::new();
     let (mut formatted, mut total, mut infra) = (0usize, 0usize, 0usize);
     for g in &groups {
-        let c = g.graded.iter().filter(|x| x.verdict.passed).count() as u32;
-        let graded_n = g.graded.iter().filter(|x| x.verdict.status != VerdictStatus::InfraError).count() as u32;
+        let graded: Vec<&super::grading::Graded> = g.trajectories.iter().map(|t| &t.last().graded).collect();
+        let c = graded.iter().filter(|x| x.verdict.passed).count() as u32;
+        let graded_n = graded.iter().filter(|x| x.verdict.status != VerdictStatus::InfraError).count() as u32;
         infra += (n - graded_n) as usize;
-        formatted += g.graded.iter().filter(|x| x.verdict.status != VerdictStatus::FormatError).count();
-        total += g.graded.len();
+        formatted += graded.iter().filter(|x| x.verdict.status != VerdictStatus::FormatError).count();
+        total += graded.len();
         let mut per = serde_json::Map::new();
         for &k in &spec.eval.k {
             // Infra-failed samples are left out of n rather than counted as wrong.
@@ -71,8 +73,8 @@ where
         }
         records.push(json!({
             "step": step, "problem_id": g.problem.id, "n": graded_n, "correct": c,
-            "statuses": g.graded.iter().map(|x| x.verdict.status).collect::<Vec<_>>(),
-            "tests_passed": g.graded.iter().map(|x| x.verdict.tests_passed).collect::<Vec<_>>(),
+            "statuses": graded.iter().map(|x| x.verdict.status).collect::<Vec<_>>(),
+            "tests_passed": graded.iter().map(|x| x.verdict.tests_passed).collect::<Vec<_>>(),
             "metrics": per,
         }));
     }

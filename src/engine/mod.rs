@@ -16,6 +16,7 @@
 
 mod event;
 pub mod eval;
+pub mod feedback;
 pub mod grading;
 pub mod problems;
 pub mod prompting;
@@ -147,13 +148,9 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
     if !matches!(spec.backend, Backend::Local { .. }) {
         return Err(Error::Unsupported("only `backend.kind: local` runs in this version; the Tinker and OpenAI backends come next".into()));
     }
-    if spec.rollout.max_attempts > 1 {
-        return Err(Error::Unsupported("multi-attempt rollouts (`rollout.max_attempts` > 1)".into()));
-    }
-    if spec.grpo.max_steps_off_policy > 0 {
-        tracing::warn!("`grpo.max_steps_off_policy` > 0: pipelining is not implemented yet; running on-policy");
-        sink.event(Event::Warning("pipelining (`grpo.max_steps_off_policy`) is not implemented yet; this run is synchronous".into()));
-    }
+    // One step of overlap is all one machine can use: the sampler and the trainer share its
+    // cores, so a deeper queue would only make samples staler.
+    let pipelined = spec.grpo.max_steps_off_policy >= 1;
     if let Backend::Local { threads: Some(t) } = spec.backend {
         // Candle's CPU kernels use rayon's global pool; size it once, before first use.
         let _ = rayon_threads(t as usize);
@@ -293,16 +290,52 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
     }
 
     let mut last_saved: Option<u32> = first_step.checked_sub(1);
+    let pps = u64::from(spec.grpo.prompts_per_step);
+    // Pipelined: the groups of the next step, sampled (on the weights before this step's update)
+    // while this step trained. Whatever is here at a stop or crash is discarded: the data cursor
+    // in a checkpoint counts trained steps only, so a resumed run samples those problems again.
+    let mut ahead: Option<(Vec<rollout::Group>, rollout::Timing)> = None;
     for s in first_step..max_steps {
         if stop.requested() {
             return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await;
         }
-        let (t, res) = step::run(trainer, s, cursor, &cfg, &cx).await?;
-        trainer = t;
-        let Some(res) = res else {
-            return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await;
+        let t_step = std::time::Instant::now();
+        let res = if pipelined {
+            let (groups, timing, off_policy) = match ahead.take() {
+                Some((g, t)) => (g, t, 1),
+                None => {
+                    let (t, sampler) = rollout::sampler_of(trainer).await?;
+                    trainer = t;
+                    match step::rollouts(sampler, s, cursor, &cfg, &cx).await? {
+                        Some((g, t)) => (g, t, 0),
+                        None => return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await,
+                    }
+                }
+            };
+            if s + 1 < max_steps && !stop.requested() {
+                // Sample step s+1 on the current weights while step s trains on its groups.
+                let (t, sampler) = rollout::sampler_of(trainer).await?;
+                let (learned, next) = tokio::join!(step::learn(t, s, &groups, timing, off_policy, &cfg, &cx), step::rollouts(sampler, s + 1, cursor + pps, &cfg, &cx));
+                let (t, res) = learned?;
+                trainer = t;
+                ahead = next?;
+                res
+            } else {
+                let (t, res) = step::learn(trainer, s, &groups, timing, off_policy, &cfg, &cx).await?;
+                trainer = t;
+                res
+            }
+        } else {
+            let (t, res) = step::run(trainer, s, cursor, &cfg, &cx).await?;
+            trainer = t;
+            match res {
+                Some(res) => res,
+                None => return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await,
+            }
         };
-        cursor += u64::from(spec.grpo.prompts_per_step);
+        cursor += pps;
+        let mut res = res;
+        res.metrics.insert("time/step_s".into(), t_step.elapsed().as_secs_f64());
         for r in &res.rollouts {
             rollouts_log.append(r)?;
         }

@@ -28,6 +28,9 @@ pub struct Rendered {
     pub messages: Vec<Message>,
     /// Token ids ending with the generation prompt.
     pub tokens: Vec<u32>,
+    /// For a later turn: whether `tokens` starts with the previous turn's prompt and sampled
+    /// tokens exactly (see [`Prompting::next_turn`]).
+    pub extends: bool,
 }
 
 impl Prompting {
@@ -78,7 +81,7 @@ impl Prompting {
     pub fn render(&self, messages: Vec<Message>) -> Result<Rendered, Error> {
         let text = self.chat.render(&messages, true)?;
         let tokens = self.tokenizer.encode(&text)?;
-        Ok(Rendered { messages, tokens })
+        Ok(Rendered { messages, tokens, extends: false })
     }
 
     /// The first prompt of a problem.
@@ -87,5 +90,34 @@ impl Prompting {
     /// Template or tokenizer failures.
     pub fn first_turn(&self, problem: &Problem) -> Result<Rendered, Error> {
         self.render(self.templates.messages(problem)?)
+    }
+
+    /// The prompt of the next attempt: `prev`, the model's answer `sampled`, and the feedback
+    /// turn, with the generation prompt.
+    ///
+    /// The tokens extend `prev.tokens + sampled` (what the model saw and produced, token for
+    /// token) with the tokens of the text the chat template adds after the answer, so one
+    /// trajectory is one sequence and every attempt is trained in its true context. Templates
+    /// that rewrite earlier turns (Qwen3 drops `<think>` blocks from history) cannot be extended;
+    /// the conversation is then rendered afresh and [`Rendered::extends`] says so.
+    ///
+    /// # Errors
+    /// Template or tokenizer failures.
+    pub fn next_turn(&self, prev: &Rendered, sampled: &[u32], answer: &str, feedback: Message) -> Result<Rendered, Error> {
+        let mut messages = prev.messages.clone();
+        messages.push(Message::new("assistant", answer));
+        messages.push(feedback);
+        let full = self.chat.render(&messages, true)?;
+        let seen = self.chat.render(&prev.messages, true)? + &self.tokenizer.decode(sampled, false)?;
+        if let Some(rest) = full.strip_prefix(seen.as_str()) {
+            // After a truncated answer `rest` starts with the end-of-turn marker the model never
+            // produced; it is encoded with the rest, as context, not as a sampled token.
+            let mut tokens = prev.tokens.clone();
+            tokens.extend_from_slice(sampled);
+            tokens.extend(self.tokenizer.encode(rest)?);
+            return Ok(Rendered { messages, tokens, extends: true });
+        }
+        let tokens = self.tokenizer.encode(&full)?;
+        Ok(Rendered { messages, tokens, extends: false })
     }
 }

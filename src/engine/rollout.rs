@@ -1,31 +1,59 @@
 //! Sampling groups of completions and grading them, shared by training steps and evaluation.
-//! Grading of one problem's group runs while the next problem is being sampled.
+//!
+//! Prompts are sampled in batches (several prompts decode together, see
+//! [`Sampler::sample_batch`]); a batch is graded while the next one samples. With
+//! `rollout.max_attempts` > 1, every failed answer gets the feedback turn and another attempt,
+//! all failing trajectories of the phase sampled together; a trajectory keeps all its turns.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{SampledSequence, Sampler, SamplingParams, StopReason};
+use crate::backend::{SampleRequest, SampledSequence, Sampler, SamplingParams, StopReason};
 use crate::data::Problem;
-use crate::sandbox::GradeOptions;
+use crate::sandbox::{AnyGrader, GradeOptions, VerdictStatus};
 
 use super::grading::{Graded, grade_group};
-use crate::sandbox::AnyGrader;
 use super::prompting::{Prompting, Rendered};
-use super::{Error, Event, EventSink, Stop};
+use super::{Error, Event, EventSink, Stop, feedback, problems};
+
+/// Completions sampled in one batch at most, so grading of a batch overlaps sampling of the next
+/// (the local sampler batches up to this many rows itself).
+const BATCH_ROWS: usize = 32;
+
+/// One attempt: the prompt it saw, what was sampled, and its grade.
+#[derive(Debug)]
+pub struct Turn {
+    /// The prompt of this attempt (the whole conversation so far).
+    pub prompt: Rendered,
+    /// The sampled completion.
+    pub seq: SampledSequence,
+    /// Its decoded text.
+    pub text: String,
+    /// Its grade.
+    pub graded: Graded,
+}
+
+/// One sample of a group: its attempts in order; the last one's grade counts.
+#[derive(Debug)]
+pub struct Trajectory {
+    /// The attempts, at least one.
+    pub turns: Vec<Turn>,
+}
+
+impl Trajectory {
+    /// The attempt whose grade counts.
+    pub fn last(&self) -> &Turn {
+        self.turns.last().expect("a trajectory has at least one turn")
+    }
+}
 
 /// One problem's group after sampling and grading.
 #[derive(Debug)]
 pub struct Group {
     /// The problem.
     pub problem: Arc<Problem>,
-    /// Its prompt.
-    pub prompt: Rendered,
-    /// The sampled sequences.
-    pub seqs: Vec<SampledSequence>,
-    /// Their decoded text.
-    pub texts: Vec<String>,
-    /// Their grades.
-    pub graded: Vec<Graded>,
+    /// One trajectory per sample.
+    pub trajectories: Vec<Trajectory>,
 }
 
 /// Wall-clock split of a rollout phase.
@@ -33,13 +61,13 @@ pub struct Group {
 pub struct Timing {
     /// Seconds spent sampling.
     pub sample_s: f64,
-    /// Seconds spent waiting for grades after the last sample (grading not hidden by sampling).
+    /// Seconds spent waiting for grades after sampling (grading not hidden by sampling).
     pub grade_s: f64,
 }
 
 /// What a rollout phase needs besides the sampler.
 pub struct Ctx<'a> {
-    /// Prompt pipeline (for decoding).
+    /// Prompt pipeline (for decoding and feedback turns).
     pub prompting: &'a Arc<Prompting>,
     /// The grader.
     pub grader: &'a Arc<AnyGrader>,
@@ -53,55 +81,146 @@ pub struct Ctx<'a> {
     pub stop: &'a Stop,
 }
 
-/// Samples `n` completions per prompt (seeded per prompt) and grades them.
+/// A prompt to sample a group for: the problem, its first-turn prompt, the group's seed.
+pub type GroupPrompt = (Arc<Problem>, Rendered, u64);
+
+/// Samples `n` completions per prompt (seeded per prompt), grades them, and gives failed ones
+/// up to `max_attempts - 1` more attempts with feedback.
 ///
-/// Returns the sampler back (it is moved onto a blocking thread for each prompt), the groups in
-/// prompt order, and the timing. Returns `Ok(None)` groups when a stop was requested mid-way.
+/// Returns the sampler back, the groups in prompt order, and the timing; `None` groups when a
+/// stop was requested mid-way.
 ///
 /// # Errors
-/// Sampler failures.
+/// Sampler, template or tokenizer failures.
+#[allow(clippy::too_many_arguments)]
 pub async fn run<S: Sampler + 'static>(
     mut sampler: S,
-    prompts: Vec<(Arc<Problem>, Rendered, u64)>,
+    prompts: Vec<GroupPrompt>,
     n: usize,
     params: &SamplingParams,
     cx: &Ctx<'_>,
     phase: &'static str,
     step: i64,
+    max_attempts: u32,
 ) -> Result<(S, Option<Vec<Group>>, Timing), Error> {
     cx.sink.event(Event::Phase { step, phase, total: (prompts.len() * n) as u64 });
     let mut timing = Timing::default();
+    let seeds: Vec<u64> = prompts.iter().map(|p| p.2).collect();
+    let per_batch = (BATCH_ROWS / n.max(1)).max(1);
     let mut pending = Vec::with_capacity(prompts.len());
-    for (problem, prompt, seed) in prompts {
+    let mut rest = prompts.into_iter().peekable();
+    while rest.peek().is_some() {
         if cx.stop.requested() {
             return Ok((sampler, None, timing));
         }
+        let batch: Vec<GroupPrompt> = rest.by_ref().take(per_batch).collect();
+        let requests: Vec<SampleRequest> = batch.iter().map(|(_, r, seed)| SampleRequest { prompt: r.tokens.clone(), num_samples: n, seed: Some(*seed) }).collect();
         let t = Instant::now();
-        let mut p = params.clone();
-        p.seed = Some(seed);
-        let tokens = prompt.tokens.clone();
-        let (s, seqs) = tokio::task::spawn_blocking(move || {
-            let r = sampler.sample(&tokens, n, &p);
-            (sampler, r)
-        })
-        .await
-        .map_err(|e| Error::Setup(format!("sampling thread failed: {e}")))?;
+        let (s, out) = sample(sampler, requests, params).await?;
         sampler = s;
-        let seqs = seqs?;
         timing.sample_s += t.elapsed().as_secs_f64();
-        cx.sink.event(Event::Progress { phase, done: seqs.len() as u64 });
-        let texts: Vec<String> = seqs.iter().map(|s| cx.prompting.tokenizer.decode(&s.tokens, true).unwrap_or_default()).collect();
-        let handle = tokio::spawn(grade_group(cx.grader.clone(), problem.clone(), texts.clone(), cx.opts.clone(), cx.retries));
-        pending.push((problem, prompt, seqs, texts, handle));
+        for ((problem, prompt, _), seqs) in batch.into_iter().zip(out) {
+            cx.sink.event(Event::Progress { phase, done: seqs.len() as u64 });
+            let texts: Vec<String> = seqs.iter().map(|s| cx.prompting.tokenizer.decode(&s.tokens, true).unwrap_or_default()).collect();
+            let handle = tokio::spawn(grade_group(cx.grader.clone(), problem.clone(), texts.clone(), cx.opts.clone(), cx.retries));
+            pending.push((problem, prompt, seqs, texts, handle));
+        }
     }
     let t = Instant::now();
     let mut groups = Vec::with_capacity(pending.len());
     for (problem, prompt, seqs, texts, handle) in pending {
         let graded = handle.await.map_err(|e| Error::Setup(format!("grading task failed: {e}")))?;
-        groups.push(Group { problem, prompt, seqs, texts, graded });
+        let trajectories = seqs
+            .into_iter()
+            .zip(texts)
+            .zip(graded)
+            .map(|((seq, text), graded)| Trajectory { turns: vec![Turn { prompt: prompt.clone(), seq, text, graded }] })
+            .collect();
+        groups.push(Group { problem, trajectories });
     }
-    timing.grade_s = t.elapsed().as_secs_f64();
+    timing.grade_s += t.elapsed().as_secs_f64();
+
+    for attempt in 2..=max_attempts {
+        if cx.stop.requested() {
+            return Ok((sampler, None, timing));
+        }
+        match retry_failed(sampler, &mut groups, &seeds, attempt, max_attempts, params, cx, step, &mut timing).await? {
+            (s, true) => sampler = s,
+            (s, false) => {
+                sampler = s;
+                break;
+            }
+        }
+    }
     Ok((sampler, Some(groups), timing))
+}
+
+/// One more attempt for every trajectory whose last attempt failed (infrastructure failures
+/// excepted: those say nothing about the answer). Returns whether anything was retried.
+#[allow(clippy::too_many_arguments)]
+async fn retry_failed<S: Sampler + 'static>(
+    sampler: S,
+    groups: &mut [Group],
+    seeds: &[u64],
+    attempt: u32,
+    max_attempts: u32,
+    params: &SamplingParams,
+    cx: &Ctx<'_>,
+    step: i64,
+    timing: &mut Timing,
+) -> Result<(S, bool), Error> {
+    let mut todo = vec![];
+    for (gi, g) in groups.iter().enumerate() {
+        for (ti, t) in g.trajectories.iter().enumerate() {
+            let last = t.last();
+            if last.graded.verdict.passed || last.graded.verdict.status == VerdictStatus::InfraError {
+                continue;
+            }
+            let fb = feedback::describe(&g.problem, &last.graded.verdict);
+            let message = cx.prompting.templates.feedback(&g.problem, &fb, attempt, max_attempts)?;
+            let next = cx.prompting.next_turn(&last.prompt, &last.seq.tokens, &last.text, message)?;
+            todo.push((gi, ti, next));
+        }
+    }
+    if todo.is_empty() {
+        return Ok((sampler, false));
+    }
+    cx.sink.event(Event::Phase { step, phase: "retry", total: todo.len() as u64 });
+    let requests: Vec<SampleRequest> = todo
+        .iter()
+        .map(|(gi, ti, next)| SampleRequest { prompt: next.tokens.clone(), num_samples: 1, seed: Some(problems::derive_seed(seeds[*gi], i64::from(attempt), *ti as u64)) })
+        .collect();
+    let t = Instant::now();
+    let (sampler, out) = sample(sampler, requests, params).await?;
+    timing.sample_s += t.elapsed().as_secs_f64();
+    cx.sink.event(Event::Progress { phase: "retry", done: todo.len() as u64 });
+    let mut handles = Vec::with_capacity(todo.len());
+    for ((gi, ti, next), mut seqs) in todo.into_iter().zip(out) {
+        let seq = seqs.pop().unwrap_or(SampledSequence { tokens: vec![], logprobs: vec![], stop_reason: StopReason::Length });
+        let text = cx.prompting.tokenizer.decode(&seq.tokens, true).unwrap_or_default();
+        let handle = tokio::spawn(grade_group(cx.grader.clone(), groups[gi].problem.clone(), vec![text.clone()], cx.opts.clone(), cx.retries));
+        handles.push((gi, ti, next, seq, text, handle));
+    }
+    let t = Instant::now();
+    for (gi, ti, prompt, seq, text, handle) in handles {
+        let mut graded = handle.await.map_err(|e| Error::Setup(format!("grading task failed: {e}")))?;
+        let graded = graded.pop().expect("one grade per text");
+        groups[gi].trajectories[ti].turns.push(Turn { prompt, seq, text, graded });
+    }
+    timing.grade_s += t.elapsed().as_secs_f64();
+    Ok((sampler, true))
+}
+
+/// Runs one batched sampling call on a blocking thread; the sampler comes back.
+async fn sample<S: Sampler + 'static>(mut sampler: S, requests: Vec<SampleRequest>, params: &SamplingParams) -> Result<(S, Vec<Vec<SampledSequence>>), Error> {
+    let p = params.clone();
+    let (s, out) = tokio::task::spawn_blocking(move || {
+        let r = sampler.sample_batch(&requests, &p);
+        (sampler, r)
+    })
+    .await
+    .map_err(|e| Error::Setup(format!("sampling thread failed: {e}")))?;
+    Ok((s, out?))
 }
 
 /// A sampler on the trainer's current weights, taken on a blocking thread; the trainer comes back.
@@ -122,13 +241,13 @@ where
     Ok((trainer, sampler?))
 }
 
-/// Fraction of sequences that hit `max_tokens`.
+/// Fraction of sampled turns that hit `max_tokens`.
 pub fn truncation_rate(groups: &[Group]) -> f64 {
     let (mut len, mut all) = (0usize, 0usize);
-    for g in groups {
-        for s in &g.seqs {
+    for t in groups.iter().flat_map(|g| &g.trajectories) {
+        for turn in &t.turns {
             all += 1;
-            len += usize::from(s.stop_reason == StopReason::Length);
+            len += usize::from(turn.seq.stop_reason == StopReason::Length);
         }
     }
     if all == 0 { 0.0 } else { len as f64 / all as f64 }

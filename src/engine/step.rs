@@ -1,4 +1,5 @@
 //! One GRPO training step: problems → groups → rewards → advantages → datums → optimizer step.
+//! [`run`] does it on-policy; the pipelined loop calls [`rollouts`] and [`learn`] itself.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -6,15 +7,15 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::backend::{AdamParams, LossFn, SamplingParams, Trainer};
+use crate::backend::{AdamParams, Datum, LossFn, Sampler, SamplingParams, Trainer};
 use crate::rl::advantage::{AdvantageStrategy, should_skip};
-use crate::rl::datum::{make_datum, train_step};
+use crate::rl::datum::{make_multiturn_datum, train_step};
 use crate::rl::reward::{Outcome, RewardStrategy};
 use crate::sandbox::VerdictStatus;
 use crate::spec::types::RolloutLog;
 
 use super::grading::Graded;
-use super::rollout::{self, Ctx, percentile, truncation_rate};
+use super::rollout::{self, Ctx, Group, GroupPrompt, Timing, Trajectory, percentile, truncation_rate};
 use super::{Error, problems};
 
 /// What a finished step produced.
@@ -53,18 +54,12 @@ pub fn outcome(g: &Graded) -> Outcome {
     }
 }
 
-/// Runs training step `step` starting at problem `cursor`. Returns the trainer back, and `None`
-/// when a stop was requested before training (the step is then abandoned whole: no update).
+/// The group prompts of training step `step`, starting at problem `cursor` (cycling).
 ///
 /// # Errors
-/// Sampler, prompt or trainer failures.
-pub async fn run<T>(mut trainer: T, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<(T, Option<StepResult>), Error>
-where
-    T: Trainer + 'static,
-    T::Sampler: 'static,
-{
+/// Template or tokenizer failures.
+pub fn prompts(step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Vec<GroupPrompt>, Error> {
     let spec = cfg.spec;
-    let t_step = Instant::now();
     let n_problems = cfg.train.len() as u64;
     let mut prompts = vec![];
     for j in 0..u64::from(spec.grpo.prompts_per_step) {
@@ -72,25 +67,100 @@ where
         let rendered = cx.prompting.first_turn(&problem)?;
         prompts.push((problem, rendered, problems::derive_seed(spec.seed, i64::from(step), j)));
     }
-    let (t2, sampler) = rollout::sampler_of(trainer).await?;
-    trainer = t2;
-    let (_, groups, timing) = rollout::run(sampler, prompts, spec.grpo.group_size as usize, cfg.sampling, cx, "sample", i64::from(step)).await?;
-    let Some(groups) = groups else { return Ok((trainer, None)) };
+    Ok(prompts)
+}
+
+/// Samples and grades the groups of step `step` on `sampler`.
+///
+/// # Errors
+/// Sampler, template or tokenizer failures.
+pub async fn rollouts<S: Sampler + 'static>(sampler: S, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<(Vec<Group>, Timing)>, Error> {
+    let prompts = prompts(step, cursor, cfg, cx)?;
+    let spec = cfg.spec;
+    let (_, groups, timing) =
+        rollout::run(sampler, prompts, spec.grpo.group_size as usize, cfg.sampling, cx, "sample", i64::from(step), spec.rollout.max_attempts).await?;
+    Ok(groups.map(|g| (g, timing)))
+}
+
+/// Runs training step `step` synchronously: sample on the current weights, grade, train.
+/// Returns the trainer back, and `None` when a stop was requested before training (the step is
+/// then abandoned whole: no update).
+///
+/// # Errors
+/// Sampler, prompt or trainer failures.
+pub async fn run<T>(trainer: T, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<(T, Option<StepResult>), Error>
+where
+    T: Trainer + 'static,
+    T::Sampler: 'static,
+{
+    let (trainer, sampler) = rollout::sampler_of(trainer).await?;
+    let Some((groups, timing)) = rollouts(sampler, step, cursor, cfg, cx).await? else { return Ok((trainer, None)) };
     if cx.stop.requested() {
         return Ok((trainer, None));
     }
+    let (trainer, res) = learn(trainer, step, &groups, timing, 0, cfg, cx).await?;
+    Ok((trainer, Some(res)))
+}
 
-    // Rewards and advantages per group.
+/// The datums of one trajectory: one per run of attempts whose prompts extend each other (all of
+/// them, unless the chat template rewrote history; see [`super::prompting::Prompting::next_turn`]).
+fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Datum> {
+    let mut out = vec![];
+    let mut chain: Option<(Vec<u32>, Vec<(usize, &[f32])>)> = None;
+    for turn in &t.turns {
+        let start = turn.prompt.tokens.len();
+        match chain.as_mut() {
+            Some((tokens, segments)) if turn.prompt.extends && turn.prompt.tokens.starts_with(tokens) => {
+                tokens.clone_from(&turn.prompt.tokens);
+                tokens.extend_from_slice(&turn.seq.tokens);
+                segments.push((start, &turn.seq.logprobs));
+            }
+            _ => {
+                if let Some((tokens, segments)) = chain.take() {
+                    out.push((tokens, segments));
+                }
+                let mut tokens = turn.prompt.tokens.clone();
+                tokens.extend_from_slice(&turn.seq.tokens);
+                chain = Some((tokens, vec![(start, &turn.seq.logprobs)]));
+            }
+        }
+    }
+    out.extend(chain);
+    out.into_iter()
+        .filter_map(|(mut tokens, mut segments)| {
+            segments.retain(|(_, lp)| !lp.is_empty());
+            // Context after the last answer teaches nothing.
+            let &(start, lp) = segments.last()?;
+            tokens.truncate(start + lp.len());
+            Some(make_multiturn_datum(&tokens, &segments, advantage))
+        })
+        .collect()
+}
+
+/// Rewards, advantages, datums and the optimizer step for graded `groups` of step `step`,
+/// sampled `off_policy` steps behind the weights being trained.
+///
+/// # Errors
+/// Trainer failures.
+pub async fn learn<T>(mut trainer: T, step: u32, groups: &[Group], timing: Timing, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<(T, StepResult), Error>
+where
+    T: Trainer + 'static,
+{
+    let spec = cfg.spec;
     let mut datums = vec![];
     let mut rollouts = vec![];
-    let (mut rewards_all, mut correct, mut formatted, mut total) = (vec![], 0usize, 0usize, 0usize);
+    let (mut rewards_all, mut correct, mut first_correct, mut formatted, mut total) = (vec![], 0usize, 0usize, 0usize, 0usize);
     let (mut skipped, mut infra_dropped, mut infra_errors) = (0u32, 0u32, 0u32);
     let mut latencies = vec![];
-    let (mut completion_tokens, mut prompt_tokens) = (0usize, 0usize);
+    let (mut completion_tokens, mut prompt_tokens, mut turns_all) = (0usize, 0usize, 0usize);
     for (gi, g) in groups.iter().enumerate() {
-        infra_errors += g.graded.iter().map(|x| x.infra_errors).sum::<u32>();
-        latencies.extend(g.graded.iter().filter(|x| x.code.is_some()).map(|x| x.latency_ms));
-        let rewards: Option<Vec<f64>> = g.graded.iter().map(|x| cfg.reward.reward(&outcome(x))).collect();
+        for t in g.trajectories.iter().flat_map(|t| &t.turns) {
+            infra_errors += t.graded.infra_errors;
+            if t.graded.code.is_some() {
+                latencies.push(t.graded.latency_ms);
+            }
+        }
+        let rewards: Option<Vec<f64>> = g.trajectories.iter().map(|t| cfg.reward.reward(&outcome(&t.last().graded))).collect();
         let Some(rewards) = rewards else {
             // Infrastructure failure that survived retries: the group says nothing about the
             // model, so it is dropped rather than scored.
@@ -101,17 +171,20 @@ where
         let adv = cfg.advantage.advantages(&rewards);
         let skip = spec.grpo.skip_degenerate && should_skip(&adv);
         skipped += u32::from(skip);
-        prompt_tokens += g.prompt.tokens.len();
-        for (k, ((seq, graded), (&r, &a))) in g.seqs.iter().zip(&g.graded).zip(rewards.iter().zip(&adv)).enumerate() {
+        if let Some(t) = g.trajectories.first() {
+            prompt_tokens += t.turns[0].prompt.tokens.len();
+        }
+        for (k, (t, (&r, &a))) in g.trajectories.iter().zip(rewards.iter().zip(&adv)).enumerate() {
+            let last = t.last();
             total += 1;
-            correct += usize::from(graded.verdict.passed);
-            formatted += usize::from(graded.verdict.status != VerdictStatus::FormatError);
-            completion_tokens += seq.tokens.len();
+            correct += usize::from(last.graded.verdict.passed);
+            first_correct += usize::from(t.turns[0].graded.verdict.passed);
+            formatted += usize::from(last.graded.verdict.status != VerdictStatus::FormatError);
+            turns_all += t.turns.len();
+            completion_tokens += t.turns.iter().map(|x| x.seq.tokens.len()).sum::<usize>();
             rewards_all.push(r);
-            if !skip && !seq.tokens.is_empty() {
-                let mut tokens = g.prompt.tokens.clone();
-                tokens.extend_from_slice(&seq.tokens);
-                datums.push(make_datum(&tokens, &seq.logprobs, g.prompt.tokens.len(), a));
+            if !skip {
+                datums.extend(trajectory_datums(t, a));
             }
             let log = match spec.log.rollouts {
                 RolloutLog::All => true,
@@ -119,13 +192,22 @@ where
                 RolloutLog::None => false,
             };
             if log {
-                rollouts.push(json!({
+                let mut rec = json!({
                     "step": step, "problem_id": g.problem.id, "group": gi, "sample": k,
-                    "text": g.texts[k], "code": graded.code, "status": graded.verdict.status,
-                    "tests_passed": graded.verdict.tests_passed, "tests_total": graded.verdict.tests_total,
-                    "reward": r, "advantage": a, "skipped": skip, "stop_reason": seq.stop_reason,
-                    "tokens": seq.tokens.len(),
-                }));
+                    "text": last.text, "code": last.graded.code, "status": last.graded.verdict.status,
+                    "tests_passed": last.graded.verdict.tests_passed, "tests_total": last.graded.verdict.tests_total,
+                    "reward": r, "advantage": a, "skipped": skip, "stop_reason": last.seq.stop_reason,
+                    "tokens": last.seq.tokens.len(), "attempts": t.turns.len(),
+                });
+                if t.turns.len() > 1 {
+                    // Earlier attempts and the feedback each got.
+                    rec["turns"] = t
+                        .turns
+                        .iter()
+                        .map(|x| json!({"prompt_last_message": x.prompt.messages.last().map(|m| m.content.as_str()), "text": x.text, "status": x.graded.verdict.status, "tests_passed": x.graded.verdict.tests_passed}))
+                        .collect();
+                }
+                rollouts.push(rec);
             }
         }
     }
@@ -161,15 +243,21 @@ where
     let train_s = t_train.elapsed().as_secs_f64();
 
     let groups_total = groups.len() as f64;
+    let frac = |x: usize| if total == 0 { 0.0 } else { x as f64 / total as f64 };
     let mean = |xs: &[f64]| if xs.is_empty() { 0.0 } else { xs.iter().sum::<f64>() / xs.len() as f64 };
     m.insert("train/reward_mean".into(), mean(&rewards_all));
-    m.insert("train/correct_mean".into(), if total == 0 { 0.0 } else { correct as f64 / total as f64 });
-    m.insert("train/format_rate".into(), if total == 0 { 0.0 } else { formatted as f64 / total as f64 });
+    m.insert("train/correct_mean".into(), frac(correct));
+    m.insert("train/format_rate".into(), frac(formatted));
+    if spec.rollout.max_attempts > 1 {
+        m.insert("train/correct_first_attempt".into(), frac(first_correct));
+        m.insert("train/attempts_mean".into(), frac(turns_all));
+    }
     m.insert("train/groups".into(), groups_total);
     m.insert("train/groups_skipped".into(), f64::from(skipped));
     m.insert("train/groups_infra_dropped".into(), f64::from(infra_dropped));
-    m.insert("train/truncated_rate".into(), truncation_rate(&groups));
-    m.insert("train/completion_tokens_mean".into(), if total == 0 { 0.0 } else { completion_tokens as f64 / total as f64 });
+    m.insert("train/off_policy_steps".into(), f64::from(off_policy));
+    m.insert("train/truncated_rate".into(), truncation_rate(groups));
+    m.insert("train/completion_tokens_mean".into(), if turns_all == 0 { 0.0 } else { completion_tokens as f64 / turns_all as f64 });
     m.insert("train/prompt_tokens_mean".into(), if groups.is_empty() { 0.0 } else { prompt_tokens as f64 / groups_total });
     m.insert("train/completion_tokens".into(), completion_tokens as f64);
     m.insert("sandbox/infra_errors".into(), f64::from(infra_errors));
@@ -178,6 +266,43 @@ where
     m.insert("time/sample_s".into(), timing.sample_s);
     m.insert("time/grade_s".into(), timing.grade_s);
     m.insert("time/train_s".into(), train_s);
-    m.insert("time/step_s".into(), t_step.elapsed().as_secs_f64());
-    Ok((trainer, Some(StepResult { metrics: m, rollouts })))
+    Ok((trainer, StepResult { metrics: m, rollouts }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{SampledSequence, StopReason};
+    use crate::engine::prompting::Rendered;
+    use crate::engine::rollout::Turn;
+    use crate::sandbox::Verdict;
+
+    fn turn(prompt: &[u32], extends: bool, sampled: &[u32]) -> Turn {
+        Turn {
+            prompt: Rendered { messages: vec![], tokens: prompt.to_vec(), extends },
+            seq: SampledSequence { tokens: sampled.to_vec(), logprobs: vec![-0.5; sampled.len()], stop_reason: StopReason::Stop },
+            text: String::new(),
+            graded: Graded { verdict: Verdict::format_error("p", 1), code: None, latency_ms: 0.0, infra_errors: 0 },
+        }
+    }
+
+    #[test]
+    fn an_extending_conversation_is_one_datum_with_every_answer_trained() {
+        let t = Trajectory { turns: vec![turn(&[1, 2], false, &[30, 31]), turn(&[1, 2, 30, 31, 4, 5], true, &[60])] };
+        let d = trajectory_datums(&t, 1.5);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].model_input, vec![1, 2, 30, 31, 4, 5]);
+        assert_eq!(d[0].loss_fn_inputs.advantages.as_deref(), Some(&[0.0, 1.5, 1.5, 0.0, 0.0, 1.5][..]));
+    }
+
+    #[test]
+    fn a_rewritten_history_trains_each_attempt_in_its_own_context() {
+        // The template rewrote the first answer: the second prompt does not extend the first turn.
+        let t = Trajectory { turns: vec![turn(&[1, 2], false, &[30, 31]), turn(&[1, 2, 39, 4, 5], false, &[60]), turn(&[1, 2, 39, 4, 5, 60, 7], true, &[])] };
+        let d = trajectory_datums(&t, -1.0);
+        assert_eq!(d.len(), 2, "empty answers add nothing");
+        assert_eq!(d[0].model_input, vec![1, 2, 30]);
+        assert_eq!(d[1].model_input, vec![1, 2, 39, 4, 5]);
+        assert_eq!(d[1].loss_fn_inputs.advantages.as_deref(), Some(&[0.0, 0.0, 0.0, 0.0, -1.0][..]));
+    }
 }

@@ -17,14 +17,30 @@ use crate::backend::{AdamParams, Datum, ForwardBackwardOutput, LossFn, LossFnInp
 pub fn make_datum(tokens: &[u32], logprobs: &[f32], ob_len: usize, advantage: f64) -> Datum {
     assert!(tokens.len() >= 2 && ob_len >= 1 && ob_len <= tokens.len(), "a trajectory needs a prompt token and a target");
     assert_eq!(logprobs.len(), tokens.len() - ob_len, "one logprob per completion token");
+    make_multiturn_datum(tokens, &[(ob_len, logprobs)], advantage)
+}
+
+/// Builds the datum of a multi-turn trajectory: `tokens` is the whole conversation, and each
+/// `(start, logprobs)` segment says that `tokens[start..start + logprobs.len()]` were sampled
+/// (one answer); everything else (prompts, feedback turns, template glue) is context with zero
+/// log-probability and advantage. Every sampled token carries the trajectory's `advantage`.
+///
+/// # Panics
+/// A segment that starts at 0 or runs past the end, or overlapping segments: engine bugs.
+pub fn make_multiturn_datum(tokens: &[u32], segments: &[(usize, &[f32])], advantage: f64) -> Datum {
+    assert!(tokens.len() >= 2, "a trajectory needs a prompt token and a target");
     let n = tokens.len() - 1;
-    // Position i predicts tokens[i + 1]; completion targets start at i = ob_len - 1.
-    let first = ob_len - 1;
     let mut lp = vec![0.0f32; n];
     let mut adv = vec![0.0f32; n];
-    for (k, &l) in logprobs.iter().enumerate() {
-        lp[first + k] = l;
-        adv[first + k] = advantage as f32;
+    let mut end = 1;
+    for &(start, logprobs) in segments {
+        assert!(start >= end && start + logprobs.len() <= tokens.len(), "segments are ordered, disjoint and follow a prompt token");
+        // Position i predicts tokens[i + 1]: the segment's targets start at i = start - 1.
+        for (k, &l) in logprobs.iter().enumerate() {
+            lp[start - 1 + k] = l;
+            adv[start - 1 + k] = advantage as f32;
+        }
+        end = start + logprobs.len();
     }
     Datum {
         model_input: tokens[..n].to_vec(),
@@ -56,6 +72,24 @@ mod tests {
         assert_eq!(d.loss_fn_inputs.logprobs.as_deref(), Some(&[0.0, 0.0, -0.5, -0.25][..]));
         assert_eq!(d.loss_fn_inputs.advantages.as_deref(), Some(&[0.0, 0.0, 2.0, 2.0][..]));
         d.validate(0, &LossFn::ImportanceSampling).unwrap();
+    }
+
+    #[test]
+    fn multiturn_masks_feedback_and_glue() {
+        // prompt [1, 2], answer [30, 31], feedback [4, 5], answer [60]
+        let d = make_multiturn_datum(&[1, 2, 30, 31, 4, 5, 60], &[(2, &[-0.5, -0.25]), (6, &[-1.0])], -1.0);
+        assert_eq!(d.model_input, vec![1, 2, 30, 31, 4, 5]);
+        assert_eq!(d.loss_fn_inputs.target_tokens, vec![2, 30, 31, 4, 5, 60]);
+        assert_eq!(d.loss_fn_inputs.logprobs.as_deref(), Some(&[0.0, -0.5, -0.25, 0.0, 0.0, -1.0][..]));
+        assert_eq!(d.loss_fn_inputs.advantages.as_deref(), Some(&[0.0, -1.0, -1.0, 0.0, 0.0, -1.0][..]));
+        // One segment is exactly make_datum.
+        assert_eq!(make_multiturn_datum(&[10, 11, 12, 20, 21], &[(3, &[-0.5, -0.25])], 2.0), make_datum(&[10, 11, 12, 20, 21], &[-0.5, -0.25], 3, 2.0));
+    }
+
+    #[test]
+    #[should_panic(expected = "segments are ordered")]
+    fn overlapping_segments_are_a_bug() {
+        make_multiturn_datum(&[1, 2, 3, 4], &[(2, &[-1.0, -1.0]), (3, &[-1.0])], 1.0);
     }
 
     #[test]

@@ -758,8 +758,45 @@ def reap_orphans():
             return
 
 
+# What a failed test reports back for error feedback (multi-attempt rollouts): bounded, so a
+# program that prints megabytes costs nothing downstream.
+DETAIL_CHARS = 600
+
+
+def _text(raw, key):
+    try:
+        return base64.b64decode(raw.get(key) or "").decode("utf-8", "replace")
+    except Exception:
+        return ""
+
+
+def _clip(text, tail=False):
+    if len(text) <= DETAIL_CHARS:
+        return text
+    return "..." + text[-DETAIL_CHARS:] if tail else text[:DETAIL_CHARS] + "..."
+
+
 def judge(job, raw, expected):
     """Turn one raw test outcome from R into a test verdict (trusted side)."""
+    out = _judge_status(job, raw, expected)
+    if job["kind"] != "run" and out["status"] != "passed":
+        # The traceback (or whatever the program wrote to stderr) and, for a wrong answer, what
+        # the program produced: what a human would look at first.
+        err = _text(raw, "stderr").strip()
+        if err:
+            out["error"] = _clip(err, tail=True)
+        if out["status"] == "wrong_answer":
+            if job["mode"] == "stdin":
+                out["got"] = _clip(_text(raw, "stdout"))
+            elif job["mode"] == "functional":
+                try:
+                    out["got"] = _clip(json.dumps(decode_value(raw["res"]["ok"]), default=repr))
+                except Exception:
+                    pass
+    return out
+
+
+def _judge_status(job, raw, expected):
     st = raw["status"]
     out = {"status": st, "time_ms": raw["time_ms"]}
     if job["kind"] == "run":

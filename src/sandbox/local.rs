@@ -385,7 +385,8 @@ pub(crate) fn parse_tests(reply: &Value) -> Result<Vec<TestResult>, String> {
         .map(|t| {
             let status: TestStatus = serde_json::from_value(t["status"].clone())
                 .map_err(|_| format!("harness reported unknown test status {}", t["status"]))?;
-            Ok(TestResult { status, time_ms: t["time_ms"].as_u64().unwrap_or(0) })
+            let text = |k: &str| t[k].as_str().map(str::to_string);
+            Ok(TestResult { status, time_ms: t["time_ms"].as_u64().unwrap_or(0), got: text("got"), error: text("error") })
         })
         .collect()
 }

@@ -251,6 +251,13 @@ pub struct TestResult {
     pub status: TestStatus,
     /// Wall time of the test in milliseconds.
     pub time_ms: u64,
+    /// For a wrong answer: what the program printed (stdin tests) or returned (functional
+    /// tests), clipped to 600 characters. The error feedback of multi-attempt rollouts shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub got: Option<String>,
+    /// For a failed test: the end of what the program wrote to stderr (the traceback), clipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The grade of one completion: the `rlx grade` output line.

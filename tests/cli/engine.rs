@@ -57,6 +57,11 @@ pub fn tiny_model(dir: &Path) {
 }
 
 fn spec(max_steps: u32, save_every: u32) -> String {
+    spec_with(max_steps, save_every, "")
+}
+
+/// The test spec with `extra` YAML lines appended (top-level sections the base spec lacks).
+fn spec_with(max_steps: u32, save_every: u32, extra: &str) -> String {
     let data = repo().join("experiments/data");
     let prompts = repo().join("prompts");
     format!(
@@ -75,7 +80,7 @@ sandbox: {{kind: local, strict: false}}
 optimizer: {{learning_rate: 1e-3}}
 schedule: {{max_steps: {max_steps}, eval_every: 2, save_every: {save_every}}}
 eval: {{k: [1], temperature: 0, max_tokens: 8}}
-",
+{extra}",
         train = data.join("easy_python_train.jsonl").display(),
         eval = data.join("easy_python_eval.jsonl").display(),
         user = prompts.join("mbpp_user.j2").display(),
@@ -205,4 +210,75 @@ fn sigint_stops_gracefully_and_resume_continues() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().map(|m| m["step"].as_i64().unwrap()).collect();
     assert_eq!(steps, vec![-1, 0, 1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn pipelined_run_trains_each_step_on_samples_one_step_old() {
+    let cx = TestContext::new();
+    tiny_model(&cx.path().join("tiny"));
+    let text = spec(4, 2).replace("skip_degenerate: false}", "skip_degenerate: false, max_steps_off_policy: 1}");
+    assert!(text.contains("max_steps_off_policy: 1"));
+    cx.write("spec.yaml", &text);
+    let r = cx.run(&["run", "spec.yaml"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let dir = run_dir(&cx);
+    let metrics = jsonl(&dir.join("metrics.jsonl"));
+    let steps: Vec<i64> = metrics.iter().map(|m| m["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, vec![-1, 0, 1, 2, 3]);
+    // Step 0 samples on the initial weights; every later step's groups were sampled while the
+    // previous step trained.
+    let lag: Vec<f64> = metrics[1..].iter().map(|m| m["train/off_policy_steps"].as_f64().unwrap()).collect();
+    assert_eq!(lag, vec![0.0, 1.0, 1.0, 1.0]);
+    for m in &metrics[1..] {
+        assert_eq!(m["train/datums"], 6.0);
+        assert!(m["time/step_s"].as_f64().unwrap() > 0.0);
+    }
+    let mut per_step: BTreeMap<i64, usize> = BTreeMap::new();
+    for r in jsonl(&dir.join("rollouts.jsonl")) {
+        *per_step.entry(r["step"].as_i64().unwrap()).or_default() += 1;
+    }
+    assert_eq!(per_step.into_iter().collect::<Vec<_>>(), vec![(0, 6), (1, 6), (2, 6), (3, 6)]);
+    let cks = jsonl(&dir.join("checkpoints.jsonl"));
+    assert_eq!(cks.iter().map(|c| c["data_cursor"].as_u64().unwrap()).collect::<Vec<_>>(), vec![4, 8], "the cursor counts trained steps only");
+}
+
+#[test]
+fn failed_attempts_get_feedback_and_every_turn_is_trained() {
+    let cx = TestContext::new();
+    tiny_model(&cx.path().join("tiny"));
+    let feedback = repo().join("prompts/feedback.j2");
+    let text = spec_with(2, 100, "rollout: {max_attempts: 2}\n").replace("prompt: {user: ", &format!("prompt: {{feedback: {}, user: ", feedback.display()));
+    cx.write("spec.yaml", &text);
+    let r = cx.run(&["run", "spec.yaml"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let dir = run_dir(&cx);
+    let metrics = jsonl(&dir.join("metrics.jsonl"));
+    let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+    assert_eq!(rollouts.len(), 12);
+    for (m, step) in metrics[1..].iter().zip(0..) {
+        let here: Vec<&Value> = rollouts.iter().filter(|r| r["step"] == step).collect();
+        // Exactly the answers that failed got a second try.
+        for r in &here {
+            match r["attempts"].as_u64().unwrap() {
+                1 => assert_eq!(r["status"], "passed", "{r}"),
+                2 => assert_ne!(r["turns"][0]["status"], "passed", "{r}"),
+                n => panic!("{n} attempts with max_attempts 2"),
+            }
+        }
+        let retried = here.iter().filter(|r| r["attempts"] == 2).count();
+        assert!((m["train/attempts_mean"].as_f64().unwrap() - (6 + retried) as f64 / 6.0).abs() < 1e-9, "{m}");
+        assert!(m["train/correct_first_attempt"].is_number());
+        // One datum per trajectory when the second attempt extends the first (prompt, answer,
+        // feedback, answer: one sequence); two when it cannot (a random model sometimes samples a
+        // special token mid-answer, which the rendered history leaves out).
+        let datums = m["train/datums"].as_f64().unwrap();
+        assert!((6.0..12.0).contains(&datums), "{m}");
+        assert_eq!(m["train/action_tokens"], m["train/completion_tokens"], "every sampled token of every attempt is trained: {m}");
+    }
+    let two = rollouts.iter().find(|r| r["attempts"] == 2).expect("a failed first attempt");
+    let turns = two["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2);
+    let fb = turns[1]["prompt_last_message"].as_str().unwrap();
+    assert!(fb.contains("did not pass the tests") && fb.contains("attempt 2 of 2"), "{fb}");
+    assert_eq!(two["text"], turns[1]["text"], "the final attempt is the one scored");
 }

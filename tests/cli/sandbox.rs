@@ -502,3 +502,27 @@ async fn degraded_mode_without_namespaces() {
     let v = adversarial(&sb, "fork_bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", "1", 1.0).await;
     assert!(!v.passed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_tests_report_what_the_program_did() {
+    // What the feedback turn of a multi-attempt rollout shows the model.
+    if !python_available() {
+        return;
+    }
+    let sb = sandbox(1).await;
+    let o = opts(2.0);
+    let p = stdin_problem("double", &[("2\n", "4\n"), ("5\n", "10\n")]);
+    let v = grade(&sb, &p, "n = int(input())\nprint(n * 2 if n < 3 else n + 2)", &o).await;
+    assert_eq!(statuses(&v), vec![TestStatus::Passed, TestStatus::WrongAnswer]);
+    assert_eq!((v.tests[0].got.as_deref(), v.tests[0].error.as_deref()), (None, None), "nothing for a passed test");
+    assert_eq!(v.tests[1].got.as_deref(), Some("7\n"));
+    let v = grade(&sb, &p, "n = int(input())\nprint(undefined_name)", &o).await;
+    let err = v.tests[0].error.as_deref().unwrap();
+    assert!(err.contains("NameError") && err.contains("undefined_name"), "{err}");
+    let f = functional_problem("add", &[("1\n2", "3")]);
+    let v = grade(&sb, &f, "def add(a, b):\n    return [a, b]", &o).await;
+    assert_eq!(v.tests[0].got.as_deref(), Some("[1, 2]"));
+    // Megabytes of output come back clipped.
+    let v = grade(&sb, &p, "print('x' * 100000)", &o).await;
+    assert!(v.tests[0].got.as_ref().unwrap().len() < 1000);
+}

@@ -13,7 +13,7 @@ use std::process::Command;
 use candle_core::{DType, Device, Tensor};
 use rlx::backend::local::model::{Arch, Config, Model, ParamBuilder, Tuning, random_weights};
 use rlx::backend::local::{LocalTrainer, LoraConfig, TrainerOptions};
-use rlx::backend::{AdamParams, Datum, LossFn, LossFnInputs, Sampler, SamplingParams, Stop, StopReason, Trainer};
+use rlx::backend::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, Sampler, SamplingParams, Stop, StopReason, Trainer};
 
 pub fn tiny_config(arch: Arch) -> Config {
     Config {
@@ -239,6 +239,54 @@ fn kv_cache_decoding_equals_full_recomputation() {
         }
         assert_eq!(got.tokens.len(), 20);
         assert_eq!(got.stop_reason, StopReason::Length);
+    }
+}
+
+#[test]
+fn prompts_of_different_lengths_decode_as_one_batch() {
+    // Left padding must be invisible: every row of a mixed batch reports the log-probabilities the
+    // unpadded model gives its own sequence, and greedy rows pick the unpadded argmax.
+    for arch in [Arch::Llama, Arch::Qwen3] {
+        let mut tr = trainer(arch, Tuning::Full, DType::F32, 21);
+        let mut s = tr.sampler().unwrap();
+        let requests = vec![
+            SampleRequest { prompt: vec![3, 14, 15, 9, 2, 6, 5, 3, 5], num_samples: 3, seed: Some(1) },
+            SampleRequest { prompt: vec![7], num_samples: 2, seed: Some(2) },
+            SampleRequest { prompt: vec![8, 9, 7, 9], num_samples: 0, seed: Some(3) },
+            SampleRequest { prompt: vec![2, 7, 1, 8], num_samples: 1, seed: Some(4) },
+        ];
+        for temperature in [0.0, 1.0] {
+            let params = SamplingParams { max_tokens: 10, temperature, ..Default::default() };
+            let out = s.sample_batch(&requests, &params).unwrap();
+            assert_eq!(out.iter().map(Vec::len).collect::<Vec<_>>(), vec![3, 2, 0, 1]);
+            for (r, seqs) in requests.iter().zip(&out) {
+                for seq in seqs {
+                    assert_eq!(seq.tokens.len(), 10);
+                    let mut full = r.prompt.clone();
+                    full.extend(&seq.tokens);
+                    let logits = model_logits(s.model(), &full[..full.len() - 1]);
+                    for (i, &tok) in seq.tokens.iter().enumerate() {
+                        let row = &logits[r.prompt.len() - 1 + i];
+                        let max = row.iter().copied().fold(f32::MIN, f32::max);
+                        let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f32>().ln();
+                        assert!((seq.logprobs[i] - (row[tok as usize] - lse)).abs() < 1e-4, "{arch:?} T={temperature}: prompt {:?} token {i}", r.prompt);
+                        if temperature == 0.0 {
+                            assert!(row[tok as usize] >= max - 1e-4, "{arch:?}: greedy picks the argmax");
+                        }
+                    }
+                }
+            }
+            // Same seeds alone or in a batch: the same samples at temperature 1 (per-sample streams).
+            if temperature == 1.0 {
+                let mut p = params.clone();
+                p.seed = Some(2);
+                let alone = s.sample(&[7], 2, &p).unwrap();
+                for (a, b) in alone.iter().zip(&out[1]) {
+                    assert_eq!(a.tokens, b.tokens);
+                    assert!(a.logprobs.iter().zip(&b.logprobs).all(|(x, y)| (x - y).abs() < 1e-5));
+                }
+            }
+        }
     }
 }
 

@@ -424,16 +424,28 @@ impl Rope {
 }
 
 /// Per-layer key/value cache for incremental decoding.
+///
+/// Rows may be left-padded (several prompts of different lengths decoded as one batch):
+/// `pads[r]` leading positions of row `r` are padding that no query attends to. RoPE makes the
+/// shift harmless: attention scores depend only on position differences.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
     /// Per layer: keys and values `[b, kv_heads, seen, head_dim]`.
     layers: Vec<Option<(Tensor, Tensor)>>,
+    /// Left padding per batch row; empty means none.
+    pads: Vec<usize>,
 }
 
 impl KvCache {
     /// An empty cache.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty cache whose batch rows start with `pads[r]` padding positions.
+    pub fn with_left_padding(pads: Vec<usize>) -> Self {
+        let pads = if pads.iter().all(|&p| p == 0) { Vec::new() } else { pads };
+        Self { layers: Vec::new(), pads }
     }
 
     /// Positions already cached.
@@ -446,13 +458,19 @@ impl KvCache {
         self.len() == 0
     }
 
-    /// Keep only the batch rows `rows` (finished sequences drop out of the batch).
+    /// Keep only the batch rows `rows`, in that order (finished sequences drop out of the batch;
+    /// a row listed `n` times is repeated, one prefill shared by `n` samples).
     ///
     /// # Errors
     /// Tensor failures.
-    pub fn select_rows(&mut self, rows: &Tensor) -> Result<()> {
+    pub fn select_rows(&mut self, rows: &[u32]) -> Result<()> {
+        let dev = self.layers.iter().flatten().next().map(|(k, _)| k.device().clone()).unwrap_or(Device::Cpu);
+        let index = Tensor::new(rows, &dev)?;
         for l in self.layers.iter_mut().flatten() {
-            *l = (l.0.index_select(rows, 0)?, l.1.index_select(rows, 0)?);
+            *l = (l.0.index_select(&index, 0)?, l.1.index_select(&index, 0)?);
+        }
+        if !self.pads.is_empty() {
+            self.pads = rows.iter().map(|&r| self.pads[r as usize]).collect();
         }
         Ok(())
     }
@@ -462,11 +480,27 @@ impl KvCache {
     /// # Errors
     /// Tensor failures.
     pub fn repeat_batch(&mut self, n: usize) -> Result<()> {
-        for l in self.layers.iter_mut().flatten() {
-            *l = (l.0.repeat((n, 1, 1, 1))?, l.1.repeat((n, 1, 1, 1))?);
-        }
-        Ok(())
+        self.select_rows(&vec![0; n])
     }
+}
+
+/// The additive attention mask for `t` queries at positions `offset..offset+t` over `s` keys:
+/// causal, and with left padding also blind to each row's padding. `None` when nothing is masked
+/// (one query, no padding).
+fn attention_mask(b: usize, t: usize, s: usize, offset: usize, pads: &[usize], dtype: DType, dev: &Device) -> candle_core::Result<Option<Tensor>> {
+    if pads.is_empty() {
+        return if t > 1 { causal_mask(t, s, offset, dtype, dev).map(Some) } else { Ok(None) };
+    }
+    let mut mask = Vec::with_capacity(b * t * s);
+    for &pad in pads {
+        for i in 0..t {
+            let q = i + offset;
+            // A padding query attends to itself only: a row of all -inf would be NaN after the
+            // softmax, and NaN times a zero weight is still NaN in the next product.
+            mask.extend((0..s).map(|j| if j <= q && (j >= pad || j == q) { 0.0f32 } else { f32::NEG_INFINITY }));
+        }
+    }
+    Tensor::from_vec(mask, (b, 1, 1, t, s), dev)?.to_dtype(dtype).map(Some)
 }
 
 /// Grouped-query self-attention.
@@ -504,7 +538,7 @@ impl Attention {
         })
     }
 
-    fn forward(&self, x: &Tensor, rope: &Rope, offset: usize, cache: Option<&mut Option<(Tensor, Tensor)>>) -> candle_core::Result<Tensor> {
+    fn forward(&self, x: &Tensor, rope: &Rope, offset: usize, cache: Option<&mut Option<(Tensor, Tensor)>>, mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
         let (b, t, _d) = x.dims3()?;
         let (h, kvh, hd) = (self.heads, self.kv_heads, self.head_dim);
         // [b, t, heads*hd] -> [b, heads, t, hd]
@@ -533,12 +567,10 @@ impl Attention {
         let q = q.reshape((b, kvh, rep * t, hd))?;
         let scale = 1.0 / (hd as f64).sqrt();
         let scores = (q.matmul(&k.t()?)? * scale)?; // [b, kvh, rep*t, s]
-        let scores = if t > 1 {
-            let mask = causal_mask(t, s, offset, x.dtype(), x.device())?; // [t, s]
-            let scores = scores.reshape((b, kvh, rep, t, s))?.broadcast_add(&mask)?;
-            scores.reshape((b, kvh, rep * t, s))?
-        } else {
-            scores
+        let scores = match mask {
+            // [t, s] or [b, 1, 1, t, s]
+            Some(mask) => scores.reshape((b, kvh, rep, t, s))?.broadcast_add(mask)?.reshape((b, kvh, rep * t, s))?,
+            None => scores,
         };
         let probs = if scores.track_op() || scores.dtype() == DType::F64 {
             candle_nn::ops::softmax(&scores, D::Minus1)?
@@ -611,8 +643,8 @@ impl Layer {
         })
     }
 
-    fn forward(&self, x: &Tensor, rope: &Rope, offset: usize, cache: Option<&mut Option<(Tensor, Tensor)>>) -> candle_core::Result<Tensor> {
-        let h = (x + self.self_attn.forward(&self.input_layernorm.forward(x)?, rope, offset, cache)?)?;
+    fn forward(&self, x: &Tensor, rope: &Rope, offset: usize, cache: Option<&mut Option<(Tensor, Tensor)>>, mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
+        let h = (x + self.self_attn.forward(&self.input_layernorm.forward(x)?, rope, offset, cache, mask)?)?;
         &h + self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?
     }
 }
@@ -666,10 +698,17 @@ impl Model {
         let mut x = self.embed_tokens.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, self.cfg.hidden_size))?;
         if let Some(c) = cache.as_deref_mut() {
             c.layers.resize(self.layers.len(), None);
+            if !c.pads.is_empty() && c.pads.len() != b {
+                candle_core::bail!("KV cache has {} padded rows, input has {b}", c.pads.len());
+            }
         }
+        let keys = cache.as_deref().map_or(0, KvCache::len) + t;
+        let pads = cache.as_deref().map_or(&[][..], |c| c.pads.as_slice());
+        // One mask for every layer.
+        let mask = attention_mask(b, t, keys, offset, pads, x.dtype(), x.device())?;
         for (i, layer) in self.layers.iter().enumerate() {
             let slot = cache.as_deref_mut().map(|c| &mut c.layers[i]);
-            x = layer.forward(&x, &self.rope, offset, slot)?;
+            x = layer.forward(&x, &self.rope, offset, slot, mask.as_ref())?;
         }
         self.norm.forward(&x)
     }

@@ -1,8 +1,11 @@
 //! Batched sampling with a KV cache: the local [`Sampler`].
 //!
-//! One request samples `n` completions of one prompt. The prompt is prefilled once (batch 1) and
-//! its KV cache repeated `n` times; all rows then decode together, one token per step, and rows
-//! that stop are dropped from the batch (and the cache) so finished samples cost nothing.
+//! A request samples `n` completions of one prompt; several requests decode as one batch
+//! ([`Sampler::sample_batch`]). Prompts are left-padded to the longest and prefilled together
+//! (padding masked out of attention), each prompt's KV cache row is repeated for its `n` samples,
+//! and all rows then decode together, one token per step; rows that stop are dropped from the
+//! batch (and the cache) so finished samples cost nothing. On a CPU a decoding step reads every
+//! weight once whatever the batch, so batching prompts divides that cost among them.
 //!
 //! # Which log-probabilities
 //! `logprobs[i]` is the log-probability of the sampled token under **the distribution it was
@@ -24,7 +27,7 @@ use candle_core::{Device, Tensor};
 
 use super::model::{KvCache, Model};
 use super::rng::Rng;
-use crate::backend::{Error, Result, SampledSequence, Sampler, SamplingParams, Stop, StopReason};
+use crate::backend::{Error, Result, SampleRequest, SampledSequence, Sampler, SamplingParams, Stop, StopReason};
 
 /// Samples from a fixed snapshot of a [`Model`].
 #[derive(Clone)]
@@ -45,9 +48,54 @@ impl LocalSampler {
     }
 }
 
+/// Rows decoded together at most: the KV cache grows with rows × tokens, and past a few dozen
+/// rows a CPU step is compute-bound anyway, so larger batches stop paying.
+const MAX_ROWS: usize = 32;
+
 impl Sampler for LocalSampler {
     fn sample(&mut self, prompt: &[u32], num_samples: usize, params: &SamplingParams) -> Result<Vec<SampledSequence>> {
+        let req = SampleRequest { prompt: prompt.to_vec(), num_samples, seed: params.seed };
+        Ok(self.sample_batch(std::slice::from_ref(&req), params)?.pop().unwrap_or_default())
+    }
+
+    fn sample_batch(&mut self, requests: &[SampleRequest], params: &SamplingParams) -> Result<Vec<Vec<SampledSequence>>> {
         params.validate()?;
+        for r in requests {
+            self.check_prompt(&r.prompt)?;
+        }
+        let empty = SampledSequence { tokens: vec![], logprobs: vec![], stop_reason: StopReason::Length };
+        let mut out: Vec<Vec<SampledSequence>> = requests.iter().map(|r| vec![empty.clone(); r.num_samples]).collect();
+        if params.max_tokens == 0 {
+            return Ok(out);
+        }
+        let stop_texts: Vec<&str> = params.stop.iter().filter_map(|s| if let Stop::Text(t) = s { Some(t.as_str()) } else { None }).collect();
+        if !stop_texts.is_empty() && self.tokenizer.is_none() {
+            return Err(Error::InvalidArgument { what: "stop", reason: "stop strings need a sampler with a tokenizer".into() });
+        }
+        // Chunks of whole requests up to MAX_ROWS rows (a larger request is a chunk of its own).
+        let mut chunk: Vec<usize> = vec![];
+        let mut rows = 0;
+        for (i, r) in requests.iter().enumerate() {
+            if r.num_samples == 0 {
+                continue;
+            }
+            if !chunk.is_empty() && rows + r.num_samples > MAX_ROWS {
+                self.decode(requests, &chunk, params, &mut out)?;
+                chunk.clear();
+                rows = 0;
+            }
+            chunk.push(i);
+            rows += r.num_samples;
+        }
+        if !chunk.is_empty() {
+            self.decode(requests, &chunk, params, &mut out)?;
+        }
+        Ok(out)
+    }
+}
+
+impl LocalSampler {
+    fn check_prompt(&self, prompt: &[u32]) -> Result<()> {
         let cfg = self.model.config();
         if prompt.is_empty() {
             return Err(Error::InvalidArgument { what: "prompt", reason: "is empty".into() });
@@ -61,36 +109,58 @@ impl Sampler for LocalSampler {
                 reason: format!("{} tokens leave no room in the model's context of {}", prompt.len(), cfg.max_position_embeddings),
             });
         }
-        if num_samples == 0 || params.max_tokens == 0 {
-            return Ok(vec![SampledSequence { tokens: vec![], logprobs: vec![], stop_reason: StopReason::Length }; num_samples]);
-        }
+        Ok(())
+    }
+
+    /// Decodes the requests `chunk` as one batch: prompts left-padded to the longest and
+    /// prefilled together, each prompt's cache row repeated for its samples, then one token per
+    /// step for every unfinished row; finished rows drop out of the batch.
+    fn decode(&self, requests: &[SampleRequest], chunk: &[usize], params: &SamplingParams, out: &mut [Vec<SampledSequence>]) -> Result<()> {
+        let cfg = self.model.config();
         let stop_tokens: Vec<u32> = params.stop.iter().filter_map(|s| if let Stop::Token(t) = s { Some(*t) } else { None }).collect();
         let stop_texts: Vec<&str> = params.stop.iter().filter_map(|s| if let Stop::Text(t) = s { Some(t.as_str()) } else { None }).collect();
-        if !stop_texts.is_empty() && self.tokenizer.is_none() {
-            return Err(Error::InvalidArgument { what: "stop", reason: "stop strings need a sampler with a tokenizer".into() });
+        let width = chunk.iter().map(|&i| requests[i].prompt.len()).max().unwrap_or(0);
+        let pads: Vec<usize> = chunk.iter().map(|&i| width - requests[i].prompt.len()).collect();
+        let mut padded = Vec::with_capacity(chunk.len() * width);
+        for (&i, &pad) in chunk.iter().zip(&pads) {
+            // Padding repeats the first token: any id works (it is masked), a real one keeps the
+            // padding rows' own arithmetic ordinary.
+            let p = &requests[i].prompt;
+            padded.extend(std::iter::repeat_n(p[0], pad));
+            padded.extend_from_slice(p);
         }
-        let seed = params.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-        });
-        let mut rngs: Vec<Rng> = (0..num_samples as u64).map(|i| Rng::stream(seed, i)).collect();
-        let mut out: Vec<SampledSequence> =
-            (0..num_samples).map(|_| SampledSequence { tokens: vec![], logprobs: vec![], stop_reason: StopReason::Length }).collect();
-
         let dev = Device::Cpu;
-        let mut cache = KvCache::new();
-        let input = Tensor::new(prompt, &dev)?.unsqueeze(0)?;
+        let mut cache = KvCache::with_left_padding(pads);
+        let input = Tensor::from_vec(padded, (chunk.len(), width), &dev)?;
         let first = self.model.forward_last(&input, 0, Some(&mut cache))?.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
-        cache.repeat_batch(num_samples)?;
-        let mut logits: Vec<Vec<f32>> = vec![first[0].clone(); num_samples];
-        // `active[r]` = which sample batch row `r` decodes.
-        let mut active: Vec<usize> = (0..num_samples).collect();
-        let max_new = params.max_tokens.min(cfg.max_position_embeddings - prompt.len());
+
+        // Batch rows: (request, sample) pairs; sample k of a request draws from stream k of the
+        // request's seed, so its tokens do not depend on what else is in the batch.
+        let mut slots: Vec<(usize, usize)> = vec![];
+        let mut prefill_rows: Vec<u32> = vec![];
+        let mut rngs: Vec<Rng> = vec![];
+        for (c, &i) in chunk.iter().enumerate() {
+            let seed = requests[i].seed.or(params.seed).unwrap_or_else(|| {
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+            });
+            for k in 0..requests[i].num_samples {
+                slots.push((i, k));
+                prefill_rows.push(c as u32);
+                rngs.push(Rng::stream(seed, k as u64));
+            }
+        }
+        let mut logits: Vec<Vec<f32>> = prefill_rows.iter().map(|&c| first[c as usize].clone()).collect();
+        cache.select_rows(&prefill_rows)?;
+        // `active[r]` = which slot batch row `r` decodes.
+        let mut active: Vec<usize> = (0..slots.len()).collect();
+        let max_new = params.max_tokens.min(cfg.max_position_embeddings - width);
         let mut scratch = Vec::new();
         for step in 0..max_new {
             let mut keep = Vec::with_capacity(active.len());
-            for (row, &i) in active.iter().enumerate() {
-                let (tok, lp) = pick(&logits[row], params, &mut rngs[i], &mut scratch);
-                let seq = &mut out[i];
+            for (row, &slot) in active.iter().enumerate() {
+                let (i, k) = slots[slot];
+                let (tok, lp) = pick(&logits[row], params, &mut rngs[slot], &mut scratch);
+                let seq = &mut out[i][k];
                 seq.tokens.push(tok);
                 seq.logprobs.push(lp);
                 let stopped = stop_tokens.contains(&tok) || (!stop_texts.is_empty() && self.hits_stop_text(&seq.tokens, &stop_texts)?);
@@ -105,18 +175,19 @@ impl Sampler for LocalSampler {
             }
             if keep.len() != active.len() {
                 let rows: Vec<u32> = keep.iter().map(|&r| r as u32).collect();
-                cache.select_rows(&Tensor::new(rows.as_slice(), &dev)?)?;
+                cache.select_rows(&rows)?;
                 active = keep.iter().map(|&r| active[r]).collect();
             }
-            let last: Vec<u32> = active.iter().map(|&i| *out[i].tokens.last().expect("one token per step")).collect();
+            let last: Vec<u32> = active.iter().map(|&s| {
+                let (i, k) = slots[s];
+                *out[i][k].tokens.last().expect("one token per step")
+            }).collect();
             let input = Tensor::new(last.as_slice(), &dev)?.unsqueeze(1)?; // [rows, 1]
-            logits = self.model.forward_last(&input, prompt.len() + step, Some(&mut cache))?.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
+            logits = self.model.forward_last(&input, width + step, Some(&mut cache))?.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
         }
-        Ok(out)
+        Ok(())
     }
-}
 
-impl LocalSampler {
     fn hits_stop_text(&self, tokens: &[u32], stops: &[&str]) -> Result<bool> {
         let tok = self.tokenizer.as_ref().expect("checked before sampling");
         // Only the tail can newly contain a stop string; 16 tokens cover any realistic stop text
