@@ -151,6 +151,17 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
     // One step of overlap is all one machine can use: the sampler and the trainer share its
     // cores, so a deeper queue would only make samples staler.
     let pipelined = spec.grpo.max_steps_off_policy >= 1;
+    if spec.sampling.temperature != 1.0 && matches!(spec.grpo.loss, Loss::ImportanceSampling) {
+        // The sampler reports log-probabilities of the tempered distribution it drew from, the
+        // trainer scores the untempered policy: on-policy ratios are not 1 (the quickstart saw
+        // up to 15 at 0.7), and the unclipped loss follows them.
+        let msg = format!(
+            "sampling.temperature is {} with the unclipped importance_sampling loss: importance ratios will be far from 1 on rare tokens; consider temperature 1 or `grpo.loss: {{kind: ppo}}`",
+            spec.sampling.temperature
+        );
+        tracing::warn!("{msg}");
+        sink.event(Event::Warning(msg));
+    }
     if let Backend::Local { threads: Some(t) } = spec.backend {
         // Candle's CPU kernels use rayon's global pool; size it once, before first use.
         let _ = rayon_threads(t as usize);
