@@ -330,9 +330,8 @@ fn list_files(dir: &Path, prefix: &str, out: &mut Vec<String>) {
         }
         let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
         let Ok(kind) = entry.file_type() else { continue };
-        if kind.is_dir() {
-            list_files(&entry.path(), &rel, out);
-        } else if kind.is_symlink() && entry.path().is_dir() {
+        // Snapshot directories in the HF cache may be symlinks to directories: followed too.
+        if kind.is_dir() || (kind.is_symlink() && entry.path().is_dir()) {
             list_files(&entry.path(), &rel, out);
         } else {
             out.push(rel);

@@ -356,16 +356,13 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
         if due_eval {
             let (t, ev) = eval::run(trainer, i64::from(s), spec, &eval_set, &sampling, &cx).await?;
             trainer = t;
-            match ev {
-                Some(ev) => {
-                    for r in &ev.records {
-                        eval_log.append(r)?;
-                    }
-                    sink.event(Event::Eval { step: i64::from(s), metrics: ev.metrics.clone() });
-                    metrics.extend(ev.metrics);
+            // `None`: stopped during the eval; the step itself is complete and is kept.
+            if let Some(ev) = ev {
+                for r in &ev.records {
+                    eval_log.append(r)?;
                 }
-                // Stopped during the eval: the step itself is complete and is kept.
-                None => {}
+                sink.event(Event::Eval { step: i64::from(s), metrics: ev.metrics.clone() });
+                metrics.extend(ev.metrics);
             }
         }
         let mut line = serde_json::Map::new();

@@ -106,7 +106,9 @@ where
 /// them, unless the chat template rewrote history; see [`super::prompting::Prompting::next_turn`]).
 fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Datum> {
     let mut out = vec![];
-    let mut chain: Option<(Vec<u32>, Vec<(usize, &[f32])>)> = None;
+    // The tokens of the conversation so far and where each answer in it starts.
+    type Chain<'a> = (Vec<u32>, Vec<(usize, &'a [f32])>);
+    let mut chain: Option<Chain<'_>> = None;
     for turn in &t.turns {
         let start = turn.prompt.tokens.len();
         match chain.as_mut() {
@@ -216,7 +218,7 @@ where
     let t_train = Instant::now();
     let mut m = BTreeMap::new();
     if !datums.is_empty() {
-        let (loss, adam) = (cfg.loss.clone(), *cfg.adam);
+        let (loss, adam) = (*cfg.loss, *cfg.adam);
         let (t2, out) = tokio::task::spawn_blocking(move || {
             let r = train_step(&mut trainer, &datums, &loss, &adam).map(|o| (o, datums.len()));
             (trainer, r)

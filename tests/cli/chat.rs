@@ -104,8 +104,7 @@ fn qwen3_rendering_matches_the_official_template_and_tokenizer() {
     assert!(tok.stop_ids().contains(&151645));
 }
 
-#[path = "smollm2_fetch.rs"]
-mod smollm2_fetch;
+use crate::trainer_smollm2::fetch as smollm2_fetch;
 
 #[test]
 fn smollm2_gguf_template_matches_jinja2() {

@@ -108,7 +108,8 @@ fn raw_rows(path: &str) -> Vec<serde_json::Value> {
 #[test]
 fn per_problem_test_counts_match_the_files() {
     // Each problem has exactly as many tests as its row lists, counted from the raw JSON.
-    let cases: [(&str, fn(&serde_json::Value) -> usize); 4] = [
+    type Count = fn(&serde_json::Value) -> usize;
+    let cases: [(&str, Count); 4] = [
         (LCB, |r| r["tests"].as_array().unwrap().len()),
         (CODE_CONTESTS, |r| r["tests"]["inputs"].as_array().unwrap().len()),
         (MBPP, |r| r["test_list"].as_array().unwrap().len()),

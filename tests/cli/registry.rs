@@ -57,6 +57,7 @@ pub fn python_reference() -> Result<PathBuf, String> {
 }
 
 /// Prints why a test is skipped (so a skip is never silent).
+#[allow(clippy::print_stderr)] // a skip notice is meant to be seen in test output
 pub fn skip(test: &str, why: &str) {
     eprintln!("SKIPPED {test}: {why}");
 }

@@ -12,7 +12,7 @@ use rlx::backend::local::{LocalSampler, Model};
 use rlx::backend::{Sampler, SamplingParams, Stop};
 
 #[path = "smollm2_fetch.rs"]
-mod fetch;
+pub mod fetch;
 
 #[test]
 fn smollm2_gguf_writes_a_correct_add_function() {
