@@ -121,3 +121,69 @@ impl Prompting {
         Ok(Rendered { messages, tokens, extends: false })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+    /// A character-level tokenizer with ChatML's two markers as special tokens.
+    fn char_tokenizer() -> Tokenizer {
+        let mut vocab = serde_json::Map::new();
+        let mut added = vec![];
+        for (i, s) in ["<|im_start|>", "<|im_end|>", "<unk>"].iter().enumerate() {
+            vocab.insert((*s).to_string(), json!(i));
+            added.push(json!({"id": i, "content": s, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}));
+        }
+        for c in std::iter::once('\n').chain((32u8..=126).map(char::from)) {
+            let id = vocab.len();
+            vocab.insert(c.to_string(), json!(id));
+        }
+        let tok = json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+            "normalizer": null, "pre_tokenizer": null, "post_processor": null, "decoder": {"type": "Fuse"},
+            "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "continuing_subword_prefix": null,
+                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                      "vocab": vocab, "merges": []}
+        });
+        let mut t = Tokenizer::new(tokenizers::Tokenizer::from_bytes(tok.to_string().as_bytes()).unwrap());
+        t.set_stop_tokens(&["<|im_end|>"]);
+        t
+    }
+
+    fn prompting(chat: &str) -> Prompting {
+        let templates = PromptTemplates::from_sources(&[("user", "{{ problem.statement }}"), ("feedback", "failed: {{ feedback.status }}")], json!({})).unwrap();
+        Prompting { templates, chat: ChatTemplate::jinja(chat, SpecialTokens::default()).unwrap(), tokenizer: char_tokenizer() }
+    }
+
+    #[test]
+    fn the_next_turn_extends_what_the_model_saw_and_equals_a_fresh_render() {
+        let p = prompting(CHATML);
+        let first = p.render(vec![Message::new("user", "add two numbers")]).unwrap();
+        for (answer, sampled_text) in [("```python\nx = 1\n```", "```python\nx = 1\n```<|im_end|>"), ("```python\nx = ", "```python\nx = ")] {
+            // The second case was cut off by max_tokens: no end-of-turn token was sampled.
+            let sampled = p.tokenizer.encode(sampled_text).unwrap();
+            let next = p.next_turn(&first, &sampled, answer, Message::new("user", "failed: wrong answer")).unwrap();
+            assert!(next.extends, "{answer:?}");
+            assert!(next.tokens.starts_with(&[first.tokens.as_slice(), sampled.as_slice()].concat()), "{answer:?}");
+            let fresh = p.tokenizer.encode(&p.chat.render(&next.messages, true).unwrap()).unwrap();
+            assert_eq!(next.tokens, fresh, "{answer:?}: the model sees what a fresh render of the conversation gives");
+            assert_eq!(next.messages.len(), 3);
+        }
+    }
+
+    #[test]
+    fn a_template_that_rewrites_history_is_rendered_afresh() {
+        // Like Qwen3 dropping <think> blocks: earlier assistant turns are not shown as sampled.
+        let rewriting = CHATML.replace("{{ m.content }}", "{% if m.role == 'assistant' %}{{ m.content | replace('x', 'y') }}{% else %}{{ m.content }}{% endif %}");
+        let p = prompting(&rewriting);
+        let first = p.render(vec![Message::new("user", "hi")]).unwrap();
+        let sampled = p.tokenizer.encode("x<|im_end|>").unwrap();
+        let next = p.next_turn(&first, &sampled, "x", Message::new("user", "again")).unwrap();
+        assert!(!next.extends);
+        assert_eq!(next.tokens, p.tokenizer.encode(&p.chat.render(&next.messages, true).unwrap()).unwrap());
+    }
+}
