@@ -340,30 +340,19 @@ impl Trainer for LocalTrainer {
     }
 
     fn sampler(&mut self) -> Result<LocalSampler> {
-        // Snapshot: later optimizer steps update the Vars in place and must not reach samplers
-        // already handed out.
+        // Snapshot: copy the trainable tensors so later optimizer steps (which update the Vars in
+        // place) do not reach samplers already handed out.
         let mut weights: HashMap<String, Tensor> = HashMap::with_capacity(self.base.len() + self.names.len());
         for (k, v) in self.base.iter() {
             weights.insert(k.clone(), v.clone());
         }
-        match &self.options.tuning {
-            Tuning::Lora(cfg) => {
-                // Adapters merged into fresh copies of their base weights: the sampler then runs
-                // one plain GEMM per projection per token instead of three.
-                let vars: HashMap<&str, &Var> = self.names.iter().map(String::as_str).zip(&self.vars).collect();
-                for name in &self.names {
-                    let Some(prefix) = name.strip_suffix(".lora_A.weight") else { continue };
-                    let (Some(a), Some(b)) = (vars.get(name.as_str()), vars.get(format!("{prefix}.lora_B.weight").as_str())) else { continue };
-                    let key = format!("{prefix}.weight");
-                    let Some(w) = weights.get(&key) else { continue };
-                    let delta = (b.as_tensor().detach().matmul(&a.as_tensor().detach())? * cfg.scale())?;
-                    let merged = (w + delta.to_dtype(w.dtype())?)?;
-                    weights.insert(key, merged);
-                }
-            }
-            _ => {
-                for (name, var) in self.names.iter().zip(&self.vars) {
-                    weights.insert(name.clone(), var.as_tensor().detach().copy()?);
+        for (name, var) in self.names.iter().zip(&self.vars) {
+            weights.insert(name.clone(), var.as_tensor().detach().copy()?);
+        }
+        if let Tuning::Lora(cfg) = &self.options.tuning {
+            for name in &self.names {
+                if let Some(prefix) = name.strip_suffix(".lora_A.weight") {
+                    weights.insert(format!("{prefix}.lora_scale"), Tensor::new(&[cfg.scale() as f32], &Device::Cpu)?);
                 }
             }
         }
