@@ -24,6 +24,7 @@
 //! - [`cli`]: the command line; the only module that prints.
 
 pub mod backend;
+mod calendar;
 pub mod cli;
 pub mod data;
 pub mod engine;

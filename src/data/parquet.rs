@@ -154,18 +154,10 @@ fn bytes(b: &[u8]) -> Value {
     Value::String(String::from_utf8_lossy(b).into_owned())
 }
 
-/// Days since 1970-01-01 as `YYYY-MM-DD` (proleptic Gregorian; Hinnant's `civil_from_days`).
+/// Days since 1970-01-01 as `YYYY-MM-DD`.
 #[cfg_attr(not(feature = "parquet"), allow(dead_code))]
 fn date_text(days: i64) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = crate::calendar::civil_from_days(days);
     format!("{y:04}-{m:02}-{d:02}")
 }
 
