@@ -151,8 +151,8 @@ fn day<'a>(field: &'static str, value: &'a str) -> Result<&'a str, Error> {
     if is_day(value) { Ok(value) } else { Err(Error::BadDate { field, value: value.to_owned() }) }
 }
 
-/// `YYYY-MM-DD` with a month 01–12 and a day 01–31.
-fn is_day(s: &str) -> bool {
+/// `YYYY-MM-DD` with a month 01–12 and a day 01–31 (also what `rlx validate` accepts).
+pub fn is_day(s: &str) -> bool {
     let b = s.as_bytes();
     b.len() == 10
         && b[4] == b'-'

@@ -10,6 +10,7 @@ use super::diagnostic::Diagnostic;
 use super::node::Node;
 use super::source::{Source, Span};
 use super::types::{Backend, Finetune, RewardKind, SandboxKind, Spec};
+use crate::data::filter::is_day;
 
 /// Built-in chat renderers accepted by `model.chat_template` besides `auto` and file paths.
 pub const BUILTIN_CHAT_TEMPLATES: &[&str] = &["auto", "qwen3_instruct", "chatml"];
@@ -177,9 +178,13 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
     for (split, sources) in [("train", &mut spec.data.train), ("eval", &mut spec.data.eval)] {
         for (i, src) in sources.iter_mut().enumerate() {
             let key = format!("data.{split}.{i}.path");
-            if let Some(rest) = src.path.strip_prefix("hf://") {
-                // The loader's own parser has the final word on what it accepts.
-                let why = check_hf_uri(rest).err().map(str::to_string).or_else(|| crate::data::hf::Uri::parse(&src.path).err().map(|e| e.to_string()));
+            if src.path.starts_with("hf://") {
+                // The loader's own parser decides what it accepts; its reason, without its own
+                // "invalid dataset" prefix, which the message below already says.
+                let why = crate::data::hf::Uri::parse(&src.path).err().map(|e| match e {
+                    crate::data::hf::Error::BadUri { reason, .. } => reason,
+                    other => other.to_string(),
+                });
                 if let Some(why) = why {
                     cx.err(&key, format!("invalid dataset `{}`: {why}", src.path))
                         .hints
@@ -199,14 +204,14 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             }
             for (which, date) in [("date_from", &src.date_from), ("date_to", &src.date_to)] {
                 if let Some(d) = date
-                    && !is_date(d)
+                    && !is_day(d)
                 {
                     cx.err(&format!("data.{split}.{i}.{which}"), format!("`{which}` must be a date `YYYY-MM-DD`, found `{d}`"));
                 }
             }
             if let (Some(a), Some(b)) = (&src.date_from, &src.date_to)
-                && is_date(a)
-                && is_date(b)
+                && is_day(a)
+                && is_day(b)
                 && a > b
             {
                 cx.err(&format!("data.{split}.{i}.date_to"), format!("`date_to` ({b}) is before `date_from` ({a})"));
@@ -312,30 +317,6 @@ fn looks_like_path(s: &str) -> bool {
     s.starts_with('.') || s.starts_with('/') || s.starts_with('~') || s.ends_with(".gguf") || s.ends_with(".safetensors")
 }
 
-fn is_date(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 10
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && s.char_indices().all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
-        && (1..=12).contains(&s[5..7].parse::<u32>().unwrap_or(0))
-        && (1..=31).contains(&s[8..10].parse::<u32>().unwrap_or(0))
-}
-
-fn check_hf_uri(rest: &str) -> Result<(), &'static str> {
-    let (repo, split) = match rest.split_once(':') {
-        Some((r, s)) => (r, Some(s)),
-        None => (rest, None),
-    };
-    let parts: Vec<&str> = repo.split('/').collect();
-    if !(2..=3).contains(&parts.len()) || parts.iter().any(|p| p.is_empty()) {
-        return Err("expected `owner/name` with an optional `/config`");
-    }
-    if split.is_some_and(str::is_empty) {
-        return Err("empty split after `:`");
-    }
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests {
@@ -343,14 +324,15 @@ mod tests {
 
     #[test]
     fn dates_and_uris() {
-        assert!(is_date("2024-08-01"));
-        assert!(!is_date("2024-13-01"));
-        assert!(!is_date("24-08-01"));
-        assert!(check_hf_uri("agentica-org/DeepCoder-Preview-Dataset/taco:train").is_ok());
-        assert!(check_hf_uri("a/b").is_ok());
-        assert!(check_hf_uri("a").is_err());
-        assert!(check_hf_uri("a/b:").is_err());
-        assert!(check_hf_uri("a//b").is_err());
+        assert!(is_day("2024-08-01"));
+        assert!(!is_day("2024-13-01"));
+        assert!(!is_day("24-08-01"));
+        let hf = |rest: &str| crate::data::hf::Uri::parse(&format!("hf://{rest}"));
+        assert!(hf("agentica-org/DeepCoder-Preview-Dataset/taco:train").is_ok());
+        assert!(hf("a/b").is_ok());
+        assert!(hf("a").is_err());
+        assert!(hf("a/b:").is_err());
+        assert!(hf("a//b").is_err());
     }
 
     #[test]
