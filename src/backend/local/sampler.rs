@@ -69,6 +69,7 @@ impl Sampler for LocalSampler {
         if params.max_tokens == 0 {
             return Ok(out);
         }
+        let stop_tokens: Vec<u32> = params.stop.iter().filter_map(|s| if let Stop::Token(t) = s { Some(*t) } else { None }).collect();
         let stop_texts: Vec<&str> = params.stop.iter().filter_map(|s| if let Stop::Text(t) = s { Some(t.as_str()) } else { None }).collect();
         if !stop_texts.is_empty() && self.tokenizer.is_none() {
             return Err(Error::InvalidArgument { what: "stop", reason: "stop strings need a sampler with a tokenizer".into() });
@@ -81,7 +82,7 @@ impl Sampler for LocalSampler {
                 continue;
             }
             if !chunk.is_empty() && rows + r.num_samples > MAX_ROWS {
-                self.decode(requests, &chunk, params, &mut out)?;
+                self.decode(requests, &chunk, params, (&stop_tokens, &stop_texts), &mut out)?;
                 chunk.clear();
                 rows = 0;
             }
@@ -89,7 +90,7 @@ impl Sampler for LocalSampler {
             rows += r.num_samples;
         }
         if !chunk.is_empty() {
-            self.decode(requests, &chunk, params, &mut out)?;
+            self.decode(requests, &chunk, params, (&stop_tokens, &stop_texts), &mut out)?;
         }
         Ok(out)
     }
@@ -116,10 +117,8 @@ impl LocalSampler {
     /// Decodes the requests `chunk` as one batch: prompts left-padded to the longest and
     /// prefilled together, each prompt's cache row repeated for its samples, then one token per
     /// step for every unfinished row; finished rows drop out of the batch.
-    fn decode(&self, requests: &[SampleRequest], chunk: &[usize], params: &SamplingParams, out: &mut [Vec<SampledSequence>]) -> Result<()> {
+    fn decode(&self, requests: &[SampleRequest], chunk: &[usize], params: &SamplingParams, (stop_tokens, stop_texts): (&[u32], &[&str]), out: &mut [Vec<SampledSequence>]) -> Result<()> {
         let cfg = self.model.config();
-        let stop_tokens: Vec<u32> = params.stop.iter().filter_map(|s| if let Stop::Token(t) = s { Some(*t) } else { None }).collect();
-        let stop_texts: Vec<&str> = params.stop.iter().filter_map(|s| if let Stop::Text(t) = s { Some(t.as_str()) } else { None }).collect();
         let width = chunk.iter().map(|&i| requests[i].prompt.len()).max().unwrap_or(0);
         let pads: Vec<usize> = chunk.iter().map(|&i| width - requests[i].prompt.len()).collect();
         let mut padded = Vec::with_capacity(chunk.len() * width);
@@ -164,7 +163,7 @@ impl LocalSampler {
                 let seq = &mut out[i][k];
                 seq.tokens.push(tok);
                 seq.logprobs.push(lp);
-                let stopped = stop_tokens.contains(&tok) || (!stop_texts.is_empty() && self.hits_stop_text(&seq.tokens, &stop_texts)?);
+                let stopped = stop_tokens.contains(&tok) || (!stop_texts.is_empty() && self.hits_stop_text(&seq.tokens, stop_texts)?);
                 if stopped {
                     seq.stop_reason = StopReason::Stop;
                 } else {
