@@ -474,14 +474,6 @@ impl KvCache {
         }
         Ok(())
     }
-
-    /// Repeat a batch-1 cache `n` times along the batch (one prefill shared by `n` samples).
-    ///
-    /// # Errors
-    /// Tensor failures.
-    pub fn repeat_batch(&mut self, n: usize) -> Result<()> {
-        self.select_rows(&vec![0; n])
-    }
 }
 
 /// The additive attention mask for `t` queries at positions `offset..offset+t` over `s` keys:
