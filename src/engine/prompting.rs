@@ -28,9 +28,6 @@ pub struct Rendered {
     pub messages: Vec<Message>,
     /// Token ids ending with the generation prompt.
     pub tokens: Vec<u32>,
-    /// For a later turn: whether `tokens` starts with the previous turn's prompt and sampled
-    /// tokens exactly (see [`Prompting::next_turn`]).
-    pub extends: bool,
 }
 
 impl Prompting {
@@ -81,7 +78,7 @@ impl Prompting {
     pub fn render(&self, messages: Vec<Message>) -> Result<Rendered, Error> {
         let text = self.chat.render(&messages, true)?;
         let tokens = self.tokenizer.encode(&text)?;
-        Ok(Rendered { messages, tokens, extends: false })
+        Ok(Rendered { messages, tokens })
     }
 
     /// The first prompt of a problem.
@@ -99,7 +96,8 @@ impl Prompting {
     /// token) with the tokens of the text the chat template adds after the answer, so one
     /// trajectory is one sequence and every attempt is trained in its true context. Templates
     /// that rewrite earlier turns (Qwen3 drops `<think>` blocks from history) cannot be extended;
-    /// the conversation is then rendered afresh and [`Rendered::extends`] says so.
+    /// the conversation is then rendered afresh, and its tokens do not start with the previous
+    /// turn's.
     ///
     /// # Errors
     /// Template or tokenizer failures.
@@ -115,10 +113,10 @@ impl Prompting {
             let mut tokens = prev.tokens.clone();
             tokens.extend_from_slice(sampled);
             tokens.extend(self.tokenizer.encode(rest)?);
-            return Ok(Rendered { messages, tokens, extends: true });
+            return Ok(Rendered { messages, tokens });
         }
         let tokens = self.tokenizer.encode(&full)?;
-        Ok(Rendered { messages, tokens, extends: false })
+        Ok(Rendered { messages, tokens })
     }
 }
 
@@ -167,7 +165,6 @@ mod tests {
             // The second case was cut off by max_tokens: no end-of-turn token was sampled.
             let sampled = p.tokenizer.encode(sampled_text).unwrap();
             let next = p.next_turn(&first, &sampled, answer, Message::new("user", "failed: wrong answer")).unwrap();
-            assert!(next.extends, "{answer:?}");
             assert!(next.tokens.starts_with(&[first.tokens.as_slice(), sampled.as_slice()].concat()), "{answer:?}");
             let fresh = p.tokenizer.encode(&p.chat.render(&next.messages, true).unwrap()).unwrap();
             assert_eq!(next.tokens, fresh, "{answer:?}: the model sees what a fresh render of the conversation gives");
@@ -183,7 +180,7 @@ mod tests {
         let first = p.render(vec![Message::new("user", "hi")]).unwrap();
         let sampled = p.tokenizer.encode("x<|im_end|>").unwrap();
         let next = p.next_turn(&first, &sampled, "x", Message::new("user", "again")).unwrap();
-        assert!(!next.extends);
+        assert!(!next.tokens.starts_with(&[first.tokens.as_slice(), sampled.as_slice()].concat()));
         assert_eq!(next.tokens, p.tokenizer.encode(&p.chat.render(&next.messages, true).unwrap()).unwrap());
     }
 }

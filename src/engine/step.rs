@@ -102,8 +102,9 @@ where
     Ok((trainer, Some(res)))
 }
 
-/// The datums of one trajectory: one per run of attempts whose prompts extend each other (all of
-/// them, unless the chat template rewrote history; see [`super::prompting::Prompting::next_turn`]).
+/// The datums of one trajectory: one per run of attempts whose prompts start with the previous
+/// attempt's prompt and answer (all of them, unless the chat template rewrote history; see
+/// [`super::prompting::Prompting::next_turn`]).
 fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Datum> {
     let mut out = vec![];
     // The tokens of the conversation so far and where each answer in it starts.
@@ -112,7 +113,7 @@ fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Datum> {
     for turn in &t.turns {
         let start = turn.prompt.tokens.len();
         match chain.as_mut() {
-            Some((tokens, segments)) if turn.prompt.extends && turn.prompt.tokens.starts_with(tokens) => {
+            Some((tokens, segments)) if turn.prompt.tokens.starts_with(tokens) => {
                 tokens.clone_from(&turn.prompt.tokens);
                 tokens.extend_from_slice(&turn.seq.tokens);
                 segments.push((start, &turn.seq.logprobs));
@@ -279,9 +280,9 @@ mod tests {
     use crate::engine::rollout::Turn;
     use crate::sandbox::Verdict;
 
-    fn turn(prompt: &[u32], extends: bool, sampled: &[u32]) -> Turn {
+    fn turn(prompt: &[u32], sampled: &[u32]) -> Turn {
         Turn {
-            prompt: Rendered { messages: vec![], tokens: prompt.to_vec(), extends },
+            prompt: Rendered { messages: vec![], tokens: prompt.to_vec() },
             seq: SampledSequence { tokens: sampled.to_vec(), logprobs: vec![-0.5; sampled.len()], stop_reason: StopReason::Stop },
             text: String::new(),
             graded: Graded { verdict: Verdict::format_error("p", 1), code: None, latency_ms: 0.0, infra_errors: 0 },
@@ -290,7 +291,7 @@ mod tests {
 
     #[test]
     fn an_extending_conversation_is_one_datum_with_every_answer_trained() {
-        let t = Trajectory { turns: vec![turn(&[1, 2], false, &[30, 31]), turn(&[1, 2, 30, 31, 4, 5], true, &[60])] };
+        let t = Trajectory { turns: vec![turn(&[1, 2], &[30, 31]), turn(&[1, 2, 30, 31, 4, 5], &[60])] };
         let d = trajectory_datums(&t, 1.5);
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].model_input, vec![1, 2, 30, 31, 4, 5]);
@@ -300,7 +301,7 @@ mod tests {
     #[test]
     fn a_rewritten_history_trains_each_attempt_in_its_own_context() {
         // The template rewrote the first answer: the second prompt does not extend the first turn.
-        let t = Trajectory { turns: vec![turn(&[1, 2], false, &[30, 31]), turn(&[1, 2, 39, 4, 5], false, &[60]), turn(&[1, 2, 39, 4, 5, 60, 7], true, &[])] };
+        let t = Trajectory { turns: vec![turn(&[1, 2], &[30, 31]), turn(&[1, 2, 39, 4, 5], &[60]), turn(&[1, 2, 39, 4, 5, 60, 7], &[])] };
         let d = trajectory_datums(&t, -1.0);
         assert_eq!(d.len(), 2, "empty answers add nothing");
         assert_eq!(d[0].model_input, vec![1, 2, 30]);
