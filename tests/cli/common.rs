@@ -8,6 +8,32 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// A file of the real problem sets in `../shared/data` (beside the repository, never copied into
+/// it), or `None` when it is absent, as in a user's clone: then a `SKIPPED` line names the test
+/// and the missing file, and the caller returns early. Security and isolation tests never call
+/// this; their problems live in the repository (`tests/fixtures/data/lcb_rllm.json`).
+#[track_caller]
+#[allow(clippy::print_stderr)] // the skip notice is meant to be seen in test output
+pub fn shared_data(rel: &str) -> Option<PathBuf> {
+    let path = repo().join("../shared/data").join(rel);
+    if path.exists() {
+        return Some(path);
+    }
+    // libtest names each test's thread after the test; the call site is the fallback.
+    let thread = std::thread::current();
+    let test = match thread.name() {
+        Some(name) if name != "main" => name.to_owned(),
+        _ => std::panic::Location::caller().to_string(),
+    };
+    eprintln!("SKIPPED {test}: missing ../shared/data/{rel} (a user's clone has no ../shared)");
+    None
+}
+
+/// The repository's own small LiveCodeBench-shaped problems (see `tests/fixtures/data/README.md`).
+pub fn fixture_problems() -> PathBuf {
+    repo().join("tests/fixtures/data/lcb_rllm.json")
+}
+
 /// A temp work directory with a minimal valid experiment in it.
 pub struct TestContext {
     pub dir: tempfile::TempDir,

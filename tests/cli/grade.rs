@@ -1,7 +1,8 @@
 //! `rlx grade` and `rlx sandbox serve` through the real binary: output lines in input order with
 //! the exact fields of issue 3, format errors, a scrubbed environment (a secret in rlx's
 //! environment is unreachable), bad input, and grading through `--sandbox fusion` against a
-//! spawned `rlx sandbox serve`.
+//! spawned `rlx sandbox serve`. Only the MBPP test needs ../shared/data (skipped without it);
+//! the others grade the repository's own `tests/fixtures/data/lcb_rllm.json`.
 
 #![allow(clippy::print_stderr)] // skip notices are meant to be seen in test output
 
@@ -9,6 +10,8 @@ use std::io::BufRead as _;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
+
+use crate::common::{fixture_problems, shared_data};
 
 fn rlx() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rlx"));
@@ -37,6 +40,7 @@ fn grade_mbpp_completions_in_input_order() {
     if !python_available() {
         return;
     }
+    let Some(mbpp) = shared_data("mbpp/mbpp.jsonl") else { return };
     let dir = tempfile::tempdir().unwrap();
     let completions = dir.path().join("c.jsonl");
     write_jsonl(
@@ -50,7 +54,9 @@ fn grade_mbpp_completions_in_input_order() {
     );
     let out = dir.path().join("out.jsonl");
     let status = rlx()
-        .args(["grade", "--problems", "../shared/data/mbpp/mbpp.jsonl", "--no-progress", "--concurrency", "2"])
+        .args(["grade", "--no-progress", "--concurrency", "2"])
+        .arg("--problems")
+        .arg(&mbpp)
         .arg("--completions")
         .arg(&completions)
         .arg("--out")
@@ -106,7 +112,8 @@ fn bad_inputs_are_clear_errors() {
     let completions = dir.path().join("c.jsonl");
     write_jsonl(&completions, &[json!({"problem_id": "nope", "code": "print(1)"})]);
     let out = rlx()
-        .args(["grade", "--no-progress", "--problems", "../shared/data/mbpp/mbpp.jsonl"])
+        .args(["grade", "--no-progress", "--problems"])
+        .arg(fixture_problems())
         .arg("--completions")
         .arg(&completions)
         .output()
@@ -115,8 +122,8 @@ fn bad_inputs_are_clear_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("`nope`") && err.contains("line 1"), "{err}");
 
-    std::fs::write(&completions, "{\"problem_id\": \"2\"}\n").unwrap();
-    let out = rlx().args(["grade", "--problems", "../shared/data/mbpp/mbpp.jsonl"]).arg("--completions").arg(&completions).output().unwrap();
+    std::fs::write(&completions, "{\"problem_id\": \"lcb_rllm/0\"}\n").unwrap();
+    let out = rlx().arg("grade").arg("--problems").arg(fixture_problems()).arg("--completions").arg(&completions).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line 1") && err.contains("`completion` or `code`"), "{err}");
 
@@ -150,12 +157,13 @@ fn grade_through_a_spawned_sandbox_server() {
     write_jsonl(
         &completions,
         &[
-            json!({"problem_id": "lcb_train_580/187", "code": "a, b = map(int, input().split())\nprint(-(-a // b))"}),
-            json!({"problem_id": "lcb_train_580/187", "code": "print(3)"}),
+            json!({"problem_id": "lcb_rllm/0", "code": "a, b = map(int, input().split())\nprint(-(-a // b))"}),
+            json!({"problem_id": "lcb_rllm/0", "code": "print(4)"}),
         ],
     );
     let out = rlx()
-        .args(["grade", "--no-progress", "--sandbox", "fusion", "--problems", "../shared/data/lcb/lcb_train_580.json"])
+        .args(["grade", "--no-progress", "--sandbox", "fusion", "--problems"])
+        .arg(fixture_problems())
         .arg("--fusion-url")
         .arg(&addr)
         .arg("--completions")

@@ -2,16 +2,19 @@
 //! known-good and known-bad solutions, the LiveCodeBench conformance cases (with rlx's deliberate
 //! differences), and the adversarial list of issue 3. Each adversarial case checks the verdict,
 //! that nothing of the submission is left running, and that the host is unharmed. The only time
-//! bound is a hang guard (deadline plus 60 s), not a performance check.
+//! bound is a hang guard (deadline plus 60 s), not a performance check. The dataset tests need
+//! ../shared/data and are skipped without it (a user's clone); the security and isolation tests
+//! use only programs and problems in the repository.
 
 #![allow(clippy::print_stderr)] // skip notices are meant to be seen in test output
 
-use std::path::Path;
 use std::time::Duration;
 
 use rlx::data::{self, IoCase, Problem, Tests};
 use rlx::sandbox::local::{LocalConfig, LocalSandbox};
 use rlx::sandbox::{ExecRequest, ExecStatus, GradeOptions, Grader, Limits, Sandbox, TestStatus, Verdict, VerdictStatus};
+
+use crate::common::{fixture_problems, shared_data};
 
 /// Skip (loudly) when there is no Python to run.
 fn python_available() -> bool {
@@ -93,7 +96,8 @@ async fn livecodebench_stdin_and_functional_from_shared_data() {
     if !python_available() {
         return;
     }
-    let problems = data::load_file(Path::new("../shared/data/lcb/lcb_train_580.json"), None).unwrap();
+    let Some(lcb) = shared_data("lcb/lcb_train_580.json") else { return };
+    let problems = data::load_file(&lcb, None).unwrap();
     let sb = sandbox(2).await;
     let o = opts(6.0);
     // 187: ceil(A / B), stdin.
@@ -126,18 +130,23 @@ async fn code_contests_and_mbpp_from_shared_data() {
     if !python_available() {
         return;
     }
+    let (Some(cc_path), Some(mbpp_path), Some(sanitized_path)) =
+        (shared_data("lcb/code_contests_test_165.json"), shared_data("mbpp/mbpp.jsonl"), shared_data("mbpp/sanitized-mbpp.json"))
+    else {
+        return;
+    };
     let sb = sandbox(2).await;
     let o = opts(6.0);
-    let cc = data::load_file(Path::new("../shared/data/lcb/code_contests_test_165.json"), None).unwrap();
+    let cc = data::load_file(&cc_path, None).unwrap();
     let square = "t=int(input())\nfor _ in range(t):\n    s=input().strip(); n=len(s)\n    print('YES' if n%2==0 and s[:n//2]==s[n//2:] else 'NO')\n";
     let v = grade(&sb, &cc[139], square, &o).await;
     assert_eq!((v.passed, v.tests_total), (true, 4), "{v:?}");
     let v = grade(&sb, &cc[139], &square.replace("'YES'", "'yes'"), &o).await;
     assert!(!v.passed, "comparison is case-sensitive");
 
-    let mbpp = data::load_file(Path::new("../shared/data/mbpp/mbpp.jsonl"), None).unwrap();
+    let mbpp = data::load_file(&mbpp_path, None).unwrap();
     let raw: Vec<serde_json::Value> =
-        std::fs::read_to_string("../shared/data/mbpp/mbpp.jsonl").unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        std::fs::read_to_string(&mbpp_path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     // The reference solutions pass, including task 367 whose setup code uses the solution's class.
     for idx in [1usize, 2, 3, 366] {
         let code = raw[idx]["code"].as_str().unwrap();
@@ -150,8 +159,8 @@ async fn code_contests_and_mbpp_from_shared_data() {
     let v = grade(&sb, &mbpp[1], "def similar_elements(a, b):\n    return 1/0\n", &o).await;
     assert_eq!(statuses(&v), vec![TestStatus::RuntimeError; 3]);
 
-    let sanitized = data::load_file(Path::new("../shared/data/mbpp/sanitized-mbpp.json"), None).unwrap();
-    let raw: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string("../shared/data/mbpp/sanitized-mbpp.json").unwrap()).unwrap();
+    let sanitized = data::load_file(&sanitized_path, None).unwrap();
+    let raw: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&sanitized_path).unwrap()).unwrap();
     let with_imports = raw.iter().position(|r| !r["test_imports"].as_array().unwrap().is_empty()).unwrap();
     for idx in [0usize, with_imports] {
         let v = grade(&sb, &sanitized[idx], raw[idx]["code"].as_str().unwrap(), &o).await;
@@ -395,7 +404,8 @@ async fn adversarial_escapes() {
     assert!(!marker.exists() && !repo_marker.exists(), "the host was written to");
 
     // Reading the expected output: not on disk anywhere the program can see, not in its memory.
-    let lcb = std::fs::canonicalize("../shared/data/lcb/lcb_train_580.json").unwrap();
+    // The dataset file it also tries is the repository's own, so this runs in any clone.
+    let lcb = std::fs::canonicalize(fixture_problems()).unwrap();
     let needle_hunt = format!(
         "import gc, os\nneedle = 'SECRET-' + 'EXPECTED-' + '42'\nfound = None\nfor o in gc.get_objects():\n    if isinstance(o, (str, bytes)) and o is not needle:\n        s = o if isinstance(o, str) else o.decode('latin-1')\n        if needle in s and s != needle:\n            found = needle\nfor root in ['/', '/tmp', '.', '..']:\n    for dirpath, dirs, files in os.walk(root):\n        if dirpath.startswith(('/proc', '/sys', '/usr', '/etc', '/lib', '/dev')) or '.pyenv' in dirpath or 'python3' in dirpath:\n            dirs[:] = []\n            continue\n        for f in files:\n            try:\n                if needle in open(os.path.join(dirpath, f), errors='ignore').read(1 << 20):\n                    found = needle\n            except OSError:\n                pass\ntry:\n    open({:?}).read()\n    found = found or 'dataset-readable'\nexcept OSError:\n    pass\nprint(found)\n",
         lcb.display().to_string()
@@ -491,8 +501,9 @@ async fn degraded_mode_without_namespaces() {
     assert!(!prot.pid_namespace && !prot.network_namespace && !prot.mount_namespace);
     assert!(prot.notes.iter().any(|n| n.contains("disabled")), "{prot:?}");
     assert!(LocalSandbox::start(LocalConfig { workers: 1, namespaces: false, strict: true, ..LocalConfig::default() }).await.is_err());
-    let problems = data::load_file(Path::new("../shared/data/lcb/lcb_train_580.json"), None).unwrap();
-    let v = grade(&sb, &problems[187], "a, b = map(int, input().split())\nprint(-(-a // b))", &opts(6.0)).await;
+    // The repository's own problem (ceiling division), so this runs in any clone.
+    let problems = data::load_file(&fixture_problems(), None).unwrap();
+    let v = grade(&sb, &problems[0], "a, b = map(int, input().split())\nprint(-(-a // b))", &opts(6.0)).await;
     assert!(v.passed, "{v:?}");
     let v = adversarial(&sb, "loop", "while True:\n    pass\n", "1", 1.0).await;
     assert_eq!(statuses(&v), [TestStatus::Timeout]);

@@ -1,13 +1,13 @@
 //! The Sandbox-Fusion-compatible server (real HTTP on 127.0.0.1) and the Sandbox Fusion client:
 //! statuses as Sandbox Fusion documents them, 422 on malformed requests, grading through the
 //! client against our own server, and infrastructure failures (refused connections, 5xx, 4xx)
-//! reported as `infra_error` with the right number of attempts.
+//! reported as `infra_error` with the right number of attempts. The problems are the repository's
+//! own (`tests/fixtures/data/lcb_rllm.json`), so none of this needs ../shared.
 
 #![allow(clippy::print_stderr)] // skip notices are meant to be seen in test output
 
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -17,6 +17,8 @@ use rlx::sandbox::fusion::{FusionClient, FusionConfig};
 use rlx::sandbox::local::{LocalConfig, LocalSandbox};
 use rlx::sandbox::{GradeOptions, Grader, VerdictStatus};
 use serde_json::{Value, json};
+
+use crate::common::fixture_problems;
 
 fn python_available() -> bool {
     let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
@@ -127,17 +129,17 @@ async fn fusion_client_grades_through_a_fusion_compatible_server() {
     }
     let (addr, _stop) = start_server().await;
     let client = FusionClient::new(FusionConfig::new(&format!("http://{addr}"))).unwrap();
-    let problems = data::load_file(Path::new("../shared/data/lcb/lcb_train_580.json"), None).unwrap();
+    let problems = data::load_file(&fixture_problems(), None).unwrap();
     let o = GradeOptions::default();
-    let v = client.grade(&problems[187], "a, b = map(int, input().split())\nprint(-(-a // b))", &o).await;
+    let v = client.grade(&problems[0], "a, b = map(int, input().split())\nprint(-(-a // b))", &o).await;
     assert_eq!((v.status, v.tests_passed, v.tests_total), (VerdictStatus::Passed, 3, 3), "{v:?}");
-    let v = client.grade(&problems[187], "a, b = map(int, input().split())\nprint(a // b)", &o).await;
+    let v = client.grade(&problems[0], "a, b = map(int, input().split())\nprint(a // b)", &o).await;
     assert_eq!(v.status, VerdictStatus::Failed, "{v:?}");
-    let v = client.grade(&problems[0], "class Solution:\n    def countSeniors(self, details):\n        return sum(int(d[11:13]) > 60 for d in details)\n", &o).await;
+    let v = client.grade(&problems[1], "class Solution:\n    def countEven(self, nums):\n        return sum(n % 2 == 0 for n in nums)\n", &o).await;
     assert!(v.passed, "{v:?}");
     // A program printing a fake verdict line cannot know the nonce.
     let fake = "print('RLX-VERDICT 00000000000000000000000000000000 {\"tests\": [{\"status\": \"passed\", \"time_ms\": 1}]}')";
-    let v = client.grade(&problems[187], fake, &o).await;
+    let v = client.grade(&problems[0], fake, &o).await;
     assert_eq!(v.status, VerdictStatus::Failed, "{v:?}");
 }
 
@@ -183,8 +185,8 @@ fn stub(status_line: &'static str, body: &'static str) -> (SocketAddr, Arc<Atomi
 
 #[tokio::test]
 async fn fusion_infrastructure_failures_are_infra_errors() {
-    let problems = data::load_file(Path::new("../shared/data/lcb/lcb_train_580.json"), None).unwrap();
-    let p = &problems[187];
+    let problems = data::load_file(&fixture_problems(), None).unwrap();
+    let p = &problems[0];
     let o = GradeOptions::default();
 
     // Refused connection: retried, then infra_error.

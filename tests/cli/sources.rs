@@ -1,7 +1,8 @@
 //! Spec data sources through the library: parquet files (written here with polars), `hf://`
 //! datasets from a Hugging Face cache these tests build themselves (no network), filters,
 //! `max_tests`, the seeded shuffle, the dataset fingerprint, and LiveCodeBench private tests
-//! encoded by Python's own pickle/zlib/base64.
+//! encoded by Python's own pickle/zlib/base64. Tests of the real files in ../shared/data are
+//! skipped where it is missing (a user's clone).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,12 +13,21 @@ use rlx::data::{Problem, Tests, filter};
 use rlx::spec::types::{DataFormat, Source};
 use serde_json::{Value, json};
 
-const LCB: &str = "../shared/data/lcb/lcb_train_580.json";
-const CODE_CONTESTS: &str = "../shared/data/lcb/code_contests_test_165.json";
-const MBPP: &str = "../shared/data/mbpp/mbpp.jsonl";
+use crate::common::shared_data;
+
+// Paths under ../shared/data.
+const LCB: &str = "lcb/lcb_train_580.json";
+const CODE_CONTESTS: &str = "lcb/code_contests_test_165.json";
+const MBPP: &str = "mbpp/mbpp.jsonl";
+const MBPP_SANITIZED: &str = "mbpp/sanitized-mbpp.json";
 
 fn src(path: impl Into<String>) -> Source {
     Source::new(path)
+}
+
+/// A source reading a file found by [`shared_data`].
+fn shared_src(path: &Path) -> Source {
+    src(path.display().to_string())
 }
 
 /// Options that never touch the network or the user's cache.
@@ -33,9 +43,9 @@ fn total_tests(ps: &[Problem]) -> usize {
     ps.iter().map(|p| p.tests.len()).sum()
 }
 
-fn rows(path: &str) -> Vec<serde_json::Map<String, Value>> {
+fn rows(path: &Path) -> Vec<serde_json::Map<String, Value>> {
     let text = std::fs::read_to_string(path).unwrap();
-    if path.ends_with(".jsonl") {
+    if path.extension().is_some_and(|e| e == "jsonl") {
         text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     } else {
         serde_json::from_str(&text).unwrap()
@@ -59,17 +69,17 @@ mod pq {
         Column::new(name.into(), values)
     }
 
-    /// The LiveCodeBench file as parquet, with `tests` stored as a JSON string (DeepCoder style).
-    pub fn lcb_as_parquet(path: &Path) {
-        let rows = rows(LCB);
+    /// The LiveCodeBench file `lcb` as parquet, with `tests` stored as a JSON string (DeepCoder style).
+    pub fn lcb_as_parquet(lcb: &Path, path: &Path) {
+        let rows = rows(lcb);
         let get = |k: &str| rows.iter().map(|r| r[k].as_str().unwrap().to_owned()).collect::<Vec<_>>();
         let tests = rows.iter().map(|r| r["tests"].to_string()).collect();
         write(path, vec![strings("problem", get("problem")), strings("starter_code", get("starter_code")), strings("tests", tests)]);
     }
 
-    /// MBPP as parquet the way the Hub stores it: `task_id` an integer, `test_list` a list column.
-    pub fn mbpp_as_parquet(path: &Path) {
-        let rows = rows(MBPP);
+    /// The MBPP file `mbpp` as parquet the way the Hub stores it: `task_id` an integer, `test_list` a list column.
+    pub fn mbpp_as_parquet(mbpp: &Path, path: &Path) {
+        let rows = rows(mbpp);
         let get = |k: &str| rows.iter().map(|r| r[k].as_str().unwrap().to_owned()).collect::<Vec<_>>();
         let ids: Vec<i64> = rows.iter().map(|r| r["task_id"].as_i64().unwrap()).collect();
         let lists = |k: &str| {
@@ -99,11 +109,12 @@ mod pq {
 #[cfg(feature = "parquet")]
 #[test]
 fn parquet_copies_load_like_the_json_originals() {
+    let (Some(lcb), Some(mbpp)) = (shared_data(LCB), shared_data(MBPP)) else { return };
     let dir = tempfile::tempdir().unwrap();
     // Same stem as the JSON file, so rows without ids get the same ids and the fingerprints match.
     let lcb_pq = dir.path().join("lcb_train_580.parquet");
-    pq::lcb_as_parquet(&lcb_pq);
-    let from_json = source::load_source(&src(LCB), &no_hub()).unwrap();
+    pq::lcb_as_parquet(&lcb, &lcb_pq);
+    let from_json = source::load_source(&shared_src(&lcb), &no_hub()).unwrap();
     let from_parquet = source::load_source(&src(lcb_pq.display().to_string()), &no_hub()).unwrap();
     assert_eq!(from_parquet.problems.len(), 580);
     assert_eq!(total_tests(&from_parquet.problems), 1543);
@@ -111,8 +122,8 @@ fn parquet_copies_load_like_the_json_originals() {
     assert_eq!(from_parquet.fingerprint, from_json.fingerprint);
 
     let mbpp_pq = dir.path().join("mbpp.parquet");
-    pq::mbpp_as_parquet(&mbpp_pq);
-    let a = source::load_source(&src(MBPP), &no_hub()).unwrap();
+    pq::mbpp_as_parquet(&mbpp, &mbpp_pq);
+    let a = source::load_source(&shared_src(&mbpp), &no_hub()).unwrap();
     let b = source::load_source(&src(mbpp_pq.display().to_string()), &no_hub()).unwrap();
     assert_eq!((b.problems.len(), total_tests(&b.problems)), (974, 2922));
     assert_eq!(b.problems[0].id, "1", "integer task ids become the id");
@@ -260,10 +271,11 @@ fn hf_sources_load_offline_from_a_cache_built_here() {
 #[cfg(feature = "parquet")]
 #[test]
 fn hf_parquet_shards_in_a_data_directory() {
+    let Some(lcb) = shared_data(LCB) else { return };
     let cache = HubCache::new();
     let staging = tempfile::tempdir().unwrap();
     let pq_path = staging.path().join("x.parquet");
-    pq::lcb_as_parquet(&pq_path);
+    pq::lcb_as_parquet(&lcb, &pq_path);
     let repo = "someone/lcb-parquet";
     cache.add(repo, "data/train-00000-of-00001.parquet", &std::fs::read(&pq_path).unwrap());
     let loaded = source::load_source(&src(format!("hf://{repo}")), &offline(cache.root())).unwrap();
@@ -315,7 +327,8 @@ fn hf_options_parse_uris_before_touching_anything() {
 
 #[test]
 fn max_tests_keeps_the_longest_inputs_like_rllm() {
-    let s = Source { max_tests: Some(15), ..src(CODE_CONTESTS) };
+    let Some(cc) = shared_data(CODE_CONTESTS) else { return };
+    let s = Source { max_tests: Some(15), ..shared_src(&cc) };
     let loaded = source::load_source(&s, &no_hub()).unwrap();
     assert_eq!(loaded.problems.len(), 165);
     assert_eq!(total_tests(&loaded.problems), 980);
@@ -323,7 +336,7 @@ fn max_tests_keeps_the_longest_inputs_like_rllm() {
     // Problem 140 has 138 tests. rLLM keeps
     // `sorted(range(n), key=lambda i: len(inputs[i]), reverse=True)[:15]`; Python computed these
     // indices, and the kept cases stay in file order.
-    let raw = rows(CODE_CONTESTS);
+    let raw = rows(&cc);
     let inputs = raw[140]["tests"]["inputs"].as_array().unwrap();
     assert_eq!(inputs.len(), 138);
     let want: Vec<&str> =
@@ -334,42 +347,44 @@ fn max_tests_keeps_the_longest_inputs_like_rllm() {
 
 #[test]
 fn filters_on_real_files() {
+    let (Some(lcb), Some(mbpp)) = (shared_data(LCB), shared_data(MBPP)) else { return };
     // The rLLM LiveCodeBench file carries neither difficulty nor dates: such filters are errors.
-    let s = Source { difficulty: vec!["easy".into()], ..src(LCB) };
+    let s = Source { difficulty: vec!["easy".into()], ..shared_src(&lcb) };
     let err = source::load_source(&s, &no_hub()).unwrap_err();
     let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
     assert!(chain.contains("lcb_train_580.json") && chain.contains("no problem in the source has a `difficulty`"), "{chain}");
-    let s = Source { date_from: Some("2024-01-01".into()), ..src(LCB) };
+    let s = Source { date_from: Some("2024-01-01".into()), ..shared_src(&lcb) };
     assert!(source::load_source(&s, &no_hub()).is_err());
 
-    let s = Source { ids: vec!["7".into(), "2".into(), "5".into()], ..src(MBPP) };
+    let s = Source { ids: vec!["7".into(), "2".into(), "5".into()], ..shared_src(&mbpp) };
     let ids: Vec<String> = source::load_source(&s, &no_hub()).unwrap().problems.into_iter().map(|p| p.id).collect();
     assert_eq!(ids, ["2", "5", "7"]);
-    let s = Source { limit: Some(10), max_tests: Some(2), ..src(LCB) };
+    let s = Source { limit: Some(10), max_tests: Some(2), ..shared_src(&lcb) };
     let l = source::load_source(&s, &no_hub()).unwrap();
     assert_eq!(l.problems.len(), 10);
     assert!(l.problems.iter().all(|p| p.tests.len() <= 2));
-    let s = Source { ids: vec!["1".into(), "9999".into()], ..src(MBPP) };
+    let s = Source { ids: vec!["1".into(), "9999".into()], ..shared_src(&mbpp) };
     let err = source::load_source(&s, &no_hub()).unwrap_err();
     assert!(std::error::Error::source(&err).unwrap().to_string().contains("`9999`"), "{err}");
 }
 
 #[test]
 fn fingerprint_changes_with_filters_and_nothing_else() {
-    let base = source::load_source(&src(LCB), &no_hub()).unwrap().fingerprint;
-    assert_eq!(base, source::load_source(&src(LCB), &no_hub()).unwrap().fingerprint, "reloading");
+    let Some(lcb) = shared_data(LCB) else { return };
+    let base = source::load_source(&shared_src(&lcb), &no_hub()).unwrap().fingerprint;
+    assert_eq!(base, source::load_source(&shared_src(&lcb), &no_hub()).unwrap().fingerprint, "reloading");
     // Filters that remove nothing leave it alone: it hashes the problems, not the spec.
-    let noop = Source { max_tests: Some(1000), limit: Some(580), ..src(LCB) };
+    let noop = Source { max_tests: Some(1000), limit: Some(580), ..shared_src(&lcb) };
     assert_eq!(base, source::load_source(&noop, &no_hub()).unwrap().fingerprint);
     // Forcing the format that auto-detection picks changes nothing either.
-    let forced = Source { format: DataFormat::Lcb, ..src(LCB) };
+    let forced = Source { format: DataFormat::Lcb, ..shared_src(&lcb) };
     assert_eq!(base, source::load_source(&forced, &no_hub()).unwrap().fingerprint);
     let mut seen = vec![base];
     for s in [
-        Source { limit: Some(579), ..src(LCB) },
-        Source { max_tests: Some(2), ..src(LCB) },
-        Source { max_tests: Some(3), ..src(LCB) },
-        Source { ids: vec!["lcb_train_580/0".into()], ..src(LCB) },
+        Source { limit: Some(579), ..shared_src(&lcb) },
+        Source { max_tests: Some(2), ..shared_src(&lcb) },
+        Source { max_tests: Some(3), ..shared_src(&lcb) },
+        Source { ids: vec!["lcb_train_580/0".into()], ..shared_src(&lcb) },
     ] {
         let fp = source::load_source(&s, &no_hub()).unwrap().fingerprint;
         assert!(!seen.contains(&fp), "{s:?} gave a fingerprint seen before");
@@ -377,17 +392,16 @@ fn fingerprint_changes_with_filters_and_nothing_else() {
     }
 }
 
-fn write_spec(dir: &Path, shuffle: bool, seed: u64) -> PathBuf {
-    let repo = std::env::current_dir().unwrap();
-    let abs = |p: &str| repo.join(p).display().to_string();
+/// A spec over the three files (found by [`shared_data`]).
+fn write_spec(dir: &Path, [lcb, sanitized, cc]: [&Path; 3], shuffle: bool, seed: u64) -> PathBuf {
     std::fs::write(dir.join("user.j2"), "{{ problem.statement }}").unwrap();
     let spec = format!(
         "name: data-test\nseed: {seed}\nmodel: {{base: org/model}}\nbackend: {{kind: local}}\n\
          data:\n  shuffle: {shuffle}\n  train:\n    - {{path: {}, limit: 50}}\n    - {{path: {}, max_tests: 2}}\n  eval:\n    - {{path: {}, limit: 5}}\n\
          prompt:\n  user: user.j2\n",
-        abs(LCB),
-        abs("../shared/data/mbpp/sanitized-mbpp.json"),
-        abs(CODE_CONTESTS),
+        lcb.display(),
+        sanitized.display(),
+        cc.display(),
     );
     let path = dir.join(format!("spec-{shuffle}-{seed}.yaml"));
     std::fs::write(&path, spec).unwrap();
@@ -396,9 +410,12 @@ fn write_spec(dir: &Path, shuffle: bool, seed: u64) -> PathBuf {
 
 #[test]
 fn spec_data_loads_with_a_seeded_shuffle() {
+    let (Some(lcb), Some(sanitized), Some(cc)) = (shared_data(LCB), shared_data(MBPP_SANITIZED), shared_data(CODE_CONTESTS)) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let load = |shuffle: bool, seed: u64| {
-        let plan = rlx::spec::plan(&write_spec(dir.path(), shuffle, seed), &[]).unwrap();
+        let plan = rlx::spec::plan(&write_spec(dir.path(), [&lcb, &sanitized, &cc], shuffle, seed), &[]).unwrap();
         rlx::data::load_data(&plan.spec.data, plan.spec.seed, &no_hub()).unwrap()
     };
     let ordered = load(false, 1);
