@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use rlx::backend::local::model::{ParamBuilder, Tuning};
 use rlx::backend::local::{LocalSampler, LocalTrainer, LoraConfig, Model, TrainerOptions};
-use rlx::backend::{AdamParams, Datum, LossFn, LossFnInputs, Sampler, SamplingParams, Trainer};
+use rlx::backend::{AdamParams, Datum, LossFn, LossFnInputs, SamplingParams};
 
 #[path = "../tests/cli/smollm2_fetch.rs"]
 mod fetch;
@@ -50,7 +50,7 @@ fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
         let n: usize = n.parse().expect("sample<N>");
         let pb = ParamBuilder::new(&loaded.weights, &Tuning::Frozen, gguf, 0);
         let model = Model::new(&loaded.config, &pb).expect("model");
-        let mut s = LocalSampler::new(Arc::new(model), None);
+        let s = LocalSampler::new(Arc::new(model), None);
         let prompt = tokens(PROMPT, 1, vocab);
         let p = SamplingParams { max_tokens: NEW, temperature: 1.0, seed: Some(0), ..Default::default() };
         s.sample(&prompt[..8], n, &SamplingParams { max_tokens: 4, ..p.clone() }).expect("warm-up");

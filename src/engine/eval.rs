@@ -1,4 +1,6 @@
 //! Evaluation: pass@k on held-out problems with the unbiased estimator, per problem and overall.
+//! Needs only a [`Sampler`]: a fixed policy (an OpenAI-compatible endpoint) evaluates the same
+//! way as a trainer's snapshot.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -6,7 +8,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::backend::{SamplingParams, Trainer};
+use crate::backend::{Sampler, SamplingParams};
 use crate::data::Problem;
 use crate::rl::passk::pass_at_k;
 use crate::sandbox::VerdictStatus;
@@ -23,25 +25,13 @@ pub struct EvalResult {
     pub records: Vec<Value>,
 }
 
-/// Sampling parameters of evaluation (greedy at temperature 0).
-pub fn params(spec: &Spec, base: &SamplingParams) -> SamplingParams {
-    SamplingParams {
-        temperature: spec.eval.temperature,
-        max_tokens: spec.eval.max_tokens.unwrap_or(spec.sampling.max_tokens) as usize,
-        ..base.clone()
-    }
-}
-
-/// Evaluates the trainer's current weights at `step` (−1 for the baseline). `None` when a stop
-/// was requested mid-way.
+/// Evaluates `sampler`'s policy at `step` (−1 for the baseline) with the evaluation sampling
+/// parameters `params` (the spec's `eval` section, stop tokens included). `None` when a stop was
+/// requested mid-way.
 ///
 /// # Errors
 /// Sampler or prompt failures.
-pub async fn run<T>(trainer: T, step: i64, spec: &Spec, eval: &[Arc<Problem>], base: &SamplingParams, cx: &Ctx<'_>) -> Result<(T, Option<EvalResult>), Error>
-where
-    T: Trainer + 'static,
-    T::Sampler: 'static,
-{
+pub async fn run(sampler: &dyn Sampler, step: i64, spec: &Spec, eval: &[Arc<Problem>], params: &SamplingParams, cx: &Ctx<'_>) -> Result<Option<EvalResult>, Error> {
     let t = Instant::now();
     let n = spec.eval.samples.unwrap_or_else(|| spec.eval.k.iter().copied().max().unwrap_or(1));
     let mut prompts = vec![];
@@ -49,10 +39,9 @@ where
         // Eval seeds do not depend on the step, so differences between evals are the weights'.
         prompts.push((p.clone(), cx.prompting.first_turn(p)?, problems::derive_seed(spec.seed ^ 0xE7A1, -1, i as u64)));
     }
-    let (trainer, sampler) = rollout::sampler_of(trainer).await?;
     // Single attempts: pass@k means what it means in every leaderboard.
-    let (_, groups, _) = rollout::run(sampler, prompts, n as usize, &params(spec, base), cx, "eval", step, 1).await?;
-    let Some(groups) = groups else { return Ok((trainer, None)) };
+    let (groups, _) = rollout::run(sampler, prompts, n as usize, params, cx, "eval", step, 1).await?;
+    let Some(groups) = groups else { return Ok(None) };
     let mut metrics = BTreeMap::new();
     let mut records = vec![];
     let mut sums: BTreeMap<u32, f64> = BTreeMap::new();
@@ -86,5 +75,5 @@ where
     metrics.insert("eval/problems".into(), groups.len() as f64);
     metrics.insert("eval/infra_errors".into(), infra as f64);
     metrics.insert("time/eval_s".into(), t.elapsed().as_secs_f64());
-    Ok((trainer, Some(EvalResult { metrics, records })))
+    Ok(Some(EvalResult { metrics, records }))
 }

@@ -53,8 +53,8 @@ pub enum Event {
     Checkpoint {
         /// Step it holds.
         step: u32,
-        /// Where.
-        path: std::path::PathBuf,
+        /// The backend's state reference: a local path or a remote URI.
+        state: String,
     },
     /// A warning worth a line on the console (sandbox degraded, groups dropped, ...).
     Warning(String),

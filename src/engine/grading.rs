@@ -29,14 +29,14 @@ impl Sandboxes {
                 if let Some(c) = s.concurrency {
                     cfg.workers = c as usize;
                 }
-                let sb = LocalSandbox::start(cfg).await.map_err(|e| Error::Setup(format!("cannot start the local sandbox: {e}")))?;
+                let sb = LocalSandbox::start(cfg).await.map_err(Error::Sandbox)?;
                 let protection = serde_json::to_value(sb.protection()).unwrap_or_default();
                 Ok((AnyGrader::Local(sb), protection))
             }
             SandboxKind::Fusion => {
                 let mut cfg = FusionConfig::new(&s.url);
                 cfg.concurrency = s.concurrency.unwrap_or(32) as usize;
-                let client = FusionClient::new(cfg).map_err(|e| Error::Setup(format!("cannot create the Sandbox Fusion client: {e}")))?;
+                let client = FusionClient::new(cfg).map_err(Error::Sandbox)?;
                 Ok((AnyGrader::Fusion(Box::new(client)), serde_json::json!({"kind": "fusion", "url": s.url})))
             }
         }

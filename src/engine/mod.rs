@@ -3,8 +3,12 @@
 //! `eval_every` steps and at the end; checkpoints every `save_every` steps and at the end;
 //! resume from the last checkpoint; graceful stop.
 //!
+//! The engine works on a [`Policy`] (any backend's `Sampler`/`Trainer`, see [`crate::backend`])
+//! and never names a backend: [`run`] opens the spec's through [`crate::backend::open`], or
+//! takes one it is given ([`PolicySource::Given`]).
+//!
 //! - [`prompting`]: problem → prompt tokens.
-//! - [`rollout`]: sample groups and grade them (grading overlaps the next group's sampling).
+//! - [`rollout`]: sample groups and grade them (grading overlaps the next batches' sampling).
 //! - [`step`]: one training step; [`eval`]: pass@k.
 //! - [`grading`]: the sandbox behind one grader, infra retries.
 //! - [`problems`]: sampling seeds.
@@ -31,31 +35,81 @@ use serde_json::json;
 
 pub use event::{Event, EventSink};
 
-use crate::backend::local::{LocalTrainer, LoraConfig, TrainerOptions, Tuning};
-use crate::backend::{AdamParams, LossFn, SamplingParams, Stop as StopCond, Trainer};
-use crate::prompt::chat::SpecialTokens;
+use crate::backend::{self, Policy, SamplingParams, StateRef, Stop as StopCond, Trainer};
 use crate::runlog::{self, CheckpointRecord, JsonlWriter, RunDir, State, Status, files};
 use crate::spec::Plan;
-use crate::spec::types::{Backend, Finetune, Loss};
+use crate::spec::types::Loss;
 
 /// Why a run could not proceed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Setting the run up failed (data, model, sandbox).
-    #[error("{0}")]
-    Setup(String),
-    /// The spec asks for something this engine does not do yet.
-    #[error("not supported yet: {0}")]
-    Unsupported(String),
+    /// The problems could not be loaded.
+    #[error("cannot load the problems")]
+    Data(#[source] crate::data::source::Error),
+    /// Filters left no training problem.
+    #[error("no training problems after filters")]
+    NoProblems,
+    /// The run trains, the backend cannot.
+    #[error("`schedule.max_steps` is {steps}, but the backend cannot train")]
+    CannotTrain {
+        /// Steps asked for.
+        steps: u32,
+        /// Why the backend cannot.
+        #[source]
+        source: backend::Error,
+    },
+    /// The sandbox could not start.
+    #[error("cannot start the sandbox")]
+    Sandbox(#[source] crate::sandbox::Error),
     /// The run directory.
     #[error(transparent)]
     RunLog(#[from] runlog::Error),
     /// The backend.
     #[error(transparent)]
-    Backend(#[from] crate::backend::Error),
-    /// Prompt rendering or tokenization.
+    Backend(#[from] backend::Error),
+    /// Prompt rendering, tokenization or decoding.
     #[error(transparent)]
     Prompt(#[from] crate::prompt::Error),
+    /// A task of the run panicked or was cancelled (a bug).
+    #[error("an internal task failed")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl Error {
+    /// Whether the user can fix it by changing the spec, the data or the model (exit code 2)
+    /// rather than it being a failure of rlx or of a service (exit code 3).
+    pub fn is_user_error(&self) -> bool {
+        match self {
+            Error::Data(_) | Error::NoProblems | Error::CannotTrain { .. } | Error::Sandbox(crate::sandbox::Error::Incomplete { .. }) => true,
+            Error::Backend(e) => e.is_user_error(),
+            Error::Prompt(e) => !matches!(e, crate::prompt::Error::Tokenizer { .. }),
+            Error::RunLog(e) => matches!(e, runlog::Error::Busy { .. } | runlog::Error::Mismatch { .. }),
+            Error::Sandbox(_) | Error::Task(_) => false,
+        }
+    }
+}
+
+/// The error and each of its causes, outermost first: what `status.json` and the console show.
+pub fn causes(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut out = vec![err.to_string()];
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let s = e.to_string();
+        // `#[error(transparent)]` repeats its source's message.
+        if out.last() != Some(&s) {
+            out.push(s);
+        }
+        cur = e.source();
+    }
+    out
+}
+
+/// Where the run's policy comes from.
+pub enum PolicySource {
+    /// [`crate::backend::open`] on the plan: what `rlx run` does.
+    Open,
+    /// A policy opened by the caller (an embedding program, a test backend).
+    Given(Policy),
 }
 
 /// A stop request shared between the signal handler and the engine. Passed explicitly (no
@@ -92,8 +146,9 @@ pub enum Outcome {
 /// Runs a planned experiment to completion, resuming its run directory if it has one.
 ///
 /// # Errors
-/// Setup failures (data, model, sandbox), backend failures; the status file says `failed`.
-pub async fn run(plan: &Plan, stop: &Stop, sink: &dyn EventSink) -> Result<Outcome, Error> {
+/// Setup failures (data, model, sandbox), backend failures; the status file says `failed`, with
+/// the error's causes.
+pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn EventSink) -> Result<Outcome, Error> {
     let dir = RunDir::create(plan)?;
     // Before anything is written: a second process on the same run must not touch its files.
     let _lock = dir.lock()?;
@@ -105,7 +160,7 @@ pub async fn run(plan: &Plan, stop: &Stop, sink: &dyn EventSink) -> Result<Outco
         return Ok(Outcome::Finished { steps: s.steps_done });
     }
     let _ = runlog::logfile::attach(&dir.file(files::LOG));
-    let result = run_in(plan, &dir, stop, sink).await;
+    let result = run_in(plan, policy, &dir, stop, sink).await;
     let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     let mut events = dir.jsonl(files::EVENTS)?;
     match &result {
@@ -122,10 +177,11 @@ pub async fn run(plan: &Plan, stop: &Stop, sink: &dyn EventSink) -> Result<Outco
             events.append(&json!({"event": "interrupted", "steps": steps, "time": runlog::now()}))?;
         }
         Err(e) => {
+            let chain = causes(e);
             status.state = State::Failed;
-            status.reason = Some(e.to_string());
-            events.append(&json!({"event": "failed", "error": e.to_string(), "time": runlog::now()}))?;
-            tracing::info!("run failed: {e}");
+            status.reason = Some(chain.join(": "));
+            events.append(&json!({"event": "failed", "error": e.to_string(), "causes": chain[1..], "time": runlog::now()}))?;
+            tracing::info!("run failed: {}", chain.join(": "));
         }
     }
     status.pid = None;
@@ -134,20 +190,20 @@ pub async fn run(plan: &Plan, stop: &Stop, sink: &dyn EventSink) -> Result<Outco
     result
 }
 
-fn loss_fn(loss: &Loss) -> LossFn {
-    match *loss {
-        Loss::ImportanceSampling => LossFn::ImportanceSampling,
-        Loss::Ppo { clip_low_threshold, clip_high_threshold } => LossFn::Ppo { clip_low_threshold, clip_high_threshold },
-        Loss::Cispo { clip_low_threshold, clip_high_threshold } => LossFn::Cispo { clip_low_threshold, clip_high_threshold },
-        Loss::Dro { beta } => LossFn::Dro { beta },
-    }
+/// Records what the run trains and evaluates on, as read back later by `compare`.
+fn record_data(dir: &RunDir, dataset: &crate::data::Dataset) -> Result<(), Error> {
+    let mut prov: serde_json::Value = dir.read_json(files::PROVENANCE)?.unwrap_or_default();
+    prov["data"] = json!({
+        "train": {"fingerprint": dataset.train.fingerprint, "problems": dataset.train.problems.len(), "sources": dataset.train.sources},
+        "eval": {"fingerprint": dataset.eval.fingerprint, "problems": dataset.eval.problems.len(), "sources": dataset.eval.sources},
+    });
+    dir.write_json(files::PROVENANCE, &prov)?;
+    Ok(())
 }
 
-async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) -> Result<Outcome, Error> {
+async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) -> Result<Outcome, Error> {
     let spec = &plan.spec;
-    if !matches!(spec.backend, Backend::Local { .. }) {
-        return Err(Error::Unsupported("only `backend.kind: local` runs in this version; the Tinker and OpenAI backends come next".into()));
-    }
+    let r = &plan.resolved;
     // One step of overlap is all one machine can use: the sampler and the trainer share its
     // cores, so a deeper queue would only make samples staler.
     let pipelined = spec.grpo.max_steps_off_policy >= 1;
@@ -162,43 +218,23 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
         tracing::warn!("{msg}");
         sink.event(Event::Warning(msg));
     }
-    if let Backend::Local { threads: Some(t) } = spec.backend {
-        // Candle's CPU kernels use rayon's global pool; size it once, before first use.
-        let _ = rayon_threads(t as usize);
-    }
 
     // Problems: filters, the seeded train order and fingerprints are data's.
     let data_spec = spec.data.clone();
     let seed = spec.seed;
-    let dataset = tokio::task::spawn_blocking(move || crate::data::load_data(&data_spec, seed, &crate::data::source::Options::from_env()))
-        .await
-        .map_err(|e| Error::Setup(format!("data loading thread failed: {e}")))?
-        .map_err(|e| Error::Setup(e.to_string()))?;
-    if dataset.train.problems.is_empty() {
-        return Err(Error::Setup("no training problems after filters".into()));
+    let dataset = tokio::task::spawn_blocking(move || crate::data::load_data(&data_spec, seed, &crate::data::source::Options::from_env())).await?.map_err(Error::Data)?;
+    if dataset.train.problems.is_empty() && spec.schedule.max_steps > 0 {
+        return Err(Error::NoProblems);
     }
-    {
-        // What the run trains and evaluates on, exactly.
-        let mut prov: serde_json::Value = dir.read_json(files::PROVENANCE)?.unwrap_or_default();
-        prov["data"] = json!({
-            "train": {"fingerprint": dataset.train.fingerprint, "problems": dataset.train.problems.len(), "sources": dataset.train.sources},
-            "eval": {"fingerprint": dataset.eval.fingerprint, "problems": dataset.eval.problems.len(), "sources": dataset.eval.sources},
-        });
-        dir.write_json(files::PROVENANCE, &prov)?;
-    }
+    record_data(dir, &dataset)?;
     let train: Vec<_> = dataset.train.problems.into_iter().map(Arc::new).collect();
     let eval_set: Vec<_> = dataset.eval.problems.into_iter().map(Arc::new).collect();
 
-    // Model, prompts, trainer.
-    let (base, revision) = (spec.model.base.clone(), spec.model.revision.clone());
-    let loaded = tokio::task::spawn_blocking(move || -> Result<_, crate::backend::Error> {
-        let path = crate::backend::model_source::resolve(&base, revision.as_deref())?;
-        crate::backend::local::load(&path)
-    })
-    .await
-    .map_err(|e| Error::Setup(format!("model loading thread failed: {e}")))??;
-    let special = SpecialTokens { bos_token: loaded.bos_token.clone(), eos_token: loaded.eos_token.clone(), ..SpecialTokens::default() };
-    let prompting = Arc::new(prompting::Prompting::new(plan, loaded.tokenizer.clone(), loaded.chat_template.clone(), special)?);
+    // Prompts: the model's tokenizer and chat template, read without its weights.
+    let prompting = {
+        let plan = plan.clone();
+        Arc::new(tokio::task::spawn_blocking(move || prompting::Prompting::load(&plan)).await??)
+    };
     {
         // Prompt lengths over every training problem, as `rlx render` reports them.
         let mut lens = Vec::with_capacity(train.len());
@@ -210,21 +246,17 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
         prov["prompt_tokens"] = json!({"min": lens.iter().min(), "mean": mean, "max": lens.iter().max(), "problems": lens.len()});
         dir.write_json(files::PROVENANCE, &prov)?;
     }
-    let tuning = match spec.model.finetune {
-        Finetune::Full => Tuning::Full,
-        Finetune::Lora => Tuning::Lora(LoraConfig {
-            rank: spec.model.lora.rank as usize,
-            alpha: spec.model.lora.alpha,
-            targets: spec.model.lora.targets.iter().map(|t| serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()).collect(),
-        }),
+
+    // The policy.
+    let policy = match policy {
+        PolicySource::Given(p) => p,
+        PolicySource::Open => backend::open(plan, &backend::Context { state_dir: dir.path().join(files::CHECKPOINT_DIR) }).await?,
     };
-    // Micro-batches of at most 1,024 tokens: the [tokens, vocab] logits of a 50k-vocabulary model
-    // are 200 MB each at this size, and several live at once in the backward pass; 4,096 tokens
-    // exhausted 24 GiB on SmolLM2 with 32 completions per step. Gradients are the same either way.
-    let options = TrainerOptions { tuning, seed: spec.seed, max_tokens_per_microbatch: 1024 };
-    let mut trainer = tokio::task::spawn_blocking(move || LocalTrainer::new(loaded, options))
-        .await
-        .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))??;
+    let max_steps = spec.schedule.max_steps;
+    let trainer: Option<Arc<dyn Trainer>> = policy.trainer().cloned();
+    if max_steps > 0 && trainer.is_none() {
+        return Err(Error::CannotTrain { steps: max_steps, source: backend::Error::CannotTrain { kind: r.backend.kind() } });
+    }
 
     // Sandbox.
     let (grader, protection) = grading::Sandboxes::start(spec).await?;
@@ -237,37 +269,32 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
         dir.write_json(files::PROVENANCE, &prov)?;
     }
 
-    let mut stops: Vec<StopCond> = prompting.tokenizer.stop_ids().iter().map(|&id| StopCond::Token(id)).collect();
-    stops.extend(spec.sampling.stop.iter().cloned().map(StopCond::Text));
-    let sampling = SamplingParams {
-        max_tokens: spec.sampling.max_tokens as usize,
-        temperature: spec.sampling.temperature,
-        top_p: spec.sampling.top_p,
-        top_k: (spec.sampling.top_k > 0).then_some(spec.sampling.top_k as usize),
-        stop: stops,
-        seed: None,
+    // The spec's stop strings plus the tokenizer's stop tokens, which the spec cannot know.
+    let with_stops = |p: &SamplingParams| {
+        let mut p = p.clone();
+        let mut stops: Vec<StopCond> = prompting.tokenizer.stop_ids().iter().map(|&id| StopCond::Token(id)).collect();
+        stops.append(&mut p.stop);
+        p.stop = stops;
+        p
     };
-    let o = &spec.optimizer;
-    let adam = AdamParams { learning_rate: o.learning_rate, beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay, grad_clip_norm: o.grad_clip_norm };
-    let loss = loss_fn(&spec.grpo.loss);
+    let sampling = with_stops(&r.sampling);
+    let eval_sampling = with_stops(&r.eval_sampling);
     let advantage = crate::rl::advantage::strategy(&spec.grpo.advantage);
     let reward = crate::rl::reward::strategy(&spec.reward);
 
     // Resume.
     let mut events = dir.jsonl(files::EVENTS)?;
-    let (first_step, mut cursor) = match dir.last_checkpoint()? {
-        Some(ck) => {
-            let state = ck.state_path.clone().expect("last_checkpoint has a state");
-            trainer = tokio::task::spawn_blocking(move || trainer.load_state(&state).map(|()| trainer))
-                .await
-                .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))??;
+    let (first_step, mut cursor) = match (dir.last_checkpoint()?, &trainer) {
+        (Some(ck), Some(trainer)) => {
+            let state = StateRef(ck.state_path.clone().expect("last_checkpoint has a state"));
+            trainer.load_state(&state).await?;
             let keep = |s: i64| s <= i64::from(ck.step);
             let dropped: usize = [files::METRICS, files::ROLLOUTS, files::EVAL_RESULTS].iter().map(|f| dir.retain_steps(f, keep)).sum::<Result<usize, _>>()?;
             events.append(&json!({"event": "resume", "from_checkpoint": ck.name, "next_step": ck.step + 1, "dropped_records": dropped, "time": runlog::now()}))?;
             tracing::info!(checkpoint = %ck.name, next_step = ck.step + 1, dropped, "resuming");
             (ck.step + 1, ck.data_cursor)
         }
-        None => {
+        _ => {
             // Nothing to resume from: start clean, even if a crashed attempt left records.
             let dropped: usize = [files::METRICS, files::ROLLOUTS, files::EVAL_RESULTS].iter().map(|f| dir.retain_steps(f, |_| false)).sum::<Result<usize, _>>()?;
             let event = if dropped > 0 { "restart" } else { "start" };
@@ -275,7 +302,6 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
             (0, 0)
         }
     };
-    let max_steps = spec.schedule.max_steps;
     let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     status.state = State::Running;
     status.steps_done = first_step;
@@ -289,16 +315,17 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
     let mut eval_log = dir.jsonl(files::EVAL_RESULTS)?;
     let mut checkpoints = dir.jsonl(files::CHECKPOINTS)?;
     let cx = rollout::Ctx { prompting: &prompting, grader: &grader, opts: &opts, retries: spec.rollout.infra_retries, sink, stop };
-    let cfg = step::StepConfig { spec, train: &train, advantage: advantage.as_ref(), reward: reward.as_ref(), loss: &loss, adam: &adam, sampling: &sampling };
+    let cfg = step::StepConfig { spec, train: &train, advantage: advantage.as_ref(), reward: reward.as_ref(), loss: &r.loss, adam: &r.adam, sampling: &sampling };
 
     // Baseline.
-    if first_step == 0 && spec.schedule.eval_at_start && !eval_set.is_empty() {
-        let (t, res) = eval::run(trainer, -1, spec, &eval_set, &sampling, &cx).await?;
-        trainer = t;
-        let Some(res) = res else { return Ok(Outcome::Interrupted { steps: 0 }) };
+    if first_step == 0 && (spec.schedule.eval_at_start || max_steps == 0) && !eval_set.is_empty() {
+        let sampler = policy.sampler().await?;
+        let Some(res) = eval::run(&*sampler, -1, spec, &eval_set, &eval_sampling, &cx).await? else { return Ok(Outcome::Interrupted { steps: 0 }) };
         write_eval(&mut metrics_log, &mut eval_log, -1, &res, BTreeMap::new())?;
         sink.event(Event::Eval { step: -1, metrics: res.metrics });
     }
+    let Some(trainer) = trainer else { return Ok(Outcome::Finished { steps: 0 }) };
+    let trainer = &*trainer;
 
     let mut last_saved: Option<u32> = first_step.checked_sub(1);
     let pps = u64::from(spec.grpo.prompts_per_step);
@@ -315,31 +342,26 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
             let (groups, timing, off_policy) = match ahead.take() {
                 Some((g, t)) => (g, t, 1),
                 None => {
-                    let (t, sampler) = rollout::sampler_of(trainer).await?;
-                    trainer = t;
-                    match step::rollouts(sampler, s, cursor, &cfg, &cx).await? {
+                    let sampler = trainer.sampler().await?;
+                    match step::rollouts(&*sampler, s, cursor, &cfg, &cx).await? {
                         Some((g, t)) => (g, t, 0),
                         None => return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await,
                     }
                 }
             };
             if s + 1 < max_steps && !stop.requested() {
-                // Sample step s+1 on the current weights while step s trains on its groups.
-                let (t, sampler) = rollout::sampler_of(trainer).await?;
-                let (learned, next) = tokio::join!(step::learn(t, s, &groups, timing, off_policy, &cfg, &cx), step::rollouts(sampler, s + 1, cursor + pps, &cfg, &cx));
-                let (t, res) = learned?;
-                trainer = t;
+                // Sample step s+1 on the current weights while step s trains on its groups: the
+                // snapshot is requested before this step's update, and the trainer serves its
+                // requests in order.
+                let sampler = trainer.sampler().await?;
+                let (learned, next) = tokio::join!(step::learn(trainer, s, &groups, timing, off_policy, &cfg, &cx), step::rollouts(&*sampler, s + 1, cursor + pps, &cfg, &cx));
                 ahead = next?;
-                res
+                learned?
             } else {
-                let (t, res) = step::learn(trainer, s, &groups, timing, off_policy, &cfg, &cx).await?;
-                trainer = t;
-                res
+                step::learn(trainer, s, &groups, timing, off_policy, &cfg, &cx).await?
             }
         } else {
-            let (t, res) = step::run(trainer, s, cursor, &cfg, &cx).await?;
-            trainer = t;
-            match res {
+            match step::run(trainer, s, cursor, &cfg, &cx).await? {
                 Some(res) => res,
                 None => return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await,
             }
@@ -354,10 +376,9 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
         let due_eval = !eval_set.is_empty() && (last || (spec.schedule.eval_every > 0 && (s + 1) % spec.schedule.eval_every == 0));
         let mut metrics = res.metrics;
         if due_eval {
-            let (t, ev) = eval::run(trainer, i64::from(s), spec, &eval_set, &sampling, &cx).await?;
-            trainer = t;
+            let sampler = trainer.sampler().await?;
             // `None`: stopped during the eval; the step itself is complete and is kept.
-            if let Some(ev) = ev {
+            if let Some(ev) = eval::run(&*sampler, i64::from(s), spec, &eval_set, &eval_sampling, &cx).await? {
                 for r in &ev.records {
                     eval_log.append(r)?;
                 }
@@ -378,7 +399,7 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
         dir.set_status(&status)?;
         let due_save = last || (spec.schedule.save_every > 0 && (s + 1) % spec.schedule.save_every == 0);
         if due_save {
-            trainer = checkpoint(trainer, s, cursor, if last { "final" } else { "periodic" }, dir, &mut checkpoints, sink).await?;
+            checkpoint(trainer, s, cursor, if last { "final" } else { "periodic" }, dir, &mut checkpoints, sink).await?;
             last_saved = Some(s);
         }
         if stop.requested() {
@@ -402,45 +423,30 @@ fn write_eval(metrics: &mut JsonlWriter, results: &mut JsonlWriter, step: i64, r
     Ok(())
 }
 
-async fn checkpoint<T: Trainer + 'static>(trainer: T, step: u32, cursor: u64, kind: &str, dir: &RunDir, log: &mut JsonlWriter, sink: &dyn EventSink) -> Result<T, Error> {
+async fn checkpoint(trainer: &dyn Trainer, step: u32, cursor: u64, kind: &str, dir: &RunDir, log: &mut JsonlWriter, sink: &dyn EventSink) -> Result<(), Error> {
     let name = format!("step-{step:06}");
-    let rel = dir.checkpoint_path(&name);
-    let path = dir.path().join(&rel);
-    let p = path.clone();
-    let mut trainer = trainer;
-    let trainer = tokio::task::spawn_blocking(move || {
-        if let Some(parent) = p.parent() {
-            let _ = std::fs::create_dir_all(parent);
-        }
-        trainer.save_state(&p).map(|()| trainer)
-    })
-    .await
-    .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))??;
-    log.append(&CheckpointRecord {
+    let state = trainer.save_state(&name).await?;
+    let record = CheckpointRecord {
         name,
         step,
         data_cursor: cursor,
-        state_path: Some(rel),
+        // Relative to the run directory when inside it, so a run directory can be moved.
+        state_path: Some(dir.relative_state(&state.0)),
         sampler_path: None,
         time: runlog::now(),
         kind: kind.into(),
-    })?;
+    };
+    log.append(&record)?;
     log.sync()?;
-    sink.event(Event::Checkpoint { step, path });
-    Ok(trainer)
+    sink.event(Event::Checkpoint { step, state: state.0 });
+    Ok(())
 }
 
 /// Saves what the run has (unless the last completed step is already saved) and reports an
 /// interruption after `done` completed steps.
-async fn interrupted<T: Trainer + 'static>(trainer: T, done: u32, cursor: u64, last_saved: Option<u32>, dir: &RunDir, log: &mut JsonlWriter, sink: &dyn EventSink) -> Result<Outcome, Error> {
+async fn interrupted(trainer: &dyn Trainer, done: u32, cursor: u64, last_saved: Option<u32>, dir: &RunDir, log: &mut JsonlWriter, sink: &dyn EventSink) -> Result<Outcome, Error> {
     if done > 0 && last_saved != Some(done - 1) {
         checkpoint(trainer, done - 1, cursor, "interrupt", dir, log, sink).await?;
     }
     Ok(Outcome::Interrupted { steps: done })
-}
-
-/// Sizes rayon's global pool (candle's CPU kernels run on it). Only the first call in a process
-/// takes effect; later ones (a pool already built) are ignored.
-fn rayon_threads(n: usize) -> bool {
-    rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_ok()
 }

@@ -1,10 +1,8 @@
 //! The prompt pipeline of a run: prompt templates → chat template → token ids, built from the
 //! plan and the loaded model's own tokenizer and chat template.
 
-use std::path::Path;
-
 use crate::data::Problem;
-use crate::prompt::chat::SpecialTokens;
+use crate::prompt::model_files::ModelPrompt;
 use crate::prompt::{ChatTemplate, Message, PromptTemplates, Tokenizer};
 use crate::spec::Plan;
 
@@ -31,44 +29,29 @@ pub struct Rendered {
 }
 
 impl Prompting {
-    /// Builds the pipeline from the plan and what the model files provide.
+    /// Builds the pipeline from the plan: its prompt templates, and the tokenizer and chat
+    /// template of its model, read from the model's files without its weights (the one loader,
+    /// [`crate::prompt::model_files::load`], that `rlx render` uses too).
     ///
     /// # Errors
-    /// Missing tokenizer or chat template, templates that fail to compile.
-    pub fn new(plan: &Plan, tokenizer: Option<tokenizers::Tokenizer>, model_template: Option<String>, special: SpecialTokens) -> Result<Self, Error> {
+    /// A model that cannot be located, no tokenizer, no chat template, templates that fail to
+    /// compile.
+    pub fn load(plan: &Plan) -> Result<Self, Error> {
+        let r = &plan.resolved;
+        let model = crate::backend::model_source::locate(&r.model)?;
+        let tokenizer = r.tokenizer.as_ref().map(crate::backend::model_source::locate).transpose()?;
+        let files = crate::prompt::model_files::load(&model, tokenizer.as_deref(), &r.chat_template)?;
+        Self::new(plan, files)
+    }
+
+    /// Builds the pipeline from the plan's prompt templates and a model's tokenizer and chat
+    /// template.
+    ///
+    /// # Errors
+    /// Templates that fail to compile.
+    pub fn new(plan: &Plan, model: ModelPrompt) -> Result<Self, Error> {
         let templates = PromptTemplates::from_plan(plan)?;
-        let spec = &plan.spec.model;
-        let tokenizer = match (&spec.tokenizer, tokenizer) {
-            (Some(t), _) => {
-                let p = Path::new(t);
-                let file = if p.is_dir() { p.join("tokenizer.json") } else { p.to_path_buf() };
-                Tokenizer::from_file(&file)?
-            }
-            (None, Some(t)) => Tokenizer::new(t),
-            (None, None) => return Err(Error::Setup(format!("model `{}` has no tokenizer; set `model.tokenizer`", spec.base))),
-        };
-        let mut tokenizer = tokenizer;
-        if let Some(eos) = &special.eos_token {
-            let mut stops: Vec<&str> = vec![eos.as_str()];
-            for extra in ["<|im_end|>", "<|endoftext|>", "<|eot_id|>"] {
-                if tokenizer.token_id(extra).is_some() && extra != eos {
-                    stops.push(extra);
-                }
-            }
-            tokenizer.set_stop_tokens(&stops);
-        }
-        let chat = match spec.chat_template.as_str() {
-            "auto" => match model_template {
-                Some(src) => ChatTemplate::jinja(&src, special)?,
-                None => return Err(Error::Setup(format!("model `{}` has no chat template; set `model.chat_template`", spec.base))),
-            },
-            name if crate::prompt::chat::BUILTINS.contains(&name) => ChatTemplate::builtin(name)?,
-            path => {
-                let src = std::fs::read_to_string(path).map_err(|e| Error::Setup(format!("cannot read chat template `{path}`: {e}")))?;
-                ChatTemplate::jinja(&src, special)?
-            }
-        };
-        Ok(Prompting { templates, chat, tokenizer })
+        Ok(Prompting { templates, chat: model.chat, tokenizer: model.tokenizer })
     }
 
     /// Renders a conversation with the generation prompt and tokenizes it.
@@ -125,6 +108,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::prompt::chat::SpecialTokens;
 
     const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 

@@ -1,14 +1,15 @@
 //! Sampling groups of completions and grading them, shared by training steps and evaluation.
 //!
-//! Prompts are sampled in batches (several prompts decode together, see
-//! [`Sampler::sample_batch`]); a batch is graded while the next one samples. With
+//! Prompts are sampled in batches (several prompts decode together, see [`Sampler::sample`]),
+//! several batches in flight at once; a batch is graded while the next ones sample. With
 //! `rollout.max_attempts` > 1, every failed answer gets the feedback turn and another attempt,
 //! all failing trajectories of the phase sampled together; a trajectory keeps all its turns.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{SampleRequest, SampledSequence, Sampler, SamplingParams, StopReason};
+use crate::backend::{Pending, SampleRequest, SampledSequence, Sampler, SamplingParams, StopReason};
 use crate::data::Problem;
 use crate::sandbox::{AnyGrader, GradeOptions, VerdictStatus};
 
@@ -87,14 +88,16 @@ pub type GroupPrompt = (Arc<Problem>, Rendered, u64);
 /// Samples `n` completions per prompt (seeded per prompt), grades them, and gives failed ones
 /// up to `max_attempts - 1` more attempts with feedback.
 ///
-/// Returns the sampler back, the groups in prompt order, and the timing; `None` groups when a
-/// stop was requested mid-way.
+/// Batches of prompts are submitted ahead, up to [`Sampler::max_in_flight`] at once, and each
+/// batch's grading starts as soon as its completions arrive, so grading overlaps sampling.
+/// Returns the groups in prompt order and the timing; `None` when a stop was requested mid-way
+/// (replies still in flight are discarded).
 ///
 /// # Errors
 /// Sampler, template or tokenizer failures.
 #[allow(clippy::too_many_arguments)]
-pub async fn run<S: Sampler + 'static>(
-    mut sampler: S,
+pub async fn run(
+    sampler: &dyn Sampler,
     prompts: Vec<GroupPrompt>,
     n: usize,
     params: &SamplingParams,
@@ -102,34 +105,42 @@ pub async fn run<S: Sampler + 'static>(
     phase: &'static str,
     step: i64,
     max_attempts: u32,
-) -> Result<(S, Option<Vec<Group>>, Timing), Error> {
+) -> Result<(Option<Vec<Group>>, Timing), Error> {
     cx.sink.event(Event::Phase { step, phase, total: (prompts.len() * n) as u64 });
     let mut timing = Timing::default();
     let seeds: Vec<u64> = prompts.iter().map(|p| p.2).collect();
     let per_batch = (BATCH_ROWS / n.max(1)).max(1);
+    let in_flight = sampler.max_in_flight().max(1);
     let mut pending = Vec::with_capacity(prompts.len());
     let mut rest = prompts.into_iter().peekable();
-    while rest.peek().is_some() {
+    let mut queue: VecDeque<(Vec<GroupPrompt>, Pending<Vec<Vec<SampledSequence>>>)> = VecDeque::new();
+    let t = Instant::now();
+    loop {
         if cx.stop.requested() {
-            return Ok((sampler, None, timing));
+            return Ok((None, timing));
         }
-        let batch: Vec<GroupPrompt> = rest.by_ref().take(per_batch).collect();
-        let requests: Vec<SampleRequest> = batch.iter().map(|(_, r, seed)| SampleRequest { prompt: r.tokens.clone(), num_samples: n, seed: Some(*seed) }).collect();
-        let t = Instant::now();
-        let (s, out) = sample(sampler, requests, params).await?;
-        sampler = s;
-        timing.sample_s += t.elapsed().as_secs_f64();
+        // Keep the sampler busy: the next batches are queued while this one is awaited.
+        while queue.len() < in_flight && rest.peek().is_some() {
+            let batch: Vec<GroupPrompt> = rest.by_ref().take(per_batch).collect();
+            let requests = batch.iter().map(|(_, r, seed)| SampleRequest { prompt: r.tokens.clone(), num_samples: n, seed: Some(*seed) }).collect();
+            let reply = sampler.sample(requests, params);
+            queue.push_back((batch, reply));
+        }
+        let Some((batch, reply)) = queue.pop_front() else { break };
+        let out = reply.await?;
+        check_reply(&batch.iter().map(|_| n).collect::<Vec<_>>(), &out)?;
         for ((problem, prompt, _), seqs) in batch.into_iter().zip(out) {
             cx.sink.event(Event::Progress { phase, done: seqs.len() as u64 });
-            let texts: Vec<String> = seqs.iter().map(|s| cx.prompting.tokenizer.decode(&s.tokens, true).unwrap_or_default()).collect();
+            let texts = seqs.iter().map(|s| cx.prompting.tokenizer.decode(&s.tokens, true)).collect::<Result<Vec<String>, _>>()?;
             let handle = tokio::spawn(grade_group(cx.grader.clone(), problem.clone(), texts.clone(), cx.opts.clone(), cx.retries));
             pending.push((problem, prompt, seqs, texts, handle));
         }
     }
+    timing.sample_s += t.elapsed().as_secs_f64();
     let t = Instant::now();
     let mut groups = Vec::with_capacity(pending.len());
     for (problem, prompt, seqs, texts, handle) in pending {
-        let graded = handle.await.map_err(|e| Error::Setup(format!("grading task failed: {e}")))?;
+        let graded = handle.await?;
         let trajectories = seqs
             .into_iter()
             .zip(texts)
@@ -142,24 +153,33 @@ pub async fn run<S: Sampler + 'static>(
 
     for attempt in 2..=max_attempts {
         if cx.stop.requested() {
-            return Ok((sampler, None, timing));
+            return Ok((None, timing));
         }
-        match retry_failed(sampler, &mut groups, &seeds, attempt, max_attempts, params, cx, step, &mut timing).await? {
-            (s, true) => sampler = s,
-            (s, false) => {
-                sampler = s;
-                break;
-            }
+        if !retry_failed(sampler, &mut groups, &seeds, attempt, max_attempts, params, cx, step, &mut timing).await? {
+            break;
         }
     }
-    Ok((sampler, Some(groups), timing))
+    Ok((Some(groups), timing))
+}
+
+/// A sampler must answer every request with as many completions as asked: anything else is a
+/// backend bug, reported rather than silently training on fewer samples.
+fn check_reply(asked: &[usize], got: &[Vec<SampledSequence>]) -> Result<(), Error> {
+    let counts: Vec<usize> = got.iter().map(Vec::len).collect();
+    if counts != asked {
+        return Err(Error::Backend(crate::backend::Error::InvalidArgument {
+            what: "sampler reply",
+            reason: format!("asked for {asked:?} completions per request, got {counts:?}"),
+        }));
+    }
+    Ok(())
 }
 
 /// One more attempt for every trajectory whose last attempt failed (infrastructure failures
 /// excepted: those say nothing about the answer). Returns whether anything was retried.
 #[allow(clippy::too_many_arguments)]
-async fn retry_failed<S: Sampler + 'static>(
-    sampler: S,
+async fn retry_failed(
+    sampler: &dyn Sampler,
     groups: &mut [Group],
     seeds: &[u64],
     attempt: u32,
@@ -168,7 +188,7 @@ async fn retry_failed<S: Sampler + 'static>(
     cx: &Ctx<'_>,
     step: i64,
     timing: &mut Timing,
-) -> Result<(S, bool), Error> {
+) -> Result<bool, Error> {
     let mut todo = vec![];
     for (gi, g) in groups.iter().enumerate() {
         for (ti, t) in g.trajectories.iter().enumerate() {
@@ -183,7 +203,7 @@ async fn retry_failed<S: Sampler + 'static>(
         }
     }
     if todo.is_empty() {
-        return Ok((sampler, false));
+        return Ok(false);
     }
     cx.sink.event(Event::Phase { step, phase: "retry", total: todo.len() as u64 });
     let requests: Vec<SampleRequest> = todo
@@ -191,54 +211,25 @@ async fn retry_failed<S: Sampler + 'static>(
         .map(|(gi, ti, next)| SampleRequest { prompt: next.tokens.clone(), num_samples: 1, seed: Some(problems::derive_seed(seeds[*gi], i64::from(attempt), *ti as u64)) })
         .collect();
     let t = Instant::now();
-    let (sampler, out) = sample(sampler, requests, params).await?;
+    let out = sampler.sample(requests, params).await?;
+    check_reply(&vec![1; todo.len()], &out)?;
     timing.sample_s += t.elapsed().as_secs_f64();
     cx.sink.event(Event::Progress { phase: "retry", done: todo.len() as u64 });
     let mut handles = Vec::with_capacity(todo.len());
     for ((gi, ti, next), mut seqs) in todo.into_iter().zip(out) {
-        let seq = seqs.pop().unwrap_or(SampledSequence { tokens: vec![], logprobs: vec![], stop_reason: StopReason::Length });
-        let text = cx.prompting.tokenizer.decode(&seq.tokens, true).unwrap_or_default();
+        let seq = seqs.pop().expect("checked: one completion per request");
+        let text = cx.prompting.tokenizer.decode(&seq.tokens, true)?;
         let handle = tokio::spawn(grade_group(cx.grader.clone(), groups[gi].problem.clone(), vec![text.clone()], cx.opts.clone(), cx.retries));
         handles.push((gi, ti, next, seq, text, handle));
     }
     let t = Instant::now();
     for (gi, ti, prompt, seq, text, handle) in handles {
-        let mut graded = handle.await.map_err(|e| Error::Setup(format!("grading task failed: {e}")))?;
+        let mut graded = handle.await?;
         let graded = graded.pop().expect("one grade per text");
         groups[gi].trajectories[ti].turns.push(Turn { prompt, seq, text, graded });
     }
     timing.grade_s += t.elapsed().as_secs_f64();
-    Ok((sampler, true))
-}
-
-/// Runs one batched sampling call on a blocking thread; the sampler comes back.
-async fn sample<S: Sampler + 'static>(mut sampler: S, requests: Vec<SampleRequest>, params: &SamplingParams) -> Result<(S, Vec<Vec<SampledSequence>>), Error> {
-    let p = params.clone();
-    let (s, out) = tokio::task::spawn_blocking(move || {
-        let r = sampler.sample_batch(&requests, &p);
-        (sampler, r)
-    })
-    .await
-    .map_err(|e| Error::Setup(format!("sampling thread failed: {e}")))?;
-    Ok((s, out?))
-}
-
-/// A sampler on the trainer's current weights, taken on a blocking thread; the trainer comes back.
-///
-/// # Errors
-/// Backend failures.
-pub async fn sampler_of<T>(mut trainer: T) -> Result<(T, T::Sampler), Error>
-where
-    T: crate::backend::Trainer + 'static,
-    T::Sampler: 'static,
-{
-    let (trainer, sampler) = tokio::task::spawn_blocking(move || {
-        let s = trainer.sampler();
-        (trainer, s)
-    })
-    .await
-    .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))?;
-    Ok((trainer, sampler?))
+    Ok(true)
 }
 
 /// Fraction of sampled turns that hit `max_tokens`.

@@ -70,36 +70,29 @@ pub fn prompts(step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Re
     Ok(prompts)
 }
 
-/// Samples and grades the groups of step `step` on `sampler`.
+/// Samples and grades the groups of step `step` on `sampler`; `None` when a stop was requested.
 ///
 /// # Errors
 /// Sampler, template or tokenizer failures.
-pub async fn rollouts<S: Sampler + 'static>(sampler: S, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<(Vec<Group>, Timing)>, Error> {
+pub async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<(Vec<Group>, Timing)>, Error> {
     let prompts = prompts(step, cursor, cfg, cx)?;
     let spec = cfg.spec;
-    let (_, groups, timing) =
-        rollout::run(sampler, prompts, spec.grpo.group_size as usize, cfg.sampling, cx, "sample", i64::from(step), spec.rollout.max_attempts).await?;
+    let (groups, timing) = rollout::run(sampler, prompts, spec.grpo.group_size as usize, cfg.sampling, cx, "sample", i64::from(step), spec.rollout.max_attempts).await?;
     Ok(groups.map(|g| (g, timing)))
 }
 
-/// Runs training step `step` synchronously: sample on the current weights, grade, train.
-/// Returns the trainer back, and `None` when a stop was requested before training (the step is
-/// then abandoned whole: no update).
+/// Runs training step `step` on-policy: sample on the current weights, grade, train. `None`
+/// when a stop was requested before training (the step is then abandoned whole: no update).
 ///
 /// # Errors
 /// Sampler, prompt or trainer failures.
-pub async fn run<T>(trainer: T, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<(T, Option<StepResult>), Error>
-where
-    T: Trainer + 'static,
-    T::Sampler: 'static,
-{
-    let (trainer, sampler) = rollout::sampler_of(trainer).await?;
-    let Some((groups, timing)) = rollouts(sampler, step, cursor, cfg, cx).await? else { return Ok((trainer, None)) };
+pub async fn run(trainer: &dyn Trainer, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<StepResult>, Error> {
+    let sampler = trainer.sampler().await?;
+    let Some((groups, timing)) = rollouts(&*sampler, step, cursor, cfg, cx).await? else { return Ok(None) };
     if cx.stop.requested() {
-        return Ok((trainer, None));
+        return Ok(None);
     }
-    let (trainer, res) = learn(trainer, step, &groups, timing, 0, cfg, cx).await?;
-    Ok((trainer, Some(res)))
+    Ok(Some(learn(trainer, step, &groups, timing, 0, cfg, cx).await?))
 }
 
 /// The datums of one trajectory: one per run of attempts whose prompts start with the previous
@@ -145,10 +138,7 @@ fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Datum> {
 ///
 /// # Errors
 /// Trainer failures.
-pub async fn learn<T>(mut trainer: T, step: u32, groups: &[Group], timing: Timing, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<(T, StepResult), Error>
-where
-    T: Trainer + 'static,
-{
+pub async fn learn(trainer: &dyn Trainer, step: u32, groups: &[Group], timing: Timing, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
     let spec = cfg.spec;
     let mut datums = vec![];
     let mut rollouts = vec![];
@@ -219,15 +209,8 @@ where
     let t_train = Instant::now();
     let mut m = BTreeMap::new();
     if !datums.is_empty() {
-        let (loss, adam) = (*cfg.loss, *cfg.adam);
-        let (t2, out) = tokio::task::spawn_blocking(move || {
-            let r = train_step(&mut trainer, &datums, &loss, &adam).map(|o| (o, datums.len()));
-            (trainer, r)
-        })
-        .await
-        .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))?;
-        trainer = t2;
-        let ((fb, opt), n) = out?;
+        let n = datums.len();
+        let (fb, opt) = train_step(trainer, datums, *cfg.loss, *cfg.adam).await?;
         m.insert("train/loss".into(), fb.loss);
         m.insert("train/loss_per_token".into(), if fb.stats.tokens > 0 { fb.loss / fb.stats.tokens as f64 } else { 0.0 });
         m.insert("train/ratio_mean".into(), fb.stats.ratio_mean);
@@ -269,7 +252,7 @@ where
     m.insert("time/sample_s".into(), timing.sample_s);
     m.insert("time/grade_s".into(), timing.grade_s);
     m.insert("time/train_s".into(), train_s);
-    Ok((trainer, StepResult { metrics: m, rollouts }))
+    Ok(StepResult { metrics: m, rollouts })
 }
 
 #[cfg(test)]

@@ -4,9 +4,12 @@
 //! - [`chat`]: messages → the exact text a chat model was trained on (HF-compatible Jinja
 //!   rendering with minijinja, plus built-in renderers such as `qwen3_instruct`).
 //! - [`tokenizer`]: text ↔ token ids with the model's `tokenizer.json`, stop tokens.
-//! - [`model_files`]: chat template and special tokens from `tokenizer_config.json`.
+//! - [`model_files`]: tokenizer, chat template and special tokens from a model's files (HF
+//!   directory or GGUF metadata, never the weights); [`model_files::load`] is the one loader.
+//! - [`gguf`]: the GGUF side of that (the tokenizer rebuilt from `tokenizer.ggml.*`).
 
 pub mod chat;
+pub(crate) mod gguf;
 pub mod model_files;
 pub mod render;
 pub mod tokenizer;

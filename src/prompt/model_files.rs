@@ -1,12 +1,108 @@
-//! What a model directory says about prompting: `tokenizer_config.json`'s chat template and
-//! special tokens.
+//! What a model's files say about prompting, read without its weights: the tokenizer, the chat
+//! template and the special tokens, from a Hugging Face directory (`tokenizer.json`,
+//! `tokenizer_config.json`) or a GGUF file's metadata. [`load`] applies the spec's choices
+//! (`model.tokenizer`, `model.chat_template`) on top: the one loader `rlx run`, `rlx render` and
+//! the backends share, so they can never disagree on how a prompt is tokenized.
 
 use std::path::Path;
 
 use serde_json::Value;
 
-use super::Error;
 use super::chat::{ChatTemplate, SpecialTokens};
+use super::{Error, Tokenizer};
+use crate::spec::resolved::ChatTemplateChoice;
+
+/// What prompting needs from a model, read without its weights.
+#[derive(Debug, Clone, Default)]
+pub struct PromptFiles {
+    /// The tokenizer, if the source has one.
+    pub tokenizer: Option<tokenizers::Tokenizer>,
+    /// The Jinja chat template, if the source has one (the `default` one of a list).
+    pub chat_template: Option<String>,
+    /// Special tokens (BOS/EOS text for templates and stop tokens).
+    pub special: SpecialTokens,
+}
+
+/// Reads the tokenizer, chat template and special tokens of a GGUF file, a Hugging Face
+/// directory, or a lone `tokenizer.json`, without loading (or dequantising) any weights.
+///
+/// # Errors
+/// Unreadable files, a tokenizer that does not load, a `tokenizer_config.json` that is not JSON.
+pub fn read(path: &Path) -> Result<PromptFiles, Error> {
+    if path.is_dir() {
+        let tok_path = path.join("tokenizer.json");
+        let tokenizer = if tok_path.exists() { Some(tokenizer_file(&tok_path)?) } else { None };
+        let tc_path = path.join("tokenizer_config.json");
+        let (chat_template, special) = if tc_path.exists() {
+            let cfg = TokenizerConfig::from_file(&tc_path)?;
+            (cfg.chat_template, cfg.special)
+        } else {
+            (None, SpecialTokens::default())
+        };
+        return Ok(PromptFiles { tokenizer, chat_template, special });
+    }
+    if path.extension().is_some_and(|e| e == "json") {
+        return Ok(PromptFiles { tokenizer: Some(tokenizer_file(path)?), ..PromptFiles::default() });
+    }
+    let content = super::gguf::read_header(path)?;
+    let tokens = super::gguf::tokens(&content.metadata, path)?;
+    let tokenizer = super::gguf::tokenizer(&content.metadata, &tokens, path)?;
+    let (chat_template, special) = super::gguf::chat_metadata(&content.metadata, &tokens);
+    Ok(PromptFiles { tokenizer: Some(tokenizer), chat_template, special })
+}
+
+fn tokenizer_file(path: &Path) -> Result<tokenizers::Tokenizer, Error> {
+    tokenizers::Tokenizer::from_file(path).map_err(|e| Error::Tokenizer { what: format!("`{}`", path.display()), message: e.to_string() })
+}
+
+/// A model's tokenizer (stop tokens set) and chat template, as a spec chooses them.
+#[derive(Debug)]
+pub struct ModelPrompt {
+    /// The tokenizer; its stop tokens are the EOS token and the usual end-of-turn tokens.
+    pub tokenizer: Tokenizer,
+    /// The chat template.
+    pub chat: ChatTemplate,
+}
+
+/// Loads what prompting needs from the model at `model` (a located model file or directory),
+/// with the tokenizer from `tokenizer` when the spec names one, and the chat template `choice`.
+///
+/// # Errors
+/// Unreadable model files, no tokenizer, no chat template under `auto`, a template that does
+/// not compile.
+pub fn load(model: &Path, tokenizer: Option<&Path>, choice: &ChatTemplateChoice) -> Result<ModelPrompt, Error> {
+    let files = read(model)?;
+    let tokenizer = match (tokenizer, files.tokenizer) {
+        (Some(t), _) => read(t)?.tokenizer.ok_or_else(|| Error::ModelFile { path: t.to_path_buf(), message: "has no `tokenizer.json`".into() })?,
+        (None, Some(t)) => t,
+        (None, None) => {
+            return Err(Error::ModelFile { path: model.to_path_buf(), message: "has no tokenizer; set `model.tokenizer`".into() });
+        }
+    };
+    let mut tokenizer = Tokenizer::new(tokenizer);
+    let special = files.special;
+    if let Some(eos) = &special.eos_token {
+        let mut stops: Vec<&str> = vec![eos.as_str()];
+        for extra in ["<|im_end|>", "<|endoftext|>", "<|eot_id|>"] {
+            if tokenizer.token_id(extra).is_some() && extra != eos {
+                stops.push(extra);
+            }
+        }
+        tokenizer.set_stop_tokens(&stops);
+    }
+    let chat = match choice {
+        ChatTemplateChoice::Auto => match files.chat_template {
+            Some(src) => ChatTemplate::jinja(&src, special)?,
+            None => return Err(Error::ModelFile { path: model.to_path_buf(), message: "has no chat template; set `model.chat_template`".into() }),
+        },
+        ChatTemplateChoice::Builtin(name) => ChatTemplate::builtin(name)?,
+        ChatTemplateChoice::File(path) => {
+            let src = std::fs::read_to_string(path).map_err(|e| Error::ModelFile { path: path.clone(), message: format!("cannot read the chat template: {e}") })?;
+            ChatTemplate::jinja(&src, special)?
+        }
+    };
+    Ok(ModelPrompt { tokenizer, chat })
+}
 
 /// The chat template and special tokens of an HF `tokenizer_config.json`.
 #[derive(Debug, Clone)]

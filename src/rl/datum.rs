@@ -48,15 +48,18 @@ pub fn make_multiturn_datum(tokens: &[u32], segments: &[(usize, &[f32])], advant
     }
 }
 
-/// One optimizer step: `forward_backward` over the datums, then `optim_step`, back to back (on
-/// Tinker both are submitted before either is awaited, so they pipeline on the service).
+/// One optimizer step over `datums`: `forward_backward` and `optim_step` submitted back to back
+/// (a remote backend runs them without a round trip in between), then both replies awaited.
 ///
 /// # Errors
-/// Backend failures; nothing is applied if `forward_backward` fails.
-pub fn train_step<T: Trainer + ?Sized>(trainer: &mut T, datums: &[Datum], loss: &LossFn, adam: &AdamParams) -> Result<(ForwardBackwardOutput, OptimStepOutput)> {
-    let fb = trainer.forward_backward(datums, loss)?;
-    let opt = trainer.optim_step(adam)?;
-    Ok((fb, opt))
+/// Backend failures. When `forward_backward` fails nothing is accumulated, so the `optim_step`
+/// behind it finds no gradient and applies nothing; its error is the forward/backward one.
+pub async fn train_step(trainer: &dyn Trainer, datums: Vec<Datum>, loss: LossFn, adam: AdamParams) -> Result<(ForwardBackwardOutput, OptimStepOutput)> {
+    let fb = trainer.forward_backward(datums, loss);
+    let opt = trainer.optim_step(adam);
+    let fb = fb.await;
+    let opt = opt.await;
+    Ok((fb?, opt?))
 }
 
 #[cfg(test)]

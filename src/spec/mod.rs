@@ -6,6 +6,7 @@
 //! - [`overrides`]: `key.path=value` arguments, aliases, sweep axes.
 //! - [`check`]: semantic rules (batch arithmetic, ranges, files, templates).
 //! - [`plan`]: the pipeline from file + overrides to a [`Plan`] with its run id.
+//! - [`resolved`]: the values the program uses ([`Resolved`]), derived once from the checked spec.
 //! - [`sweep`]: grids of plans.
 
 pub mod check;
@@ -14,6 +15,7 @@ pub mod explain;
 pub mod node;
 pub mod overrides;
 pub mod plan;
+pub mod resolved;
 pub mod schema;
 pub mod source;
 pub mod sweep;
@@ -21,4 +23,5 @@ pub mod types;
 
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use plan::{Error, Plan, plan};
+pub use resolved::Resolved;
 pub use types::Spec;

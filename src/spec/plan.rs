@@ -17,6 +17,7 @@ use super::node::{self, Node};
 use super::overrides::{self, Override};
 use super::schema::Validator;
 use super::source::Source;
+use super::resolved::Resolved;
 use super::types::Spec;
 
 /// Why a spec could not be planned.
@@ -58,8 +59,11 @@ pub struct Template {
 /// A resolved, checked experiment: everything a run needs to start.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// The spec after overrides and defaults, with absolute paths.
+    /// The spec after overrides and defaults, with absolute paths (as written: what
+    /// `resolved.json` records and the run id hashes).
     pub spec: Spec,
+    /// The values the program uses, resolved from `spec`.
+    pub resolved: Resolved,
     /// The spec file (absolute).
     pub spec_path: PathBuf,
     /// The spec file's text as written.
@@ -108,12 +112,14 @@ pub fn plan_text(path: &Path, text: String, overrides: &[Override]) -> Result<Pl
     let mut spec: Spec = serde_json::from_value(tree.to_json()).map_err(|e| {
         invalid(vec![Diagnostic::new(format!("spec does not match its schema: {e}"), Some(tree.span.clone()))])
     })?;
-    let resolved = check::check(&mut spec, &tree).map_err(invalid)?;
-    let templates: Vec<Template> = resolved.templates.into_iter().map(template).collect();
+    let checked = check::check(&mut spec, &tree).map_err(invalid)?;
+    let resolved = Resolved::new(&spec).map_err(|e| invalid(vec![Diagnostic::new(format!("`model`: {e}"), Some(tree.span.clone()))]))?;
+    let templates: Vec<Template> = checked.templates.into_iter().map(template).collect();
     let hash = spec_hash(&spec, &abs, &templates);
     let run_id = format!("{}-{hash}", spec.name);
     Ok(Plan {
         spec,
+        resolved,
         spec_path: abs,
         spec_text: text,
         overrides: overrides.iter().map(Override::canonical).collect(),

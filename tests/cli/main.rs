@@ -1,6 +1,8 @@
 //! The single integration-test binary (one link step, one place to look). Each module covers one
 //! area through the real `rlx` binary or the library's public API:
 //!
+//! - `backend_contract`: the backend contract suite (`rlx::backend::contract`) on the local
+//!   backend, through the async seams.
 //! - `chat`: chat templates and tokenization against real Qwen3 files and HF's Python reference.
 //! - `common`: `TestContext` (temp work dir, clean env, `rlx` command) and helpers.
 //! - `data`: dataset files and format adapters.
@@ -14,12 +16,15 @@
 //! - `schema`: `rlx schema` and the committed `schemas/experiment.schema.json` agree.
 //! - `sources`: spec data sources: parquet, `hf://` from a cache built in the test, filters,
 //!   `max_tests`, the seeded shuffle, fingerprints, LiveCodeBench private tests, TACO/HumanEval.
+//! - `seams`: the engine's entry point with a test-only scripted backend: requests in flight,
+//!   remote state references, evaluation with a sampler alone.
 //! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
 //! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records.
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
 
+mod backend_contract;
 mod chat;
 mod common;
 mod data;
@@ -31,6 +36,7 @@ mod run;
 mod runlog;
 mod sandbox;
 mod schema;
+mod seams;
 mod server;
 mod sources;
 mod sweep;

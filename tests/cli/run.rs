@@ -9,8 +9,9 @@ fn run_validates_first_and_names_the_run() {
     // says why, and records the failure in its run directory.
     let r = cx.rlx().args(["run", "spec.yaml", "lr=3e-5"]).env("HF_HUB_CACHE", cx.path().join("empty-hf")).env("HF_HUB_OFFLINE", "1").output().unwrap();
     let r = crate::common::Run::from(r);
-    assert_eq!(r.code, 3, "{}", r.stderr);
-    assert!(r.stderr.contains("not found in the Hugging Face cache"), "{}", r.stderr);
+    // A missing model is the user's to fix: exit 2, with the cause printed.
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("Caused by:") && r.stderr.contains("not found in the Hugging Face cache"), "{}", r.stderr);
     let runs: Vec<_> = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().collect();
     let status: serde_json::Value = serde_json::from_slice(&std::fs::read(runs[0].path().join("status.json")).unwrap()).unwrap();
     assert_eq!(status["state"], "failed");

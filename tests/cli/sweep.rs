@@ -80,7 +80,7 @@ fn finished_runs_are_skipped_and_the_sweep_is_recorded() {
     let out = sweeps[0].as_ref().unwrap().path().join(format!("{}.out", members[1]));
     assert!(std::fs::read_to_string(out).unwrap().contains("not found in the Hugging Face cache"));
     assert_eq!(r.code, 1, "a failed member fails the sweep");
-    assert_eq!(rec["members"][1]["state"], "failed (exit 3)");
+    assert_eq!(rec["members"][1]["state"], "failed (exit 2)");
 }
 
 #[test]

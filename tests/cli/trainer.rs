@@ -13,7 +13,7 @@ use std::process::Command;
 use candle_core::{DType, Device, Tensor};
 use rlx::backend::local::model::{Arch, Config, Model, ParamBuilder, Tuning, random_weights};
 use rlx::backend::local::{LocalTrainer, LoraConfig, TrainerOptions};
-use rlx::backend::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, Sampler, SamplingParams, Stop, StopReason, Trainer};
+use rlx::backend::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, SamplingParams, Stop, StopReason};
 
 pub fn tiny_config(arch: Arch) -> Config {
     Config {
@@ -221,7 +221,7 @@ fn every_trainable_var_gets_a_nonzero_gradient() {
 fn kv_cache_decoding_equals_full_recomputation() {
     for arch in [Arch::Llama, Arch::Qwen2, Arch::Qwen3] {
         let mut tr = trainer(arch, Tuning::Full, DType::F32, 7);
-        let mut s = tr.sampler().unwrap();
+        let s = tr.sampler().unwrap();
         let prompt = vec![3u32, 14, 15, 9, 2];
         let params = SamplingParams { max_tokens: 20, temperature: 0.0, ..Default::default() };
         let got = s.sample(&prompt, 1, &params).unwrap().remove(0);
@@ -248,7 +248,7 @@ fn prompts_of_different_lengths_decode_as_one_batch() {
     // unpadded model gives its own sequence, and greedy rows pick the unpadded argmax.
     for arch in [Arch::Llama, Arch::Qwen3] {
         let mut tr = trainer(arch, Tuning::Full, DType::F32, 21);
-        let mut s = tr.sampler().unwrap();
+        let s = tr.sampler().unwrap();
         let requests = vec![
             SampleRequest { prompt: vec![3, 14, 15, 9, 2, 6, 5, 3, 5], num_samples: 3, seed: Some(1) },
             SampleRequest { prompt: vec![7], num_samples: 2, seed: Some(2) },
@@ -293,7 +293,7 @@ fn prompts_of_different_lengths_decode_as_one_batch() {
 #[test]
 fn sampling_is_seeded_batched_and_stops() {
     let mut tr = trainer(Arch::Qwen3, Tuning::Full, DType::F32, 9);
-    let mut s = tr.sampler().unwrap();
+    let s = tr.sampler().unwrap();
     let p = SamplingParams { max_tokens: 12, temperature: 1.0, top_p: 0.95, top_k: Some(20), stop: vec![], seed: Some(42) };
     let a = s.sample(&[1, 2, 3], 4, &p).unwrap();
     let b = s.sample(&[1, 2, 3], 4, &p).unwrap();
@@ -332,7 +332,7 @@ fn sampler_logprobs_match_trainer_logprobs_on_policy() {
 }
 
 fn on_policy_check(tr: &mut LocalTrainer) {
-    let mut s = tr.sampler().unwrap();
+    let s = tr.sampler().unwrap();
     let prompt = [4u32, 5, 6];
     let seq = s.sample(&prompt, 1, &SamplingParams { max_tokens: 8, seed: Some(1), ..Default::default() }).unwrap().remove(0);
     let mut input = prompt.to_vec();
@@ -423,7 +423,7 @@ fn grpo_with_importance_sampling_learns_a_verifiable_task() {
     let (group, prompts_per_step, steps) = (8usize, 4usize, 40usize);
     let mut rewards_per_step = Vec::new();
     for step in 0..steps {
-        let mut s = tr.sampler().unwrap();
+        let s = tr.sampler().unwrap();
         let mut data = Vec::new();
         let mut total = 0.0;
         for p in 0..prompts_per_step {
@@ -465,7 +465,7 @@ fn grpo_with_importance_sampling_learns_a_verifiable_task() {
 fn samplers_are_snapshots_of_the_weights() {
     let mut tr = trainer(Arch::Llama, lora(), DType::F32, 17);
     let p = SamplingParams { max_tokens: 10, seed: Some(5), ..Default::default() };
-    let mut old = tr.sampler().unwrap();
+    let old = tr.sampler().unwrap();
     let before = old.sample(&[1, 2], 3, &p).unwrap();
     for _ in 0..3 {
         tr.forward_backward(&[pg_datum(1.0)], &LossFn::ImportanceSampling).unwrap();

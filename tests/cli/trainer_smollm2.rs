@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use rlx::prompt::chat::{ChatTemplate, Message, SpecialTokens};
+use rlx::prompt::chat::{ChatTemplate, Message};
 use rlx::backend::local::model::{ParamBuilder, Tuning};
 use rlx::backend::local::{LocalSampler, Model};
-use rlx::backend::{Sampler, SamplingParams, Stop};
+use rlx::backend::{SamplingParams, Stop};
 
 #[path = "smollm2_fetch.rs"]
 pub mod fetch;
@@ -29,9 +29,11 @@ fn smollm2_gguf_writes_a_correct_add_function() {
     assert_eq!((cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size), (30, 576, 49152));
     assert!(cfg.tie_word_embeddings);
     let tok = loaded.tokenizer.clone().expect("GGUF carries a tokenizer");
-    let template = loaded.chat_template.clone().expect("GGUF carries a chat template");
-    let special = SpecialTokens { bos_token: loaded.bos_token.clone(), eos_token: loaded.eos_token.clone(), ..SpecialTokens::default() };
-    let prompt = ChatTemplate::jinja(&template, special)
+    // The chat template and special tokens come from the prompt loader (the weights' loader
+    // leaves them to it).
+    let files = rlx::prompt::model_files::read(&path).unwrap();
+    let template = files.chat_template.clone().expect("GGUF carries a chat template");
+    let prompt = ChatTemplate::jinja(&template, files.special.clone())
         .unwrap()
         .render(&[Message::new("user", "Write a Python function `add(a, b)` that returns the sum of a and b. Reply with only the code.")], true)
         .unwrap();
@@ -41,7 +43,7 @@ fn smollm2_gguf_writes_a_correct_add_function() {
     assert_eq!(ids[0], tok.token_to_id("<|im_start|>").unwrap());
     let pb = ParamBuilder::new(&loaded.weights, &Tuning::Frozen, &path, 0);
     let model = Model::new(&cfg, &pb).unwrap();
-    let mut sampler = LocalSampler::new(Arc::new(model), Some(Arc::new(tok.clone())));
+    let sampler = LocalSampler::new(Arc::new(model), Some(Arc::new(tok.clone())));
     let stop: Vec<Stop> = cfg.eos_token_ids.iter().map(|&t| Stop::Token(t)).collect();
     let params = SamplingParams { max_tokens: 80, temperature: 0.0, stop, seed: Some(0), ..Default::default() };
     let out = sampler.sample(&ids, 1, &params).unwrap().remove(0);

@@ -10,31 +10,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use super::rng::Rng;
 use crate::backend::Result;
 
-/// Which projections get adapters, and their size.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LoraConfig {
-    /// Rank `r`.
-    pub rank: usize,
-    /// Scale numerator `α` (the update is scaled by `α / r`).
-    pub alpha: f64,
-    /// Short module names: any of `q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`,
-    /// `up_proj`, `down_proj`, `lm_head`.
-    pub targets: Vec<String>,
-}
-
-impl LoraConfig {
-    /// Rank `rank`, `α = 2r`, on all attention and MLP projections (PEFT's "all-linear" minus the
-    /// head).
-    pub fn all_linear(rank: usize) -> Self {
-        let targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
-        Self { rank, alpha: 2.0 * rank as f64, targets: targets.iter().map(|s| s.to_string()).collect() }
-    }
-
-    /// `α / r`.
-    pub fn scale(&self) -> f64 {
-        self.alpha / self.rank as f64
-    }
-}
+pub use crate::backend::LoraConfig;
 
 /// One adapter.
 #[derive(Debug, Clone)]

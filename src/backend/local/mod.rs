@@ -8,10 +8,14 @@
 //! - [`sampler`]: [`LocalSampler`], batched KV-cache generation (its docs define the logprobs).
 //! - [`trainer`]: [`LocalTrainer`], forward/backward, AdamW ([`optim`]), state ([`state`]).
 //!
-//! Threading: a trainer and its samplers are `Send`; run them on a dedicated thread that owns
-//! them (style.md §e). candle parallelises each matmul over the cores itself.
+//! - [`handle`]: the backend behind the async seams: [`open`] loads the model on a thread that
+//!   owns the trainer; requests queue to it ([`worker`]) in submission order.
+//!
+//! Threading: the trainer lives on its own thread, each sampler snapshot on another (style.md
+//! §e); candle parallelises each matmul over the cores itself (rayon).
 
 pub mod frozen;
+pub mod handle;
 pub mod load;
 pub mod lora;
 pub mod model;
@@ -21,7 +25,9 @@ pub mod sampler;
 pub mod state;
 pub mod target_logprob;
 pub mod trainer;
+mod worker;
 
+pub use handle::{Options, SamplerHandle, TrainerHandle, open, policy_of};
 pub use load::{Loaded, load};
 pub use lora::LoraConfig;
 pub use model::{Arch, Config, Model, Tuning};

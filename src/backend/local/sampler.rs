@@ -28,7 +28,7 @@ use candle_core::{Device, Tensor};
 
 use super::model::{KvCache, Model};
 use super::rng::Rng;
-use crate::backend::{Error, Result, SampleRequest, SampledSequence, Sampler, SamplingParams, Stop, StopReason};
+use crate::backend::{Error, Result, SampleRequest, SampledSequence, SamplingParams, Stop, StopReason};
 
 /// Samples from a fixed snapshot of a [`Model`].
 #[derive(Clone)]
@@ -53,13 +53,22 @@ impl LocalSampler {
 /// rows a CPU step is compute-bound anyway, so larger batches stop paying.
 const MAX_ROWS: usize = 32;
 
-impl Sampler for LocalSampler {
-    fn sample(&mut self, prompt: &[u32], num_samples: usize, params: &SamplingParams) -> Result<Vec<SampledSequence>> {
+impl LocalSampler {
+    /// Samples `num_samples` completions of `prompt` (seeded by `params.seed`).
+    ///
+    /// # Errors
+    /// Invalid parameters, an empty or too long prompt, out-of-vocabulary tokens.
+    pub fn sample(&self, prompt: &[u32], num_samples: usize, params: &SamplingParams) -> Result<Vec<SampledSequence>> {
         let req = SampleRequest { prompt: prompt.to_vec(), num_samples, seed: params.seed };
         Ok(self.sample_batch(std::slice::from_ref(&req), params)?.pop().unwrap_or_default())
     }
 
-    fn sample_batch(&mut self, requests: &[SampleRequest], params: &SamplingParams) -> Result<Vec<Vec<SampledSequence>>> {
+    /// Samples several prompts together (left-padded, one decoding batch of up to 32 rows), one
+    /// result list per request in request order; each request seeded by its own seed.
+    ///
+    /// # Errors
+    /// As [`LocalSampler::sample`], for any request.
+    pub fn sample_batch(&self, requests: &[SampleRequest], params: &SamplingParams) -> Result<Vec<Vec<SampledSequence>>> {
         params.validate()?;
         for r in requests {
             self.check_prompt(&r.prompt)?;

@@ -18,9 +18,7 @@ use super::model::{Config, Model, ParamBuilder, Tuning};
 use super::optim::AdamW;
 use super::sampler::LocalSampler;
 use super::state;
-use crate::backend::{
-    AdamParams, Datum, DatumOutput, Error, ForwardBackwardOutput, LossFn, OptimStepOutput, Result, Trainer,
-};
+use crate::backend::{AdamParams, Datum, DatumOutput, Error, ForwardBackwardOutput, LossFn, OptimStepOutput, Result};
 use crate::rl::loss::{self, TokenInputs};
 
 /// Knobs of the local trainer that are not part of the model.
@@ -261,10 +259,13 @@ impl<'a> Batch<'a> {
     }
 }
 
-impl Trainer for LocalTrainer {
-    type Sampler = LocalSampler;
+impl LocalTrainer {
 
-    fn forward_backward(&mut self, data: &[Datum], loss: &LossFn) -> Result<ForwardBackwardOutput> {
+    /// Computes the loss over `data` and adds its gradient to the accumulated gradient.
+    ///
+    /// # Errors
+    /// An invalid datum, or a tensor failure. Nothing is accumulated on error.
+    pub fn forward_backward(&mut self, data: &[Datum], loss: &LossFn) -> Result<ForwardBackwardOutput> {
         loss.validate().map_err(|e| Error::InvalidArgument { what: "loss_fn", reason: e.to_string() })?;
         let chunks = self.microbatches(data, loss)?;
         let dtype = self.vars[0].dtype();
@@ -307,7 +308,11 @@ impl Trainer for LocalTrainer {
         Ok(ForwardBackwardOutput { loss: total, outputs, stats })
     }
 
-    fn optim_step(&mut self, adam: &AdamParams) -> Result<OptimStepOutput> {
+    /// Applies the accumulated gradient with AdamW and resets it.
+    ///
+    /// # Errors
+    /// Invalid hyper-parameters, or no accumulated gradient.
+    pub fn optim_step(&mut self, adam: &AdamParams) -> Result<OptimStepOutput> {
         AdamW::check(adam)?;
         let grads = self.grads.take().ok_or_else(|| Error::InvalidArgument {
             what: "optim_step",
@@ -327,11 +332,19 @@ impl Trainer for LocalTrainer {
         Ok(OptimStepOutput { grad_norm: r.grad_norm, clipped: r.clipped, step: self.opt.step_count(), metrics })
     }
 
-    fn save_state(&mut self, path: &Path) -> Result<()> {
+    /// Saves weights and optimizer state into the directory `path`, to resume bit for bit.
+    ///
+    /// # Errors
+    /// I/O failures.
+    pub fn save_state(&mut self, path: &Path) -> Result<()> {
         state::save(path, &state::Header::new(&self.config, &self.options, self.opt.step, &self.names, &self.source), &self.vars, &self.opt)
     }
 
-    fn load_state(&mut self, path: &Path) -> Result<()> {
+    /// Restores what [`LocalTrainer::save_state`] wrote.
+    ///
+    /// # Errors
+    /// I/O failures, or a state of a different model or adapter layout.
+    pub fn load_state(&mut self, path: &Path) -> Result<()> {
         let header = state::Header::new(&self.config, &self.options, 0, &self.names, &self.source);
         let step = state::load(path, &header, &self.vars, &mut self.opt)?;
         self.opt.step = step;
@@ -339,7 +352,11 @@ impl Trainer for LocalTrainer {
         Ok(())
     }
 
-    fn sampler(&mut self) -> Result<LocalSampler> {
+    /// A sampler on a snapshot of the current weights (later steps do not change it).
+    ///
+    /// # Errors
+    /// Tensor failures.
+    pub fn sampler(&mut self) -> Result<LocalSampler> {
         // Snapshot: copy the trainable tensors so later optimizer steps (which update the Vars in
         // place) do not reach samplers already handed out.
         let mut weights: HashMap<String, Tensor> = HashMap::with_capacity(self.base.len() + self.names.len());

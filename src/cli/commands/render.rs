@@ -8,7 +8,6 @@ use anyhow::Context;
 use super::{report_plan_error, split_args};
 use crate::cli::{RenderArgs, exit, printer};
 use crate::engine::prompting::Prompting;
-use crate::prompt::chat::SpecialTokens;
 use crate::spec;
 
 pub fn render(args: RenderArgs) -> anyhow::Result<u8> {
@@ -28,10 +27,7 @@ pub fn render(args: RenderArgs) -> anyhow::Result<u8> {
     let dataset = crate::data::load_data(&s.data, s.seed, &crate::data::source::Options::from_env()).context("cannot load the problems")?;
     let set = if args.eval { dataset.eval } else { dataset.train };
     let list = set.problems;
-    let model = crate::backend::model_source::resolve(&s.model.base, s.model.revision.as_deref()).context("cannot find the model")?;
-    let files = crate::backend::local::load::load_prompt_files(&model).context("cannot read the model's tokenizer")?;
-    let special = SpecialTokens { bos_token: files.bos_token, eos_token: files.eos_token, ..SpecialTokens::default() };
-    let prompting = Prompting::new(&plan, files.tokenizer, files.chat_template, special)?;
+    let prompting = Prompting::load(&plan).context("cannot load the model's tokenizer and chat template")?;
 
     let mut lengths = Vec::with_capacity(list.len());
     for (i, p) in list.iter().enumerate() {

@@ -83,7 +83,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
                 }
             }
         });
-        engine::run(&plan, &stop, &console).await
+        engine::run(&plan, engine::PolicySource::Open, &stop, &console).await
     });
     match outcome {
         Ok(engine::Outcome::Finished { steps }) => {
@@ -94,13 +94,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
             printer::status(format!("interrupted after {steps} steps; `rlx run --resume {}` continues", RunDir::path_for(&plan).display()));
             Ok(exit::INTERRUPTED)
         }
-        Err(e @ engine::Error::Unsupported(_)) => {
-            printer::status(format!("error: {e}"));
-            Ok(exit::USAGE)
-        }
         Err(e) => {
-            printer::status(format!("error: run {} failed: {e}", plan.run_id));
-            Ok(exit::INTERNAL)
+            let code = if e.is_user_error() { exit::USAGE } else { exit::INTERNAL };
+            printer::error(&anyhow::Error::new(e).context(format!("run `{}` failed", plan.run_id)));
+            Ok(code)
         }
     }
 }

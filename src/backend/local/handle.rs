@@ -1,0 +1,121 @@
+//! The local backend behind the async seams: [`open`] starts a thread that loads the model and
+//! owns the [`LocalTrainer`]; [`TrainerHandle`] and [`SamplerHandle`] queue requests to it (and
+//! to one thread per sampler snapshot, so a pipelined run samples step N+1 while step N trains,
+//! each on its own thread).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::model::Tuning;
+use super::sampler::LocalSampler;
+use super::trainer::{LocalTrainer, TrainerOptions};
+use super::worker::Worker;
+use crate::backend::{
+    AdamParams, Datum, Error, Finetune, ForwardBackwardOutput, LossFn, OptimStepOutput, Pending, Policy, Result, SampleRequest, SampledSequence, Sampler,
+    SamplingParams, StateRef, Trainer,
+};
+
+/// Settings of the local backend that are not part of the spec's model or optimizer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Threads for candle's CPU kernels (rayon's global pool); `None` keeps rayon's default
+    /// (all cores).
+    pub threads: Option<usize>,
+    /// Largest padded micro-batch (`batch × seq` tokens) per forward/backward pass.
+    pub max_tokens_per_microbatch: usize,
+    /// Seed for new LoRA adapters.
+    pub seed: u64,
+    /// Where [`Trainer::save_state`] writes (one directory per state name).
+    pub state_dir: PathBuf,
+}
+
+/// Loads the model at `path` on a new thread and returns a trainable policy over it.
+///
+/// # Errors
+/// A missing or unreadable model, an unsupported architecture, LoRA targets that match nothing.
+pub async fn open(path: PathBuf, finetune: &Finetune, options: Options) -> Result<Policy> {
+    if let Some(t) = options.threads {
+        // Candle's CPU kernels use rayon's global pool; only the first sizing in a process
+        // takes effect (a test process opening several backends keeps the first).
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(t).build_global();
+    }
+    let tuning = match finetune {
+        Finetune::Full => Tuning::Full,
+        Finetune::Lora(l) => Tuning::Lora(l.clone()),
+    };
+    let trainer_options = TrainerOptions { tuning, seed: options.seed, max_tokens_per_microbatch: options.max_tokens_per_microbatch };
+    let worker = Worker::spawn("local trainer", move || LocalTrainer::new(super::load(&path)?, trainer_options)).await?;
+    Ok(Policy::Trainable(Arc::new(TrainerHandle { worker, state_dir: options.state_dir })))
+}
+
+/// Wraps an existing trainer (tests build trainers from random weights) as a trainable policy.
+///
+/// # Errors
+/// When the thread cannot start.
+pub async fn policy_of(trainer: LocalTrainer, state_dir: PathBuf) -> Result<Policy> {
+    let worker = Worker::spawn("local trainer", move || Ok(trainer)).await?;
+    Ok(Policy::Trainable(Arc::new(TrainerHandle { worker, state_dir })))
+}
+
+/// A [`Trainer`] whose requests run in order on the thread that owns the [`LocalTrainer`].
+pub struct TrainerHandle {
+    worker: Worker<LocalTrainer>,
+    state_dir: PathBuf,
+}
+
+impl Trainer for TrainerHandle {
+    fn forward_backward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput> {
+        self.worker.submit(move |t| t.forward_backward(&data, &loss))
+    }
+
+    fn optim_step(&self, adam: AdamParams) -> Pending<OptimStepOutput> {
+        self.worker.submit(move |t| t.optim_step(&adam))
+    }
+
+    fn save_state(&self, name: &str) -> Pending<StateRef> {
+        let path = self.state_dir.join(name);
+        self.worker.submit(move |t| {
+            std::fs::create_dir_all(&path).map_err(|source| Error::Io { action: "create", path: path.clone(), source })?;
+            t.save_state(&path)?;
+            Ok(StateRef::local(&path))
+        })
+    }
+
+    fn load_state(&self, state: &StateRef) -> Pending<()> {
+        let Some(path) = state.as_path().map(std::path::Path::to_path_buf) else {
+            let reason = format!("`{state}` is not a local path; it was written by another backend");
+            return Box::pin(async move { Err(Error::InvalidArgument { what: "state", reason }) });
+        };
+        self.worker.submit(move |t| t.load_state(&path))
+    }
+
+    fn sampler(&self) -> Pending<Arc<dyn Sampler>> {
+        let snapshot = self.worker.submit(LocalTrainer::sampler);
+        Box::pin(async move {
+            let sampler = snapshot.await?;
+            Ok(Arc::new(SamplerHandle::start(sampler).await?) as Arc<dyn Sampler>)
+        })
+    }
+}
+
+/// A [`Sampler`] whose requests run in order on a thread that owns one [`LocalSampler`].
+pub struct SamplerHandle {
+    worker: Worker<LocalSampler>,
+}
+
+impl SamplerHandle {
+    /// Starts the thread serving `sampler`.
+    ///
+    /// # Errors
+    /// When the thread cannot start.
+    pub async fn start(sampler: LocalSampler) -> Result<Self> {
+        Ok(SamplerHandle { worker: Worker::spawn("local sampler", move || Ok(sampler)).await? })
+    }
+}
+
+impl Sampler for SamplerHandle {
+    fn sample(&self, requests: Vec<SampleRequest>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
+        let params = params.clone();
+        self.worker.submit(move |s| s.sample_batch(&requests, &params))
+    }
+}

@@ -1,0 +1,39 @@
+//! [`open`]: the one `match` on the backend kind. Adding a backend is one module plus one arm
+//! here; the engine never names a backend.
+
+use std::path::PathBuf;
+
+use super::{Error, Policy, Result, local};
+use crate::spec::Plan;
+use crate::spec::resolved::BackendChoice;
+
+/// What a backend may need from the run beyond the spec.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// Where a backend that keeps state on this machine writes it (the run's checkpoint
+    /// directory); remote backends name their states themselves.
+    pub state_dir: PathBuf,
+}
+
+/// Turns a resolved spec into the policy the run samples from and trains.
+///
+/// # Errors
+/// A model that cannot be found or loaded, a backend this version cannot use.
+pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
+    let r = &plan.resolved;
+    match &r.backend {
+        BackendChoice::Local { threads, max_tokens_per_microbatch } => {
+            let path = super::model_source::resolve(&plan.spec.model.base, plan.spec.model.revision.as_deref())?;
+            let options = local::Options { threads: *threads, max_tokens_per_microbatch: *max_tokens_per_microbatch, seed: plan.spec.seed, state_dir: cx.state_dir.clone() };
+            local::open(path, &r.finetune, options).await
+        }
+        BackendChoice::Tinker { .. } => Err(Error::Unavailable {
+            kind: "tinker",
+            reason: "this version of rlx does not speak Tinker's protocol yet; use `backend: {kind: local}`".into(),
+        }),
+        BackendChoice::Openai { .. } => Err(Error::Unavailable {
+            kind: "openai",
+            reason: "this version of rlx has no OpenAI-compatible sampler yet; use `backend: {kind: local}`".into(),
+        }),
+    }
+}

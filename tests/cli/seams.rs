@@ -1,0 +1,243 @@
+//! The engine through its entry point (`rlx::engine::run`, what `rlx run` calls) with a second,
+//! test-only backend: a scripted sampler (answers from the dataset's reference solutions, right
+//! or wrong by seed parity) and a recording trainer. Shows that the engine needs nothing of the
+//! local backend, keeps requests in flight concurrently (observed overlap, not timing), records
+//! remote state references, and evaluates with a sampler alone.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rlx::backend::{
+    AdamParams, Datum, ForwardBackwardOutput, LossFn, LossStats, OptimStepOutput, Pending, Policy, SampleRequest, SampledSequence, Sampler, SamplingParams,
+    StateRef, StopReason, Trainer,
+};
+use rlx::engine::{self, PolicySource};
+use serde_json::Value;
+
+use crate::common::{TestContext, repo};
+
+/// Counts requests in flight and remembers the most seen at once.
+#[derive(Default)]
+struct InFlight {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl InFlight {
+    fn enter(&self) {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(n, Ordering::SeqCst);
+    }
+    fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn max(&self) -> usize {
+        self.max.load(Ordering::SeqCst)
+    }
+}
+
+/// Samples the reference solution of the problem a prompt asks for when `seed + k` is even, a
+/// wrong function otherwise.
+struct Scripted {
+    tokenizer: tokenizers::Tokenizer,
+    solutions: Vec<(String, String)>,
+    in_flight: Arc<InFlight>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Scripted {
+    fn answer(&self, prompt: &[u32], seed: u64, k: usize) -> SampledSequence {
+        let text = self.tokenizer.decode(prompt, false).unwrap();
+        let (_, code) = self.solutions.iter().find(|(statement, _)| text.contains(statement.as_str())).expect("a known problem");
+        let body = if (seed + k as u64) % 2 == 0 { code.clone() } else { "def nothing():\n    return None".to_string() };
+        let mut tokens = self.tokenizer.encode(format!("```python\n{body}\n```"), false).unwrap().get_ids().to_vec();
+        tokens.push(1); // <|im_end|>: the engine's stop token
+        SampledSequence { logprobs: vec![-0.5; tokens.len()], tokens, stop_reason: StopReason::Stop }
+    }
+}
+
+impl Sampler for Scripted {
+    fn sample(&self, requests: Vec<SampleRequest>, _params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
+        // Submitted now: counted as in flight until the reply is ready.
+        self.in_flight.enter();
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let out: Vec<Vec<SampledSequence>> = requests.iter().map(|r| (0..r.num_samples).map(|k| self.answer(&r.prompt, r.seed.unwrap(), k)).collect()).collect();
+        let in_flight = self.in_flight.clone();
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            in_flight.leave();
+            Ok(out)
+        })
+    }
+    fn max_in_flight(&self) -> usize {
+        4
+    }
+}
+
+/// Records every request; states are `scripted://` names mapping to the step count.
+struct Recorder {
+    sampler: Arc<Scripted>,
+    in_flight: Arc<InFlight>,
+    log: Mutex<Vec<String>>,
+    steps: Mutex<u64>,
+    states: Mutex<HashMap<String, u64>>,
+}
+
+impl Trainer for Recorder {
+    fn forward_backward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput> {
+        self.in_flight.enter();
+        self.log.lock().unwrap().push(format!("forward_backward {} {}", data.len(), loss.name()));
+        let in_flight = self.in_flight.clone();
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            in_flight.leave();
+            let outputs = data.iter().map(|d| rlx::backend::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
+            Ok(ForwardBackwardOutput { loss: 1.0, outputs, stats: LossStats::default() })
+        })
+    }
+    fn optim_step(&self, adam: AdamParams) -> Pending<OptimStepOutput> {
+        self.in_flight.enter();
+        self.log.lock().unwrap().push(format!("optim_step {}", adam.learning_rate));
+        let step = {
+            let mut s = self.steps.lock().unwrap();
+            *s += 1;
+            *s
+        };
+        let in_flight = self.in_flight.clone();
+        Box::pin(async move {
+            in_flight.leave();
+            Ok(OptimStepOutput { grad_norm: 0.5, clipped: false, step, metrics: Default::default() })
+        })
+    }
+    fn save_state(&self, name: &str) -> Pending<StateRef> {
+        let uri = format!("scripted://{name}");
+        self.states.lock().unwrap().insert(uri.clone(), *self.steps.lock().unwrap());
+        self.log.lock().unwrap().push(format!("save_state {name}"));
+        Box::pin(async move { Ok(StateRef(uri)) })
+    }
+    fn load_state(&self, state: &StateRef) -> Pending<()> {
+        let found = self.states.lock().unwrap().get(&state.0).copied();
+        if let Some(s) = found {
+            *self.steps.lock().unwrap() = s;
+        }
+        Box::pin(async move { found.map(|_| ()).ok_or_else(|| rlx::backend::Error::InvalidArgument { what: "state", reason: "unknown".into() }) })
+    }
+    fn sampler(&self) -> Pending<Arc<dyn Sampler>> {
+        let s: Arc<dyn Sampler> = self.sampler.clone();
+        Box::pin(async move { Ok(s) })
+    }
+}
+
+fn solutions() -> Vec<(String, String)> {
+    let mut out = vec![];
+    for f in ["easy_python_train.jsonl", "easy_python_eval.jsonl"] {
+        for line in std::fs::read_to_string(repo().join("experiments/data").join(f)).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            out.push((v["text"].as_str().unwrap().to_string(), v["code"].as_str().unwrap().to_string()));
+        }
+    }
+    out
+}
+
+fn scripted(cx: &TestContext) -> Arc<Scripted> {
+    let tokenizer = tokenizers::Tokenizer::from_file(cx.path().join("tiny/tokenizer.json")).unwrap();
+    Arc::new(Scripted { tokenizer, solutions: solutions(), in_flight: Arc::default(), calls: Arc::default() })
+}
+
+fn plan(cx: &TestContext, max_steps: u32, extra: &str) -> rlx::spec::Plan {
+    let data = repo().join("experiments/data");
+    let spec = format!(
+        "name: seams
+seed: 5
+model: {{base: ./tiny}}
+backend: {{kind: tinker}}
+data:
+  train: [{{path: {train}, format: mbpp}}]
+  eval: [{{path: {eval}, format: mbpp}}]
+prompt: {{user: {user}}}
+sampling: {{max_tokens: 64}}
+grpo: {{prompts_per_step: 3, group_size: 16, loss: {{kind: ppo}}}}
+reward: {{test_timeout_s: 5}}
+sandbox: {{kind: local, strict: false}}
+schedule: {{max_steps: {max_steps}, eval_every: 0, save_every: 1}}
+eval: {{k: [1]}}
+log: {{root: {root}}}
+{extra}",
+        train = data.join("easy_python_train.jsonl").display(),
+        eval = data.join("easy_python_eval.jsonl").display(),
+        user = repo().join("prompts/mbpp_user.j2").display(),
+        root = cx.path().join("runs").display(),
+    );
+    let path = cx.write("spec.yaml", &spec);
+    rlx::spec::plan(&path, &[]).unwrap()
+}
+
+fn jsonl(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_drives_any_backend_with_requests_in_flight() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let plan = plan(&cx, 2, "");
+    let sampler = scripted(&cx);
+    let trainer = Arc::new(Recorder { sampler: sampler.clone(), in_flight: Arc::default(), log: Mutex::default(), steps: Mutex::default(), states: Mutex::default() });
+    let outcome = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::Stop::default(), &()).await.unwrap();
+    assert_eq!(outcome, engine::Outcome::Finished { steps: 2 });
+
+    // 3 prompts × 16 samples in batches of 2 prompts: the second batch was submitted before the
+    // first was answered; forward_backward and optim_step were submitted back to back.
+    assert!(sampler.in_flight.max() >= 2, "sample requests never overlapped (max {})", sampler.in_flight.max());
+    assert_eq!(trainer.in_flight.max(), 2, "optim_step was not submitted while forward_backward was in flight");
+    let log = trainer.log.lock().unwrap().clone();
+    let dir = cx.path().join("runs").join(&plan.run_id);
+    let metrics = jsonl(&dir.join("metrics.jsonl"));
+    assert_eq!(metrics.iter().map(|m| m["step"].as_i64().unwrap()).collect::<Vec<_>>(), vec![-1, 0, 1]);
+    // Seed parity makes groups mixed: rewards strictly between 0 and 1, and every datum trained.
+    for (m, fb) in metrics[1..].iter().zip(log.iter().filter(|l| l.starts_with("forward_backward"))) {
+        let reward = m["train/correct_mean"].as_f64().unwrap();
+        assert!(reward > 0.0 && reward < 1.0, "correct_mean {reward}");
+        assert_eq!(fb, &format!("forward_backward {} ppo", m["train/datums"].as_f64().unwrap() as usize));
+    }
+    assert_eq!(log.iter().filter(|l| l.starts_with("optim_step 0.00001")).count(), 2, "{log:?}");
+    // The baseline eval's pass@1 is the share of even seeds (the scripted rule).
+    let even = (0..40u64).filter(|i| engine::problems::derive_seed(5 ^ 0xE7A1, -1, *i) % 2 == 0).count();
+    assert_eq!(metrics[0]["eval/pass@1"].as_f64().unwrap(), even as f64 / 40.0);
+    // Remote state references are recorded as given.
+    let checkpoints = jsonl(&dir.join("checkpoints.jsonl"));
+    let states: Vec<&str> = checkpoints.iter().map(|c| c["state_path"].as_str().unwrap()).collect();
+    assert_eq!(states, ["scripted://step-000000", "scripted://step-000001"]);
+    assert!(!dir.join("checkpoints").exists(), "a remote backend's run writes no local state");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evaluation_needs_only_a_sampler() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let plan = plan(&cx, 0, "");
+    let sampler = scripted(&cx);
+    let outcome = engine::run(&plan, PolicySource::Given(Policy::Fixed(sampler.clone())), &engine::Stop::default(), &()).await.unwrap();
+    assert_eq!(outcome, engine::Outcome::Finished { steps: 0 });
+    let dir = cx.path().join("runs").join(&plan.run_id);
+    let results = jsonl(&dir.join("eval_results.jsonl"));
+    assert_eq!(results.len(), 40);
+    for (i, r) in results.iter().enumerate() {
+        let expect = u64::from(engine::problems::derive_seed(5 ^ 0xE7A1, -1, i as u64) % 2 == 0);
+        assert_eq!(r["correct"].as_u64().unwrap(), expect, "{r}");
+    }
+    // 40 prompts × 1 sample in batches of 32: two calls, overlapping.
+    assert_eq!(sampler.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(sampler.in_flight.max(), 2);
+
+    // Training with a sampler-only policy is refused with a clear error.
+    let plan = plan_steps(&cx);
+    let err = engine::run(&plan, PolicySource::Given(Policy::Fixed(sampler)), &engine::Stop::default(), &()).await.unwrap_err();
+    assert!(err.is_user_error());
+    assert!(err.to_string().contains("cannot train"), "{err}");
+}
+
+fn plan_steps(cx: &TestContext) -> rlx::spec::Plan {
+    plan(cx, 1, "description: trains")
+}
