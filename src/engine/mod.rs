@@ -47,6 +47,9 @@ pub enum Error {
     /// The spec asks for something this engine does not do yet.
     #[error("not supported yet: {0}")]
     Unsupported(String),
+    /// The sandbox could not start.
+    #[error("cannot start the sandbox")]
+    Sandbox(#[source] crate::sandbox::Error),
     /// The run directory.
     #[error(transparent)]
     RunLog(#[from] runlog::Error),
@@ -227,7 +230,7 @@ async fn run_in(plan: &Plan, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) ->
         .map_err(|e| Error::Setup(format!("trainer thread failed: {e}")))??;
 
     // Sandbox.
-    let (grader, protection) = grading::Sandboxes::start(spec).await?;
+    let (grader, protection) = grading::Sandboxes::start(spec, sink).await?;
     let grader = Arc::new(grader);
     let opts = grading::Sandboxes::options(spec);
     {

@@ -63,6 +63,18 @@ fn model_err(path: &Path, reason: impl Into<String>) -> Error {
     Error::Model { path: path.to_path_buf(), reason: reason.into() }
 }
 
+/// A candle error's message without the backtrace candle appends when `RUST_BACKTRACE` is set
+/// (`Error::bt`, used by its `bail!`): a truncated GGUF file is the user's problem, told in one
+/// line, not thirteen frames of candle internals.
+pub(crate) fn candle_reason(e: &candle_core::Error) -> String {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => candle_reason(inner),
+        candle_core::Error::Context { inner, context } => format!("{context}: {}", candle_reason(inner)),
+        candle_core::Error::WithPath { inner, path } => format!("`{}`: {}", path.display(), candle_reason(inner)),
+        other => other.to_string(),
+    }
+}
+
 /// Load a Hugging Face model directory.
 ///
 /// # Errors
@@ -82,7 +94,7 @@ pub fn load_hf_dir(dir: &Path) -> Result<Loaded> {
     }
     let mut weights = HashMap::new();
     for f in &files {
-        let ts = candle_core::safetensors::load(f, &Device::Cpu).map_err(|e| model_err(f, format!("not a readable safetensors file: {e}")))?;
+        let ts = candle_core::safetensors::load(f, &Device::Cpu).map_err(|e| model_err(f, format!("not a readable safetensors file: {}", candle_reason(&e))))?;
         for (k, t) in ts {
             weights.insert(k, t.to_dtype(DType::F32)?);
         }
@@ -144,10 +156,10 @@ fn meta_f64(v: &gguf_file::Value) -> Option<f64> {
 /// I/O failures, an unsupported architecture or tokenizer, missing metadata or tensors.
 pub fn load_gguf(path: &Path) -> Result<Loaded> {
     let mut file = std::fs::File::open(path).map_err(io("open", path))?;
-    let content = gguf_file::Content::read(&mut file).map_err(|e| model_err(path, format!("not a readable GGUF file: {e}")))?;
+    let content = gguf_file::Content::read(&mut file).map_err(|e| model_err(path, format!("not a readable GGUF file: {}", candle_reason(&e))))?;
     let md = &content.metadata;
     let get = |k: &str| md.get(k).ok_or_else(|| model_err(path, format!("missing metadata `{k}`")));
-    let arch_name = get("general.architecture")?.to_string().map_err(|e| model_err(path, e.to_string()))?.clone();
+    let arch_name = get("general.architecture")?.to_string().map_err(|e| model_err(path, candle_reason(&e)))?.clone();
     let arch = match arch_name.as_str() {
         "llama" => Arch::Llama,
         "qwen2" => Arch::Qwen2,
@@ -188,7 +200,7 @@ pub fn load_gguf(path: &Path) -> Result<Loaded> {
     let mut weights = HashMap::new();
     for name in content.tensor_infos.keys() {
         let Some(hf) = hf_name(name) else { continue };
-        let q = content.tensor(&mut file, name, &Device::Cpu).map_err(|e| model_err(path, format!("tensor `{name}`: {e}")))?;
+        let q = content.tensor(&mut file, name, &Device::Cpu).map_err(|e| model_err(path, format!("tensor `{name}`: {} (is the file truncated?)", candle_reason(&e))))?;
         let mut t = q.dequantize(&Device::Cpu)?.to_dtype(DType::F32)?;
         if arch == Arch::Llama && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight")) {
             let n = if name.ends_with("attn_q.weight") { heads } else { kv_heads };
@@ -207,11 +219,11 @@ fn gguf_tokens(md: &HashMap<String, gguf_file::Value>, path: &Path) -> Result<Ve
     md.get("tokenizer.ggml.tokens")
         .ok_or_else(|| model_err(path, "missing metadata `tokenizer.ggml.tokens`"))?
         .to_vec()
-        .map_err(|e| model_err(path, e.to_string()))?
+        .map_err(|e| model_err(path, candle_reason(&e)))?
         .iter()
         .map(|v| v.to_string().cloned())
         .collect::<candle_core::Result<_>>()
-        .map_err(|e| model_err(path, e.to_string()))
+        .map_err(|e| model_err(path, candle_reason(&e)))
 }
 
 /// What prompting needs from a model, read without its weights.
@@ -250,7 +262,7 @@ pub fn load_prompt_files(path: &Path) -> Result<PromptFiles> {
         return Ok(PromptFiles { tokenizer, chat_template, bos_token, eos_token });
     }
     let mut file = std::fs::File::open(path).map_err(io("open", path))?;
-    let content = gguf_file::Content::read(&mut file).map_err(|e| model_err(path, format!("not a readable GGUF file: {e}")))?;
+    let content = gguf_file::Content::read(&mut file).map_err(|e| model_err(path, format!("not a readable GGUF file: {}", candle_reason(&e))))?;
     let md = &content.metadata;
     let tokens = gguf_tokens(md, path)?;
     let id = |k: &str| md.get(k).and_then(meta_u64).map(|x| x as u32);
@@ -310,11 +322,11 @@ fn gguf_tokenizer(md: &HashMap<String, gguf_file::Value>, tokens: &[String], pat
         return Err(Error::Tokenizer(format!("`{}`: GGUF tokenizer model `{model}` is not supported (only byte-level BPE, `gpt2`)", path.display())));
     }
     let merges: Vec<String> = match md.get("tokenizer.ggml.merges") {
-        Some(v) => v.to_vec().map_err(|e| Error::Tokenizer(e.to_string()))?.iter().filter_map(|m| m.to_string().ok().cloned()).collect(),
+        Some(v) => v.to_vec().map_err(|e| Error::Tokenizer(candle_reason(&e)))?.iter().filter_map(|m| m.to_string().ok().cloned()).collect(),
         None => Vec::new(),
     };
     let types: Vec<u64> = match md.get("tokenizer.ggml.token_type") {
-        Some(v) => v.to_vec().map_err(|e| Error::Tokenizer(e.to_string()))?.iter().map(|t| meta_u64(t).unwrap_or(1)).collect(),
+        Some(v) => v.to_vec().map_err(|e| Error::Tokenizer(candle_reason(&e)))?.iter().map(|t| meta_u64(t).unwrap_or(1)).collect(),
         None => vec![1; tokens.len()],
     };
     let pre = md.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).map(String::as_str).unwrap_or("default");
