@@ -1,6 +1,6 @@
 //! The run's sandbox and grading options, from the spec. Starting the sandbox and the grading
 //! loop (with infrastructure retries) are the sandbox module's, shared with `rlx grade`:
-//! [`crate::sandbox::start`] and [`crate::sandbox::grade_loop`].
+//! [`crate::sandbox::start()`] and [`crate::sandbox::grade_loop`].
 
 use std::time::Duration;
 

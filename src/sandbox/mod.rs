@@ -12,7 +12,7 @@
 //!
 //! The grading harness itself is Python we wrote ([`harness`], `harness.py`), embedded in the
 //! binary; it implements the LiveCodeBench comparison semantics. [`extract`] pulls the code out of
-//! a model completion. [`start`] is the one way to start a sandbox from its spec section (it
+//! a model completion. [`start()`] is the one way to start a sandbox from its spec section (it
 //! warns when isolation is missing); [`grade_loop`] is the one grading loop, which retries
 //! infrastructure errors ([`grade_all`] for many completions, [`grade_group`] for a group).
 //!

@@ -3,7 +3,7 @@
 //! Input: `--problems` (any supported dataset file; format auto-detected or `--format`) and
 //! `--completions` (JSONL, one `{problem_id, completion | code}` per line). Output: one verdict
 //! JSON line per completion, in input order, to `--out` or stdout; a progress bar on stderr when
-//! stderr is a terminal. The sandbox starts and grades as in `rlx run` ([`crate::sandbox::start`],
+//! stderr is a terminal. The sandbox starts and grades as in `rlx run` ([`crate::sandbox::start()`],
 //! [`crate::sandbox::grade_loop`]): a completion whose grading hits an infrastructure error is
 //! graded again up to `--infra-retries` times. Exit code 0 when everything was graded, 2 for bad
 //! input, 3 when any completion still ended as `infra_error` (the output is still complete).
