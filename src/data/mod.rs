@@ -145,6 +145,14 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Whether the user can fix it (exit code 2): always, since every variant is a problem file
+    /// the user named that is missing, unreadable or malformed.
+    pub fn is_user_error(&self) -> bool {
+        true
+    }
+}
+
 /// Load every problem of a local `.json` or `.jsonl` file.
 ///
 /// With `format` = `None` each row's format is detected from its keys; the first row that fits no

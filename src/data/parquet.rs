@@ -56,6 +56,14 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Whether the user can fix it (exit code 2): always, since every variant is a file the user
+    /// named that cannot be read as parquet (or a build without parquet support).
+    pub fn is_user_error(&self) -> bool {
+        true
+    }
+}
+
 /// Read every row of a parquet file.
 ///
 /// # Errors

@@ -24,9 +24,10 @@ pub struct Options {
 }
 
 impl Options {
-    /// Options from the process environment (`HF_HOME`, `HF_HUB_CACHE`, `HF_HUB_OFFLINE`, ...).
+    /// Options from the process environment (`HF_HOME`, `HF_HUB_CACHE`, `HF_HUB_OFFLINE`, ...;
+    /// see [`crate::hub`]).
     pub fn from_env() -> Options {
-        Options { hf: hf::Options::from_env() }
+        Options { hf: hf::Options::from_env(hf::RepoKind::Dataset) }
     }
 }
 
@@ -88,6 +89,19 @@ pub enum Error {
         #[source]
         source: filter::Error,
     },
+}
+
+impl Error {
+    /// Whether the user can fix it by changing the spec or the data (exit code 2) rather than it
+    /// being a failure of rlx or of the network (exit code 3).
+    pub fn is_user_error(&self) -> bool {
+        match self {
+            Error::Extension { .. } | Error::Missing { .. } | Error::Filter { .. } => true,
+            Error::File(e) => e.is_user_error(),
+            Error::Parquet(e) => e.is_user_error(),
+            Error::Hub(e) => e.is_user_error(),
+        }
+    }
 }
 
 /// The adapter a spec format selects; `None` detects each row's format.

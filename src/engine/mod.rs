@@ -80,11 +80,13 @@ impl Error {
     /// rather than it being a failure of rlx or of a service (exit code 3).
     pub fn is_user_error(&self) -> bool {
         match self {
-            Error::Data(_) | Error::NoProblems | Error::CannotTrain { .. } | Error::Sandbox(crate::sandbox::Error::Incomplete { .. }) => true,
+            Error::NoProblems | Error::CannotTrain { .. } => true,
+            Error::Data(e) => e.is_user_error(),
+            Error::Sandbox(e) => e.is_user_error(),
             Error::Backend(e) => e.is_user_error(),
             Error::Prompt(e) => !matches!(e, crate::prompt::Error::Tokenizer { .. }),
             Error::RunLog(e) => matches!(e, runlog::Error::Busy { .. } | runlog::Error::Mismatch { .. }),
-            Error::Sandbox(_) | Error::Task(_) => false,
+            Error::Task(_) => false,
         }
     }
 }
@@ -259,7 +261,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
     }
 
     // Sandbox.
-    let (grader, protection) = grading::Sandboxes::start(spec).await?;
+    let (grader, protection) = grading::Sandboxes::start(spec, sink).await?;
     let grader = Arc::new(grader);
     let opts = grading::Sandboxes::options(spec);
     {

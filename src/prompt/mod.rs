@@ -50,3 +50,10 @@ pub enum Error {
     #[error("unknown chat template `{0}`")]
     UnknownBuiltin(String),
 }
+
+impl Error {
+    /// Templates and model files are the user's to fix; a tokenizer failing on text is rlx's.
+    pub fn is_user_error(&self) -> bool {
+        !matches!(self, Error::Tokenizer { .. })
+    }
+}

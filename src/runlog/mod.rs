@@ -105,6 +105,14 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Another process running the same experiment, or a directory holding another experiment:
+    /// the user's to sort out. Anything else (I/O, corrupt files) is not.
+    pub fn is_user_error(&self) -> bool {
+        matches!(self, Error::Busy { .. } | Error::Mismatch { .. })
+    }
+}
+
 pub(crate) fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
     move |source| Error::Io { op, path: path.to_path_buf(), source }
 }

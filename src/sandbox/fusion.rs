@@ -81,16 +81,16 @@ impl FusionClient {
     /// Build the client (no connection is made yet).
     ///
     /// # Errors
-    /// [`Error::Remote`] for a URL that is not `http://`.
+    /// [`Error::Url`] for a URL that is not `http://`.
     pub fn new(config: FusionConfig) -> Result<FusionClient, Error> {
-        let bad = |reason: String| Error::Remote { attempts: 0, reason };
+        let bad = |reason: String| Error::Url { url: config.url.clone(), reason };
         let mut url = config.url.trim_end_matches('/').to_owned();
         if !url.ends_with("/run_code") {
             url.push_str("/run_code");
         }
-        let uri: Uri = url.parse().map_err(|e| bad(format!("invalid sandbox URL `{url}`: {e}")))?;
+        let uri: Uri = url.parse().map_err(|e| bad(format!("{e}")))?;
         if uri.scheme_str() != Some("http") {
-            return Err(bad(format!("sandbox URL `{url}` must be http:// (rlx's client speaks plain HTTP)")));
+            return Err(bad("it must be `http://` (rlx's client speaks plain HTTP)".into()));
         }
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout));

@@ -12,19 +12,22 @@
 //!
 //! The grading harness itself is Python we wrote ([`harness`], `harness.py`), embedded in the
 //! binary; it implements the LiveCodeBench comparison semantics. [`extract`] pulls the code out of
-//! a model completion. [`grade_all`] grades many completions with bounded concurrency.
+//! a model completion. [`start()`] is the one way to start a sandbox from its spec section (it
+//! warns when isolation is missing); [`grade_loop`] is the one grading loop, which retries
+//! infrastructure errors ([`grade_all`] for many completions, [`grade_group`] for a group).
 //!
 //! Infrastructure failures never become failed tests: they are [`VerdictStatus::InfraError`].
 
 pub mod extract;
 pub mod fusion;
+pub mod grade_loop;
 pub mod harness;
 pub mod local;
 pub mod server;
+pub mod start;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +35,8 @@ use serde::{Deserialize, Serialize};
 use crate::data::Problem;
 
 pub use extract::extract_code;
+pub use grade_loop::{Graded, grade_all, grade_group};
+pub use start::{Started, start};
 
 /// Resource limits for one program or one test.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -193,6 +198,14 @@ pub enum Error {
     /// A grading task panicked or was cancelled.
     #[error("grading task failed: {0}")]
     Task(String),
+    /// The Sandbox Fusion URL cannot be used (not `http://`, not a URL).
+    #[error("invalid sandbox URL `{url}`: {reason}")]
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A remote sandbox failed (transport error, 5xx, SandboxError), after retries.
     #[error("remote sandbox failed after {attempts} attempt(s): {reason}")]
     Remote {
@@ -201,6 +214,15 @@ pub enum Error {
         /// The last failure.
         reason: String,
     },
+}
+
+impl Error {
+    /// Whether the user can fix it by changing the spec or the arguments (exit code 2): a strict
+    /// sandbox on a machine without some isolation layer, a bad URL, a completion for an unknown
+    /// problem. Everything else is the sandbox failing (exit code 3).
+    pub fn is_user_error(&self) -> bool {
+        matches!(self, Error::Incomplete { .. } | Error::Url { .. } | Error::UnknownProblem { .. })
+    }
 }
 
 /// Runs one program in isolation.
@@ -383,49 +405,4 @@ pub trait Progress: Send + Sync {
 
 impl Progress for () {
     fn graded(&self, _: &Verdict) {}
-}
-
-/// Grade many submissions, at most `concurrency` at a time, returning verdicts in input order.
-///
-/// `problems` is looked up by id; an unknown id is an error before anything runs.
-///
-/// # Errors
-/// [`Error::UnknownProblem`] for the first submission whose problem is unknown (before anything
-/// runs); [`Error::Task`] if a grading task panicked.
-pub async fn grade_all<G: Grader + 'static>(
-    grader: Arc<G>,
-    problems: &[Problem],
-    submissions: Vec<(String, Submission)>,
-    opts: &GradeOptions,
-    concurrency: usize,
-    progress: Arc<dyn Progress>,
-) -> Result<Vec<Verdict>, Error> {
-    let by_id: std::collections::HashMap<&str, &Problem> = problems.iter().map(|p| (p.id.as_str(), p)).collect();
-    let mut jobs = Vec::with_capacity(submissions.len());
-    for (index, (id, sub)) in submissions.into_iter().enumerate() {
-        let problem = by_id.get(id.as_str()).ok_or_else(|| Error::UnknownProblem { index, id: id.clone() })?;
-        jobs.push(((*problem).clone(), sub));
-    }
-    let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
-    let mut handles = Vec::with_capacity(jobs.len());
-    for (problem, sub) in jobs {
-        let (grader, sem, opts, progress) = (grader.clone(), sem.clone(), opts.clone(), progress.clone());
-        handles.push(tokio::spawn(async move {
-            let _permit = sem.acquire_owned().await.expect("semaphore never closed");
-            let verdict = match sub {
-                Submission::Completion(text) => match extract_code(&text) {
-                    Some(code) => grader.grade(&problem, &code, &opts).await,
-                    None => Verdict::format_error(&problem.id, problem.tests.len()),
-                },
-                Submission::Code(code) => grader.grade(&problem, &code, &opts).await,
-            };
-            progress.graded(&verdict);
-            verdict
-        }));
-    }
-    let mut out = Vec::with_capacity(handles.len());
-    for h in handles {
-        out.push(h.await.map_err(|e| Error::Task(e.to_string()))?);
-    }
-    Ok(out)
 }

@@ -17,7 +17,7 @@ pub struct Diagnostic {
     pub span: Option<Span>,
     /// Short text shown under the caret.
     pub label: String,
-    /// `hint:` lines: "did you mean", how to fix it.
+    /// `help:` lines: "did you mean", how to fix it.
     pub hints: Vec<String>,
 }
 
@@ -62,7 +62,7 @@ impl fmt::Display for Diagnostic {
         }
         write!(f, "{}", self.message)?;
         for h in &self.hints {
-            write!(f, "\n  hint: {h}")?;
+            write!(f, "\n  help: {h}")?;
         }
         Ok(())
     }

@@ -181,3 +181,31 @@ fn grade_through_a_spawned_sandbox_server() {
     assert_eq!((v[0]["status"].as_str(), v[0]["tests_passed"].as_u64()), (Some("passed"), Some(3)));
     assert_eq!((v[1]["status"].as_str(), v[1]["tests_passed"].as_u64()), (Some("failed"), Some(1)));
 }
+
+/// Without namespaces and without `--strict`, `rlx grade` grades and says, once, what isolation
+/// is missing and how to refuse instead.
+#[test]
+fn reduced_isolation_is_a_warning() {
+    if !python_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let problems = dir.path().join("p.json");
+    std::fs::write(&problems, json!([{"problem": "one", "tests": [{"input": "", "output": "1", "testtype": "stdin"}]}]).to_string()).unwrap();
+    let completions = dir.path().join("c.jsonl");
+    write_jsonl(&completions, &[json!({"problem_id": "p/0", "code": "print(1)"})]);
+    let out = rlx()
+        .args(["grade", "--no-progress", "--concurrency", "1"])
+        .arg("--problems")
+        .arg(&problems)
+        .arg("--completions")
+        .arg(&completions)
+        .env("RLX_SANDBOX_NAMESPACES", "0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(lines(&out.stdout)[0]["status"], "passed");
+    assert_eq!(err.matches("warning: the sandbox runs model code with reduced isolation").count(), 1, "{err}");
+    assert!(err.contains("namespaces disabled") && err.contains("help: pass `--strict` to refuse to run instead"), "{err}");
+}

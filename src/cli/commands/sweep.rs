@@ -67,10 +67,7 @@ pub fn sweep(args: SweepArgs) -> anyhow::Result<u8> {
         _ => PathBuf::from(DEFAULT_SPEC),
     };
     if !spec_path.exists() {
-        printer::status(format!(
-            "error: spec `{}` does not exist\n  hint: run from the repository root, or name a spec: `rlx sweep SPEC lr=[1e-5,4e-5]`",
-            spec_path.display()
-        ));
+        printer::error_message(&format!("spec `{}` does not exist", spec_path.display()), &["run from the repository root, or name a spec: `rlx sweep SPEC lr=[1e-5,4e-5]`".into()]);
         return Ok(exit::USAGE);
     }
     let mut parsed = vec![];

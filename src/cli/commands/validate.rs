@@ -13,7 +13,7 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
         Err(code) => return Ok(code),
     };
     if specs.is_empty() {
-        printer::status("error: no spec file given\n  hint: `rlx validate experiments/quickstart.yaml`");
+        printer::error_message("no spec file given", &["`rlx validate experiments/quickstart.yaml`".into()]);
         return Ok(exit::USAGE);
     }
     let mut code = exit::OK;
