@@ -161,7 +161,7 @@ pub struct PromptTokens {
 
 impl Provenance {
     /// The provenance of a run of `plan`, as known before it starts.
-    pub fn of(plan: &Plan) -> Provenance {
+    pub(crate) fn of(plan: &Plan) -> Provenance {
         let spec = &plan.spec;
         let mut datasets = vec![];
         for (split, sources) in [(Split::Train, &spec.data.train), (Split::Eval, &spec.data.eval)] {
