@@ -1,5 +1,8 @@
 //! The console side of a run: progress bars for sampling, grading and evaluation, and one line per
 //! step (`step 3  reward 0.42  correct 38%  skipped 2/8  sample 41s grade 3s train 12s`).
+//!
+//! Metrics are read as a [`MetricsLine`] by the names in `runlog::metrics`, the ones the engine
+//! writes with, so a misspelt name cannot quietly print 0.
 #![allow(clippy::print_stderr)]
 
 use std::sync::Mutex;
@@ -7,6 +10,8 @@ use std::sync::Mutex;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::engine::{Event, EventSink};
+use crate::runlog::MetricsLine;
+use crate::runlog::metrics::{time, train};
 
 /// Draws engine events on stderr.
 pub struct Console {
@@ -41,8 +46,14 @@ impl Default for Console {
     }
 }
 
-fn secs(m: &std::collections::BTreeMap<String, f64>, k: &str) -> String {
-    let s = m.get(k).copied().unwrap_or(0.0);
+/// A metric for the console; 0 when the line lacks it (a step that trained nothing has no loss).
+fn value(m: &MetricsLine, name: &str) -> f64 {
+    m.get(name).unwrap_or(0.0)
+}
+
+/// A duration metric for the console.
+fn secs(m: &MetricsLine, name: &str) -> String {
+    let s = value(m, name);
     if s >= 10.0 { format!("{s:.0}s") } else { format!("{s:.1}s") }
 }
 
@@ -67,21 +78,22 @@ impl EventSink for Console {
                     b.inc(done);
                 }
             }
-            Event::Step { step, metrics: m } => {
+            Event::Step { step, metrics } => {
                 self.finish_bar();
-                let g = |k: &str| m.get(k).copied().unwrap_or(0.0);
+                let m = MetricsLine::new(i64::from(step), metrics);
+                let g = |name: &str| value(&m, name);
                 let mut line = format!(
                     "step {step}  reward {:.3}  correct {:.0}%  format {:.0}%  skipped {}/{}  sample {} grade {} train {}",
-                    g("train/reward_mean"),
-                    g("train/correct_mean") * 100.0,
-                    g("train/format_rate") * 100.0,
-                    g("train/groups_skipped"),
-                    g("train/groups"),
-                    secs(&m, "time/sample_s"),
-                    secs(&m, "time/grade_s"),
-                    secs(&m, "time/train_s"),
+                    g(train::REWARD_MEAN),
+                    g(train::CORRECT_MEAN) * 100.0,
+                    g(train::FORMAT_RATE) * 100.0,
+                    g(train::GROUPS_SKIPPED),
+                    g(train::GROUPS),
+                    secs(&m, time::SAMPLE_S),
+                    secs(&m, time::GRADE_S),
+                    secs(&m, time::TRAIN_S),
                 );
-                if let Some(p) = m.get("eval/pass@1") {
+                if let Some(p) = m.pass_at(1) {
                     line.push_str(&format!("  eval pass@1 {:.1}%", p * 100.0));
                 }
                 self.println(line);
@@ -89,8 +101,10 @@ impl EventSink for Console {
             Event::Eval { step, metrics } => {
                 if step < 0 {
                     self.finish_bar();
-                    let ks: Vec<String> = metrics.iter().filter(|(k, _)| k.starts_with("eval/pass@")).map(|(k, v)| format!("{} {:.1}%", &k[5..], v * 100.0)).collect();
-                    self.println(format!("baseline  {}  ({})", ks.join("  "), secs(&metrics, "time/eval_s")));
+                    let m = MetricsLine::new(step, metrics);
+                    // By k, not by name: `pass@10` after `pass@5`.
+                    let ks: Vec<String> = m.pass_at_all().iter().map(|(k, v)| format!("pass@{k} {:.1}%", v * 100.0)).collect();
+                    self.println(format!("baseline  {}  ({})", ks.join("  "), secs(&m, time::EVAL_S)));
                 }
             }
             Event::Checkpoint { step, state } => self.println(format!("checkpoint after step {step}: {state}")),

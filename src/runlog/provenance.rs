@@ -1,25 +1,30 @@
 //! `provenance.json`: enough to tell later exactly what produced a run.
+//!
+//! [`Provenance::of`] fills what the plan knows when the run directory is created; the engine
+//! adds what it learns while setting up (the loaded data, prompt lengths, the sandbox's
+//! protection) through [`super::RunDir::update_provenance`]. The optional fields are absent on
+//! disk until then.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::spec::Plan;
-use crate::spec::plan::{Template, sha256_hex};
+use crate::spec::plan::sha256_hex;
 
 /// Where a run came from.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
-    /// Format version.
+    /// Format version of the run directory.
     pub schema_version: u32,
     /// rlx's version.
-    pub rlx_version: &'static str,
+    pub rlx_version: String,
     /// The run id and the hash it ends with.
     pub run_id: String,
     /// Hash of the resolved spec.
     pub spec_hash: String,
-    /// The spec file and the SHA-256 of its text.
+    /// The spec file as given.
     pub spec_path: String,
     /// SHA-256 of the spec text as written.
     pub spec_sha256: String,
@@ -31,7 +36,7 @@ pub struct Provenance {
     pub git: Option<Git>,
     /// Templates and their hashes.
     pub templates: Vec<Template>,
-    /// Dataset fingerprints.
+    /// Dataset files named by the spec, fingerprinted before loading.
     pub datasets: Vec<Dataset>,
     /// Model and tokenizer ids.
     pub model: ModelIds,
@@ -39,10 +44,21 @@ pub struct Provenance {
     pub host: Host,
     /// When the run directory was created.
     pub created_at: String,
+    /// The problems the run trains and evaluates on, once loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Data>,
+    /// First-turn prompt lengths over the training problems, once tokenized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<PromptTokens>,
+    /// The isolation actually in force, as the grader reports it: the local sandbox's
+    /// protection layers, or `{"kind": "fusion", "url": ...}`. Kept as the grader's JSON because
+    /// the sandbox owns that shape and it differs between graders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<serde_json::Value>,
 }
 
 /// Git state.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Git {
     /// HEAD commit.
     pub commit: String,
@@ -50,22 +66,43 @@ pub struct Git {
     pub dirty: bool,
 }
 
-/// A dataset fingerprint.
-#[derive(Debug, Clone, Serialize)]
+/// A template the run uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Template {
+    /// The key that names it (`prompt.user`).
+    pub role: String,
+    /// Absolute path.
+    pub path: PathBuf,
+    /// SHA-256 of its text, hex.
+    pub sha256: String,
+}
+
+/// Which side of the data a source feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    /// `data.train`.
+    Train,
+    /// `data.eval`.
+    Eval,
+}
+
+/// A dataset file's fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dataset {
-    /// `train` or `eval`.
-    pub split: &'static str,
+    /// Train or eval.
+    pub split: Split,
     /// Path or `hf://` URI.
     pub path: String,
     /// SHA-256 of a local file's bytes; `None` for remote sources (their revision is recorded
-    /// when they are fetched).
+    /// in [`Provenance::data`] when they are fetched).
     pub sha256: Option<String>,
     /// Size of a local file.
     pub bytes: Option<u64>,
 }
 
 /// Model identity.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelIds {
     /// `model.base`.
     pub base: String,
@@ -78,7 +115,7 @@ pub struct ModelIds {
 }
 
 /// The machine a run started on.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Host {
     /// Host name.
     pub hostname: String,
@@ -88,46 +125,85 @@ pub struct Host {
     pub cores: usize,
 }
 
-/// Builds the provenance record of a plan.
-pub fn provenance(plan: &Plan) -> Provenance {
-    let spec = &plan.spec;
-    let mut datasets = vec![];
-    for (split, sources) in [("train", &spec.data.train), ("eval", &spec.data.eval)] {
-        for s in sources {
-            let local = !s.path.starts_with("hf://");
-            let bytes = if local { std::fs::read(&s.path).ok() } else { None };
-            datasets.push(Dataset {
-                split,
-                path: s.path.clone(),
-                sha256: bytes.as_deref().map(sha256_hex),
-                bytes: bytes.as_ref().map(|b| b.len() as u64),
-            });
+/// The loaded problems.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Data {
+    /// Training problems, after filters and the seeded shuffle.
+    pub train: DataSet,
+    /// Evaluation problems.
+    pub eval: DataSet,
+}
+
+/// One side of the loaded data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataSet {
+    /// Fingerprint of the problems in their final order: what the run trained (or evaluated) on.
+    pub fingerprint: String,
+    /// Problems kept.
+    pub problems: usize,
+    /// Each source's origin, filter statistics and fingerprint, as the data loader reports them
+    /// (its `SourceSummary`); kept as JSON because the loader owns that shape.
+    pub sources: Vec<serde_json::Value>,
+}
+
+/// Prompt lengths in tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptTokens {
+    /// Shortest; `None` when there were no problems.
+    pub min: Option<usize>,
+    /// Mean.
+    pub mean: f64,
+    /// Longest; `None` when there were no problems.
+    pub max: Option<usize>,
+    /// Problems measured.
+    pub problems: usize,
+}
+
+impl Provenance {
+    /// The provenance of a run of `plan`, as known before it starts.
+    pub(crate) fn of(plan: &Plan) -> Provenance {
+        let spec = &plan.spec;
+        let mut datasets = vec![];
+        for (split, sources) in [(Split::Train, &spec.data.train), (Split::Eval, &spec.data.eval)] {
+            for s in sources {
+                let local = !s.path.starts_with("hf://");
+                let bytes = if local { std::fs::read(&s.path).ok() } else { None };
+                datasets.push(Dataset {
+                    split,
+                    path: s.path.clone(),
+                    sha256: bytes.as_deref().map(sha256_hex),
+                    bytes: bytes.as_ref().map(|b| b.len() as u64),
+                });
+            }
         }
-    }
-    Provenance {
-        schema_version: super::SCHEMA_VERSION,
-        rlx_version: env!("CARGO_PKG_VERSION"),
-        run_id: plan.run_id.clone(),
-        spec_hash: plan.hash.clone(),
-        spec_path: plan.spec_path.display().to_string(),
-        spec_sha256: sha256_hex(plan.spec_text.as_bytes()),
-        overrides: plan.overrides.clone(),
-        argv: std::env::args().collect(),
-        git: plan.spec_path.parent().and_then(git_state),
-        templates: plan.templates.clone(),
-        datasets,
-        model: ModelIds {
-            base: spec.model.base.clone(),
-            revision: spec.model.revision.clone(),
-            tokenizer: spec.model.tokenizer.clone().unwrap_or_else(|| spec.model.base.clone()),
-            chat_template: spec.model.chat_template.clone(),
-        },
-        host: Host {
-            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
-            os: format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH),
-            cores: std::thread::available_parallelism().map_or(1, usize::from),
-        },
-        created_at: super::now(),
+        Provenance {
+            schema_version: super::SCHEMA_VERSION,
+            rlx_version: env!("CARGO_PKG_VERSION").to_string(),
+            run_id: plan.run_id.clone(),
+            spec_hash: plan.hash.clone(),
+            spec_path: plan.spec_path.display().to_string(),
+            spec_sha256: sha256_hex(plan.spec_text.as_bytes()),
+            overrides: plan.overrides.clone(),
+            argv: std::env::args().collect(),
+            git: plan.spec_path.parent().and_then(git_state),
+            templates: plan.templates.iter().map(|t| Template { role: t.role.clone(), path: t.path.clone(), sha256: t.sha256.clone() }).collect(),
+            datasets,
+            model: ModelIds {
+                base: spec.model.base.clone(),
+                revision: spec.model.revision.clone(),
+                tokenizer: spec.model.tokenizer.clone().unwrap_or_else(|| spec.model.base.clone()),
+                chat_template: spec.model.chat_template.clone(),
+            },
+            host: Host {
+                hostname: std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
+                os: format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH),
+                cores: std::thread::available_parallelism().map_or(1, usize::from),
+            },
+            created_at: super::now(),
+            data: None,
+            prompt_tokens: None,
+            sandbox: None,
+        }
     }
 }
 
@@ -136,4 +212,55 @@ fn git_state(dir: &Path) -> Option<Git> {
     let commit = String::from_utf8(run(&["rev-parse", "HEAD"])?.stdout).ok()?.trim().to_string();
     let dirty = run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|o| !o.stdout.is_empty());
     Some(Git { commit, dirty })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A provenance.json as rlx wrote it before this type could be read, after the engine's
+    /// read-modify-write of `data`, `prompt_tokens` and `sandbox` (in that order).
+    fn old() -> serde_json::Value {
+        json!({
+            "schema_version": 1, "rlx_version": "0.1.0", "run_id": "quick-3f2a", "spec_hash": "3f2a",
+            "spec_path": "spec.yaml", "spec_sha256": "ab", "overrides": ["optimizer.learning_rate=2e-5"],
+            "argv": ["rlx", "run", "spec.yaml"], "git": null,
+            "templates": [{"role": "prompt.user", "path": "/w/user.j2", "sha256": "cd"}],
+            "datasets": [{"split": "train", "path": "/w/train.jsonl", "sha256": "ef", "bytes": 10}, {"split": "eval", "path": "hf://x/y", "sha256": null, "bytes": null}],
+            "model": {"base": "tiny", "revision": null, "tokenizer": "tiny", "chat_template": "chatml"},
+            "host": {"hostname": "h", "os": "linux-x86_64", "cores": 2},
+            "created_at": "2025-01-01T00:00:00Z",
+            "data": {
+                "train": {"fingerprint": "f1", "problems": 6, "sources": [{"origin": {"path": "/w/train.jsonl"}, "stats": {"rows": 6}, "fingerprint": "f1"}]},
+                "eval": {"fingerprint": "f2", "problems": 0, "sources": []},
+            },
+            "prompt_tokens": {"min": 10, "mean": 12.5, "max": 15, "problems": 6},
+            "sandbox": {"user_namespace": true, "network_namespace": true, "notes": []},
+        })
+    }
+
+    #[test]
+    fn reads_what_earlier_versions_wrote_and_writes_it_back_unchanged() {
+        let text = serde_json::to_string_pretty(&old()).unwrap();
+        let p: Provenance = serde_json::from_str(&text).unwrap();
+        assert_eq!(p.datasets[1].split, Split::Eval);
+        assert_eq!(p.data.as_ref().unwrap().train.problems, 6);
+        assert_eq!(p.prompt_tokens.as_ref().unwrap().max, Some(15));
+        assert_eq!(p.sandbox.as_ref().unwrap()["network_namespace"], true);
+        assert_eq!(serde_json::to_string_pretty(&p).unwrap(), text);
+    }
+
+    #[test]
+    fn later_fields_are_absent_until_set() {
+        let mut v = old();
+        let obj = v.as_object_mut().unwrap();
+        for k in ["data", "prompt_tokens", "sandbox"] {
+            obj.remove(k);
+        }
+        let text = serde_json::to_string(&v).unwrap();
+        let p: Provenance = serde_json::from_str(&text).unwrap();
+        assert!(p.data.is_none() && p.prompt_tokens.is_none() && p.sandbox.is_none());
+        assert_eq!(serde_json::to_string(&p).unwrap(), text);
+    }
 }

@@ -1,7 +1,9 @@
-//! The run directory: files of design §5, atomic JSON, whole JSONL lines, torn-line tolerance.
+//! The run directory: files of design §5, atomic JSON, whole JSONL lines, torn-line tolerance,
+//! typed readers, and refusing a directory written by a newer rlx.
 
 use crate::common::TestContext;
-use rlx::runlog::{self, RunDir, State, files};
+use rlx::runlog::metrics::{eval, time, train};
+use rlx::runlog::{self, EventRecord, MetricsLine, PromptTokens, RunDir, State, files};
 use serde_json::json;
 
 fn plan(cx: &TestContext) -> rlx::spec::Plan {
@@ -28,6 +30,13 @@ fn create_writes_the_self_describing_files() {
     assert_eq!(prov["templates"][0]["sha256"].as_str().unwrap().len(), 64);
     assert_eq!(prov["datasets"][0]["sha256"].as_str().unwrap().len(), 64);
     assert_eq!(prov["rlx_version"], env!("CARGO_PKG_VERSION"));
+    // The same file, typed.
+    let typed = dir.provenance().unwrap();
+    assert_eq!(typed.run_id, p.run_id);
+    assert_eq!(typed.overrides, vec!["optimizer.learning_rate=2e-5".to_string()]);
+    assert_eq!(typed.templates[0].role, "prompt.user");
+    assert_eq!(typed.datasets[0].split, runlog::Split::Train);
+    assert!(typed.data.is_none() && typed.prompt_tokens.is_none() && typed.sandbox.is_none());
     let st = dir.status().unwrap().unwrap();
     assert_eq!(st.state, State::Running);
     assert_eq!(st.max_steps, 3);
@@ -64,6 +73,63 @@ fn metrics_survive_a_torn_write() {
     m.append(&json!({"step": 3})).unwrap();
     let read = runlog::read_jsonl::<serde_json::Value>(&dir.file(files::METRICS)).unwrap();
     assert_eq!(read.rows.iter().map(|r| r["step"].as_i64().unwrap()).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    // The typed reader sees the same lines.
+    let typed = dir.metrics().unwrap();
+    assert_eq!(typed.rows.iter().map(|l| l.step).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    assert_eq!(typed.rows[2].get(train::REWARD_MEAN), Some(0.2));
+    assert_eq!(typed.rows[3].get(train::REWARD_MEAN), None);
+}
+
+#[test]
+fn typed_records_are_written_and_read_back() {
+    let cx = TestContext::new();
+    let dir = RunDir::create(&plan(&cx)).unwrap();
+    let mut m = dir.jsonl(files::METRICS).unwrap();
+    let baseline = MetricsLine::new(-1, [(eval::pass_at(1), 0.25), (time::EVAL_S.to_string(), 3.5)].into());
+    m.append(&baseline).unwrap();
+    drop(m);
+    let text = std::fs::read_to_string(dir.file(files::METRICS)).unwrap();
+    assert_eq!(text, "{\"step\":-1,\"eval/pass@1\":0.25,\"time/eval_s\":3.5}\n");
+    assert_eq!(dir.metrics().unwrap().rows, vec![baseline]);
+
+    let mut e = dir.jsonl(files::EVENTS).unwrap();
+    e.append(&EventRecord::start(0)).unwrap();
+    e.append(&EventRecord::failed(&std::io::Error::other("sandbox gone"))).unwrap();
+    drop(e);
+    let events = dir.events().unwrap().rows;
+    assert!(matches!(&events[..], [EventRecord::Start { .. }, EventRecord::Failed { error, .. }] if error == "sandbox gone"), "{events:?}");
+}
+
+#[test]
+fn provenance_updates_keep_what_was_there() {
+    let cx = TestContext::new();
+    let dir = RunDir::create(&plan(&cx)).unwrap();
+    let before = dir.provenance().unwrap();
+    dir.update_provenance(|p| p.prompt_tokens = Some(PromptTokens { min: Some(3), mean: 4.5, max: Some(6), problems: 2 })).unwrap();
+    dir.update_provenance(|p| p.sandbox = Some(json!({"kind": "fusion", "url": "http://127.0.0.1:8080"}))).unwrap();
+    let after = dir.provenance().unwrap();
+    assert_eq!(after.prompt_tokens.as_ref().unwrap().max, Some(6));
+    assert_eq!(after.sandbox.as_ref().unwrap()["kind"], "fusion");
+    assert_eq!(runlog::Provenance { prompt_tokens: None, sandbox: None, ..after }, before);
+    // Readers of the raw JSON (older tools, jq) see the keys where the engine used to put them.
+    let raw: serde_json::Value = dir.read_json(files::PROVENANCE).unwrap().unwrap();
+    assert_eq!(raw["prompt_tokens"]["min"], 3);
+    assert!(raw.get("data").is_none());
+}
+
+#[test]
+fn a_run_directory_from_a_newer_rlx_is_refused() {
+    let cx = TestContext::new();
+    let p = plan(&cx);
+    let dir = RunDir::create(&p).unwrap();
+    let mut st: serde_json::Value = dir.read_json(files::STATUS).unwrap().unwrap();
+    st["schema_version"] = json!(runlog::SCHEMA_VERSION + 1);
+    dir.write_json(files::STATUS, &st).unwrap();
+    let err = RunDir::open(dir.path()).unwrap_err();
+    assert!(matches!(err, runlog::Error::NewerFormat { found, .. } if found == runlog::SCHEMA_VERSION + 1), "{err}");
+    assert!(err.to_string().ends_with("upgrade rlx"), "{err}");
+    // Nor does a re-run of the same experiment touch it.
+    assert!(matches!(RunDir::create(&p).unwrap_err(), runlog::Error::NewerFormat { .. }));
 }
 
 #[test]

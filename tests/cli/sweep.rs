@@ -1,6 +1,7 @@
 //! `rlx sweep`: grids, stable run ids, skipping finished runs, the sweep record.
 
 use crate::common::{TestContext, repo};
+use rlx::runlog::sweep::SweepDir;
 use rlx::runlog::{RunDir, State};
 
 fn ids(stdout: &str) -> Vec<String> {
@@ -81,6 +82,11 @@ fn finished_runs_are_skipped_and_the_sweep_is_recorded() {
     assert!(std::fs::read_to_string(out).unwrap().contains("not found in the Hugging Face cache"));
     assert_eq!(r.code, 1, "a failed member fails the sweep");
     assert_eq!(rec["members"][1]["state"], "failed (exit 2)");
+    // The same record through runlog's reader.
+    let typed = SweepDir::open(&sweeps[0].as_ref().unwrap().path()).unwrap().record().unwrap();
+    assert_eq!(typed.members.iter().map(|m| m.run_id.as_str()).collect::<Vec<_>>(), members.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(typed.members[1].exit_code, Some(2));
+    assert_eq!(typed.axes[0].values, vec!["1e-5".to_string(), "4e-5".to_string()]);
 }
 
 #[test]

@@ -4,48 +4,24 @@
 //! log file, memory), so a crash or a Ctrl-C in one member cannot corrupt another's run
 //! directory, and `--max-parallel` is a plain bound on child processes.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
-use serde::Serialize;
 
 use super::report_plan_error;
 use crate::cli::{SweepArgs, exit, printer};
-use crate::runlog::{self, RunDir, State};
+use crate::runlog::sweep::{SweepDir, SweepRecord};
+use crate::runlog::{RunDir, State};
 use crate::spec::overrides::{self, SweepArg};
 use crate::spec::schema::Validator;
-use crate::spec::sweep::{self, AxisRecord, Sweep};
+use crate::spec::sweep::{self, Sweep};
 use crate::spec::{Diagnostic, Plan};
 
 /// The spec used when `rlx sweep` is given none.
 pub const DEFAULT_SPEC: &str = "experiments/default.yaml";
-
-#[derive(Debug, Clone, Serialize)]
-struct MemberRecord {
-    run_id: String,
-    dir: PathBuf,
-    assignment: BTreeMap<String, String>,
-    overrides: Vec<String>,
-    state: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exit_code: Option<i32>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-struct SweepRecord {
-    schema_version: u32,
-    sweep_id: String,
-    spec: PathBuf,
-    argv: Vec<String>,
-    axes: Vec<AxisRecord>,
-    fixed: Vec<String>,
-    members: Vec<MemberRecord>,
-    created_at: String,
-    updated_at: String,
-}
 
 /// What a member's run directory says before the sweep starts it.
 fn prior_state(plan: &Plan) -> (String, bool) {
@@ -108,7 +84,7 @@ fn print_table(sw: &Sweep, states: &[(String, bool)]) {
         sw.id,
         sw.members.len(),
         if replicate { " (seed is a replicate axis)" } else { "" },
-        sw.dir().display()
+        SweepDir::path_for(sw).display()
     ));
     let width = sw.members.iter().map(|m| m.plan.run_id.len()).max().unwrap_or(0);
     for (m, (state, _)) in sw.members.iter().zip(states) {
@@ -118,34 +94,10 @@ fn print_table(sw: &Sweep, states: &[(String, bool)]) {
 }
 
 fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel: usize) -> anyhow::Result<u8> {
-    let dir = sw.dir();
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create sweep directory `{}`", dir.display()))?;
-    let now = runlog::now();
-    let record = Arc::new(Mutex::new(SweepRecord {
-        schema_version: runlog::SCHEMA_VERSION,
-        sweep_id: sw.id.clone(),
-        spec: std::path::absolute(spec_path).unwrap_or_else(|_| spec_path.to_path_buf()),
-        argv: std::env::args().collect(),
-        axes: sw.axes.clone(),
-        fixed: sw.fixed.clone(),
-        members: sw
-            .members
-            .iter()
-            .zip(states)
-            .map(|(m, (state, _))| MemberRecord {
-                run_id: m.plan.run_id.clone(),
-                dir: RunDir::path_for(&m.plan),
-                assignment: m.assignment.clone(),
-                overrides: m.overrides.iter().map(|o| o.canonical()).collect(),
-                state: state.clone(),
-                exit_code: None,
-            })
-            .collect(),
-        created_at: now.clone(),
-        updated_at: now,
-    }));
-    let save = |r: &SweepRecord| runlog::atomic_write(&dir.join("sweep.json"), &serde_json::to_vec_pretty(r).expect("serialises"));
-    save(&record.lock().expect("no panics while locked"))?;
+    let dir = SweepDir::create(sw)?;
+    let before: Vec<String> = states.iter().map(|(s, _)| s.clone()).collect();
+    let record = Arc::new(Mutex::new(SweepRecord::new(sw, spec_path, std::env::args().collect(), &before)));
+    dir.write_record(&record.lock().expect("no panics while locked"))?;
 
     let exe = std::env::current_exe().context("cannot find the rlx executable")?;
     let queue: VecDeque<usize> = (0..sw.members.len()).filter(|&i| !states[i].1).collect();
@@ -157,7 +109,7 @@ fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel
     let failures = Arc::new(Mutex::new(0usize));
     std::thread::scope(|scope| {
         for _ in 0..max_parallel.max(1) {
-            let (queue, record, failures, exe, dir) = (queue.clone(), record.clone(), failures.clone(), exe.clone(), dir.clone());
+            let (queue, record, failures, exe, dir) = (queue.clone(), record.clone(), failures.clone(), exe.clone(), &dir);
             scope.spawn(move || {
                 loop {
                     let Some(i) = queue.lock().expect("queue").pop_front() else { break };
@@ -166,7 +118,7 @@ fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel
                     cmd.arg("run").arg(spec_path).args(m.overrides.iter().map(|o| o.canonical())).stdin(Stdio::null());
                     if max_parallel > 1 {
                         // Interleaved output of parallel runs is unreadable: each gets a file.
-                        let out = std::fs::File::create(dir.join(format!("{}.out", m.plan.run_id)));
+                        let out = std::fs::File::create(dir.member_output(&m.plan.run_id));
                         if let Ok(f) = out {
                             let err = f.try_clone();
                             cmd.stdout(f);
@@ -187,10 +139,8 @@ fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel
                     }
                     printer::status(format!("■ {}  {state}", m.plan.run_id));
                     let mut r = record.lock().expect("record");
-                    r.members[i].state = state;
-                    r.members[i].exit_code = code;
-                    r.updated_at = runlog::now();
-                    if let Err(e) = save(&r) {
+                    r.set_member(i, state, code);
+                    if let Err(e) = dir.write_record(&r) {
                         tracing::error!("cannot update sweep.json: {e}");
                     }
                 }
@@ -203,7 +153,7 @@ fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel
         sw.id,
         sw.members.len(),
         failed,
-        dir.join("sweep.json").display()
+        dir.record_path().display()
     ));
     Ok(if failed == 0 { exit::OK } else { exit::GATE })
 }

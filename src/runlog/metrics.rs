@@ -1,0 +1,295 @@
+//! `metrics.jsonl`: the metric names rlx writes and [`MetricsLine`], one line of the file.
+//!
+//! A line is flat: `{"step": 3, "train/loss": 0.12, "time/sample_s": 41.0, ...}`, keys namespaced
+//! by `/` (design §5). Every name is a constant here, so the writer (the engine), the console and
+//! `compare` cannot disagree over a spelling: a typo is a compile error instead of a column of
+//! zeros. Eval metrics sit in the line of the step they followed; the baseline eval is a line of
+//! its own at step −1.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The key of the step index in every line. −1 is the baseline evaluation.
+pub const STEP: &str = "step";
+
+/// The policy update of a step. Every name but [`train::DATUMS`] is written only when the step
+/// trained (at least one datum); [`train::CORRECT_FIRST_ATTEMPT`] and [`train::ATTEMPTS_MEAN`]
+/// only when `rollout.max_attempts > 1`.
+pub mod train {
+    /// The loss as a token-level sum over the step's action tokens (Tinker's `loss:sum`).
+    pub const LOSS: &str = "train/loss";
+    /// [`LOSS`] divided by [`ACTION_TOKENS`].
+    pub const LOSS_PER_TOKEN: &str = "train/loss_per_token";
+    /// Mean importance ratio `exp(logp_train − logp_sample)` over action tokens; 1 on-policy.
+    pub const RATIO_MEAN: &str = "train/ratio_mean";
+    /// Largest importance ratio of the step.
+    pub const RATIO_MAX: &str = "train/ratio_max";
+    /// Fraction (0–1) of action tokens whose ratio lay outside the clip range (ppo, cispo).
+    pub const CLIP_FRACTION: &str = "train/clip_fraction";
+    /// Mean `logp_sample − logp_train` per action token, in nats (Tinker's `kl_sample_train_v1`).
+    pub const KL_SAMPLE_TRAIN: &str = "train/kl_sample_train";
+    /// Datums (training sequences) in the step; 0 when every group was skipped or dropped.
+    pub const DATUMS: &str = "train/datums";
+    /// Tokens the loss was taken over.
+    pub const ACTION_TOKENS: &str = "train/action_tokens";
+
+    /// Mean reward over the step's scored completions, in the units of the spec's reward.
+    pub const REWARD_MEAN: &str = "train/reward_mean";
+    /// Fraction (0–1) of completions whose last attempt passed every test.
+    pub const CORRECT_MEAN: &str = "train/correct_mean";
+    /// Fraction (0–1) of completions whose last attempt had a code block (no format error).
+    pub const FORMAT_RATE: &str = "train/format_rate";
+    /// Fraction (0–1) of completions whose first attempt passed every test.
+    pub const CORRECT_FIRST_ATTEMPT: &str = "train/correct_first_attempt";
+    /// Attempts per completion, averaged (1 to `rollout.max_attempts`).
+    pub const ATTEMPTS_MEAN: &str = "train/attempts_mean";
+    /// Groups (one prompt, `group_size` completions) sampled in the step.
+    pub const GROUPS: &str = "train/groups";
+    /// Groups not trained because their advantages were all zero (`grpo.skip_degenerate`).
+    pub const GROUPS_SKIPPED: &str = "train/groups_skipped";
+    /// Groups dropped because sandbox infrastructure errors survived the retries.
+    pub const GROUPS_INFRA_DROPPED: &str = "train/groups_infra_dropped";
+    /// How many steps older than the trained weights the sampling weights were (0 or 1).
+    pub const OFF_POLICY_STEPS: &str = "train/off_policy_steps";
+    /// Fraction (0–1) of sampled turns that stopped at `max_tokens`.
+    pub const TRUNCATED_RATE: &str = "train/truncated_rate";
+    /// Sampled tokens per turn, averaged over every attempt of every completion.
+    pub const COMPLETION_TOKENS_MEAN: &str = "train/completion_tokens_mean";
+    /// First-turn prompt tokens per group, averaged.
+    pub const PROMPT_TOKENS_MEAN: &str = "train/prompt_tokens_mean";
+    /// Sampled tokens in the step, every attempt counted.
+    pub const COMPLETION_TOKENS: &str = "train/completion_tokens";
+}
+
+/// The optimizer step. [`optim::GRAD_NORM`] comes from every trainer; the others are the local
+/// trainer's own.
+pub mod optim {
+    /// Global L2 norm of the accumulated gradient, before clipping.
+    pub const GRAD_NORM: &str = "optim/grad_norm";
+    /// 1 when clipping scaled the gradient down, else 0.
+    pub const CLIPPED: &str = "optim/clipped";
+    /// Learning rate of the step.
+    pub const LR: &str = "optim/lr";
+}
+
+/// Grading in the sandbox during a training step.
+pub mod sandbox {
+    /// Sandbox infrastructure failures, each retry counted.
+    pub const INFRA_ERRORS: &str = "sandbox/infra_errors";
+    /// Median grading latency of completions with code, in milliseconds (0 when none).
+    pub const P50_MS: &str = "sandbox/p50_ms";
+    /// 95th-percentile grading latency of completions with code, in milliseconds (0 when none).
+    pub const P95_MS: &str = "sandbox/p95_ms";
+}
+
+/// Wall-clock time, in seconds.
+pub mod time {
+    /// Sampling the step's groups.
+    pub const SAMPLE_S: &str = "time/sample_s";
+    /// Grading left to wait for once sampling finished (grading overlaps sampling).
+    pub const GRADE_S: &str = "time/grade_s";
+    /// The forward-backward pass and optimizer step.
+    pub const TRAIN_S: &str = "time/train_s";
+    /// The whole step, from its start to its metrics line (an eval after it excluded).
+    pub const STEP_S: &str = "time/step_s";
+    /// One evaluation.
+    pub const EVAL_S: &str = "time/eval_s";
+}
+
+/// Evaluation on the held-out problems (single attempts).
+pub mod eval {
+    /// What every pass@k name starts with; the rest is `k`.
+    pub const PASS_AT_PREFIX: &str = "eval/pass@";
+    /// Fraction (0–1) of eval completions with a code block.
+    pub const FORMAT_RATE: &str = "eval/format_rate";
+    /// Problems evaluated.
+    pub const PROBLEMS: &str = "eval/problems";
+    /// Eval samples lost to sandbox infrastructure errors (left out of pass@k's `n`).
+    pub const INFRA_ERRORS: &str = "eval/infra_errors";
+
+    /// `eval/pass@{k}`: the unbiased pass@k estimate averaged over problems (0–1).
+    pub fn pass_at(k: u32) -> String {
+        format!("{PASS_AT_PREFIX}{k}")
+    }
+
+    /// The `k` of an `eval/pass@{k}` name; `None` for any other name.
+    pub fn parse_pass_at(name: &str) -> Option<u32> {
+        name.strip_prefix(PASS_AT_PREFIX)?.parse().ok()
+    }
+}
+
+/// One line of `metrics.jsonl`: a step and its metrics.
+///
+/// Serialises flat, `step` first and then the metrics in name order, which is byte for byte what
+/// earlier versions wrote from a `serde_json::Map`. A NaN value is written as `null` and read back
+/// as NaN (see `nan.rs`). Reading ignores nothing: a key other than `step` whose value is not a
+/// number or `null` makes the line corrupt.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsLine {
+    /// The step (−1 for the baseline evaluation).
+    pub step: i64,
+    /// Metric name → value. Never holds [`STEP`].
+    pub values: BTreeMap<String, f64>,
+}
+
+impl MetricsLine {
+    /// A line for `step` with `values`. A `step` key among them is dropped: the line has one.
+    pub fn new(step: i64, mut values: BTreeMap<String, f64>) -> MetricsLine {
+        values.remove(STEP);
+        MetricsLine { step, values }
+    }
+
+    /// The value of metric `name`, if the line has it.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.values.get(name).copied()
+    }
+
+    /// `eval/pass@{k}`, if the line has it.
+    pub fn pass_at(&self, k: u32) -> Option<f64> {
+        self.get(&eval::pass_at(k))
+    }
+
+    /// Every `eval/pass@{k}` of the line as `(k, value)`, by increasing `k`.
+    pub fn pass_at_all(&self) -> Vec<(u32, f64)> {
+        let mut v: Vec<(u32, f64)> = self.values.iter().filter_map(|(n, &x)| Some((eval::parse_pass_at(n)?, x))).collect();
+        v.sort_by_key(|&(k, _)| k);
+        v
+    }
+}
+
+impl Serialize for MetricsLine {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.values.len() + 1))?;
+        map.serialize_entry(STEP, &self.step)?;
+        for (k, v) in self.values.iter().filter(|(k, _)| k.as_str() != STEP) {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for MetricsLine {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MetricsLine, D::Error> {
+        // A value that is a number or `null` (a NaN written by serde_json).
+        struct Value(f64);
+        impl<'de> Deserialize<'de> for Value {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+                super::nan::f64_or_null(d).map(Value)
+            }
+        }
+        struct Line;
+        impl<'de> Visitor<'de> for Line {
+            type Value = MetricsLine;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object with `step` and numeric metrics")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetricsLine, A::Error> {
+                let mut step = None;
+                let mut values = BTreeMap::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == STEP {
+                        if step.is_some() {
+                            return Err(de::Error::duplicate_field(STEP));
+                        }
+                        step = Some(map.next_value::<i64>()?);
+                    } else {
+                        let Value(v) = map.next_value()?;
+                        values.insert(key, v);
+                    }
+                }
+                Ok(MetricsLine { step: step.ok_or_else(|| de::Error::missing_field(STEP))?, values })
+            }
+        }
+        d.deserialize_map(Line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// What the engine wrote before this type existed (src/engine/mod.rs: a `serde_json::Map`
+    /// with `step`, then the `BTreeMap` of metrics).
+    fn old_line(step: i64, metrics: &BTreeMap<String, f64>) -> String {
+        let mut line = serde_json::Map::new();
+        line.insert("step".into(), json!(step));
+        for (k, v) in metrics {
+            line.insert(k.clone(), json!(v));
+        }
+        serde_json::to_string(&line).unwrap()
+    }
+
+    fn sample() -> BTreeMap<String, f64> {
+        let mut m = BTreeMap::new();
+        for (k, v) in [
+            (train::REWARD_MEAN, -0.1),
+            (train::DATUMS, 6.0),
+            (train::LOSS, 0.125),
+            (time::SAMPLE_S, 41.25),
+            (sandbox::P95_MS, 12.0),
+            (optim::GRAD_NORM, 1e-7),
+            (train::RATIO_MEAN, f64::NAN),
+        ] {
+            m.insert(k.to_string(), v);
+        }
+        m.insert(eval::pass_at(10), 0.5);
+        m.insert(eval::pass_at(1), 0.25);
+        m
+    }
+
+    #[test]
+    fn serialises_byte_for_byte_as_before() {
+        for step in [-1, 0, 7] {
+            let m = sample();
+            let new = serde_json::to_string(&MetricsLine::new(step, m.clone())).unwrap();
+            assert_eq!(new, old_line(step, &m));
+        }
+        assert_eq!(serde_json::to_string(&MetricsLine::new(2, BTreeMap::new())).unwrap(), r#"{"step":2}"#);
+    }
+
+    #[test]
+    fn round_trips_with_nan_as_null() {
+        let line = MetricsLine::new(3, sample());
+        let text = serde_json::to_string(&line).unwrap();
+        assert!(text.contains(r#""train/ratio_mean":null"#), "{text}");
+        let back: MetricsLine = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.step, 3);
+        assert!(back.get(train::RATIO_MEAN).unwrap().is_nan());
+        let (mut a, mut b) = (line.values.clone(), back.values.clone());
+        a.remove(train::RATIO_MEAN);
+        b.remove(train::RATIO_MEAN);
+        assert_eq!(a, b);
+        assert_eq!(serde_json::to_string(&back).unwrap(), text);
+    }
+
+    #[test]
+    fn typed_getters() {
+        let line: MetricsLine = serde_json::from_str(r#"{"train/loss": 1.5, "step": -1, "eval/pass@5": 0.5, "eval/pass@1": 0.25}"#).unwrap();
+        assert_eq!(line.step, -1);
+        assert_eq!(line.get(train::LOSS), Some(1.5));
+        assert_eq!(line.get(train::REWARD_MEAN), None);
+        assert_eq!(line.pass_at(5), Some(0.5));
+        assert_eq!(line.pass_at_all(), vec![(1, 0.25), (5, 0.5)]);
+    }
+
+    #[test]
+    fn malformed_lines_are_errors() {
+        assert!(serde_json::from_str::<MetricsLine>(r#"{"train/loss": 1}"#).is_err(), "no step");
+        assert!(serde_json::from_str::<MetricsLine>(r#"{"step": 1, "train/loss": "x"}"#).is_err());
+        assert!(serde_json::from_str::<MetricsLine>(r#"{"step": 1, "step": 2}"#).is_err());
+        assert!(serde_json::from_str::<MetricsLine>("[1]").is_err());
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(eval::pass_at(8), "eval/pass@8");
+        assert_eq!(eval::parse_pass_at("eval/pass@8"), Some(8));
+        assert_eq!(eval::parse_pass_at("eval/pass@"), None);
+        assert_eq!(eval::parse_pass_at(train::LOSS), None);
+    }
+}

@@ -1,0 +1,227 @@
+//! `sweeps/<sweep-id>/`: what `rlx sweep` leaves besides its members' run directories.
+//!
+//! ```text
+//! sweeps/<sweep-id>/sweep.json   the SweepRecord: axes, members, each member's state
+//! sweeps/<sweep-id>/<run-id>.out a member's console output (parallel sweeps only)
+//! ```
+//!
+//! `sweeps/` sits beside the runs root (`runs/` and `sweeps/` share a parent), so a sweep and its
+//! runs move together. The members' run directories are ordinary runs under the runs root.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Error, RunDir, SCHEMA_VERSION, io, json, now};
+use crate::spec::sweep::{AxisRecord, Sweep};
+
+/// The directory of every sweep, beside the runs root.
+pub const SWEEPS_DIR: &str = "sweeps";
+/// The record of one sweep, inside its directory.
+pub const RECORD: &str = "sweep.json";
+
+/// `sweep.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepRecord {
+    /// Format version (the run directory's).
+    pub schema_version: u32,
+    /// `<name>-sweep-<hash>`, stable for the same grid.
+    pub sweep_id: String,
+    /// The spec, absolute.
+    pub spec: PathBuf,
+    /// The command line that launched the sweep.
+    pub argv: Vec<String>,
+    /// The axes, in command-line order.
+    pub axes: Vec<AxisRecord>,
+    /// Overrides applied to every member.
+    pub fixed: Vec<String>,
+    /// The grid points, in order.
+    pub members: Vec<MemberRecord>,
+    /// RFC 3339 time of the launch.
+    pub created_at: String,
+    /// RFC 3339 time of the last change.
+    pub updated_at: String,
+}
+
+/// One member of a sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    /// Its run id.
+    pub run_id: String,
+    /// Its run directory.
+    pub dir: PathBuf,
+    /// Axis key → value text.
+    pub assignment: BTreeMap<String, String>,
+    /// Every override of the member, fixed ones first, canonical (`optimizer.learning_rate=1e-5`).
+    pub overrides: Vec<String>,
+    /// For people, not programs (read the member's `status.json` for its state): before launch
+    /// `new`, `finished` or `resume (2/3 steps, interrupted)`; after its process exits
+    /// `finished`, `failed (exit 3)`, `failed (exit signal)` or `failed to start: ...`.
+    pub state: String,
+    /// The member process's exit code, once it exited (not when a signal killed it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+impl SweepRecord {
+    /// The record of `sweep` at launch: `spec` as given to the command, the command line, and
+    /// each member's state before launch (in member order).
+    pub(crate) fn new(sweep: &Sweep, spec: &Path, argv: Vec<String>, states: &[String]) -> SweepRecord {
+        let t = now();
+        SweepRecord {
+            schema_version: SCHEMA_VERSION,
+            sweep_id: sweep.id.clone(),
+            spec: std::path::absolute(spec).unwrap_or_else(|_| spec.to_path_buf()),
+            argv,
+            axes: sweep.axes.clone(),
+            fixed: sweep.fixed.clone(),
+            members: sweep
+                .members
+                .iter()
+                .zip(states)
+                .map(|(m, state)| MemberRecord {
+                    run_id: m.plan.run_id.clone(),
+                    dir: RunDir::path_for(&m.plan),
+                    assignment: m.assignment.clone(),
+                    overrides: m.overrides.iter().map(|o| o.canonical()).collect(),
+                    state: state.clone(),
+                    exit_code: None,
+                })
+                .collect(),
+            created_at: t.clone(),
+            updated_at: t,
+        }
+    }
+
+    /// Records how member `index`'s process ended, stamping `updated_at`.
+    ///
+    /// # Panics
+    /// When `index` is not a member.
+    pub(crate) fn set_member(&mut self, index: usize, state: String, exit_code: Option<i32>) {
+        let m = &mut self.members[index];
+        m.state = state;
+        m.exit_code = exit_code;
+        self.updated_at = now();
+    }
+}
+
+/// An open `sweeps/<sweep-id>/`.
+#[derive(Debug, Clone)]
+pub struct SweepDir {
+    path: PathBuf,
+}
+
+impl SweepDir {
+    /// Where `sweep` lives: `sweeps/<id>/` beside the runs root of its members.
+    pub(crate) fn path_for(sweep: &Sweep) -> PathBuf {
+        let root = sweep.members.first().map_or(PathBuf::from("runs"), |m| m.plan.spec.log.root.clone());
+        let parent = root.parent().map(Path::to_path_buf).unwrap_or_default();
+        parent.join(SWEEPS_DIR).join(&sweep.id)
+    }
+
+    /// Creates (or reopens) the directory of `sweep`.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub(crate) fn create(sweep: &Sweep) -> Result<SweepDir, Error> {
+        let path = Self::path_for(sweep);
+        std::fs::create_dir_all(&path).map_err(io("cannot create sweep directory", &path))?;
+        Ok(SweepDir { path })
+    }
+
+    /// Opens an existing sweep directory, reading its record to check that there is one this
+    /// rlx can read.
+    ///
+    /// # Errors
+    /// As [`SweepDir::record`].
+    pub fn open(path: &Path) -> Result<SweepDir, Error> {
+        let dir = SweepDir { path: path.to_path_buf() };
+        dir.record()?;
+        Ok(dir)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where the record is.
+    pub fn record_path(&self) -> PathBuf {
+        self.path.join(RECORD)
+    }
+
+    /// The sweep's record.
+    ///
+    /// # Errors
+    /// [`Error::Missing`] without one; [`Error::NewerFormat`]; I/O errors and invalid content.
+    pub fn record(&self) -> Result<SweepRecord, Error> {
+        let path = self.record_path();
+        json::read_versioned(&path)?.ok_or(Error::Missing { path })
+    }
+
+    /// Replaces the record, atomically: a reader (or a crash) never sees half of it.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub(crate) fn write_record(&self, record: &SweepRecord) -> Result<(), Error> {
+        json::write(&self.record_path(), record)
+    }
+
+    /// Where member `run_id`'s console output goes when members run in parallel.
+    pub(crate) fn member_output(&self, run_id: &str) -> PathBuf {
+        self.path.join(format!("{run_id}.out"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> SweepRecord {
+        SweepRecord {
+            schema_version: SCHEMA_VERSION,
+            sweep_id: "quick-sweep-ab12".into(),
+            spec: "/w/spec.yaml".into(),
+            argv: vec!["rlx".into(), "sweep".into()],
+            axes: vec![AxisRecord { key: "optimizer.learning_rate".into(), values: vec!["1e-5".into(), "4e-5".into()], replicate: false }],
+            fixed: vec![],
+            members: vec![MemberRecord {
+                run_id: "quick-1".into(),
+                dir: "/w/runs/quick-1".into(),
+                assignment: [("optimizer.learning_rate".to_string(), "1e-5".to_string())].into(),
+                overrides: vec!["optimizer.learning_rate=1e-5".into()],
+                state: "new".into(),
+                exit_code: None,
+            }],
+            created_at: "2025-01-01T00:00:00Z".into(),
+            updated_at: "2025-01-01T00:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn record_round_trips_through_the_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = SweepDir { path: d.path().join("sweeps/quick-sweep-ab12") };
+        std::fs::create_dir_all(dir.path()).unwrap();
+        assert!(matches!(dir.record().unwrap_err(), Error::Missing { .. }));
+        let mut r = record();
+        dir.write_record(&r).unwrap();
+        assert_eq!(SweepDir::open(dir.path()).unwrap().record().unwrap(), r);
+        let text = std::fs::read_to_string(dir.record_path()).unwrap();
+        assert!(!text.contains("exit_code"), "absent until the member exits: {text}");
+        r.set_member(0, "failed (exit 3)".into(), Some(3));
+        dir.write_record(&r).unwrap();
+        let back = dir.record().unwrap();
+        assert_eq!((back.members[0].state.as_str(), back.members[0].exit_code), ("failed (exit 3)", Some(3)));
+        assert_eq!(dir.member_output("quick-1"), dir.path().join("quick-1.out"));
+    }
+
+    #[test]
+    fn a_newer_sweep_record_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = SweepDir { path: d.path().to_path_buf() };
+        dir.write_record(&SweepRecord { schema_version: SCHEMA_VERSION + 1, ..record() }).unwrap();
+        assert!(matches!(SweepDir::open(d.path()).unwrap_err(), Error::NewerFormat { .. }));
+    }
+}
