@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Value, json};
 
 use crate::backend::{Sampler, SamplingParams};
 use crate::data::Problem;
 use crate::rl::passk::pass_at_k;
 use crate::sandbox::VerdictStatus;
+use crate::runlog::metrics::{eval as names, time};
+use crate::runlog::{EvalResultRecord, PassAtK};
 use crate::spec::Spec;
 
 use super::rollout::{self, Ctx};
@@ -22,7 +23,7 @@ pub struct EvalResult {
     /// `eval/pass@k`, `eval/format_rate`, `eval/problems`, `time/eval_s`.
     pub metrics: BTreeMap<String, f64>,
     /// One record per problem for eval_results.jsonl.
-    pub records: Vec<Value>,
+    pub records: Vec<EvalResultRecord>,
 }
 
 /// Evaluates `sampler`'s policy at `step` (−1 for the baseline) with the evaluation sampling
@@ -53,27 +54,30 @@ pub async fn run(sampler: &dyn Sampler, step: i64, spec: &Spec, eval: &[Arc<Prob
         infra += (n - graded_n) as usize;
         formatted += graded.iter().filter(|x| x.verdict.status != VerdictStatus::FormatError).count();
         total += graded.len();
-        let mut per = serde_json::Map::new();
+        let mut per = vec![];
         for &k in &spec.eval.k {
             // Infra-failed samples are left out of n rather than counted as wrong.
             let p = pass_at_k(graded_n, c, k);
             *sums.entry(k).or_default() += p;
-            per.insert(format!("pass@{k}"), json!(p));
+            per.push((k, p));
         }
-        records.push(json!({
-            "step": step, "problem_id": g.problem.id, "n": graded_n, "correct": c,
-            "statuses": graded.iter().map(|x| x.verdict.status).collect::<Vec<_>>(),
-            "tests_passed": graded.iter().map(|x| x.verdict.tests_passed).collect::<Vec<_>>(),
-            "metrics": per,
-        }));
+        records.push(EvalResultRecord {
+            step,
+            problem_id: g.problem.id.clone(),
+            n: graded_n,
+            correct: c,
+            statuses: graded.iter().map(|x| super::record_status(x.verdict.status)).collect(),
+            tests_passed: graded.iter().map(|x| x.verdict.tests_passed).collect(),
+            metrics: PassAtK(per),
+        });
     }
     let problems_n = groups.len().max(1) as f64;
     for (k, s) in sums {
-        metrics.insert(format!("eval/pass@{k}"), s / problems_n);
+        metrics.insert(names::pass_at(k), s / problems_n);
     }
-    metrics.insert("eval/format_rate".into(), if total == 0 { 0.0 } else { formatted as f64 / total as f64 });
-    metrics.insert("eval/problems".into(), groups.len() as f64);
-    metrics.insert("eval/infra_errors".into(), infra as f64);
-    metrics.insert("time/eval_s".into(), t.elapsed().as_secs_f64());
+    metrics.insert(names::FORMAT_RATE.into(), if total == 0 { 0.0 } else { formatted as f64 / total as f64 });
+    metrics.insert(names::PROBLEMS.into(), groups.len() as f64);
+    metrics.insert(names::INFRA_ERRORS.into(), infra as f64);
+    metrics.insert(time::EVAL_S.into(), t.elapsed().as_secs_f64());
     Ok(Some(EvalResult { metrics, records }))
 }

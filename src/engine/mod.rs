@@ -31,12 +31,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use serde_json::json;
-
 pub use event::{Event, EventSink};
 
 use crate::backend::{self, Policy, SamplingParams, StateRef, Stop as StopCond, Trainer};
-use crate::runlog::{self, CheckpointRecord, JsonlWriter, RunDir, State, Status, files};
+use crate::runlog::{self, CheckpointRecord, Data, DataSet, EventRecord, JsonlWriter, MetricsLine, PromptTokens, RunDir, State, Status, files, metrics};
 use crate::spec::Plan;
 use crate::spec::types::Loss;
 
@@ -106,6 +104,26 @@ pub fn causes(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
     out
 }
 
+/// A verdict status as the run log records it (the log's own enum, so a rename in the sandbox
+/// cannot change the file format).
+pub(crate) fn record_status(s: crate::sandbox::VerdictStatus) -> runlog::VerdictStatus {
+    use crate::sandbox::VerdictStatus as V;
+    match s {
+        V::Passed => runlog::VerdictStatus::Passed,
+        V::Failed => runlog::VerdictStatus::Failed,
+        V::FormatError => runlog::VerdictStatus::FormatError,
+        V::InfraError => runlog::VerdictStatus::InfraError,
+    }
+}
+
+/// A stop reason as the run log records it.
+pub(crate) fn record_stop(s: backend::StopReason) -> runlog::StopReason {
+    match s {
+        backend::StopReason::Stop => runlog::StopReason::Stop,
+        backend::StopReason::Length => runlog::StopReason::Length,
+    }
+}
+
 /// Where the run's policy comes from.
 pub enum PolicySource {
     /// [`crate::backend::open`] on the plan: what `rlx run` does.
@@ -170,19 +188,19 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn Even
             status.state = State::Finished;
             status.steps_done = *steps;
             status.reason = None;
-            events.append(&json!({"event": "finished", "steps": steps, "time": runlog::now()}))?;
+            events.append(&EventRecord::finished(*steps))?;
         }
         Ok(Outcome::Interrupted { steps }) => {
             status.state = State::Interrupted;
             status.steps_done = *steps;
             status.reason = Some("stopped by a signal".into());
-            events.append(&json!({"event": "interrupted", "steps": steps, "time": runlog::now()}))?;
+            events.append(&EventRecord::interrupted(*steps))?;
         }
         Err(e) => {
             let chain = causes(e);
             status.state = State::Failed;
             status.reason = Some(chain.join(": "));
-            events.append(&json!({"event": "failed", "error": e.to_string(), "causes": chain[1..], "time": runlog::now()}))?;
+            events.append(&EventRecord::failed(e))?;
             tracing::info!("run failed: {}", chain.join(": "));
         }
     }
@@ -194,12 +212,12 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn Even
 
 /// Records what the run trains and evaluates on, as read back later by `compare`.
 fn record_data(dir: &RunDir, dataset: &crate::data::Dataset) -> Result<(), Error> {
-    let mut prov: serde_json::Value = dir.read_json(files::PROVENANCE)?.unwrap_or_default();
-    prov["data"] = json!({
-        "train": {"fingerprint": dataset.train.fingerprint, "problems": dataset.train.problems.len(), "sources": dataset.train.sources},
-        "eval": {"fingerprint": dataset.eval.fingerprint, "problems": dataset.eval.problems.len(), "sources": dataset.eval.sources},
-    });
-    dir.write_json(files::PROVENANCE, &prov)?;
+    let set = |s: &crate::data::source::Set| DataSet {
+        fingerprint: s.fingerprint.clone(),
+        problems: s.problems.len(),
+        sources: s.sources.iter().map(|x| serde_json::to_value(x).unwrap_or_default()).collect(),
+    };
+    dir.update_provenance(|p| p.data = Some(Data { train: set(&dataset.train), eval: set(&dataset.eval) }))?;
     Ok(())
 }
 
@@ -244,9 +262,8 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
             lens.push(prompting.first_turn(p)?.tokens.len());
         }
         let mean = lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64;
-        let mut prov: serde_json::Value = dir.read_json(files::PROVENANCE)?.unwrap_or_default();
-        prov["prompt_tokens"] = json!({"min": lens.iter().min(), "mean": mean, "max": lens.iter().max(), "problems": lens.len()});
-        dir.write_json(files::PROVENANCE, &prov)?;
+        let tokens = PromptTokens { min: lens.iter().min().copied(), mean, max: lens.iter().max().copied(), problems: lens.len() };
+        dir.update_provenance(|p| p.prompt_tokens = Some(tokens))?;
     }
 
     // The policy.
@@ -257,7 +274,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
     let max_steps = spec.schedule.max_steps;
     let trainer: Option<Arc<dyn Trainer>> = policy.trainer().cloned();
     if max_steps > 0 && trainer.is_none() {
-        return Err(Error::CannotTrain { steps: max_steps, source: backend::Error::CannotTrain { kind: r.backend.kind() } });
+        return Err(Error::CannotTrain { steps: max_steps, source: backend::Error::CannotTrain { kind: spec.backend.kind() } });
     }
 
     // Sandbox.
@@ -266,9 +283,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
     let opts = grading::Sandboxes::options(spec);
     {
         // Record the isolation actually in force.
-        let mut prov: serde_json::Value = dir.read_json(files::PROVENANCE)?.unwrap_or_default();
-        prov["sandbox"] = protection;
-        dir.write_json(files::PROVENANCE, &prov)?;
+        dir.update_provenance(|p| p.sandbox = Some(protection))?;
     }
 
     // The spec's stop strings plus the tokenizer's stop tokens, which the spec cannot know.
@@ -292,15 +307,14 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
             trainer.load_state(&state).await?;
             let keep = |s: i64| s <= i64::from(ck.step);
             let dropped: usize = [files::METRICS, files::ROLLOUTS, files::EVAL_RESULTS].iter().map(|f| dir.retain_steps(f, keep)).sum::<Result<usize, _>>()?;
-            events.append(&json!({"event": "resume", "from_checkpoint": ck.name, "next_step": ck.step + 1, "dropped_records": dropped, "time": runlog::now()}))?;
+            events.append(&EventRecord::resume(&ck.name, ck.step + 1, dropped))?;
             tracing::info!(checkpoint = %ck.name, next_step = ck.step + 1, dropped, "resuming");
             (ck.step + 1, ck.data_cursor)
         }
         _ => {
             // Nothing to resume from: start clean, even if a crashed attempt left records.
             let dropped: usize = [files::METRICS, files::ROLLOUTS, files::EVAL_RESULTS].iter().map(|f| dir.retain_steps(f, |_| false)).sum::<Result<usize, _>>()?;
-            let event = if dropped > 0 { "restart" } else { "start" };
-            events.append(&json!({"event": event, "dropped_records": dropped, "time": runlog::now()}))?;
+            events.append(&EventRecord::start(dropped))?;
             (0, 0)
         }
     };
@@ -370,7 +384,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         };
         cursor += pps;
         let mut res = res;
-        res.metrics.insert("time/step_s".into(), t_step.elapsed().as_secs_f64());
+        res.metrics.insert(metrics::time::STEP_S.into(), t_step.elapsed().as_secs_f64());
         for r in &res.rollouts {
             rollouts_log.append(r)?;
         }
@@ -388,12 +402,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
                 metrics.extend(ev.metrics);
             }
         }
-        let mut line = serde_json::Map::new();
-        line.insert("step".into(), json!(s));
-        for (k, v) in &metrics {
-            line.insert(k.clone(), json!(v));
-        }
-        metrics_log.append(&line)?;
+        metrics_log.append(&MetricsLine::new(i64::from(s), metrics.clone()))?;
         metrics_log.sync()?;
         rollouts_log.sync()?;
         sink.event(Event::Step { step: s, metrics });
@@ -415,12 +424,9 @@ fn write_eval(metrics: &mut JsonlWriter, results: &mut JsonlWriter, step: i64, r
     for r in &res.records {
         results.append(r)?;
     }
-    let mut line = serde_json::Map::new();
-    line.insert("step".into(), json!(step));
-    for (k, v) in res.metrics.iter().chain(extra.iter()) {
-        line.insert(k.clone(), json!(v));
-    }
-    metrics.append(&line)?;
+    let mut values = res.metrics.clone();
+    values.extend(extra);
+    metrics.append(&MetricsLine::new(step, values))?;
     metrics.sync()?;
     Ok(())
 }

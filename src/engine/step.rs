@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Value, json};
 
 use crate::backend::{AdamParams, Datum, LossFn, Sampler, SamplingParams, Trainer};
 use crate::rl::advantage::{AdvantageStrategy, should_skip};
 use crate::rl::datum::{make_multiturn_datum, train_step};
 use crate::rl::reward::{Outcome, RewardStrategy};
 use crate::sandbox::VerdictStatus;
+use crate::runlog::metrics::{optim, sandbox, time, train};
+use crate::runlog::{Attempt, RolloutRecord};
 use crate::spec::types::RolloutLog;
 
 use super::grading::Graded;
@@ -23,7 +24,7 @@ pub struct StepResult {
     /// The metrics line (without `step`).
     pub metrics: BTreeMap<String, f64>,
     /// Records for rollouts.jsonl.
-    pub rollouts: Vec<Value>,
+    pub rollouts: Vec<RolloutRecord>,
 }
 
 /// Inputs of a step that do not change between steps.
@@ -185,21 +186,38 @@ pub async fn learn(trainer: &dyn Trainer, step: u32, groups: &[Group], timing: T
                 RolloutLog::None => false,
             };
             if log {
-                let mut rec = json!({
-                    "step": step, "problem_id": g.problem.id, "group": gi, "sample": k,
-                    "text": last.text, "code": last.graded.code, "status": last.graded.verdict.status,
-                    "tests_passed": last.graded.verdict.tests_passed, "tests_total": last.graded.verdict.tests_total,
-                    "reward": r, "advantage": a, "skipped": skip, "stop_reason": last.seq.stop_reason,
-                    "tokens": last.seq.tokens.len(), "attempts": t.turns.len(),
-                });
-                if t.turns.len() > 1 {
-                    // Earlier attempts and the feedback each got.
-                    rec["turns"] = t
-                        .turns
+                // Earlier attempts and the feedback each got.
+                let turns = if t.turns.len() > 1 {
+                    t.turns
                         .iter()
-                        .map(|x| json!({"prompt_last_message": x.prompt.messages.last().map(|m| m.content.as_str()), "text": x.text, "status": x.graded.verdict.status, "tests_passed": x.graded.verdict.tests_passed}))
-                        .collect();
-                }
+                        .map(|x| Attempt {
+                            prompt_last_message: x.prompt.messages.last().map(|m| m.content.clone()),
+                            text: x.text.clone(),
+                            status: super::record_status(x.graded.verdict.status),
+                            tests_passed: x.graded.verdict.tests_passed,
+                        })
+                        .collect()
+                } else {
+                    vec![]
+                };
+                let rec = RolloutRecord {
+                    step,
+                    problem_id: g.problem.id.clone(),
+                    group: gi,
+                    sample: k,
+                    text: last.text.clone(),
+                    code: last.graded.code.clone(),
+                    status: super::record_status(last.graded.verdict.status),
+                    tests_passed: last.graded.verdict.tests_passed,
+                    tests_total: last.graded.verdict.tests_total,
+                    reward: r,
+                    advantage: a,
+                    skipped: skip,
+                    stop_reason: super::record_stop(last.seq.stop_reason),
+                    tokens: last.seq.tokens.len(),
+                    attempts: t.turns.len(),
+                    turns,
+                };
                 rollouts.push(rec);
             }
         }
@@ -211,47 +229,47 @@ pub async fn learn(trainer: &dyn Trainer, step: u32, groups: &[Group], timing: T
     if !datums.is_empty() {
         let n = datums.len();
         let (fb, opt) = train_step(trainer, datums, *cfg.loss, *cfg.adam).await?;
-        m.insert("train/loss".into(), fb.loss);
-        m.insert("train/loss_per_token".into(), if fb.stats.tokens > 0 { fb.loss / fb.stats.tokens as f64 } else { 0.0 });
-        m.insert("train/ratio_mean".into(), fb.stats.ratio_mean);
-        m.insert("train/ratio_max".into(), fb.stats.ratio_max);
-        m.insert("train/clip_fraction".into(), fb.stats.clip_fraction);
-        m.insert("train/kl_sample_train".into(), fb.stats.kl_sample_train);
-        m.insert("train/datums".into(), n as f64);
-        m.insert("train/action_tokens".into(), fb.stats.tokens as f64);
-        m.insert("optim/grad_norm".into(), opt.grad_norm);
+        m.insert(train::LOSS.into(), fb.loss);
+        m.insert(train::LOSS_PER_TOKEN.into(), if fb.stats.tokens > 0 { fb.loss / fb.stats.tokens as f64 } else { 0.0 });
+        m.insert(train::RATIO_MEAN.into(), fb.stats.ratio_mean);
+        m.insert(train::RATIO_MAX.into(), fb.stats.ratio_max);
+        m.insert(train::CLIP_FRACTION.into(), fb.stats.clip_fraction);
+        m.insert(train::KL_SAMPLE_TRAIN.into(), fb.stats.kl_sample_train);
+        m.insert(train::DATUMS.into(), n as f64);
+        m.insert(train::ACTION_TOKENS.into(), fb.stats.tokens as f64);
+        m.insert(optim::GRAD_NORM.into(), opt.grad_norm);
         for (k, v) in opt.metrics {
             m.entry(k).or_insert(v);
         }
     } else {
-        m.insert("train/datums".into(), 0.0);
+        m.insert(train::DATUMS.into(), 0.0);
     }
     let train_s = t_train.elapsed().as_secs_f64();
 
     let groups_total = groups.len() as f64;
     let frac = |x: usize| if total == 0 { 0.0 } else { x as f64 / total as f64 };
     let mean = |xs: &[f64]| if xs.is_empty() { 0.0 } else { xs.iter().sum::<f64>() / xs.len() as f64 };
-    m.insert("train/reward_mean".into(), mean(&rewards_all));
-    m.insert("train/correct_mean".into(), frac(correct));
-    m.insert("train/format_rate".into(), frac(formatted));
+    m.insert(train::REWARD_MEAN.into(), mean(&rewards_all));
+    m.insert(train::CORRECT_MEAN.into(), frac(correct));
+    m.insert(train::FORMAT_RATE.into(), frac(formatted));
     if spec.rollout.max_attempts > 1 {
-        m.insert("train/correct_first_attempt".into(), frac(first_correct));
-        m.insert("train/attempts_mean".into(), frac(turns_all));
+        m.insert(train::CORRECT_FIRST_ATTEMPT.into(), frac(first_correct));
+        m.insert(train::ATTEMPTS_MEAN.into(), frac(turns_all));
     }
-    m.insert("train/groups".into(), groups_total);
-    m.insert("train/groups_skipped".into(), f64::from(skipped));
-    m.insert("train/groups_infra_dropped".into(), f64::from(infra_dropped));
-    m.insert("train/off_policy_steps".into(), f64::from(off_policy));
-    m.insert("train/truncated_rate".into(), truncation_rate(groups));
-    m.insert("train/completion_tokens_mean".into(), if turns_all == 0 { 0.0 } else { completion_tokens as f64 / turns_all as f64 });
-    m.insert("train/prompt_tokens_mean".into(), if groups.is_empty() { 0.0 } else { prompt_tokens as f64 / groups_total });
-    m.insert("train/completion_tokens".into(), completion_tokens as f64);
-    m.insert("sandbox/infra_errors".into(), f64::from(infra_errors));
-    m.insert("sandbox/p50_ms".into(), percentile(&mut latencies.clone(), 50.0));
-    m.insert("sandbox/p95_ms".into(), percentile(&mut latencies, 95.0));
-    m.insert("time/sample_s".into(), timing.sample_s);
-    m.insert("time/grade_s".into(), timing.grade_s);
-    m.insert("time/train_s".into(), train_s);
+    m.insert(train::GROUPS.into(), groups_total);
+    m.insert(train::GROUPS_SKIPPED.into(), f64::from(skipped));
+    m.insert(train::GROUPS_INFRA_DROPPED.into(), f64::from(infra_dropped));
+    m.insert(train::OFF_POLICY_STEPS.into(), f64::from(off_policy));
+    m.insert(train::TRUNCATED_RATE.into(), truncation_rate(groups));
+    m.insert(train::COMPLETION_TOKENS_MEAN.into(), if turns_all == 0 { 0.0 } else { completion_tokens as f64 / turns_all as f64 });
+    m.insert(train::PROMPT_TOKENS_MEAN.into(), if groups.is_empty() { 0.0 } else { prompt_tokens as f64 / groups_total });
+    m.insert(train::COMPLETION_TOKENS.into(), completion_tokens as f64);
+    m.insert(sandbox::INFRA_ERRORS.into(), f64::from(infra_errors));
+    m.insert(sandbox::P50_MS.into(), percentile(&mut latencies.clone(), 50.0));
+    m.insert(sandbox::P95_MS.into(), percentile(&mut latencies, 95.0));
+    m.insert(time::SAMPLE_S.into(), timing.sample_s);
+    m.insert(time::GRADE_S.into(), timing.grade_s);
+    m.insert(time::TRAIN_S.into(), train_s);
     Ok(StepResult { metrics: m, rollouts })
 }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::diagnostic::Diagnostic;
 use super::node::Node;
 use super::source::{Source, Span};
-use super::types::{Backend, Finetune, RewardKind, SandboxKind, Spec};
+use super::types::{Finetune, RewardKind, SandboxKind, Spec};
 use crate::data::filter::is_day;
 
 use super::resolved::{BUILTIN_CHAT_TEMPLATES, ModelSource, SourceError, looks_like_path};
@@ -142,16 +142,14 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
     }
 
     // Incompatible options.
-    match &spec.backend {
-        Backend::Openai { .. } if spec.schedule.max_steps > 0 => {
-            cx.err("backend.kind", format!("the `openai` backend can only sample, but `schedule.max_steps` is {}", spec.schedule.max_steps))
-                .hints
-                .push("use `backend.kind: local` or `tinker` to train, or set `schedule.max_steps: 0` for an evaluation-only run".into());
-        }
-        Backend::Tinker { .. } if spec.model.finetune == Finetune::Full => {
-            cx.err("model.finetune", "Tinker trains LoRA adapters only; `model.finetune: full` needs `backend.kind: local`".into());
-        }
-        _ => {}
+    let kind = spec.backend.kind();
+    if !spec.backend.can_train() && spec.schedule.max_steps > 0 {
+        cx.err("backend.kind", format!("the `{kind}` backend can only sample, but `schedule.max_steps` is {}", spec.schedule.max_steps))
+            .hints
+            .push("use `backend.kind: local` or `tinker` to train, or set `schedule.max_steps: 0` for an evaluation-only run".into());
+    }
+    if !spec.backend.trains_full_weights() && spec.model.finetune == Finetune::Full {
+        cx.err("model.finetune", format!("the `{kind}` backend trains LoRA adapters only; `model.finetune: full` needs `backend.kind: local`"));
     }
     if spec.rollout.max_attempts > 1 && spec.prompt.feedback.is_none() {
         cx.err("rollout.max_attempts", format!("`rollout.max_attempts` is {} but `prompt.feedback` is not set", spec.rollout.max_attempts))

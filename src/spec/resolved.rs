@@ -144,17 +144,6 @@ pub enum BackendChoice {
     },
 }
 
-impl BackendChoice {
-    /// The backend's name as specs write it.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            BackendChoice::Local { .. } => "local",
-            BackendChoice::Tinker { .. } => "tinker",
-            BackendChoice::Openai { .. } => "openai",
-        }
-    }
-}
-
 /// What the program uses, resolved from a checked [`Spec`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resolved {

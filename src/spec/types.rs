@@ -219,6 +219,27 @@ pub enum Backend {
     },
 }
 
+impl Backend {
+    /// The name specs use (`backend.kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Backend::Local { .. } => "local",
+            Backend::Tinker { .. } => "tinker",
+            Backend::Openai { .. } => "openai",
+        }
+    }
+
+    /// Whether the backend can train (an OpenAI-compatible server only samples).
+    pub fn can_train(&self) -> bool {
+        !matches!(self, Backend::Openai { .. })
+    }
+
+    /// Whether the backend can train every weight (Tinker trains LoRA adapters only).
+    pub fn trains_full_weights(&self) -> bool {
+        matches!(self, Backend::Local { .. })
+    }
+}
+
 fn default_tinker_key_env() -> String {
     "TINKER_API_KEY".into()
 }

@@ -126,7 +126,7 @@ fn a_missing_model_exits_2() {
         cx.rlx().args(["render", "spec.yaml"]).env("HF_HUB_CACHE", cx.path().join("empty-hf")).env("HF_HUB_OFFLINE", "1").output().unwrap(),
     );
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.starts_with("error: cannot find the model\n  Caused by: model `org/model`: not found in the Hugging Face cache"), "{}", r.stderr);
+    assert!(r.stderr.starts_with("error: cannot load the model's tokenizer and chat template\n  Caused by: model `org/model`: not found in the Hugging Face cache"), "{}", r.stderr);
 }
 
 /// `rlx run` reports a missing model as the user's error, with its causes, on the console.
