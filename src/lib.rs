@@ -26,6 +26,7 @@
 
 pub mod backend;
 mod calendar;
+pub mod causes;
 pub mod cli;
 pub mod data;
 pub mod engine;

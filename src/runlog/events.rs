@@ -95,13 +95,9 @@ impl EventRecord {
 
     /// A run stopped by `error`; its source chain becomes `causes`.
     pub fn failed(error: &(dyn std::error::Error + 'static)) -> EventRecord {
-        let mut causes = vec![];
-        let mut source = error.source();
-        while let Some(e) = source {
-            causes.push(e.to_string());
-            source = e.source();
-        }
-        EventRecord::Failed { error: error.to_string(), causes, time: now() }
+        let mut causes = crate::causes::causes(error);
+        let error = causes.remove(0);
+        EventRecord::Failed { error, causes, time: now() }
     }
 
     /// When it was written; `None` for [`EventRecord::Unknown`].

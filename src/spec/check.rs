@@ -223,6 +223,9 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             let abs = cx.resolve_path("model.base", &p);
             if abs.exists() {
                 spec.model.base = abs.display().to_string();
+            } else if !looks_like_path(&base) && let Ok(cwd_relative) = std::path::absolute(&p) {
+                // `owner/name` that exists as a directory here: a local model, as it always was.
+                spec.model.base = cwd_relative.display().to_string();
             } else {
                 cx.err("model.base", format!("model `{base}` does not exist")).label = format!("resolved to {}", abs.display());
             }

@@ -1,0 +1,42 @@
+//! An error's cause chain as the messages users see: the console's `Caused by:` lines, a failed
+//! run's `status.json` reason and its `events.jsonl` record all come from [`causes`], so they can
+//! never disagree.
+
+/// The messages of `err` and its sources, outermost first.
+///
+/// A cause whose message repeats the one before is dropped (`#[error(transparent)]` wrappers
+/// and context that restates its source), and candle errors lose the backtrace they carry under
+/// `RUST_BACKTRACE`: the user gets facts, not frames.
+pub fn causes(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in std::iter::successors(Some(err), |e| e.source()) {
+        let msg = match e.downcast_ref::<candle_core::Error>() {
+            Some(c) => crate::prompt::gguf::candle_reason(c),
+            None => e.to_string(),
+        };
+        if out.last() != Some(&msg) {
+            out.push(msg);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    enum Outer {
+        #[error(transparent)]
+        Same(#[from] Inner),
+    }
+    #[derive(Debug, thiserror::Error)]
+    #[error("inner failed")]
+    struct Inner(#[source] std::io::Error);
+
+    #[test]
+    fn repeats_are_dropped_and_sources_kept() {
+        let e = Outer::Same(Inner(std::io::Error::other("disk full")));
+        assert_eq!(causes(&e), ["inner failed", "disk full"]);
+    }
+}
