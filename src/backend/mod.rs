@@ -364,7 +364,7 @@ pub struct SampledSequence {
     pub stop_reason: StopReason,
 }
 
-/// One prompt of a [`Sampler::sample_batch`] call.
+/// One prompt of a [`Sampler::sample`] call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampleRequest {
     /// Prompt token ids.

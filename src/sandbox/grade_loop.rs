@@ -33,6 +33,11 @@ pub struct Graded {
 
 /// Grades one submission, retrying infrastructure errors up to `retries` times.
 pub async fn grade_one<G: Grader>(grader: &G, problem: &Problem, submission: Submission, opts: &GradeOptions, retries: u32) -> Graded {
+    grade_with_backoff(grader, problem, submission, opts, retries, BACKOFF).await
+}
+
+/// [`grade_one`] with the first backoff given (the unit tests use zero rather than sleep).
+async fn grade_with_backoff<G: Grader>(grader: &G, problem: &Problem, submission: Submission, opts: &GradeOptions, retries: u32, backoff: Duration) -> Graded {
     let code = match submission {
         Submission::Code(code) => code,
         Submission::Completion(text) => match extract_code(&text) {
@@ -55,7 +60,7 @@ pub async fn grade_one<G: Grader>(grader: &G, problem: &Problem, submission: Sub
             return Graded { verdict, code: Some(code), latency_ms, infra_errors };
         }
         tracing::warn!(problem = %problem.id, attempt = infra_errors, error = ?verdict.error, "sandbox infrastructure error; grading again");
-        tokio::time::sleep(BACKOFF.saturating_mul(1 << (infra_errors - 1).min(16)).min(MAX_BACKOFF)).await;
+        tokio::time::sleep(backoff.saturating_mul(1 << (infra_errors - 1).min(16)).min(MAX_BACKOFF)).await;
     }
 }
 
@@ -159,11 +164,11 @@ mod tests {
     #[tokio::test]
     async fn infra_errors_are_retried_then_reported() {
         let g = Flaky { failures: 2, calls: AtomicU32::new(0) };
-        let r = grade_one(&g, &problem(), Submission::Code("print(1)".into()), &GradeOptions::default(), 2).await;
+        let r = grade_with_backoff(&g, &problem(), Submission::Code("print(1)".into()), &GradeOptions::default(), 2, Duration::ZERO).await;
         assert_eq!((r.verdict.status, r.infra_errors, g.calls.load(Ordering::SeqCst)), (VerdictStatus::Passed, 2, 3));
 
         let g = Flaky { failures: 5, calls: AtomicU32::new(0) };
-        let r = grade_one(&g, &problem(), Submission::Code("print(1)".into()), &GradeOptions::default(), 2).await;
+        let r = grade_with_backoff(&g, &problem(), Submission::Code("print(1)".into()), &GradeOptions::default(), 2, Duration::ZERO).await;
         assert_eq!((r.verdict.status, r.infra_errors, g.calls.load(Ordering::SeqCst)), (VerdictStatus::InfraError, 3, 3));
 
         let g = Flaky { failures: 5, calls: AtomicU32::new(0) };

@@ -275,11 +275,7 @@ fn rlx_grade_retries_infrastructure_errors() {
     assert_eq!(hits.load(Ordering::SeqCst), 8, "2 tries of 4 requests");
     assert!(err.contains("1 regrade(s) after infrastructure errors") && err.contains("infra_error after 2 attempt(s)"), "{err}");
 
-    // A server that is down (nothing listens): the same, without retries when asked for none.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let out = grade(&format!("http://127.0.0.1:{port}"), "0");
-    assert_eq!(out.status.code(), Some(3));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["status"], "infra_error", "{v}");
-    assert!(v["error"].as_str().unwrap().contains("4 attempt"), "{v}");
+    // A server that is down is the same kind of failure (see
+    // `fusion_infrastructure_failures_are_infra_errors`); not repeated here, as each try costs
+    // the client's own backoff (1.4 s).
 }
