@@ -26,11 +26,11 @@
 
 pub mod backend;
 mod calendar;
-pub mod causes;
+pub(crate) mod causes;
 pub mod cli;
 pub mod data;
 pub mod engine;
-pub mod hub;
+pub(crate) mod hub;
 pub mod prompt;
 pub mod rl;
 pub mod runlog;

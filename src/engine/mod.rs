@@ -19,13 +19,13 @@
 //! what it would have sampled.
 
 mod event;
-pub mod eval;
-pub mod feedback;
-pub mod grading;
+pub(crate) mod eval;
+pub(crate) mod feedback;
+pub(crate) mod grading;
 pub mod problems;
-pub mod prompting;
-pub mod rollout;
-pub mod step;
+pub(crate) mod prompting;
+pub(crate) mod rollout;
+pub(crate) mod step;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
