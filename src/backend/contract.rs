@@ -166,6 +166,8 @@ pub async fn check_trainer(trainer: &dyn Trainer, fx: &Fixture) -> Result<(), Vi
         model_input: tokens[..n].to_vec(),
         loss_fn_inputs: LossFnInputs { target_tokens: tokens[1..].to_vec(), weights: None, logprobs: Some(q.clone()), advantages: Some(completion(1.5)) },
     };
+    // The seams have no forward-only call: a cross_entropy pass with zero weights scores the
+    // tokens and accumulates a zero gradient, which the next `load_state` discards.
     let forward = |d: Datum| async move {
         let out = trainer.forward_backward(vec![d], LossFn::CrossEntropy).await.clause("forward")?;
         Ok::<_, Violation>(out.outputs.into_iter().next().map(|o| o.logprobs).unwrap_or_default())

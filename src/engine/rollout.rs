@@ -82,6 +82,9 @@ pub struct Ctx<'a> {
     pub stop: &'a Stop,
 }
 
+/// A sampler's reply: per request, its completions.
+type Completions = Vec<Vec<SampledSequence>>;
+
 /// A prompt to sample a group for: the problem, its first-turn prompt, the group's seed.
 pub type GroupPrompt = (Arc<Problem>, Rendered, u64);
 
@@ -113,7 +116,7 @@ pub async fn run(
     let in_flight = sampler.max_in_flight().max(1);
     let mut pending = Vec::with_capacity(prompts.len());
     let mut rest = prompts.into_iter().peekable();
-    let mut queue: VecDeque<(Vec<GroupPrompt>, Pending<Vec<Vec<SampledSequence>>>)> = VecDeque::new();
+    let mut queue: VecDeque<(Vec<GroupPrompt>, Pending<Completions>)> = VecDeque::new();
     let t = Instant::now();
     loop {
         if cx.stop.requested() {

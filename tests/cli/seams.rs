@@ -50,7 +50,7 @@ impl Scripted {
     fn answer(&self, prompt: &[u32], seed: u64, k: usize) -> SampledSequence {
         let text = self.tokenizer.decode(prompt, false).unwrap();
         let (_, code) = self.solutions.iter().find(|(statement, _)| text.contains(statement.as_str())).expect("a known problem");
-        let body = if (seed + k as u64) % 2 == 0 { code.clone() } else { "def nothing():\n    return None".to_string() };
+        let body = if (seed + k as u64).is_multiple_of(2) { code.clone() } else { "def nothing():\n    return None".to_string() };
         let mut tokens = self.tokenizer.encode(format!("```python\n{body}\n```"), false).unwrap().get_ids().to_vec();
         tokens.push(1); // <|im_end|>: the engine's stop token
         SampledSequence { logprobs: vec![-0.5; tokens.len()], tokens, stop_reason: StopReason::Stop }
@@ -205,7 +205,7 @@ async fn the_engine_drives_any_backend_with_requests_in_flight() {
     }
     assert_eq!(log.iter().filter(|l| l.starts_with("optim_step 0.00001")).count(), 2, "{log:?}");
     // The final eval's pass@1 is the share of even seeds (the scripted rule).
-    let even = (0..8u64).filter(|i| engine::problems::derive_seed(5 ^ 0xE7A1, -1, *i) % 2 == 0).count();
+    let even = (0..8u64).filter(|i| engine::problems::derive_seed(5 ^ 0xE7A1, -1, *i).is_multiple_of(2)).count();
     assert_eq!(metrics[1]["eval/pass@1"].as_f64().unwrap(), even as f64 / 8.0);
     // Remote state references are recorded as given.
     let checkpoints = jsonl(&dir.join("checkpoints.jsonl"));
@@ -226,7 +226,7 @@ async fn evaluation_needs_only_a_sampler() {
     let results = jsonl(&dir.join("eval_results.jsonl"));
     assert_eq!(results.len(), 40);
     for (i, r) in results.iter().enumerate() {
-        let expect = u64::from(engine::problems::derive_seed(5 ^ 0xE7A1, -1, i as u64) % 2 == 0);
+        let expect = u64::from(engine::problems::derive_seed(5 ^ 0xE7A1, -1, i as u64).is_multiple_of(2));
         assert_eq!(r["correct"].as_u64().unwrap(), expect, "{r}");
     }
     // 40 prompts × 1 sample in batches of 32: two calls, overlapping.
