@@ -21,9 +21,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         (Some(dir), []) => {
             // A run directory carries its spec and the overrides it was started with.
             let rd = RunDir::open(dir).with_context(|| format!("cannot resume `{}`", dir.display()))?;
-            let prov: serde_json::Value = rd.read_json(files::PROVENANCE)?.context("the run directory has no provenance.json")?;
+            let prov = rd.provenance().with_context(|| format!("cannot resume `{}`", dir.display()))?;
             let mut all = vec![];
-            for o in prov["overrides"].as_array().into_iter().flatten().filter_map(|v| v.as_str()) {
+            for o in &prov.overrides {
                 all.push(spec::overrides::parse(o).map_err(|d| anyhow::anyhow!("recorded override `{o}` is invalid: {}", spec::Diagnostics(d)))?);
             }
             all.extend(ovs);
@@ -31,7 +31,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
             // Plan the spec text as written, but located where it was written, so its relative
             // paths resolve as they did when the run started.
             let text = std::fs::read_to_string(rd.file(files::SPEC)).context("cannot read the run's spec.yaml")?;
-            let original = prov["spec_path"].as_str().map(std::path::PathBuf::from).unwrap_or_else(|| rd.file(files::SPEC));
+            let original = Some(prov.spec_path.as_str()).filter(|p| !p.is_empty()).map(std::path::PathBuf::from).unwrap_or_else(|| rd.file(files::SPEC));
             (original, Some(text), all)
         }
         (None, [one]) => (Path::new(one).to_path_buf(), None, ovs),
