@@ -23,3 +23,16 @@ fn run_validates_first_and_names_the_run() {
     let r = cx.run(&["run", "spec.yaml", "spec.yaml"]);
     assert_eq!(r.code, 2);
 }
+
+/// A backend this version cannot use stops the run at once (before data, prompts or the model
+/// are touched: the model here is an uncached Hub id), as the user's error, with the reason.
+#[test]
+fn an_unavailable_backend_exits_2_before_loading_anything() {
+    let cx = TestContext::new();
+    let r = crate::common::Run::from(
+        cx.rlx().args(["run", "spec.yaml", "backend={kind: tinker}"]).env("HF_HUB_CACHE", cx.path().join("empty-hf")).env("HF_HUB_OFFLINE", "1").output().unwrap(),
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("backend `tinker` is not available"), "{}", r.stderr);
+    assert!(!r.stderr.contains("Hugging Face cache"), "the model was looked up first:\n{}", r.stderr);
+}

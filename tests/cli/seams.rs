@@ -117,6 +117,7 @@ impl Trainer for Recorder {
         Box::pin(async move { Ok(StateRef(uri)) })
     }
     fn load_state(&self, state: &StateRef) -> Pending<()> {
+        self.log.lock().unwrap().push(format!("load_state {state}"));
         let found = self.states.lock().unwrap().get(&state.0).copied();
         if let Some(s) = found {
             *self.steps.lock().unwrap() = s;
@@ -212,6 +213,43 @@ async fn the_engine_drives_any_backend_with_requests_in_flight() {
     let states: Vec<&str> = checkpoints.iter().map(|c| c["state_path"].as_str().unwrap()).collect();
     assert_eq!(states, ["scripted://step-000000", "scripted://step-000001"]);
     assert!(!dir.join("checkpoints").exists(), "a remote backend's run writes no local state");
+}
+
+/// A run stopped after its first step resumes from the backend's remote state reference: the
+/// engine hands `scripted://step-000000` back to `load_state` and runs the remaining step once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_resumes_from_a_remote_state_reference() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let plan = plan(&cx, 2, 4, "schedule: {max_steps: 2, eval_every: 0, save_every: 0, eval_at_start: false}");
+    let sampler = scripted(&cx);
+    let trainer = Arc::new(Recorder { sampler, in_flight: Arc::default(), log: Mutex::default(), steps: Mutex::default(), states: Mutex::default() });
+    let stop = engine::Stop::default();
+    let on_step = {
+        let stop = stop.clone();
+        move |e: engine::Event| {
+            if matches!(e, engine::Event::Step { step: 0, .. }) {
+                stop.request();
+            }
+        }
+    };
+    let first = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &stop, &on_step).await.unwrap();
+    assert_eq!(first, engine::Outcome::Interrupted { steps: 1 });
+    let second = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::Stop::default(), &()).await.unwrap();
+    assert_eq!(second, engine::Outcome::Finished { steps: 2 });
+
+    let log = trainer.log.lock().unwrap().clone();
+    let saves: Vec<&String> = log.iter().filter(|l| l.starts_with("save_state")).collect();
+    assert_eq!(saves, ["save_state step-000000", "save_state step-000001"], "{log:?}");
+    assert!(log.contains(&"load_state scripted://step-000000".to_string()), "{log:?}");
+    assert_eq!(log.iter().filter(|l| l.starts_with("optim_step")).count(), 2, "each step trained once: {log:?}");
+    let dir = cx.path().join("runs").join(&plan.run_id);
+    let events: Vec<String> = jsonl(&dir.join("events.jsonl")).iter().map(|e| e["event"].as_str().unwrap().to_string()).collect();
+    assert_eq!(events, ["start", "interrupted", "resume", "finished"]);
+    let resume = jsonl(&dir.join("events.jsonl")).into_iter().find(|e| e["event"] == "resume").unwrap();
+    assert_eq!((resume["from_checkpoint"].as_str(), resume["next_step"].as_u64()), (Some("step-000000"), Some(1)));
+    let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().map(|m| m["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, [0, 1]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
