@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 pub mod contract;
 pub mod local;
-pub mod model_source;
+pub(crate) mod model_source;
 mod open;
 
 pub use open::{Context, open};

@@ -12,10 +12,10 @@
 //! shuffle and the dataset fingerprint are in [`source`] and [`filter`].
 
 pub mod filter;
-pub mod formats;
+pub(crate) mod formats;
 pub mod hf;
-pub mod lcb_private;
-pub mod parquet;
+pub(crate) mod lcb_private;
+pub(crate) mod parquet;
 pub mod source;
 
 use std::path::{Path, PathBuf};

@@ -11,7 +11,7 @@
 pub mod chat;
 pub(crate) mod gguf;
 pub mod model_files;
-pub mod render;
+pub(crate) mod render;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};

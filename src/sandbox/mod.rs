@@ -18,13 +18,13 @@
 //!
 //! Infrastructure failures never become failed tests: they are [`VerdictStatus::InfraError`].
 
-pub mod extract;
+pub(crate) mod extract;
 pub mod fusion;
-pub mod grade_loop;
+pub(crate) mod grade_loop;
 pub mod harness;
 pub mod local;
 pub mod server;
-pub mod start;
+pub(crate) mod start;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -9,16 +9,16 @@
 //! - [`resolved`]: the values the program uses ([`Resolved`]), derived once from the checked spec.
 //! - [`sweep`]: grids of plans.
 
-pub mod check;
+pub(crate) mod check;
 pub mod diagnostic;
-pub mod explain;
+pub(crate) mod explain;
 pub mod node;
 pub mod overrides;
 pub mod plan;
 pub mod resolved;
 pub mod schema;
 pub mod source;
-pub mod sweep;
+pub(crate) mod sweep;
 pub mod types;
 
 pub use diagnostic::{Diagnostic, Diagnostics};

@@ -6,7 +6,7 @@
 //! the same grid always yields the same runs: a re-launched sweep finds the finished ones.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -149,12 +149,6 @@ pub fn expand(spec_path: &Path, args: &[SweepArg]) -> Result<Sweep, Error> {
 }
 
 impl Sweep {
-    /// Where the sweep's record lives: `sweeps/<id>/` beside the run root (`runs/`).
-    pub fn dir(&self) -> PathBuf {
-        let root = self.members.first().map_or(PathBuf::from("runs"), |m| m.plan.spec.log.root.clone());
-        let parent = root.parent().map(Path::to_path_buf).unwrap_or_default();
-        parent.join("sweeps").join(&self.id)
-    }
 }
 
 #[cfg(test)]
