@@ -27,7 +27,6 @@ pub(crate) mod prompting;
 pub(crate) mod rollout;
 pub(crate) mod step;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -240,7 +239,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
     let data_spec = spec.data.clone();
     let seed = spec.seed;
     let dataset = tokio::task::spawn_blocking(move || crate::data::load_data(&data_spec, seed, &crate::data::source::Options::from_env())).await?.map_err(Error::Data)?;
-    if dataset.train.problems.is_empty() && spec.schedule.max_steps > 0 {
+    if dataset.train.problems.is_empty() && max_steps > 0 {
         return Err(Error::NoProblems);
     }
     record_data(dir, &dataset)?;
@@ -323,7 +322,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
     if first_step == 0 && (spec.schedule.eval_at_start || max_steps == 0) && !eval_set.is_empty() {
         let sampler = policy.sampler().await?;
         let Some(res) = eval::run(&*sampler, -1, spec, &eval_set, &eval_sampling, &cx).await? else { return Ok(Outcome::Interrupted { steps: 0 }) };
-        write_eval(&mut metrics_log, &mut eval_log, -1, &res, BTreeMap::new())?;
+        write_eval(&mut metrics_log, &mut eval_log, -1, &res)?;
         sink.event(Event::Eval { step: -1, metrics: res.metrics });
     }
     let Some(trainer) = trainer else { return Ok(Outcome::Finished { steps: 0 }) };
@@ -406,13 +405,12 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
     Ok(Outcome::Finished { steps: max_steps })
 }
 
-fn write_eval(metrics: &mut JsonlWriter, results: &mut JsonlWriter, step: i64, res: &eval::EvalResult, extra: BTreeMap<String, f64>) -> Result<(), Error> {
+/// The baseline eval's records and its own metrics line (later evals join their step's line).
+fn write_eval(metrics: &mut JsonlWriter, results: &mut JsonlWriter, step: i64, res: &eval::EvalResult) -> Result<(), Error> {
     for r in &res.records {
         results.append(r)?;
     }
-    let mut values = res.metrics.clone();
-    values.extend(extra);
-    metrics.append(&MetricsLine::new(step, values))?;
+    metrics.append(&MetricsLine::new(step, res.metrics.clone()))?;
     metrics.sync()?;
     Ok(())
 }

@@ -31,7 +31,7 @@ pub struct PromptFiles {
 pub fn read(path: &Path) -> Result<PromptFiles, Error> {
     if path.is_dir() {
         let tok_path = path.join("tokenizer.json");
-        let tokenizer = if tok_path.exists() { Some(tokenizer_file(&tok_path)?) } else { None };
+        let tokenizer = if tok_path.exists() { Some(super::tokenizer::read_file(&tok_path)?) } else { None };
         let tc_path = path.join("tokenizer_config.json");
         let (chat_template, special) = if tc_path.exists() {
             let cfg = TokenizerConfig::from_file(&tc_path)?;
@@ -42,17 +42,13 @@ pub fn read(path: &Path) -> Result<PromptFiles, Error> {
         return Ok(PromptFiles { tokenizer, chat_template, special });
     }
     if path.extension().is_some_and(|e| e == "json") {
-        return Ok(PromptFiles { tokenizer: Some(tokenizer_file(path)?), ..PromptFiles::default() });
+        return Ok(PromptFiles { tokenizer: Some(super::tokenizer::read_file(path)?), ..PromptFiles::default() });
     }
     let content = super::gguf::read_header(path)?;
     let tokens = super::gguf::tokens(&content.metadata, path)?;
     let tokenizer = super::gguf::tokenizer(&content.metadata, &tokens, path)?;
     let (chat_template, special) = super::gguf::chat_metadata(&content.metadata, &tokens);
     Ok(PromptFiles { tokenizer: Some(tokenizer), chat_template, special })
-}
-
-fn tokenizer_file(path: &Path) -> Result<tokenizers::Tokenizer, Error> {
-    tokenizers::Tokenizer::from_file(path).map_err(|e| Error::Tokenizer { what: format!("`{}`", path.display()), message: e.to_string() })
 }
 
 /// A model's tokenizer (stop tokens set) and chat template, as a spec chooses them.

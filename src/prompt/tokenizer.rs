@@ -16,15 +16,21 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
+/// Reads a `tokenizer.json` as the `tokenizers` crate's type (what the model loader keeps).
+///
+/// # Errors
+/// [`Error::Tokenizer`] naming the file.
+pub(crate) fn read_file(path: &Path) -> Result<tokenizers::Tokenizer, Error> {
+    tokenizers::Tokenizer::from_file(path).map_err(|e| Error::Tokenizer { what: format!("cannot load `{}`", path.display()), message: e.to_string() })
+}
+
 impl Tokenizer {
     /// Loads `tokenizer.json`.
     ///
     /// # Errors
     /// [`Error::Tokenizer`] naming the file.
     pub fn from_file(path: &Path) -> Result<Self, Error> {
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| Error::Tokenizer { what: format!("cannot load `{}`", path.display()), message: e.to_string() })?;
-        Ok(Self::new(inner))
+        Ok(Self::new(read_file(path)?))
     }
 
     /// Parses a `tokenizer.json` held in memory.

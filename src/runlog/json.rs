@@ -46,11 +46,7 @@ pub(crate) fn write(path: &Path, value: &impl Serialize) -> Result<(), Error> {
 /// # Errors
 /// I/O errors and invalid content.
 pub(crate) fn read<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, Error> {
-    match fs::read(path) {
-        Ok(bytes) => parse(path, &bytes).map(Some),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io("cannot read", path)(e)),
-    }
+    bytes(path)?.map(|b| parse(path, &b)).transpose()
 }
 
 /// Reads a whole JSON file that carries a `schema_version`, `None` if absent.
@@ -67,11 +63,7 @@ pub(crate) fn read_versioned<T: DeserializeOwned>(path: &Path) -> Result<Option<
     struct Probe {
         schema_version: Option<u32>,
     }
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io("cannot read", path)(e)),
-    };
+    let Some(bytes) = bytes(path)? else { return Ok(None) };
     let probe: Probe = parse(path, &bytes)?;
     if let Some(found) = probe.schema_version
         && found > SCHEMA_VERSION
@@ -79,6 +71,15 @@ pub(crate) fn read_versioned<T: DeserializeOwned>(path: &Path) -> Result<Option<
         return Err(Error::NewerFormat { path: path.to_path_buf(), found, supported: SCHEMA_VERSION });
     }
     parse(path, &bytes).map(Some)
+}
+
+/// A file's bytes, `None` when it does not exist.
+fn bytes(path: &Path) -> Result<Option<Vec<u8>>, Error> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io("cannot read", path)(e)),
+    }
 }
 
 fn parse<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, Error> {

@@ -84,6 +84,12 @@ struct Recorder {
     states: Mutex<HashMap<String, u64>>,
 }
 
+impl Recorder {
+    fn new(sampler: Arc<Scripted>) -> Arc<Self> {
+        Arc::new(Recorder { sampler, in_flight: Arc::default(), log: Mutex::default(), steps: Mutex::default(), states: Mutex::default() })
+    }
+}
+
 impl Trainer for Recorder {
     fn forward_backward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput> {
         self.in_flight.enter();
@@ -146,8 +152,9 @@ fn scripted(cx: &TestContext) -> Arc<Scripted> {
     Arc::new(Scripted { tokenizer, solutions: solutions(), in_flight: Arc::default(), calls: Arc::default() })
 }
 
-/// The test spec; `eval_limit` caps the eval problems (40 in the file).
-fn plan(cx: &TestContext, max_steps: u32, eval_limit: u32, extra: &str) -> rlx::spec::Plan {
+/// The test spec; `eval_limit` caps the eval problems (40 in the file), `schedule` adds keys to
+/// the `schedule` section (`save_every`, `eval_at_start`).
+fn plan(cx: &TestContext, max_steps: u32, eval_limit: u32, schedule: &str) -> rlx::spec::Plan {
     let data = repo().join("experiments/data");
     let spec = format!(
         "name: seams
@@ -164,12 +171,11 @@ reward: {{test_timeout_s: 5}}
 sandbox: {{kind: local, strict: false}}
 eval: {{k: [1]}}
 log: {{root: {root}}}
-{schedule}",
+schedule: {{max_steps: {max_steps}, eval_every: 0, {schedule}}}",
         train = data.join("easy_python_train.jsonl").display(),
         eval = data.join("easy_python_eval.jsonl").display(),
         user = repo().join("prompts/mbpp_user.j2").display(),
         root = cx.path().join("runs").display(),
-        schedule = if extra.is_empty() { format!("schedule: {{max_steps: {max_steps}, eval_every: 0, save_every: 1}}") } else { extra.to_string() },
     );
     let path = cx.write("spec.yaml", &spec);
     rlx::spec::plan(&path, &[]).unwrap()
@@ -184,9 +190,9 @@ async fn the_engine_drives_any_backend_with_requests_in_flight() {
     let cx = TestContext::new();
     crate::engine::tiny_model(&cx.path().join("tiny"));
     // No baseline eval, 8 eval problems at the end: the eval path has its own test below.
-    let plan = plan(&cx, 2, 8, "schedule: {max_steps: 2, eval_every: 0, save_every: 1, eval_at_start: false}");
+    let plan = plan(&cx, 2, 8, "save_every: 1, eval_at_start: false");
     let sampler = scripted(&cx);
-    let trainer = Arc::new(Recorder { sampler: sampler.clone(), in_flight: Arc::default(), log: Mutex::default(), steps: Mutex::default(), states: Mutex::default() });
+    let trainer = Recorder::new(sampler.clone());
     let outcome = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::Stop::default(), &()).await.unwrap();
     assert_eq!(outcome, engine::Outcome::Finished { steps: 2 });
 
@@ -221,9 +227,9 @@ async fn the_engine_drives_any_backend_with_requests_in_flight() {
 async fn a_run_resumes_from_a_remote_state_reference() {
     let cx = TestContext::new();
     crate::engine::tiny_model(&cx.path().join("tiny"));
-    let plan = plan(&cx, 2, 4, "schedule: {max_steps: 2, eval_every: 0, save_every: 0, eval_at_start: false}");
+    let plan = plan(&cx, 2, 4, "save_every: 0, eval_at_start: false");
     let sampler = scripted(&cx);
-    let trainer = Arc::new(Recorder { sampler, in_flight: Arc::default(), log: Mutex::default(), steps: Mutex::default(), states: Mutex::default() });
+    let trainer = Recorder::new(sampler);
     let stop = engine::Stop::default();
     let on_step = {
         let stop = stop.clone();
@@ -256,7 +262,7 @@ async fn a_run_resumes_from_a_remote_state_reference() {
 async fn evaluation_needs_only_a_sampler() {
     let cx = TestContext::new();
     crate::engine::tiny_model(&cx.path().join("tiny"));
-    let plan = plan(&cx, 0, 40, "");
+    let plan = plan(&cx, 0, 40, "save_every: 1");
     let sampler = scripted(&cx);
     let outcome = engine::run(&plan, PolicySource::Given(Policy::Fixed(sampler.clone())), &engine::Stop::default(), &()).await.unwrap();
     assert_eq!(outcome, engine::Outcome::Finished { steps: 0 });
@@ -279,5 +285,5 @@ async fn evaluation_needs_only_a_sampler() {
 }
 
 fn plan_steps(cx: &TestContext) -> rlx::spec::Plan {
-    plan(cx, 1, 40, "")
+    plan(cx, 1, 40, "save_every: 1")
 }

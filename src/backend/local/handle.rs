@@ -44,8 +44,7 @@ pub async fn open(path: PathBuf, finetune: &Finetune, options: Options) -> Resul
         Finetune::Lora(l) => Tuning::Lora(l.clone()),
     };
     let trainer_options = TrainerOptions { tuning, seed: options.seed, max_tokens_per_microbatch: options.max_tokens_per_microbatch };
-    let worker = Worker::spawn("local trainer", move || LocalTrainer::new(super::load(&path)?, trainer_options)).await?;
-    Ok(Policy::Trainable(Arc::new(TrainerHandle { worker, state_dir: options.state_dir })))
+    trainable(options.state_dir, move || LocalTrainer::new(super::load(&path)?, trainer_options)).await
 }
 
 /// Wraps an existing trainer (tests build trainers from random weights) as a trainable policy.
@@ -53,7 +52,12 @@ pub async fn open(path: PathBuf, finetune: &Finetune, options: Options) -> Resul
 /// # Errors
 /// When the thread cannot start.
 pub async fn policy_of(trainer: LocalTrainer, state_dir: PathBuf) -> Result<Policy> {
-    let worker = Worker::spawn("local trainer", move || Ok(trainer)).await?;
+    trainable(state_dir, move || Ok(trainer)).await
+}
+
+/// Starts the trainer's thread (building the trainer on it) and wraps it as a policy.
+async fn trainable(state_dir: PathBuf, init: impl FnOnce() -> Result<LocalTrainer> + Send + 'static) -> Result<Policy> {
+    let worker = Worker::spawn("local trainer", init).await?;
     Ok(Policy::Trainable(Arc::new(TrainerHandle { worker, state_dir })))
 }
 
