@@ -114,3 +114,85 @@ impl Run {
         self.stderr.lines().filter(|l| l.starts_with("error: ") && !(l.contains(" problem") && l.ends_with("found"))).count()
     }
 }
+
+/// The Python interpreter of a cached virtualenv holding `requirements` (pinned pip
+/// requirement strings), created on first use under `~/.cache/rlx/venvs/` (or
+/// `$RLX_TEST_VENVS`) so that tests and CI install each set once per machine. Returns `None`
+/// after a `SKIPPED` line only when the package registry cannot be reached; any other
+/// install failure fails the test, with pip's output.
+///
+/// Concurrent tests (and concurrent `cargo test` runs) wait on a lock file, so a set is
+/// installed once. The directory name carries a hash of the requirements: changing a pin makes
+/// a new virtualenv instead of mutating one another checkout may be using.
+#[track_caller]
+#[allow(clippy::print_stderr, dead_code)] // used by the tracker, Tinker and llama.cpp tests
+pub fn python_env(name: &str, requirements: &[&str]) -> Option<PathBuf> {
+    let root = std::env::var_os("RLX_TEST_VENVS").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/rlx/venvs")
+    });
+    python_env_in(&root, name, requirements)
+}
+
+#[track_caller]
+#[allow(clippy::print_stderr)]
+fn python_env_in(root: &Path, name: &str, requirements: &[&str]) -> Option<PathBuf> {
+    use sha2::{Digest, Sha256};
+    std::fs::create_dir_all(&root).expect("venv cache directory");
+    let hash = Sha256::digest(requirements.join("\n").as_bytes());
+    let tag: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let dir = root.join(format!("{name}-{tag}"));
+    let python = dir.join("bin/python");
+    let ready = dir.join(".rlx-ready");
+
+    let lock = std::fs::File::create(root.join(format!("{name}-{tag}.lock"))).expect("lock file");
+    lock.lock().expect("lock the venv");
+    if ready.exists() {
+        return Some(python);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = Command::new("python3").args(["-m", "venv"]).arg(&dir).status().expect("python3 runs");
+    assert!(status.success(), "python3 -m venv {} failed", dir.display());
+    eprintln!("installing {} into {} (once per machine)", requirements.join(" "), dir.display());
+    let out = Command::new(&python)
+        .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
+        .args(requirements)
+        .output()
+        .expect("pip runs");
+    if !out.status.success() {
+        let _ = std::fs::remove_dir_all(&dir);
+        // Is it the registry, or the requirements? A tiny, always-available package tells.
+        let probe = tempfile::tempdir().unwrap();
+        let reachable = Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "-q", "--dest"])
+            .arg(probe.path())
+            .arg("six==1.16.0")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !reachable {
+            let thread = std::thread::current();
+            let test = thread.name().unwrap_or("test").to_owned();
+            eprintln!("SKIPPED {test}: the package registry is unreachable (pip install {})", requirements.join(" "));
+            return None;
+        }
+        panic!(
+            "pip install {} failed:\n{}{}",
+            requirements.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::fs::write(&ready, requirements.join("\n")).unwrap();
+    Some(python)
+}
+
+#[test]
+fn python_env_installs_a_set_once_and_reuses_it() {
+    let venvs = tempfile::tempdir().unwrap();
+    let Some(python) = python_env_in(venvs.path(), "probe", &["six==1.16.0"]) else { return };
+    let out = Command::new(&python).args(["-c", "import six; print(six.__version__)"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1.16.0");
+    // The second call finds the ready marker and installs nothing.
+    let again = python_env_in(venvs.path(), "probe", &["six==1.16.0"]).unwrap();
+    assert_eq!(again, python);
+    assert!(python.parent().unwrap().parent().unwrap().join(".rlx-ready").exists());
+}
