@@ -7,10 +7,19 @@
 //! out or crashes the program) instead of an interpreter start-up (Sandbox Fusion pays ~9 ms of start-up and ~120 ms of numpy import per
 //! request, reference/sandbox-fusion.md §4).
 //!
-//! Concurrency: a semaphore with one permit per slot queues callers; a free list hands out slots.
-//! A worker that misses its deadline or breaks the protocol is killed (its whole process group;
-//! the submission's processes die with it through `PR_SET_PDEATHSIG` and the PID namespace) and
-//! restarted on the next use, so one bad submission never poisons a slot.
+//! Concurrency ([`super::admission`]): up to `workers` submissions run at once, and more (up to
+//! `max_in_flight`, one worker process each) only while some in flight wait without using the
+//! CPU. The first `workers` workers start eagerly, the extra ones on first use. A worker that
+//! misses its deadline or breaks the protocol is killed (its whole process group; the
+//! submission's processes die with it through `PR_SET_PDEATHSIG` and the PID namespace) and
+//! restarted on the next use, so one bad submission never poisons a slot. An exchange with a
+//! worker runs on a task of its own and always completes, even when its caller gives up (an
+//! HTTP client that disconnects): a half-finished exchange would hand its reply to the next job.
+//!
+//! Warm workers preload the modules submissions commonly import (numpy among them, when the
+//! interpreter has it; see `PRELOAD` in `harness.py`) before they fork, so a submission that
+//! imports them finds them in `sys.modules`. Each submission is still a fresh fork: what one
+//! does to a preloaded module (mutating numpy, `sys.modules`, builtins) dies with its process.
 //!
 //! Each slot runs programs under its own uid (when rlx is root): RLIMIT_NPROC counts per uid, so
 //! a fork bomb in one slot cannot starve another. Uids are `1_000_000 + (pid % 10_000)·65_536 +
@@ -24,11 +33,12 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::Semaphore;
 
+use super::admission::Admission;
 use super::harness;
 use super::{Error, ExecOutput, ExecRequest, ExecStatus, GradeOptions, Grader, Protection, Sandbox, TestResult, TestStatus, Verdict};
 use crate::data::Problem;
@@ -36,8 +46,11 @@ use crate::data::Problem;
 /// Configuration of the local sandbox.
 #[derive(Debug, Clone)]
 pub struct LocalConfig {
-    /// Worker processes, i.e. submissions in flight (default: the number of cores).
+    /// Submissions that may use the CPU at once (default: the number of cores).
     pub workers: usize,
+    /// Submissions in flight at once, counting those that wait on a sleep, a lock or a deadline
+    /// without using the CPU; each holds a worker process. `None`: 4 × `workers`.
+    pub max_in_flight: Option<usize>,
     /// Python interpreter; `None` resolves `python3` on `PATH` to its real executable.
     pub python: Option<PathBuf>,
     /// Refuse to start when an isolation layer is missing instead of degrading.
@@ -51,6 +64,7 @@ impl Default for LocalConfig {
     fn default() -> Self {
         LocalConfig {
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            max_in_flight: None,
             python: None,
             strict: false,
             namespaces: true,
@@ -66,11 +80,19 @@ pub struct LocalSandbox {
 
 struct Inner {
     slots: Vec<tokio::sync::Mutex<Option<Worker>>>,
-    /// Indices of idle slots. A std mutex: held only to push/pop, never across an await.
-    free: Mutex<Vec<usize>>,
-    permits: Semaphore,
+    admission: Arc<Admission>,
     spawner: Spawner,
     protection: Protection,
+    preload: Preload,
+}
+
+/// What the warm workers preloaded (see `PRELOAD` in `harness.py`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Preload {
+    /// Modules imported before forking.
+    pub modules: Vec<String>,
+    /// Modules the interpreter could not import, with the reason (numpy when it is not installed).
+    pub missing: BTreeMap<String, String>,
 }
 
 /// What starting a worker needs; cloned into start-up tasks.
@@ -126,35 +148,39 @@ impl LocalSandbox {
         let harness_path = dir.join("harness.py");
         std::fs::write(&harness_path, harness::SOURCE).map_err(io(&harness_path))?;
         let workers = config.workers.max(1);
+        let admission = Admission::new(workers, config.max_in_flight.unwrap_or(4 * workers));
+        let slots = admission.slots();
         // Distinct uid ranges per process and per sandbox in it (tests start many): uids of
         // two live pools must never meet, since the process limit and (without a PID
         // namespace) the final kill work per uid.
         static NEXT_SLOT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let first = NEXT_SLOT.fetch_add(config.workers.max(1) as u32, std::sync::atomic::Ordering::Relaxed) % 65_536;
+        let first = NEXT_SLOT.fetch_add(slots as u32, std::sync::atomic::Ordering::Relaxed) % 65_536;
         let uid_base = 1_000_000 + (std::process::id() % 10_000) * 65_536 + first;
         let spawner = Spawner { python, dir, uid_base, namespaces: config.namespaces };
         let mut inner = Inner {
             slots: Vec::new(),
-            free: Mutex::new((0..workers).rev().collect()),
-            permits: Semaphore::new(workers),
+            admission: admission.clone(),
             spawner: spawner.clone(),
             protection: Protection::default(),
+            preload: Preload::default(),
         };
         let mut set = tokio::task::JoinSet::new();
         for slot in 0..workers {
             let sp = spawner.clone();
             set.spawn(async move { (slot, spawn_worker(&sp, slot).await) });
         }
-        let mut started: Vec<Option<Worker>> = (0..workers).map(|_| None).collect();
-        let mut protection = None;
+        // Slots beyond `workers` start on first use: most pools never need them.
+        let mut started: Vec<Option<Worker>> = (0..slots).map(|_| None).collect();
+        let mut hello = None;
         while let Some(joined) = set.join_next().await {
             let (slot, result) = joined.map_err(|e| Error::Worker { slot: 0, reason: e.to_string(), stderr: String::new() })?;
-            let (worker, prot) = result?;
-            protection.get_or_insert(prot);
+            let (worker, prot, preload) = result?;
+            admission.set_pid(slot, worker.child.id().unwrap_or(0));
+            hello.get_or_insert((prot, preload));
             started[slot] = Some(worker);
         }
         inner.slots = started.into_iter().map(tokio::sync::Mutex::new).collect();
-        inner.protection = protection.unwrap_or_default();
+        (inner.protection, inner.preload) = hello.unwrap_or_default();
         if config.strict && !inner.protection.is_complete() {
             let mut missing = inner.protection.notes.clone();
             if missing.is_empty() {
@@ -175,41 +201,51 @@ impl LocalSandbox {
         &self.inner.spawner.python
     }
 
-    /// Process ids of the live workers (for CPU accounting in benchmarks).
-    pub async fn worker_pids(&self) -> Vec<u32> {
-        let mut pids = Vec::new();
-        for slot in &self.inner.slots {
-            if let Some(w) = slot.lock().await.as_ref() {
-                pids.extend(w.child.id());
-            }
-        }
-        pids
+    /// What the workers preloaded.
+    pub fn preload(&self) -> &Preload {
+        &self.inner.preload
     }
 
-    /// Number of workers.
+    /// Process ids of the workers started so far (for CPU accounting in benchmarks).
+    pub fn worker_pids(&self) -> Vec<u32> {
+        (0..self.inner.slots.len()).filter_map(|s| self.inner.admission.pid(s)).collect()
+    }
+
+    /// Submissions that may use the CPU at once.
     pub fn workers(&self) -> usize {
+        self.inner.admission.workers()
+    }
+
+    /// Submissions that may be in flight at once (worker slots).
+    pub fn max_in_flight(&self) -> usize {
         self.inner.slots.len()
     }
 
-    /// The uids programs run under (when rlx is root): `base..base+workers`.
+    /// The uids programs run under (when rlx is root): `base..base+max_in_flight`.
     pub fn uid_range(&self) -> std::ops::Range<u32> {
         let base = self.inner.spawner.uid_base;
         base..base + self.inner.slots.len() as u32
     }
 
-    /// Send one job to a free worker and wait for its reply.
-    async fn call(&self, job: &Value, expected: Option<&Value>, deadline: Duration) -> Result<Value, Error> {
-        let _permit = self.inner.permits.acquire().await.expect("semaphore never closed");
-        let slot = self.inner.free.lock().expect("free list lock").pop().expect("a permit guarantees a free slot");
-        let result = self.call_on(slot, job, expected, deadline).await;
-        self.inner.free.lock().expect("free list lock").push(slot);
-        result
+    /// Send one job to a worker once admitted, and wait for its reply. The exchange runs on its
+    /// own task: it completes (and frees its slot) even if this future is dropped.
+    async fn call(&self, job: Value, expected: Option<Value>, deadline: Duration, memory_mb: u64) -> Result<Value, Error> {
+        let guard = self.inner.admission.admit(memory_mb).await;
+        let this = self.clone();
+        tokio::spawn(async move {
+            let result = this.call_on(guard.slot, &job, expected.as_ref(), deadline).await;
+            drop(guard);
+            result
+        })
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?
     }
 
     async fn call_on(&self, slot: usize, job: &Value, expected: Option<&Value>, deadline: Duration) -> Result<Value, Error> {
         let mut guard = self.inner.slots[slot].lock().await;
         if guard.is_none() {
-            let (w, _) = spawn_worker(&self.inner.spawner, slot).await?;
+            let (w, _, _) = spawn_worker(&self.inner.spawner, slot).await?;
+            self.inner.admission.set_pid(slot, w.child.id().unwrap_or(0));
             *guard = Some(w);
         }
         let worker = guard.as_mut().expect("just filled");
@@ -288,7 +324,7 @@ fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
-async fn spawn_worker(inner: &Spawner, slot: usize) -> Result<(Worker, Protection), Error> {
+async fn spawn_worker(inner: &Spawner, slot: usize) -> Result<(Worker, Protection, Preload), Error> {
     let werr = |reason: String, stderr: String| Error::Worker { slot, reason, stderr };
     let root_dir = inner.dir.join(format!("root-{slot}"));
     let work_dir = inner.dir.join(format!("work-{slot}"));
@@ -352,7 +388,11 @@ async fn spawn_worker(inner: &Spawner, slot: usize) -> Result<(Worker, Protectio
     };
     let protection: Protection = serde_json::from_value(hello["protection"].clone())
         .map_err(|e| werr(format!("bad start-up reply: {e}"), String::new()))?;
-    Ok((Worker { child, stdin, stdout, stderr_tail, slot }, protection))
+    let preload = Preload {
+        modules: serde_json::from_value(hello["preloaded"].clone()).unwrap_or_default(),
+        missing: serde_json::from_value(hello["not_preloaded"].clone()).unwrap_or_default(),
+    };
+    Ok((Worker { child, stdin, stdout, stderr_tail, slot }, protection, preload))
 }
 
 async fn write_frame(w: &mut ChildStdin, v: &Value) -> std::io::Result<()> {
@@ -396,7 +436,7 @@ impl Grader for LocalSandbox {
         let total = problem.tests.len();
         let (job, expected) = harness::grade_job(problem, code, opts);
         let deadline = Duration::from_secs_f64(job["deadline_s"].as_f64().unwrap_or(60.0));
-        match self.call(&job, expected.as_ref(), deadline).await {
+        match self.call(job, expected, deadline, opts.limits.memory_mb).await {
             Ok(reply) => match parse_tests(&reply) {
                 Ok(tests) => Verdict::from_tests(&problem.id, total, tests),
                 Err(e) => Verdict::infra_error(&problem.id, total, &Error::Rejected(e)),
@@ -411,7 +451,7 @@ impl Sandbox for LocalSandbox {
         let files: BTreeMap<&String, String> = req.files.iter().map(|(k, v)| (k, B64.encode(v))).collect();
         let job = harness::run_job(&req.code, req.stdin.as_deref(), json!(files), &req.fetch_files, &req.limits);
         let deadline = req.limits.timeout + Duration::from_secs(5);
-        let reply = self.call(&job, None, deadline).await?;
+        let reply = self.call(job, None, deadline, req.limits.memory_mb).await?;
         if let Some(e) = reply.get("error").and_then(Value::as_str) {
             return Err(Error::Rejected(e.to_owned()));
         }

@@ -18,11 +18,13 @@
 //!
 //! Infrastructure failures never become failed tests: they are [`VerdictStatus::InfraError`].
 
+pub(crate) mod admission;
 pub(crate) mod extract;
 pub mod fusion;
 pub(crate) mod grade_loop;
 pub mod harness;
 pub mod local;
+pub(crate) mod proc_tree;
 pub mod server;
 pub(crate) mod start;
 

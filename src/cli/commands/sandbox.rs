@@ -16,6 +16,7 @@ use clap::Subcommand;
 use crate::cli::{exit, printer};
 use crate::data::{IoCase, Problem, Tests};
 use crate::sandbox::local::LocalConfig;
+use crate::sandbox::proc_tree;
 use crate::sandbox::{ExecRequest, GradeOptions, Grader as _, Limits, Sandbox as _, VerdictStatus};
 
 /// `rlx sandbox` subcommands.
@@ -26,9 +27,13 @@ pub enum SandboxCommand {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         bind: SocketAddr,
-        /// Programs run at once; further requests queue [default: cores].
+        /// Programs using the CPU at once [default: cores].
         #[arg(long)]
         concurrency: Option<usize>,
+        /// Programs in flight at once, counting those waiting (sleeping, blocked, sitting out a
+        /// deadline) without using the CPU; each holds a warm worker [default: 4 × concurrency].
+        #[arg(long)]
+        max_in_flight: Option<usize>,
         /// Refuse to start when an isolation layer is unavailable.
         #[arg(long)]
         strict: bool,
@@ -52,7 +57,7 @@ pub fn run(cmd: SandboxCommand) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
         match cmd {
-            SandboxCommand::Serve { bind, concurrency, strict } => serve(bind, concurrency, strict).await,
+            SandboxCommand::Serve { bind, concurrency, max_in_flight, strict } => serve(bind, concurrency, max_in_flight, strict).await,
             SandboxCommand::Bench { workers, requests, inflight } => bench(workers, requests, &inflight).await,
         }
     })
@@ -67,15 +72,27 @@ async fn start_local(config: LocalConfig) -> anyhow::Result<crate::sandbox::loca
     Ok(started.grader)
 }
 
-async fn serve(bind: SocketAddr, concurrency: Option<usize>, strict: bool) -> anyhow::Result<u8> {
-    let mut config = LocalConfig { strict, ..LocalConfig::default() };
+async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Option<usize>, strict: bool) -> anyhow::Result<u8> {
+    let mut config = LocalConfig { strict, max_in_flight, ..LocalConfig::default() };
     if let Some(c) = concurrency {
         config.workers = c;
     }
     let sandbox = start_local(config).await?;
     let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| format!("cannot listen on `{bind}`"))?;
     let addr = listener.local_addr()?;
-    printer::status(format!("rlx sandbox listening on http://{addr} ({} workers); POST /run_code, GET /v1/ping", sandbox.workers()));
+    printer::status(format!(
+        "rlx sandbox listening on http://{addr} ({} on the CPU, {} in flight); POST /run_code, GET /v1/ping",
+        sandbox.workers(),
+        sandbox.max_in_flight()
+    ));
+    let preload = sandbox.preload();
+    printer::status(format!("preloaded in the warm workers: {}", preload.modules.join(", ")));
+    if let Some(why) = preload.missing.get("numpy") {
+        printer::warning(
+            &format!("numpy is not preloaded ({why}): submissions that import it (the LiveCodeBench harness does) pay for the import every time"),
+            &[format!("install numpy for `{}`, or point RLX_PYTHON at an interpreter that has it", sandbox.python().display())],
+        );
+    }
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -109,38 +126,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-/// The live descendants of `pid` (through `/proc/<pid>/task/*/children`).
-fn descendants(pid: u32, out: &mut Vec<u32>) {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
-    for t in tasks.filter_map(Result::ok) {
-        let Ok(children) = std::fs::read_to_string(t.path().join("children")) else { continue };
-        for c in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-            out.push(c);
-            descendants(c, out);
-        }
-    }
-}
-
 /// CPU seconds of the workers, their long-lived helpers (the PID-namespace holders) and
 /// everything those reaped, plus rlx itself.
 fn cpu_seconds(workers: &[u32]) -> f64 {
-    let tick = 100.0; // USER_HZ is 100 on Linux.
-    let mut total = 0.0;
-    let mut pids = workers.to_vec();
-    for &w in workers {
-        descendants(w, &mut pids);
-    }
-    for pid in pids.iter().map(|p| p.to_string()).chain(std::iter::once("self".to_owned())) {
-        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            let after = stat.rsplit_once(") ").map_or("", |(_, r)| r);
-            let f: Vec<f64> = after.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
-            // Fields 14-17 of stat (utime, stime, cutime, cstime) are 11..15 after the name.
-            if f.len() > 15 {
-                total += (f[11] + f[12] + f[13] + f[14]) / tick;
-            }
-        }
-    }
-    total
+    workers.iter().map(|w| proc_tree::cpu_seconds(&w.to_string())).sum::<f64>() + proc_tree::cpu_seconds("self")
 }
 
 /// Processes whose real uid is in `uids`: what a workload left behind.
@@ -190,7 +179,7 @@ async fn bench(workers: Option<usize>, requests: usize, inflight: &[usize]) -> a
     for (wi, (name, n)) in workloads.iter().enumerate() {
         for &c in inflight {
             let n = if wi == 3 { 2 * c.max(sandbox.workers()) } else { *n };
-            let pids = sandbox.worker_pids().await;
+            let pids = sandbox.worker_pids();
             let cpu0 = cpu_seconds(&pids);
             let started = Instant::now();
             let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -233,7 +222,7 @@ async fn bench(workers: Option<usize>, requests: usize, inflight: &[usize]) -> a
                 bad += b;
             }
             let wall = started.elapsed().as_secs_f64();
-            let cpu = cpu_seconds(&sandbox.worker_pids().await) - cpu0;
+            let cpu = cpu_seconds(&sandbox.worker_pids()) - cpu0;
             lat.sort_by(f64::total_cmp);
             let left = processes_of(&uids);
             let p50 = percentile(&lat, 0.5);
