@@ -15,6 +15,8 @@
 //! - `run`: `rlx run` up to the engine boundary.
 //! - `runlog`: run directory files, atomic writes, torn lines.
 //! - `sandbox`: the local sandbox: dataset grading, LiveCodeBench conformance, adversarial programs.
+//! - `sandbox_warm`: the warm workers: preloaded modules (numpy) leak nothing between
+//!   submissions, cached bytecode, a virtualenv under /tmp, admission of waiting submissions.
 //! - `schema`: `rlx schema` and the committed `schemas/experiment.schema.json` agree.
 //! - `sources`: spec data sources: parquet, `hf://` from a cache built in the test, filters,
 //!   `max_tests`, the seeded shuffle, fingerprints, LiveCodeBench private tests, TACO/HumanEval.
@@ -38,6 +40,7 @@ mod registry;
 mod run;
 mod runlog;
 mod sandbox;
+mod sandbox_warm;
 mod schema;
 mod seams;
 mod server;

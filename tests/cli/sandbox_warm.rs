@@ -1,0 +1,240 @@
+//! The warm workers of the local sandbox (issue 17): modules preloaded before the fork cannot
+//! carry one submission's state into the next nor be written to, bytecode cached for repeated
+//! request files cannot be planted by a submission, numpy comes from the interpreter's own
+//! environment with one BLAS thread and does not eat the memory limit, a virtualenv under /tmp
+//! stays visible, and submissions waiting off the CPU do not hold back the queue. Only programs
+//! written here; no ../shared data.
+
+#![allow(clippy::print_stderr)] // skip notices are meant to be seen in test output
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rlx::sandbox::local::{LocalConfig, LocalSandbox};
+use rlx::sandbox::{ExecOutput, ExecRequest, ExecStatus, Limits, Sandbox};
+
+use crate::common::python_env;
+
+/// numpy as §5 of the Sandbox Fusion reference ran it; wheels for CPython 3.11-3.14.
+const NUMPY: &str = "numpy==2.4.6";
+
+fn python_available() -> bool {
+    let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: python3 is not available");
+    }
+    ok
+}
+
+/// One slot: consecutive submissions run on the same warm worker.
+async fn one_slot(python: Option<PathBuf>) -> LocalSandbox {
+    LocalSandbox::start(LocalConfig { workers: 1, max_in_flight: Some(1), python, ..LocalConfig::default() }).await.expect("sandbox starts")
+}
+
+async fn run(sb: &LocalSandbox, code: &str, files: &[(&str, &str)], memory_mb: u64) -> ExecOutput {
+    let limits = Limits { timeout: Duration::from_secs(30), memory_mb, ..Limits::default() };
+    let files: BTreeMap<String, Vec<u8>> = files.iter().map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec())).collect();
+    sb.run(ExecRequest { code: code.into(), files, limits, ..Default::default() }).await.expect("the sandbox runs it")
+}
+
+fn stdout(o: &ExecOutput) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+/// A submission that changes every kind of shared state a preloaded module offers, and checks
+/// that the change took (so the next submission's check is meaningful).
+const MUTATE: &str = r#"
+import builtins, collections, json, os, statistics, sys
+try:
+    import numpy
+    numpy.add = lambda *a, **k: 42
+    numpy.LEAK = "secret-A"
+    assert numpy.add(1, 1) == 42
+except ImportError:
+    pass
+sys.modules["leaky_module"] = type(sys)("leaky_module")
+sys.modules["json"] = type(sys)("fake_json")
+collections.LEAK = "secret-A"
+statistics.mean = lambda xs: -1
+builtins.LEAK = "secret-A"
+builtins.max = lambda *a, **k: -1
+os.environ["LEAK"] = "secret-A"
+sys.path.insert(0, "/tmp/evil")
+sys.setrecursionlimit(4321)
+assert max(1, 2) == -1 and statistics.mean([1, 3]) == -1
+# Opening the preloaded modules' files and bytecode caches for writing (appending nothing:
+# should it succeed, the host's files stay as they were).
+import importlib.util
+targets = [json.__file__, statistics.__file__, importlib.util.cache_from_source(statistics.__file__)]
+if "numpy" in sys.modules:
+    targets.append(sys.modules["numpy"].__file__)
+written = []
+for t in targets:
+    try:
+        open(t, "a").close()
+        written.append(t)
+    except OSError:
+        pass
+print("mutated", "written:" + ",".join(written) if written else "nothing-written")
+"#;
+
+const CHECK: &str = r#"
+import builtins, collections, json, os, statistics, sys
+bad = []
+if "numpy" in sys.modules:
+    import numpy
+    if numpy.add(1, 1) != 2: bad.append("numpy.add")
+    if hasattr(numpy, "LEAK"): bad.append("numpy.LEAK")
+if "leaky_module" in sys.modules: bad.append("sys.modules entry")
+if not hasattr(json, "dumps"): bad.append("sys.modules[json]")
+if hasattr(collections, "LEAK"): bad.append("collections global")
+if statistics.mean([1, 3]) != 2: bad.append("statistics.mean")
+if hasattr(builtins, "LEAK"): bad.append("builtins global")
+if max(1, 2) != 2: bad.append("builtins.max")
+if os.environ.get("LEAK"): bad.append("environ")
+if "/tmp/evil" in sys.path: bad.append("sys.path")
+if sys.getrecursionlimit() == 4321: bad.append("recursion limit")
+print("clean" if not bad else "LEAKED " + ",".join(bad))
+"#;
+
+async fn assert_no_leak(sb: &LocalSandbox) {
+    let a = run(sb, MUTATE, &[], 1024).await;
+    assert_eq!(a.status, ExecStatus::Exited(0), "stderr: {}", String::from_utf8_lossy(&a.stderr));
+    assert_eq!(stdout(&a), "mutated nothing-written", "a preloaded module's file was writable");
+    for _ in 0..2 {
+        let b = run(sb, CHECK, &[], 1024).await;
+        assert_eq!(stdout(&b), "clean", "stderr: {}", String::from_utf8_lossy(&b.stderr));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preloaded_modules_cannot_carry_state_between_submissions() {
+    if !python_available() {
+        return;
+    }
+    let sb = one_slot(None).await;
+    assert!(sb.preload().modules.iter().any(|m| m == "unittest.mock"), "{:?}", sb.preload());
+    assert_no_leak(&sb).await;
+    // And with numpy preloaded from a virtualenv that has it.
+    let Some(python) = python_env("numpy", &[NUMPY]) else { return };
+    let sb = one_slot(Some(python)).await;
+    assert!(sb.preload().modules.iter().any(|m| m == "numpy"), "{:?}", sb.preload());
+    assert_no_leak(&sb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn numpy_is_preloaded_single_threaded_and_outside_the_memory_limit() {
+    if !python_available() {
+        return;
+    }
+    let Some(python) = python_env("numpy", &[NUMPY]) else { return };
+    let sb = one_slot(Some(python)).await;
+    assert!(sb.preload().missing.is_empty(), "{:?}", sb.preload());
+    // The warm worker forks with one thread: BLAS started no pool (or a fork could inherit
+    // its locks held).
+    for pid in sb.worker_pids() {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let threads = status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().to_owned();
+        assert_eq!(threads, "1", "worker {pid} has {threads} threads");
+    }
+    // Already imported when the program starts, and BLAS works in the forked process.
+    let code = "import sys, os\npre = 'numpy' in sys.modules\nimport numpy as np\na = np.ones((300, 300))\nprint(pre, float((a @ a)[0, 0]), os.environ.get('OPENBLAS_NUM_THREADS'))\n";
+    let o = run(&sb, code, &[], 1024).await;
+    assert_eq!(stdout(&o), "True 300.0 1", "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    // The limit is what the program adds: 150 MiB under a 200 MiB limit fits although numpy's
+    // address space (~100 MiB) is already mapped; 300 MiB does not.
+    let o = run(&sb, "x = bytearray(150 << 20)\nprint('fits')\n", &[], 200).await;
+    assert_eq!(stdout(&o), "fits", "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&sb, "x = bytearray(300 << 20)\nprint('fits')\n", &[], 200).await;
+    assert!(String::from_utf8_lossy(&o.stderr).contains("MemoryError"), "{o:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_bytecode_cannot_be_planted_and_yields_to_edits() {
+    if !python_available() {
+        return;
+    }
+    let sb = one_slot(None).await;
+    let helper = [("helper.py", "VALUE = 'original'\n")];
+    let import = "import importlib.util, os\ncached = os.path.exists(importlib.util.cache_from_source('helper.py'))\nimport helper\nprint(helper.VALUE, cached)\n";
+    // First sighting: compiled by the program itself.
+    assert_eq!(stdout(&run(&sb, import, &helper, 1024).await), "original False");
+    // From the second on, the worker ships the bytecode; this submission replaces it with an
+    // unchecked pyc of its own (trusted without a source check, were it to survive).
+    let plant = r#"
+import importlib.util, marshal, os
+target = importlib.util.cache_from_source("helper.py")
+print("cached" if os.path.exists(target) else "not-cached")
+code = compile("VALUE = 'planted'\n", "helper.py", "exec")
+src = open("helper.py", "rb").read()
+with open(target, "wb") as f:
+    f.write(importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little") + importlib.util.source_hash(src) + marshal.dumps(code))
+import helper
+print(helper.VALUE)
+"#;
+    assert_eq!(stdout(&run(&sb, plant, &helper, 1024).await), "cached\nplanted", "the plant works inside its own submission");
+    assert_eq!(stdout(&run(&sb, import, &helper, 1024).await), "original True", "the next submission gets the real bytecode");
+    // A program that edits the shipped file gets its edit, not the cached bytecode.
+    let edit = "open('helper.py', 'w').write(\"VALUE = 'edited'\\n\")\nimport helper\nprint(helper.VALUE)\n";
+    assert_eq!(stdout(&run(&sb, edit, &helper, 1024).await), "edited");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtualenv_under_tmp_is_visible_to_submissions() {
+    if !python_available() {
+        return;
+    }
+    let dir = tempfile::Builder::new().prefix("rlx-venv-").tempdir_in("/tmp").unwrap();
+    let venv = dir.path().join("venv");
+    let made = std::process::Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).status().unwrap();
+    assert!(made.success());
+    let python = venv.join("bin/python");
+    let purelib = std::process::Command::new(&python).args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).output().unwrap();
+    let purelib = PathBuf::from(String::from_utf8(purelib.stdout).unwrap().trim());
+    std::fs::write(purelib.join("rlx_probe.py"), "X = 'from the venv'\n").unwrap();
+
+    let sb = one_slot(Some(python)).await;
+    if !sb.protection().mount_namespace {
+        eprintln!("note: no mount namespace here, /tmp is the host's");
+    }
+    let o = run(&sb, "import sys, rlx_probe\nprint(sys.prefix)\nprint(rlx_probe.X)\n", &[], 1024).await;
+    assert_eq!(stdout(&o), format!("{}\nfrom the venv", venv.display()), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    // A bare venv has no numpy: the workers start anyway and say so.
+    assert!(sb.preload().missing.contains_key("numpy"), "{:?}", sb.preload());
+    let o = run(&sb, "import numpy\n", &[], 1024).await;
+    assert!(String::from_utf8_lossy(&o.stderr).contains("ModuleNotFoundError"), "{o:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_submission_does_not_hold_back_the_queue() {
+    if !python_available() {
+        return;
+    }
+    // One submission on the CPU at once, two in flight.
+    let sb = LocalSandbox::start(LocalConfig { workers: 1, max_in_flight: Some(2), ..LocalConfig::default() }).await.unwrap();
+    let sleeper = {
+        let sb = sb.clone();
+        tokio::spawn(async move {
+            let limits = Limits { timeout: Duration::from_secs(120), ..Limits::default() };
+            sb.run(ExecRequest { code: "import time\ntime.sleep(100)\n".into(), limits, ..Default::default() }).await
+        })
+    };
+    // Without admission of waiting work, this would queue behind the sleeper for 100 s and hit
+    // the hang guard.
+    let quick = tokio::time::timeout(Duration::from_secs(60), run(&sb, "print('quick')", &[], 1024)).await;
+    assert_eq!(stdout(&quick.expect("the quick submission was admitted beside the sleeping one")), "quick");
+    assert!(!sleeper.is_finished(), "the sleeper is still in flight");
+    sleeper.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_gives_up_does_not_pass_its_reply_to_the_next() {
+    if !python_available() {
+        return;
+    }
+    let sb = one_slot(None).await;
+    let first = tokio::time::timeout(Duration::from_millis(300), run(&sb, "import time\ntime.sleep(2)\nprint('first')\n", &[], 1024)).await;
+    assert!(first.is_err(), "the first call was given up");
+    assert_eq!(stdout(&run(&sb, "print('second')", &[], 1024).await), "second");
+}
