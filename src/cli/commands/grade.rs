@@ -51,7 +51,8 @@ pub struct GradeArgs {
     /// Sandbox Fusion endpoint (with `--sandbox fusion`).
     #[arg(long, env = "SANDBOX_URL", default_value = "http://localhost:8080/run_code")]
     pub fusion_url: String,
-    /// Completions graded at once [default: cores for local, 4 for fusion].
+    /// Completions graded at once [default: cores for local, 4 for fusion]; the local sandbox
+    /// also starts more (up to 4×) while some wait without using the CPU.
     #[arg(long)]
     pub concurrency: Option<usize>,
     /// Write verdicts here instead of stdout.
@@ -175,7 +176,13 @@ pub fn run(args: GradeArgs) -> anyhow::Result<u8> {
         for w in &started.warnings {
             bar.suspend(|| printer::warning(w, &["pass `--strict` to refuse to run instead".into()]));
         }
-        grade_all(Arc::new(started.grader), &problems, submissions, &opts, concurrency, args.infra_retries, progress).await.context("grading failed")
+        // The local pool decides itself which submissions may start (more than `concurrency`
+        // while some wait off the CPU); the grading loop only has to offer that many.
+        let in_flight = match &started.grader {
+            crate::sandbox::AnyGrader::Local(l) => l.max_in_flight(),
+            crate::sandbox::AnyGrader::Fusion(_) => concurrency,
+        };
+        grade_all(Arc::new(started.grader), &problems, submissions, &opts, in_flight, args.infra_retries, progress).await.context("grading failed")
     })?;
     bar.finish_and_clear();
     let mut sink: Box<dyn std::io::Write> = match &args.out {
