@@ -19,6 +19,14 @@ the change in utime+stime+cutime+cstime summed over the server process and all i
 descendants (/proc/<pid>/stat), divided by the requests: it includes everything the server ran
 and reaped, and barely depends on the load of the machine, unlike requests/s.
 
+Anchor: the same request run directly by a fresh interpreter per request (`python main.py` in a
+fresh directory holding the three files, which is what Sandbox Fusion runs per request, minus its
+own ~4 ms of server work), in the same run: its CPU per request is the last column's
+denominator, so the ratio survives a loaded machine better than absolute figures. The anchor
+runs without `site` (site-packages put on sys.path directly), as a clean runtime environment
+would: `.pth` hooks of the development interpreter cost 40+ ms per start and are no part of
+Sandbox Fusion's cost. `--python` picks the interpreter (default: `python3` on PATH, resolved).
+
 Examples:
 
   # rlx: the script starts `rlx sandbox serve` itself (and stops it).
@@ -212,6 +220,37 @@ def run_point(url, body, want_pass, c, n, server_pid):
     }
 
 
+def anchor_cpu_ms(python, body, n):
+    """CPU ms per request of running the request's program in a fresh interpreter."""
+    import resource
+    import shutil
+    import tempfile
+
+    req = json.loads(body)
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    boot = (
+        f"import sys; sys.path[:0] = ['', {purelib!r}]; sys.argv = ['main.py']; "
+        "exec(compile(open('main.py').read(), 'main.py', 'exec'), {'__name__': '__main__'})"
+    )
+    codes = set()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    for _ in range(n):
+        d = tempfile.mkdtemp(prefix="rlx-anchor-")
+        try:
+            for name, b64 in req["files"].items():
+                with open(os.path.join(d, name), "wb") as f:
+                    f.write(base64.b64decode(b64))
+            with open(os.path.join(d, "main.py"), "w") as f:
+                f.write(req["code"])
+            r = subprocess.run([python, "-I", "-S", "-c", boot], cwd=d, stdin=subprocess.DEVNULL, capture_output=True)
+            codes.add(r.returncode)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return cpu * 1000 / n, codes
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -250,6 +289,8 @@ def main():
     ap.add_argument("--requests", type=int, default=60, help="measured requests per point (default 60)")
     ap.add_argument("--workloads", default="pass,fail", help="pass, fail or both (default)")
     ap.add_argument("--label", default=None, help="server name in the table")
+    ap.add_argument("--python", default=None, help="interpreter of the fresh-process anchor (default: python3 on PATH, resolved)")
+    ap.add_argument("--anchor-runs", type=int, default=20, help="fresh-process runs per workload for the anchor (0: none; default 20)")
     args = ap.parse_args()
 
     test_util, test_code = load_harness(args.lcb_harness)
@@ -268,14 +309,25 @@ def main():
     try:
         print(f"server: {label} ({url}, pid {pid}); machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; request: {len(bodies['pass'][1]) // 1024} KiB")
         print()
-        print("| server | workload | in flight | req/s | p50 ms | p95 ms | server CPU ms/req | unexpected |")
-        print("|---|---|---|---|---|---|---|---|")
+        python = args.python or subprocess.run(["python3", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, check=True).stdout.strip()
+        anchors = {}
+        if args.anchor_runs > 0:
+            for key in args.workloads.split(","):
+                name, body, want_pass = bodies[key.strip()]
+                ms, codes = anchor_cpu_ms(python, body, args.anchor_runs)
+                ok = codes == ({0} if want_pass else {255})
+                anchors[key.strip()] = ms
+                print(f"anchor: {name}, fresh `{python}` per request: {ms:.1f} CPU ms/req{'' if ok else f' (unexpected exit codes {sorted(codes)})'}")
+            print()
+        print("| server | workload | in flight | req/s | p50 ms | p95 ms | server CPU ms/req | anchor / server CPU | unexpected |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for key in args.workloads.split(","):
             name, body, want_pass = bodies[key.strip()]
             for c in [int(x) for x in args.inflight.split(",")]:
                 r = run_point(url, body, want_pass, c, args.requests, pid)
                 cpu = "-" if r["cpu_ms"] is None else f"{r['cpu_ms']:.1f}"
-                print(f"| {label} | {name} | {c} | {r['rps']:.1f} | {r['p50']:.0f} | {r['p95']:.0f} | {cpu} | {r['bad']} |", flush=True)
+                ratio = f"{anchors[key.strip()] / r['cpu_ms']:.1f}x" if r["cpu_ms"] and key.strip() in anchors else "-"
+                print(f"| {label} | {name} | {c} | {r['rps']:.1f} | {r['p50']:.0f} | {r['p95']:.0f} | {cpu} | {ratio} | {r['bad']} |", flush=True)
         print()
         print(f"load average after: {os.getloadavg()[0]:.2f}")
     finally:
