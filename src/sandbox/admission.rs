@@ -51,10 +51,13 @@ struct State {
     sampling: bool,
 }
 
+/// A slot's processes (sorted ids) and the nanoseconds they spent on the CPU.
+type Sample = (Vec<u32>, u64);
+
 struct Running {
     slot: usize,
-    /// Last sample: the processes and their summed CPU nanoseconds.
-    sample: Option<(Vec<u32>, u64)>,
+    /// Last sample.
+    sample: Option<Sample>,
     waiting: bool,
 }
 
@@ -180,7 +183,7 @@ async fn sample_loop(admission: Arc<Admission>) {
             st.running.iter().map(|r| (r.slot, admission.pids[r.slot].load(Ordering::Relaxed))).collect()
         };
         // /proc is read outside the lock.
-        let samples: Vec<(usize, Option<(Vec<u32>, u64)>)> = slots.into_iter().map(|(slot, pid)| (slot, (pid != 0).then(|| tree_schedstat(pid)).flatten())).collect();
+        let samples: Vec<(usize, Option<Sample>)> = slots.into_iter().map(|(slot, pid)| (slot, (pid != 0).then(|| tree_schedstat(pid)).flatten())).collect();
         let mut st = admission.state.lock().expect("admission lock");
         let mut any_waiting = false;
         for (slot, sample) in samples {
@@ -203,7 +206,7 @@ async fn sample_loop(admission: Arc<Admission>) {
 
 /// `pid` and its live descendants (sorted), and the nanoseconds they spent on the CPU; `None`
 /// when `pid` is gone or `/proc` lacks schedstat.
-fn tree_schedstat(pid: u32) -> Option<(Vec<u32>, u64)> {
+fn tree_schedstat(pid: u32) -> Option<Sample> {
     let mut pids = Vec::new();
     super::proc_tree::descendants(pid, &mut pids);
     pids.push(pid);
