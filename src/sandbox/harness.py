@@ -469,7 +469,11 @@ def handle(job):
             if os.geteuid() == 0 and not PROTECTION.get("user_namespace"):
                 os.chown(path, uid, gid)
             if path.endswith(".py"):
-                write_cached_pyc(path, data, uid, gid)
+                try:
+                    write_cached_pyc(path, data, uid, gid)
+                except OSError:
+                    pass  # best effort: e.g. the request made `__pycache__` a file
+
         # The files are on disk now; the processes that run the program need the job without
         # them (every hop re-parses the frame).
         reply = supervise({k: v for k, v in job.items() if k != "files"}, wd)
@@ -1366,7 +1370,7 @@ def preload(statm_fd):
     opened before the chroot: its first field before and after is the address space added."""
     for var in THREAD_VARS:
         os.environ[var] = "1"
-    pages = lambda: int(os.pread(statm_fd, 200, 0).split()[0])
+    pages = lambda: 0 if statm_fd is None else int(os.pread(statm_fd, 200, 0).split()[0])
     before = pages()
     done, missing = [], {}
     for name in PRELOAD:
@@ -1393,10 +1397,14 @@ def worker_main():
     PRELUDE_NS["__builtins__"] = __builtins__
     sys.setrecursionlimit(600000)
     # Opened before the chroot hides /proc; re-read after the preload (see `preload`).
-    statm = os.open("/proc/self/statm", os.O_RDONLY)
+    try:
+        statm = os.open("/proc/self/statm", os.O_RDONLY)
+    except OSError:
+        statm = None  # no /proc: the allowance stays 0
     PROTECTION = setup(CFG)
     PRELOADED.update(preload(statm))
-    os.close(statm)
+    if statm is not None:
+        os.close(statm)
     try:
         prctl(PR_SET_CHILD_SUBREAPER, 1)
     except OSError:

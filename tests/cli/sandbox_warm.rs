@@ -178,6 +178,9 @@ print(helper.VALUE)
     // A program that edits the shipped file gets its edit, not the cached bytecode.
     let edit = "open('helper.py', 'w').write(\"VALUE = 'edited'\\n\")\nimport helper\nprint(helper.VALUE)\n";
     assert_eq!(stdout(&run(&sb, edit, &helper, 1024).await), "edited");
+    // A request whose `__pycache__` is a file of its own still runs (without the cached pyc).
+    let clash = [("helper.py", "VALUE = 'original'\n"), ("__pycache__", "a file")];
+    assert_eq!(stdout(&run(&sb, "import helper\nprint(helper.VALUE)\n", &clash, 1024).await), "original");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
