@@ -36,3 +36,4 @@ pub mod rl;
 pub mod runlog;
 pub mod sandbox;
 pub mod spec;
+pub mod tinker;

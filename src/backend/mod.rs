@@ -28,6 +28,7 @@ use std::sync::Arc;
 pub mod contract;
 pub mod local;
 pub(crate) mod model_source;
+pub mod tinker;
 mod open;
 
 pub use open::{Context, open};
@@ -106,6 +107,9 @@ pub enum Error {
         /// The backend.
         kind: &'static str,
     },
+    /// The Tinker service failed or refused a request.
+    #[error(transparent)]
+    Tinker(#[from] tinker::Error),
     /// The thread or service serving this backend stopped answering (it panicked, or the
     /// connection closed); the request may or may not have run.
     #[error("the {what} stopped: {reason}")]
@@ -123,6 +127,7 @@ impl Error {
     pub fn is_user_error(&self) -> bool {
         matches!(self, Error::Model { .. } | Error::Unavailable { .. } | Error::CannotTrain { .. } | Error::StateMismatch { .. } | Error::Template(_))
             || matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+            || matches!(self, Error::Tinker(e) if e.is_user_error())
     }
 }
 
