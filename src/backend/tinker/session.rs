@@ -122,23 +122,18 @@ impl Drop for Session {
         if self.finished.load(Ordering::SeqCst) {
             return;
         }
-        // Best effort: the server also ends a session whose heartbeats stop.
+        // Best effort, on a thread of its own: a drop can happen inside an async task, outside
+        // any runtime, or while the runtime shuts down, and blocking on the caller's runtime
+        // panics in the last two. The server also ends a session whose heartbeats stop.
         let (client, path) = (self.client.clone(), format!("/api/v1/sessions/{}/finish", self.id));
-        let send = async move {
-            let body = Body::Json(json!({"reason": {"type": "success"}, "detail": null}));
-            let _ = client.send_once(&path, Some(&body), &[], Duration::from_secs(5)).await;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(|| h.block_on(send)),
-            Ok(h) => {
-                h.spawn(send);
-            }
-            Err(_) => {
-                if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    rt.block_on(send);
-                }
-            }
-        }
+        let sent = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            rt.block_on(async move {
+                let body = Body::Json(json!({"reason": {"type": "success"}, "detail": null}));
+                let _ = client.send_once(&path, Some(&body), &[], Duration::from_secs(5)).await;
+            });
+        });
+        let _ = sent.join();
     }
 }
 

@@ -99,7 +99,8 @@ struct Submitter {
     model_id: String,
     next_seq: i64,
     steps: u64,
-    poisoned: Option<TinkerError>,
+    /// Why the sequence broke, once it has.
+    poisoned: Option<String>,
     sampler: SamplerOptions,
 }
 
@@ -121,7 +122,7 @@ impl Submitter {
 
     fn check(&self) -> Result<(), TinkerError> {
         match &self.poisoned {
-            Some(e) => Err(TinkerError::Poisoned { model_id: self.model_id.clone(), seq_id: self.next_seq, reason: crate::causes::causes(e).join(": ") }),
+            Some(reason) => Err(TinkerError::Poisoned { model_id: self.model_id.clone(), seq_id: self.next_seq, reason: reason.clone() }),
             None => Ok(()),
         }
     }
@@ -138,7 +139,7 @@ impl Submitter {
             Err(e) => Err(e),
         };
         if let Err(e) = &submitted {
-            self.poisoned = Some(TinkerError::Protocol { path: path.into(), reason: crate::causes::causes(e).join(": ") });
+            self.poisoned = Some(crate::causes::causes(e).join(": "));
             self.next_seq = seq;
         }
         submitted
