@@ -23,6 +23,8 @@
 //! - [`rl`]: losses, advantages, rewards, pass@k: the math shared by every backend.
 //! - [`engine`]: the step loop that joins the pieces.
 //! - [`cli`]: the command line; the only module that prints.
+//! - [`tinker`]: Tinker's wire protocol (JSON bodies, protobuf messages, conversions), shared by
+//!   the Tinker client backend and `rlx serve`.
 
 pub mod backend;
 mod calendar;

@@ -444,6 +444,17 @@ pub trait Trainer: Send + Sync {
     /// (In the reply.) An invalid datum, or a backend failure. Nothing is accumulated on error.
     fn forward_backward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput>;
 
+    /// Submits: the loss and learner log-probabilities of `data` under the weights as of this
+    /// point in the request order, without accumulating a gradient (Tinker's `forward`, a
+    /// `forward_backward` with `forward_only`). The default answers that the backend cannot.
+    ///
+    /// # Errors
+    /// (In the reply.) An invalid datum, a backend failure, or a backend without it.
+    fn forward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput> {
+        let _ = (data, loss);
+        Box::pin(async { Err(Error::InvalidArgument { what: "forward", reason: "this backend cannot run a forward pass without a backward pass".into() }) })
+    }
+
     /// Submits: apply the accumulated gradient with AdamW and reset it.
     ///
     /// # Errors
