@@ -39,7 +39,7 @@ pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
                 seed: plan.spec.seed,
                 max_in_flight: *max_in_flight,
                 tokenizer: stop_text_tokenizer(plan)?,
-                user_metadata: serde_json::json!({"rlx_run": plan.run_id, "rlx_spec": plan.spec.name}),
+                user_metadata: [("rlx_run".to_string(), plan.run_id.clone().into()), ("rlx_spec".to_string(), plan.spec.name.clone().into())].into_iter().collect(),
                 retry: tinker::RetryPolicy::default(),
             };
             Ok(tinker::open(options).await?)

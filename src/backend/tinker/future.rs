@@ -6,10 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Error;
 use super::http::{Body, Client};
+use crate::tinker::wire;
 
 /// The result encoding a request type returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +49,8 @@ pub async fn retrieve(client: &Client, request_id: &str, kind: &'static str, acc
     let mut billing_since: Option<Instant> = None;
     let mut paused_warned = false;
     loop {
-        let body = Body::Json(json!({"request_id": request_id, "allow_metadata_only": allow_metadata_only}));
+        let ask = wire::FutureRetrieveRequest { request_id: request_id.to_string(), allow_metadata_only };
+        let body = Body::json(&ask);
         let mut extra = vec![("x-tinker-request-iteration", iteration.to_string()), ("x-tinker-request-type", kind.to_string())];
         if accept == Accept::Proto {
             extra.push(("accept", "application/x-protobuf".to_string()));
@@ -149,15 +151,13 @@ async fn wait(delay: Duration, last_answer: Instant, budget: Duration, request_i
     Ok(())
 }
 
-/// The submission reply of a request that returns a future (`UntypedAPIFuture`).
-#[derive(Debug, Clone, serde::Deserialize)]
-pub struct Submitted {
-    /// The future to poll.
-    pub request_id: String,
-    /// For `create_model`: the new model's id.
-    #[serde(default)]
-    pub model_id: Option<String>,
-    /// For `asample`: one id per sample (§12: exactly `num_samples` of them).
-    #[serde(default)]
-    pub sample_sequence_ids: Option<Vec<String>>,
+/// Polls a future whose result is JSON and parses it as `T`.
+///
+/// # Errors
+/// As [`retrieve`], and [`Error::Protocol`] for a result that is not a `T`.
+pub async fn retrieve_json<T: serde::de::DeserializeOwned>(client: &Client, request_id: &str, kind: &'static str) -> Result<T, Error> {
+    match retrieve(client, request_id, kind, Accept::Json).await? {
+        Payload::Json(v) => serde_json::from_value(v.clone()).map_err(|e| Error::Protocol { path: format!("retrieve_future ({kind})"), reason: format!("{e}: {}", super::http::detail(&v.to_string())) }),
+        Payload::Proto(_) => Err(Error::Protocol { path: format!("retrieve_future ({kind})"), reason: "a protobuf result where JSON was asked for".into() }),
+    }
 }

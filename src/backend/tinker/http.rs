@@ -88,6 +88,13 @@ pub enum Body {
     Proto(Vec<u8>),
 }
 
+impl Body {
+    /// A JSON body from one of [`crate::tinker::wire`]'s request types.
+    pub fn json(v: &impl Serialize) -> Body {
+        Body::Json(serde_json::to_value(v).expect("wire types serialize"))
+    }
+}
+
 /// The connection to one Tinker service: base URL, credential, HTTP client and retry policy.
 #[derive(Clone)]
 pub struct Client {

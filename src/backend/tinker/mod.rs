@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
+use crate::tinker::wire;
 
 pub mod convert;
 mod error;
@@ -61,7 +61,7 @@ pub struct Options {
     /// Tokenizer for stop strings (see [`SamplerOptions::tokenizer`]).
     pub tokenizer: Option<Arc<crate::prompt::Tokenizer>>,
     /// `user_metadata` of the session (rlx puts the run id and spec name there).
-    pub user_metadata: serde_json::Value,
+    pub user_metadata: serde_json::Map<String, serde_json::Value>,
     /// Retry timings.
     pub retry: RetryPolicy,
 }
@@ -87,7 +87,7 @@ impl Options {
 /// # Errors
 /// [`Error::Unsupported`] for full fine-tuning, or targets that split a group (the spec check
 /// reports these first, with a location).
-pub fn lora_config(finetune: &Finetune, seed: u64) -> Result<serde_json::Value, Error> {
+pub fn lora_config(finetune: &Finetune, seed: u64) -> Result<wire::LoraConfig, Error> {
     let Finetune::Lora(l) = finetune else {
         return Err(Error::Unsupported { what: "full fine-tuning (Tinker trains LoRA adapters; set `model.finetune: lora`)".into() });
     };
@@ -101,20 +101,8 @@ pub fn lora_config(finetune: &Finetune, seed: u64) -> Result<serde_json::Value, 
     };
     let attn = group(&["q_proj", "k_proj", "v_proj", "o_proj"])?;
     let mlp = group(&["gate_proj", "up_proj", "down_proj"])?;
-    Ok(json!({"rank": l.rank, "seed": seed & (i64::MAX as u64), "train_unembed": has("lm_head"), "train_mlp": mlp, "train_attn": attn}))
-}
-
-#[derive(serde::Deserialize)]
-struct GetInfo {
-    #[serde(default)]
-    model_data: Option<ModelData>,
-    #[serde(default)]
-    lora_rank: Option<u64>,
-}
-#[derive(serde::Deserialize)]
-struct ModelData {
-    #[serde(default)]
-    tokenizer_id: Option<String>,
+    // Python ints are unbounded, but JSON readers (and the service's protobufs) stop at i64.
+    Ok(wire::LoraConfig { rank: l.rank as u32, seed: Some(seed & (i64::MAX as u64)), train_unembed: has("lm_head"), train_mlp: mlp, train_attn: attn })
 }
 
 /// Creates a session and a LoRA training model on it, and returns it as a trainable policy.
@@ -126,21 +114,21 @@ pub async fn open(options: Options) -> Result<Policy, Error> {
     let client = http::Client::new(&options.base_url, &options.api_key, options.retry.clone())?;
     let session = Session::create(client.clone(), options.user_metadata.clone()).await?;
     let model_seq = session.next_model_seq();
-    let body = json!({
-        "session_id": session.id(), "model_seq_id": model_seq, "base_model": options.base_model,
-        "lora_config": lora, "optimizer_config": {"type": "adamw"}, "type": "create_model",
-    });
-    let submitted: future::Submitted = client.post_json("/api/v1/create_model", &body, "ServiceClient.create_lora_training_client").await?;
-    let result = future::retrieve(&client, &submitted.request_id, "CreateModel", future::Accept::Json).await?;
-    let model_id = match result {
-        future::Payload::Json(v) => v.get("model_id").and_then(|m| m.as_str()).map(str::to_string),
-        future::Payload::Proto(_) => None,
-    }
-    .or(submitted.model_id)
-    .unwrap_or_else(|| format!("{}:train:{model_seq}", session.id()));
-    let info: GetInfo = client.post_json("/api/v1/get_info", &json!({"model_id": model_id, "type": "get_info"}), "TrainingClient.get_info").await?;
-    let tokenizer_id = info.model_data.and_then(|d| d.tokenizer_id);
-    tracing::info!(session = %session.id(), model_id = %model_id, base_model = %options.base_model, tokenizer = ?tokenizer_id, lora_rank = ?info.lora_rank, "Tinker training model ready");
+    let body = wire::CreateModelRequest {
+        session_id: session.id().to_string(),
+        model_seq_id: u64::from(model_seq),
+        base_model: options.base_model.clone(),
+        user_metadata: None,
+        lora_config: Some(lora),
+        optimizer_config: wire::OptimizerConfig::default(),
+        r#type: wire::literal::CreateModel,
+    };
+    let submitted: wire::UntypedApiFuture = client.post_json("/api/v1/create_model", &body, "ServiceClient.create_lora_training_client").await?;
+    let created: wire::CreateModelResponse = future::retrieve_json(&client, &submitted.request_id, "CreateModel").await?;
+    let model_id = created.model_id;
+    let ask = wire::GetInfoRequest { model_id: model_id.clone(), r#type: wire::literal::GetInfo };
+    let info: wire::GetInfoResponse = client.post_json("/api/v1/get_info", &ask, "TrainingClient.get_info").await?;
+    tracing::info!(session = %session.id(), model_id = %model_id, base_model = %options.base_model, tokenizer = ?info.model_data.tokenizer_id, lora_rank = ?info.lora_rank, "Tinker training model ready");
     let sampler = SamplerOptions {
         in_flight: Arc::new(tokio::sync::Semaphore::new(options.max_in_flight.max(1))),
         max_in_flight: options.max_in_flight.max(1),
@@ -163,9 +151,9 @@ mod tests {
     #[test]
     fn lora_configs_map_whole_groups_and_refuse_partial_ones() {
         let all = lora_config(&Finetune::Lora(LoraConfig::all_linear(16)), 7).unwrap();
-        assert_eq!(all, json!({"rank": 16, "seed": 7, "train_unembed": false, "train_mlp": true, "train_attn": true}));
+        assert_eq!(serde_json::to_value(all).unwrap(), serde_json::json!({"rank": 16, "seed": 7, "train_unembed": false, "train_mlp": true, "train_attn": true}));
         let attn = LoraConfig { targets: ["q_proj", "k_proj", "v_proj", "o_proj"].map(String::from).to_vec(), ..LoraConfig::all_linear(8) };
-        assert_eq!(lora_config(&Finetune::Lora(attn), 1).unwrap()["train_mlp"], json!(false));
+        assert!(!lora_config(&Finetune::Lora(attn), 1).unwrap().train_mlp);
         let partial = LoraConfig { targets: vec!["q_proj".into(), "v_proj".into()], ..LoraConfig::all_linear(8) };
         assert!(lora_config(&Finetune::Lora(partial), 1).unwrap_err().to_string().contains("q_proj, k_proj, v_proj, o_proj"));
         assert!(lora_config(&Finetune::Full, 1).is_err());

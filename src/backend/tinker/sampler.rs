@@ -10,15 +10,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use serde_json::json;
 use tokio::sync::Semaphore;
 
-use super::future::{self, Accept, Payload, Submitted};
+use super::future::{self, Accept, Payload};
 use super::http::Body;
 use super::session::Session;
 use super::{Error as TinkerError, convert};
 use crate::backend::{Error, Pending, Result, SampleRequest, SampledSequence, Sampler, SamplingParams, Stop};
 use crate::prompt::Tokenizer;
+use crate::tinker::{convert as wire_convert, wire};
 
 /// Whole-sample resubmissions before a sample is reported failed.
 const SAMPLE_ATTEMPTS: u32 = 4;
@@ -61,8 +61,10 @@ impl Sampler for TinkerSampler {
         if let Err(e) = params.validate() {
             return Box::pin(async move { Err(e) });
         }
-        let tokens: Vec<u32> = params.stop.iter().filter_map(|s| if let Stop::Token(t) = s { Some(*t) } else { None }).collect();
         let texts: Vec<String> = params.stop.iter().filter_map(|s| if let Stop::Text(t) = s { Some(t.clone()) } else { None }).collect();
+        // Token stops go to the service; string stops are applied here (see SamplerOptions).
+        let mut token_stops = params.clone();
+        token_stops.stop.retain(|s| matches!(s, Stop::Token(_)));
         if !texts.is_empty() && self.options.tokenizer.is_none() {
             return Box::pin(async { Err(Error::InvalidArgument { what: "stop", reason: "stop strings need the model's tokenizer, which this Tinker sampler was opened without".into() }) });
         }
@@ -70,7 +72,7 @@ impl Sampler for TinkerSampler {
         let handles: Vec<_> = requests
             .into_iter()
             .map(|r| {
-                let body = asample_body(&self.id, &r, params, &tokens);
+                let body = asample_body(&self.id, &r, &token_stops);
                 let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: r.num_samples, permits: self.options.in_flight.clone() };
                 tokio::spawn(job.run())
             })
@@ -96,40 +98,38 @@ impl Sampler for TinkerSampler {
     }
 }
 
-/// The JSON body of one `asample` request, `seq_id` filled in per attempt.
-fn asample_body(session: &str, r: &SampleRequest, p: &SamplingParams, stop_tokens: &[u32]) -> serde_json::Value {
-    let mut sp = json!({
-        "max_tokens": p.max_tokens,
-        // An explicit list: omitting `stop` would add the server's idea of EOS (§5.6).
-        "stop": stop_tokens,
-        "temperature": p.temperature,
-        "top_k": p.top_k.map_or(-1, |k| k as i64),
-        "top_p": p.top_p,
-    });
-    if let Some(seed) = r.seed.or(p.seed) {
-        // Python ints are unbounded; Tinker's protobuf seed is a u64, JSON readers prefer i64.
-        sp["seed"] = json!(seed & (i64::MAX as u64));
+/// One `asample` request (`seq_id` is filled in per attempt). `params.stop` holds token ids
+/// only, always sent as an explicit list: an absent `stop` would mean the service's idea of
+/// EOS (§5.6).
+fn asample_body(session: &str, r: &SampleRequest, params: &SamplingParams) -> wire::SampleRequest {
+    let mut p = params.clone();
+    // Python ints are unbounded, but JSON readers (and the service's protobufs) stop at i64.
+    p.seed = r.seed.or(p.seed).map(|s| s & (i64::MAX as u64));
+    let sampling_params = wire_convert::sampling_params_to_wire(&p).expect("token stops only");
+    wire::SampleRequest {
+        num_samples: r.num_samples as u64,
+        prompt: wire::ModelInput::from_tokens(&r.prompt),
+        sampling_params,
+        base_model: None,
+        model_path: None,
+        sampling_session_id: Some(session.to_string()),
+        seq_id: Some(0),
+        prompt_logprobs: Some(false),
+        topk_prompt_logprobs: 0,
+        topk_sample_logprobs: 0,
+        target_prompt_logprobs: None,
+        prompt_alt_tokens_k: 0,
+        prompt_logprobs_last_n: None,
+        record_stability_info: Some(false),
+        r#type: wire::literal::Sample,
     }
-    json!({
-        "num_samples": r.num_samples,
-        "prompt": {"chunks": [{"tokens": r.prompt, "type": "encoded_text"}]},
-        "sampling_params": sp,
-        "sampling_session_id": session,
-        "seq_id": 0,
-        "prompt_logprobs": false,
-        "topk_prompt_logprobs": 0,
-        "topk_sample_logprobs": 0,
-        "prompt_alt_tokens_k": 0,
-        "record_stability_info": false,
-        "type": "sample",
-    })
 }
 
 /// One prompt's sampling, with whole-sample retries.
 struct Job {
     session: Arc<Session>,
     next_seq: Arc<AtomicI64>,
-    body: serde_json::Value,
+    body: wire::SampleRequest,
     num_samples: usize,
     permits: Arc<Semaphore>,
 }
@@ -141,10 +141,10 @@ impl Job {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            self.body["seq_id"] = json!(self.next_seq.fetch_add(1, Ordering::SeqCst));
+            self.body.seq_id = Some(self.next_seq.fetch_add(1, Ordering::SeqCst) as u64);
             let r = async {
-                let bytes = client.submit("/api/v1/asample", &Body::Json(self.body.clone()), "SamplingClient.sample").await?;
-                let s: Submitted = super::http::parse_json("/api/v1/asample", &bytes)?;
+                let bytes = client.submit("/api/v1/asample", &Body::json(&self.body), "SamplingClient.sample").await?;
+                let s: wire::UntypedApiFuture = super::http::parse_json("/api/v1/asample", &bytes)?;
                 let ids = s.sample_sequence_ids.as_ref().map_or(0, Vec::len);
                 if ids != self.num_samples {
                     return Err(TinkerError::Protocol { path: "/api/v1/asample".into(), reason: format!("asked for {} samples and got {ids} sample_sequence_ids", self.num_samples) });
@@ -192,8 +192,9 @@ mod tests {
     fn asample_bodies_have_the_sdk_shape() {
         let r = SampleRequest { prompt: vec![1, 2, 3], num_samples: 2, seed: Some(3) };
         let p = SamplingParams { max_tokens: 16, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![], seed: None };
-        let b = asample_body("sess-1:sample:1", &r, &p, &[151645]);
-        let want = json!({"num_samples": 2,
+        let p = SamplingParams { stop: vec![Stop::Token(151645)], ..p };
+        let b = serde_json::to_value(asample_body("sess-1:sample:1", &r, &p)).unwrap();
+        let want = serde_json::json!({"num_samples": 2,
             "prompt": {"chunks": [{"tokens": [1, 2, 3], "type": "encoded_text"}]},
             "sampling_params": {"max_tokens": 16, "seed": 3, "stop": [151645], "temperature": 1.0, "top_k": -1, "top_p": 1.0},
             "sampling_session_id": "sess-1:sample:1", "seq_id": 0,

@@ -6,34 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-use serde_json::json;
-
 use super::Error;
 use super::http::{Body, Client, SDK_VERSION};
+use crate::tinker::wire;
 
 /// Heartbeat period (SDK: 10 s).
 const HEARTBEAT: Duration = Duration::from_secs(10);
-
-/// The server's feature flags that change what a client must do (§2 step 1).
-#[derive(Debug, Default, Deserialize)]
-struct ClientConfig {
-    #[serde(default)]
-    pjwt_auth_enabled: bool,
-    #[serde(default)]
-    proto_compress_fwdbwd: bool,
-}
-
-#[derive(Debug, Deserialize)]
-struct CreateSession {
-    session_id: String,
-    #[serde(default)]
-    info_message: Option<String>,
-    #[serde(default)]
-    warning_message: Option<String>,
-    #[serde(default)]
-    error_message: Option<String>,
-}
 
 /// A live session. Dropping the last handle stops the heartbeat and finishes the session.
 pub struct Session {
@@ -51,16 +29,24 @@ impl Session {
     /// # Errors
     /// The service cannot be reached or refuses the credential, or asks for a feature rlx does
     /// not implement (JWT exchange, compressed forward_backward bodies).
-    pub async fn create(client: Client, user_metadata: serde_json::Value) -> Result<Arc<Session>, Error> {
-        let config: ClientConfig = client.post_json("/api/v1/client/config", &json!({"sdk_version": SDK_VERSION}), "ServiceClient.__init__").await?;
+    pub async fn create(client: Client, user_metadata: serde_json::Map<String, serde_json::Value>) -> Result<Arc<Session>, Error> {
+        let ask = wire::ClientConfigRequest { sdk_version: SDK_VERSION.into() };
+        let config: wire::ClientConfigResponse = client.post_json("/api/v1/client/config", &ask, "ServiceClient.__init__").await?;
         if config.pjwt_auth_enabled {
             return Err(Error::Unsupported { what: "the service requires the JWT credential exchange (`pjwt_auth_enabled`), which rlx does not implement yet".into() });
         }
         if config.proto_compress_fwdbwd {
             tracing::info!("the service prefers zstd-compressed forward_backward bodies; rlx sends them uncompressed");
         }
-        let body = json!({"tags": tags(), "user_metadata": user_metadata, "sdk_version": SDK_VERSION, "type": "create_session"});
-        let created: CreateSession = client.post_json("/api/v1/create_session", &body, "ServiceClient.create_session").await?;
+        let body = wire::CreateSessionRequest {
+            tags: tags(),
+            user_metadata: Some(user_metadata),
+            sdk_version: SDK_VERSION.into(),
+            project_id: std::env::var("TINKER_PROJECT_ID").ok().filter(|p| !p.is_empty()),
+            display_name: None,
+            r#type: wire::literal::CreateSession,
+        };
+        let created: wire::CreateSessionResponse = client.post_json("/api/v1/create_session", &body, "ServiceClient.create_session").await?;
         if let Some(m) = &created.info_message {
             tracing::info!("Tinker: {m}");
         }
@@ -103,12 +89,12 @@ impl Session {
 
     /// Ends the session with `reason` (`success`, `errored`, `interrupted`); only the first call
     /// sends anything.
-    pub async fn finish(&self, reason: &str, detail: Option<&str>) {
+    pub async fn finish(&self, reason: wire::FinishStatus, detail: Option<&str>) {
         if self.finished.swap(true, Ordering::SeqCst) {
             return;
         }
         self.heartbeat.abort();
-        let body = Body::Json(json!({"reason": {"type": reason}, "detail": detail}));
+        let body = finish_body(reason, detail);
         let path = format!("/api/v1/sessions/{}/finish", self.id);
         if let Err(e) = self.client.send_once(&path, Some(&body), &[], Duration::from_secs(10)).await {
             tracing::debug!(session = %self.id, "finishing the Tinker session failed: {}", super::causes(&e));
@@ -129,12 +115,17 @@ impl Drop for Session {
         let sent = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
             rt.block_on(async move {
-                let body = Body::Json(json!({"reason": {"type": "success"}, "detail": null}));
+                let body = finish_body(wire::FinishStatus::Success, None);
                 let _ = client.send_once(&path, Some(&body), &[], Duration::from_secs(5)).await;
             });
         });
         let _ = sent.join();
     }
+}
+
+fn finish_body(reason: wire::FinishStatus, detail: Option<&str>) -> Body {
+    let body = wire::FinishSessionRequest { reason: wire::FinishReason { r#type: reason }, detail: detail.map(str::to_string) };
+    Body::json(&body)
 }
 
 /// `TINKER_TAGS` (a comma-separated list), as the SDK sends them.
@@ -145,7 +136,8 @@ fn tags() -> Vec<String> {
 /// One heartbeat every 10 s, no retries (the next beat is the retry); stops when the server says
 /// the session is over (410); warns once after two minutes of failures.
 async fn heartbeat(client: Client, session_id: String) {
-    let body = Body::Json(json!({"session_id": session_id, "type": "session_heartbeat"}));
+    let beat = wire::SessionHeartbeatRequest { session_id: session_id.clone(), r#type: wire::literal::SessionHeartbeat };
+    let body = Body::json(&beat);
     let mut failing_since: Option<Instant> = None;
     let mut warned = false;
     let mut tick = tokio::time::interval(HEARTBEAT);

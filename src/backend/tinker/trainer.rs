@@ -16,19 +16,19 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
-use super::future::{self, Accept, Payload, Submitted};
+use super::future::{self, Accept, Payload};
 use super::http::Body;
 use super::sampler::{SamplerOptions, TinkerSampler};
 use super::session::Session;
 use super::{Error as TinkerError, convert};
 use crate::backend::{AdamParams, Datum, Error, ForwardBackwardOutput, LossFn, OptimStepOutput, Pending, Result, Sampler, StateRef, Trainer};
+use crate::tinker::wire::{self, literal};
 
 /// A request waiting for its turn at the submitter.
 enum Op {
-    ForwardBackward { data: Vec<Datum>, loss: LossFn, reply: oneshot::Sender<Result<ForwardBackwardOutput>> },
+    ForwardBackward { data: Vec<Datum>, loss: LossFn, forward_only: bool, reply: oneshot::Sender<Result<ForwardBackwardOutput>> },
     OptimStep { adam: AdamParams, reply: oneshot::Sender<Result<OptimStepOutput>> },
     SaveState { name: String, reply: oneshot::Sender<Result<StateRef>> },
     LoadState { state: StateRef, reply: oneshot::Sender<Result<()>> },
@@ -71,7 +71,11 @@ fn gone(reason: &str) -> Error {
 
 impl Trainer for TinkerTrainer {
     fn forward_backward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput> {
-        self.send(|reply| Op::ForwardBackward { data, loss, reply })
+        self.send(|reply| Op::ForwardBackward { data, loss, forward_only: false, reply })
+    }
+
+    fn forward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput> {
+        self.send(|reply| Op::ForwardBackward { data, loss, forward_only: true, reply })
     }
 
     fn optim_step(&self, adam: AdamParams) -> Pending<OptimStepOutput> {
@@ -108,7 +112,7 @@ impl Submitter {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>) {
         while let Some(op) = rx.recv().await {
             match op {
-                Op::ForwardBackward { data, loss, reply } => self.forward_backward(data, loss, reply).await,
+                Op::ForwardBackward { data, loss, forward_only, reply } => self.forward_backward(data, loss, forward_only, reply).await,
                 Op::OptimStep { adam, reply } => self.optim_step(adam, reply).await,
                 Op::SaveState { name, reply } => self.save_state(name, reply).await,
                 Op::LoadState { state, reply } => {
@@ -128,14 +132,14 @@ impl Submitter {
     }
 
     /// Takes the next `seq_id` and submits `body` under it; a failure poisons the trainer.
-    async fn submit(&mut self, path: &'static str, body: impl FnOnce(i64) -> Body, method: &'static str) -> Result<Submitted, TinkerError> {
+    async fn submit(&mut self, path: &'static str, body: impl FnOnce(i64) -> Body, method: &'static str) -> Result<wire::UntypedApiFuture, TinkerError> {
         self.check()?;
         let seq = self.next_seq;
         self.next_seq += 1;
         let body = body(seq);
         let client = self.session.client().clone();
         let submitted = match client.submit(path, &body, method).await {
-            Ok(bytes) => super::http::parse_json::<Submitted>(path, &bytes),
+            Ok(bytes) => super::http::parse_json::<wire::UntypedApiFuture>(path, &bytes),
             Err(e) => Err(e),
         };
         if let Err(e) = &submitted {
@@ -145,7 +149,7 @@ impl Submitter {
         submitted
     }
 
-    async fn forward_backward(&mut self, data: Vec<Datum>, loss: LossFn, reply: oneshot::Sender<Result<ForwardBackwardOutput>>) {
+    async fn forward_backward(&mut self, data: Vec<Datum>, loss: LossFn, forward_only: bool, reply: oneshot::Sender<Result<ForwardBackwardOutput>>) {
         if let Err(e) = data.iter().enumerate().try_for_each(|(i, d)| d.validate(i, &loss)) {
             let _ = reply.send(Err(e));
             return;
@@ -153,7 +157,8 @@ impl Submitter {
         let mut polls = Vec::new();
         for chunk in chunks(&data) {
             let model_id = self.model_id.clone();
-            let submitted = self.submit("/api/v1/forward_backward", |seq| Body::Proto(convert::forward_backward_request(&model_id, seq, chunk, &loss, false)), "TrainingClient.forward_backward").await;
+            let method = if forward_only { "TrainingClient.forward" } else { "TrainingClient.forward_backward" };
+            let submitted = self.submit("/api/v1/forward_backward", |seq| Body::Proto(convert::forward_backward_body(&model_id, seq, chunk, &loss, forward_only)), method).await;
             match submitted {
                 Ok(s) => polls.push((s.request_id, chunk.len())),
                 Err(e) => {
@@ -167,14 +172,15 @@ impl Submitter {
             let mut outputs = Vec::with_capacity(data.len());
             let mut loss_sum = 0.0;
             for (request_id, n) in polls {
-                let out = match future::retrieve(&client, &request_id, "ForwardBackward", Accept::Proto).await {
+                let kind = if forward_only { "Forward" } else { "ForwardBackward" };
+                let out = match future::retrieve(&client, &request_id, kind, Accept::Proto).await {
                     Ok(Payload::Proto(b)) => convert::forward_backward_output(&b, n),
                     Ok(Payload::Json(_)) => unreachable!("retrieve returns protobuf when asked for it"),
                     Err(e) => Err(e),
                 };
                 match out {
-                    Ok((logprobs, metrics)) => {
-                        loss_sum += metrics.get("loss:sum").copied().unwrap_or(f64::NAN);
+                    Ok((logprobs, loss)) => {
+                        loss_sum += loss;
                         outputs.extend(logprobs);
                     }
                     Err(e) => {
@@ -189,13 +195,7 @@ impl Submitter {
 
     async fn optim_step(&mut self, adam: AdamParams, reply: oneshot::Sender<Result<OptimStepOutput>>) {
         let model_id = self.model_id.clone();
-        let body = |seq| {
-            Body::Json(json!({
-                "model_id": model_id, "seq_id": seq, "type": "optim_step",
-                "adam_params": {"learning_rate": adam.learning_rate, "beta1": adam.beta1, "beta2": adam.beta2, "eps": adam.eps,
-                                "weight_decay": adam.weight_decay, "grad_clip_norm": adam.grad_clip_norm},
-            }))
-        };
+        let body = |seq: i64| Body::json(&wire::OptimStepRequest { model_id, seq_id: Some(seq as u64), r#type: literal::OptimStep, adam_params: Some(adam.into()), optimizer_params: None });
         let submitted = self.submit("/api/v1/optim_step", body, "TrainingClient.optim_step").await;
         self.steps += 1;
         let step = self.steps;
@@ -203,8 +203,8 @@ impl Submitter {
         tokio::spawn(async move {
             let r = async {
                 let s = submitted?;
-                let v = json_result(future::retrieve(&client, &s.request_id, "OptimStep", Accept::Json).await?);
-                Ok::<_, TinkerError>(convert::optim_output(&v, step))
+                let r: wire::OptimStepResponse = future::retrieve_json(&client, &s.request_id, "OptimStep").await?;
+                Ok::<_, TinkerError>(convert::optim_output(r, step))
             };
             let _ = reply.send(r.await.map_err(Into::into));
         });
@@ -212,15 +212,16 @@ impl Submitter {
 
     async fn save_state(&mut self, name: String, reply: oneshot::Sender<Result<StateRef>>) {
         let model_id = self.model_id.clone();
-        let body = |seq| Body::Json(json!({"model_id": model_id, "path": name, "seq_id": seq, "type": "save_weights"}));
+        let body = |seq: i64| {
+            Body::json(&wire::SaveWeightsRequest { model_id, path: Some(name), seq_id: Some(seq as u64), ttl_seconds: None, overwrite: false, user_metadata: None, r#type: literal::SaveWeights })
+        };
         let submitted = self.submit("/api/v1/save_weights", body, "TrainingClient.save_state").await;
         let client = self.session.client().clone();
         tokio::spawn(async move {
             let r = async {
                 let s = submitted?;
-                let v = json_result(future::retrieve(&client, &s.request_id, "SaveWeights", Accept::Json).await?);
-                let path = v.get("path").and_then(|p| p.as_str()).ok_or_else(|| TinkerError::Protocol { path: "save_weights".into(), reason: format!("no `path` in {v}") })?;
-                Ok::<_, TinkerError>(StateRef(path.to_string()))
+                let r: wire::SaveWeightsResponse = future::retrieve_json(&client, &s.request_id, "SaveWeights").await?;
+                Ok::<_, TinkerError>(StateRef(r.path))
             };
             let _ = reply.send(r.await.map_err(Into::into));
         });
@@ -235,10 +236,22 @@ impl Submitter {
             return Err(Error::InvalidArgument { what: "state", reason: format!("`{state}` is not a Tinker state (tinker://…); it was written by another backend") });
         }
         let model_seq = self.session.next_model_seq();
-        let body = json!({"session_id": self.session.id(), "model_seq_id": model_seq, "path": state.0, "optimizer": true, "type": "load_weights"});
+        let body = wire::LoadWeightsRequest {
+            model_id: None,
+            seq_id: None,
+            session_id: Some(self.session.id().to_string()),
+            model_seq_id: Some(u64::from(model_seq)),
+            base_model: None,
+            user_metadata: None,
+            path: state.0.clone(),
+            optimizer: true,
+            optimizer_config: None,
+            weights_access_token: None,
+            r#type: literal::LoadWeights,
+        };
         let client = self.session.client().clone();
-        let s: Submitted = client.post_json("/api/v1/load_weights", &body, "ServiceClient.create_training_client_from_state_with_optimizer").await?;
-        json_result(future::retrieve(&client, &s.request_id, "LoadWeights", Accept::Json).await?);
+        let s: wire::UntypedApiFuture = client.post_json("/api/v1/load_weights", &body, "ServiceClient.create_training_client_from_state_with_optimizer").await?;
+        let _: wire::LoadWeightsResponse = future::retrieve_json(&client, &s.request_id, "LoadWeights").await?;
         self.model_id = format!("{}:train:{model_seq}", self.session.id());
         self.next_seq = 1;
         tracing::info!(model_id = %self.model_id, from = %state, "Tinker model restored");
@@ -248,28 +261,29 @@ impl Submitter {
     async fn sampler(&mut self, reply: oneshot::Sender<Result<Arc<dyn Sampler>>>) {
         let model_id = self.model_id.clone();
         let sampling_seq = self.session.next_sampling_seq();
-        let body = |seq| Body::Json(json!({"model_id": model_id, "sampling_session_seq_id": sampling_seq, "kind": "snapshot", "seq_id": seq, "type": "save_weights_for_sampler"}));
+        let body = |seq: i64| {
+            Body::json(&wire::SaveWeightsForSamplerRequest {
+                model_id,
+                path: None,
+                sampling_session_seq_id: Some(u64::from(sampling_seq)),
+                kind: "snapshot".into(),
+                seq_id: Some(seq as u64),
+                ttl_seconds: None,
+                user_metadata: None,
+                r#type: literal::SaveWeightsForSampler,
+            })
+        };
         let submitted = self.submit("/api/v1/save_weights_for_sampler", body, "TrainingClient.save_weights_and_get_sampling_client").await;
         let (session, options) = (self.session.clone(), self.sampler.clone());
         tokio::spawn(async move {
             let r = async {
                 let s = submitted?;
-                let v = json_result(future::retrieve(session.client(), &s.request_id, "SaveWeightsForSampler", Accept::Json).await?);
-                let id = v.get("sampling_session_id").and_then(|p| p.as_str()).ok_or_else(|| TinkerError::Protocol {
-                    path: "save_weights_for_sampler".into(),
-                    reason: format!("no `sampling_session_id` in {v}"),
-                })?;
-                Ok::<_, TinkerError>(Arc::new(TinkerSampler::new(session, id.to_string(), options)) as Arc<dyn Sampler>)
+                let r: wire::SaveWeightsForSamplerResponse = future::retrieve_json(session.client(), &s.request_id, "SaveWeightsForSampler").await?;
+                let id = r.sampling_session_id.ok_or_else(|| TinkerError::Protocol { path: "save_weights_for_sampler".into(), reason: "no `sampling_session_id` in the result".into() })?;
+                Ok::<_, TinkerError>(Arc::new(TinkerSampler::new(session, id, options)) as Arc<dyn Sampler>)
             };
             let _ = reply.send(r.await.map_err(Into::into));
         });
-    }
-}
-
-fn json_result(p: Payload) -> serde_json::Value {
-    match p {
-        Payload::Json(v) => v,
-        Payload::Proto(_) => unreachable!("retrieve returns JSON unless asked for protobuf"),
     }
 }
 
