@@ -22,6 +22,8 @@
 //!   remote state references, evaluation with a sampler alone.
 //! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
 //! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records.
+//! - `tinker`: the Tinker backend against `rlx serve`: the contract suite, runs with faults
+//!   injected checked against the server's request record, resume from `tinker://` states.
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
@@ -43,6 +45,7 @@ mod seams;
 mod server;
 mod sources;
 mod sweep;
+mod tinker;
 mod trainer;
 mod trainer_smollm2;
 mod validate;

@@ -72,6 +72,10 @@ impl Sampler for TinkerSampler {
         let handles: Vec<_> = requests
             .into_iter()
             .map(|r| {
+                if r.num_samples == 0 {
+                    // Nothing to ask for (Tinker refuses `num_samples: 0`).
+                    return tokio::spawn(async { Ok(Vec::new()) });
+                }
                 let body = asample_body(&self.id, &r, &token_stops);
                 let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: r.num_samples, permits: self.options.in_flight.clone() };
                 tokio::spawn(job.run())
