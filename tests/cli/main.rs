@@ -46,6 +46,8 @@ mod server;
 mod sources;
 mod sweep;
 mod tinker;
+mod tinker_sdk;
+mod tinker_wire;
 mod trainer;
 mod trainer_smollm2;
 mod validate;

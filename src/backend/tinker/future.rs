@@ -48,10 +48,12 @@ pub async fn retrieve(client: &Client, request_id: &str, kind: &'static str, acc
     let mut last_answer = Instant::now();
     let mut billing_since: Option<Instant> = None;
     let mut paused_warned = false;
+    // The SDK's HTTP layer sends one on every POST, polls included.
+    let key = super::http::idempotency_key();
     loop {
         let ask = wire::FutureRetrieveRequest { request_id: request_id.to_string(), allow_metadata_only };
         let body = Body::json(&ask);
-        let mut extra = vec![("x-tinker-request-iteration", iteration.to_string()), ("x-tinker-request-type", kind.to_string())];
+        let mut extra = vec![("x-tinker-request-iteration", iteration.to_string()), ("x-tinker-request-type", kind.to_string()), ("x-idempotency-key", key.clone())];
         if accept == Accept::Proto {
             extra.push(("accept", "application/x-protobuf".to_string()));
         }
