@@ -29,7 +29,7 @@ pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
             let options = local::Options { threads: *threads, max_tokens_per_microbatch: *max_tokens_per_microbatch, seed: plan.spec.seed, state_dir: cx.state_dir.clone() };
             local::open(path, &r.finetune, options).await
         }
-        BackendChoice::Tinker { base_url, api_key_env, max_in_flight } => {
+        BackendChoice::Tinker { base_url, api_key_env, max_in_flight, model_path } => {
             let (base_url, api_key) = tinker::Options::credentials(base_url.as_deref(), api_key_env)?;
             let options = tinker::Options {
                 base_url,
@@ -42,6 +42,10 @@ pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
                 user_metadata: [("rlx_run".to_string(), plan.run_id.clone().into()), ("rlx_spec".to_string(), plan.spec.name.clone().into())].into_iter().collect(),
                 retry: tinker::RetryPolicy::default(),
             };
+            // An evaluation-only run needs no training model (Tinker bills for one).
+            if plan.spec.schedule.max_steps == 0 {
+                return Ok(tinker::open_sampler(options, model_path.clone()).await?);
+            }
             Ok(tinker::open(options).await?)
         }
         BackendChoice::Openai { .. } => Err(Error::Unavailable {

@@ -151,6 +151,15 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
     if !spec.backend.trains_full_weights() && spec.model.finetune == Finetune::Full {
         cx.err("model.finetune", format!("the `{kind}` backend trains LoRA adapters only; `model.finetune: full` needs `backend.kind: local`"));
     }
+    if let crate::spec::types::Backend::Tinker { model_path: Some(path), .. } = &spec.backend {
+        if !path.starts_with("tinker://") {
+            cx.err("backend.model_path", format!("`backend.model_path` must be a `tinker://` path, found `{path}`"));
+        } else if spec.schedule.max_steps > 0 {
+            cx.err("backend.model_path", format!("`backend.model_path` names fixed sampler weights, but `schedule.max_steps` is {}", spec.schedule.max_steps))
+                .hints
+                .push("set `schedule.max_steps: 0` to evaluate them, or remove `backend.model_path` to train from `model.base`".into());
+        }
+    }
     if matches!(spec.backend, crate::spec::types::Backend::Tinker { .. }) && spec.model.finetune == Finetune::Lora {
         // Tinker's `lora_config` has one switch for all attention projections and one for all
         // MLP projections; a subset cannot be expressed, and silently widening it would train

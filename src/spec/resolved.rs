@@ -134,6 +134,8 @@ pub enum BackendChoice {
         api_key_env: String,
         /// Most `asample` requests in flight at once.
         max_in_flight: usize,
+        /// Saved sampler weights to evaluate (`tinker://…`).
+        model_path: Option<String>,
     },
     /// An OpenAI-compatible server (sampling only).
     Openai {
@@ -191,10 +193,11 @@ impl Resolved {
                 threads: threads.map(|t| t as usize),
                 max_tokens_per_microbatch: max_tokens_per_microbatch.unwrap_or(1024) as usize,
             },
-            Backend::Tinker { base_url, api_key_env, max_in_flight } => BackendChoice::Tinker {
+            Backend::Tinker { base_url, api_key_env, max_in_flight, model_path } => BackendChoice::Tinker {
                 base_url: base_url.clone(),
                 api_key_env: api_key_env.clone(),
                 max_in_flight: max_in_flight.map_or(crate::backend::tinker::DEFAULT_MAX_IN_FLIGHT, |n| n as usize),
+                model_path: model_path.clone(),
             },
             Backend::Openai { base_url, api_key_env, served_model } => BackendChoice::Openai {
                 base_url: base_url.clone(),

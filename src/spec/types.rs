@@ -209,6 +209,10 @@ pub enum Backend {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1, max = 4096))]
         max_in_flight: Option<u32>,
+        /// Sample from these saved weights (`tinker://…/sampler_weights/…`) instead of
+        /// `model.base`; evaluation-only runs (`schedule.max_steps: 0`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_path: Option<String>,
     },
     /// An OpenAI-compatible server (vLLM, SGLang, ...). Sampling only: it cannot train, so it
     /// serves evaluation-only runs (`schedule.max_steps: 0`).

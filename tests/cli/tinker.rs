@@ -194,13 +194,17 @@ async fn a_missing_model_and_a_missing_key_are_clear_errors() {
 
 /// A spec training the tiny model through `url`, which serves it under its path.
 fn spec(url: &str, max_steps: u32, save_every: u32) -> String {
+    spec_with(url, max_steps, save_every, "")
+}
+
+fn spec_with(url: &str, max_steps: u32, save_every: u32, backend_extra: &str) -> String {
     let data = repo().join("experiments/data");
     let prompts = repo().join("prompts");
     format!(
         "name: tiny-tinker
 seed: 3
 model: {{base: ./tiny, finetune: lora, lora: {{rank: 4, alpha: 8}}}}
-backend: {{kind: tinker, base_url: '{url}', max_in_flight: 4}}
+backend: {{kind: tinker, base_url: '{url}', max_in_flight: 4{backend_extra}}}
 data:
   train: [{{path: {train}, format: mbpp, limit: 6}}]
   eval: [{{path: {eval}, format: mbpp, limit: 2}}]
@@ -299,4 +303,28 @@ fn a_killed_tinker_run_resumes_from_its_tinker_checkpoint() {
     assert_eq!(loads[0]["body"]["optimizer"], true);
     assert!(loads[0]["body"]["path"].as_str().unwrap().starts_with("tinker://"));
     assert_each_training_request_ran_once(&served.requests());
+}
+
+#[test]
+fn an_evaluation_only_tinker_run_needs_no_training_model() {
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let served = Served::start(&model, &[], &[]);
+    cx.write("spec.yaml", &spec(&served.url, 0, 1));
+    let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let metrics = jsonl(&run_dir(&cx).join("metrics.jsonl"));
+    assert_eq!(metrics.len(), 1, "{metrics:?}");
+    assert!(metrics[0]["eval/pass@1"].is_number(), "{metrics:?}");
+    let paths: Vec<String> = served.requests().iter().map(|r| r["path"].as_str().unwrap().to_string()).collect();
+    assert!(paths.iter().any(|p| p == "/api/v1/create_sampling_session"), "{paths:?}");
+    assert!(!paths.iter().any(|p| p == "/api/v1/create_model"), "no training model for an evaluation: {paths:?}");
+    // Saved sampler weights must be named by a tinker:// path, and only evaluate.
+    cx.write("bad.yaml", &spec_with(&served.url, 2, 1, ", model_path: 'runs/x'"));
+    let r = cx.run(&["validate", "bad.yaml"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("must be a `tinker://` path"), "{}", r.stderr);
+    cx.write("bad2.yaml", &spec_with(&served.url, 2, 1, ", model_path: 'tinker://m/sampler_weights/s'"));
+    let r = cx.run(&["validate", "bad2.yaml"]);
+    assert!(r.stderr.contains("`schedule.max_steps` is 2") && r.stderr.contains("max_steps: 0"), "{}", r.stderr);
 }

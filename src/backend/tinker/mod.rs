@@ -137,6 +137,32 @@ pub async fn open(options: Options) -> Result<Policy, Error> {
     Ok(Policy::Trainable(Arc::new(TinkerTrainer::start(session, model_id, sampler))))
 }
 
+/// Creates a session and a sampling session on the base model, or on saved sampler weights
+/// (`model_path`, `tinker://…`), and returns it as a fixed policy: evaluation without a
+/// training model.
+///
+/// # Errors
+/// No key, an unreachable service, a model or path the service does not know.
+pub async fn open_sampler(options: Options, model_path: Option<String>) -> Result<Policy, Error> {
+    let client = http::Client::new(&options.base_url, &options.api_key, options.retry.clone())?;
+    let session = Session::create(client.clone(), options.user_metadata.clone()).await?;
+    let body = wire::CreateSamplingSessionRequest {
+        session_id: session.id().to_string(),
+        sampling_session_seq_id: u64::from(session.next_sampling_seq()),
+        base_model: model_path.is_none().then(|| options.base_model.clone()),
+        model_path: model_path.clone(),
+        r#type: wire::literal::CreateSamplingSession,
+    };
+    let created: wire::CreateSamplingSessionResponse = client.post_json("/api/v1/create_sampling_session", &body, "ServiceClient.create_sampling_client").await?;
+    tracing::info!(session = %session.id(), sampler = %created.sampling_session_id, base_model = %options.base_model, model_path = ?model_path, "Tinker sampler ready");
+    let sampler = SamplerOptions {
+        in_flight: Arc::new(tokio::sync::Semaphore::new(options.max_in_flight.max(1))),
+        max_in_flight: options.max_in_flight.max(1),
+        tokenizer: options.tokenizer.clone(),
+    };
+    Ok(Policy::Fixed(Arc::new(TinkerSampler::new(session, created.sampling_session_id, sampler))))
+}
+
 /// The cause chain of an HTTP client error in one line (reqwest hides the useful part, such as
 /// "connection refused", in its sources).
 pub(crate) fn causes(e: &(dyn std::error::Error + 'static)) -> String {
