@@ -24,6 +24,7 @@
 //! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records.
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
+//! - `tinker_sdk`: `rlx serve` driven by the official Tinker Python SDK, with and without faults.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
 
 mod backend_contract;
@@ -43,6 +44,7 @@ mod seams;
 mod server;
 mod sources;
 mod sweep;
+mod tinker_sdk;
 mod trainer;
 mod trainer_smollm2;
 mod validate;
