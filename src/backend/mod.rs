@@ -433,6 +433,18 @@ pub trait Sampler: Send + Sync {
     fn max_in_flight(&self) -> usize {
         2
     }
+
+    /// Submits: the log-probability of each prompt token given the ones before it (Tinker's
+    /// `prompt_logprobs`, `compute_logprobs`), NaN at position 0. The default answers that the
+    /// backend cannot.
+    ///
+    /// # Errors
+    /// (In the reply.) An empty or out-of-vocabulary prompt, a backend failure, or a backend
+    /// without it.
+    fn prompt_logprobs(&self, prompt: Vec<u32>) -> Pending<Vec<f32>> {
+        let _ = prompt;
+        Box::pin(async { Err(Error::InvalidArgument { what: "prompt_logprobs", reason: "this backend cannot score prompts".into() }) })
+    }
 }
 
 /// Trains a policy: design §3 `Trainer`, Tinker's training client. Requests are served in the

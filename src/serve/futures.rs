@@ -25,7 +25,12 @@ pub enum Outcome {
     /// A forward/backward result (protobuf or legacy JSON, by the poll's `Accept`).
     ForwardBackward(ForwardBackwardOutput),
     /// Sampled sequences (protobuf or legacy JSON, by the poll's `Accept`).
-    Sample(Vec<SampledSequence>),
+    Sample {
+        /// One per sample.
+        sequences: Vec<SampledSequence>,
+        /// Per prompt token, NaN where not scored (position 0), when asked for.
+        prompt_logprobs: Option<Vec<f32>>,
+    },
     /// A failure, reported as HTTP 200 `{"error", "category"}`.
     Failed {
         /// What went wrong.

@@ -159,7 +159,7 @@ async fn handle(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<F
         _ => {
             let reply = match (&state.api_key, &body) {
                 (Some(key), _) if parts.headers.get(header::API_KEY).and_then(|v| v.to_str().ok()) != Some(key.as_str()) => {
-                    Reply::error(StatusCode::UNAUTHORIZED, format!("missing or wrong `X-API-Key` (this server was started with an API key)"))
+                    Reply::error(StatusCode::UNAUTHORIZED, "missing or wrong `X-API-Key` (this server was started with an API key)")
                 }
                 (_, Err(e)) => bad(e.clone()),
                 (_, Ok(b)) => route(state, &parts.method, &path, &parts.headers, b).await,
@@ -573,9 +573,7 @@ fn asample(state: &Arc<State>, b: &[u8]) -> Handled {
     let ids: Vec<String> = (0..n).map(|i| format!("{}:{i}", s.request_id())).collect();
     let reply = Reply::submitted(&s, wire::UntypedApiFuture { request_id: s.request_id().to_string(), model_id: None, sample_sequence_ids: Some(ids) });
     if let Submitted::New { completion, .. } = s {
-        let unsupported = if r.prompt_logprobs == Some(true) {
-            Some("`prompt_logprobs` (compute_logprobs)")
-        } else if r.topk_prompt_logprobs > 0 || r.topk_sample_logprobs > 0 {
+        let unsupported = if r.topk_prompt_logprobs > 0 || r.topk_sample_logprobs > 0 {
             Some("top-k log-probabilities")
         } else if r.prompt_alt_tokens_k > 0 || r.target_prompt_logprobs.is_some() {
             Some("prompt alternatives and targets")
@@ -589,9 +587,23 @@ fn asample(state: &Arc<State>, b: &[u8]) -> Handled {
             (Some(what), _) => completion.fail(ErrorCategory::User, format!("{what} is not supported by rlx serve")),
             (None, Err(e)) => completion.fail(ErrorCategory::User, e),
             (None, Ok((prompt, params))) => {
+                // Both submitted now, in order; `last_n` keeps the last N scores (the rest NaN).
+                let scored = (r.prompt_logprobs == Some(true)).then(|| session.sampler.prompt_logprobs(prompt.clone()));
+                let last_n = r.prompt_logprobs_last_n.map(|n| n as usize);
                 let req = SampleRequest { prompt, num_samples: n as usize, seed: params.seed };
-                let pending = session.sampler.sample(vec![req], &params);
-                finish_with(completion, pending, |mut v| Outcome::Sample(v.pop().unwrap_or_default()));
+                let sampled = session.sampler.sample(vec![req], &params);
+                let both: backend::Pending<(Vec<Vec<backend::SampledSequence>>, Option<Vec<f32>>)> = Box::pin(async move {
+                    let mut lp = match scored {
+                        Some(p) => Some(p.await?),
+                        None => None,
+                    };
+                    if let (Some(lp), Some(n)) = (lp.as_mut(), last_n) {
+                        let keep = lp.len().saturating_sub(n);
+                        lp[..keep].fill(f32::NAN);
+                    }
+                    Ok((sampled.await?, lp))
+                });
+                finish_with(completion, both, |(mut v, prompt_logprobs)| Outcome::Sample { sequences: v.pop().unwrap_or_default(), prompt_logprobs });
             }
         }
     }
@@ -619,8 +631,14 @@ async fn retrieve_future(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> H
             "loss_fn_outputs": o.outputs.iter().map(|d| json!({"logprobs": {"data": d.logprobs, "dtype": "float32", "shape": [d.logprobs.len()]}})).collect::<Vec<_>>(),
             "metrics": {convert::LOSS_SUM: o.loss},
         })),
-        Outcome::Sample(seqs) if proto => Reply { status: StatusCode::OK, body: Body::Proto(convert::sample_response_to_proto(seqs, None).encode_to_vec()), duplicate: None },
-        Outcome::Sample(seqs) => Reply::ok(json!({"type": "sample", "sequences": seqs, "prompt_logprobs": null})),
+        Outcome::Sample { sequences, prompt_logprobs } if proto => {
+            Reply { status: StatusCode::OK, body: Body::Proto(convert::sample_response_to_proto(sequences, prompt_logprobs.as_deref()).encode_to_vec()), duplicate: None }
+        }
+        Outcome::Sample { sequences, prompt_logprobs } => {
+            // JSON has no NaN: unscored positions are `null`, as in the legacy shape.
+            let lp = prompt_logprobs.as_ref().map(|v| v.iter().map(|x| if x.is_nan() { Value::Null } else { json!(x) }).collect::<Vec<_>>());
+            Reply::ok(json!({"type": "sample", "sequences": sequences, "prompt_logprobs": lp}))
+        }
     })
 }
 

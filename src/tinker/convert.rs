@@ -59,7 +59,7 @@ pub fn i64_bytes(v: &[i64]) -> Vec<u8> {
 }
 
 fn chunks<const N: usize>(bytes: &[u8], what: &str) -> Result<impl Iterator<Item = [u8; N]>, String> {
-    if bytes.len() % N != 0 {
+    if !bytes.len().is_multiple_of(N) {
         return Err(format!("{what} has {} bytes, not a multiple of {N}", bytes.len()));
     }
     Ok(bytes.chunks_exact(N).map(|c| c.try_into().expect("exact chunk")))

@@ -26,6 +26,7 @@
 //!   injected checked against the server's request record, resume from `tinker://` states.
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
+//! - `tinker_sdk`: `rlx serve` driven by the official Tinker Python SDK, with and without faults.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
 
 mod backend_contract;

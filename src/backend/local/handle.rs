@@ -152,4 +152,8 @@ impl Sampler for SamplerHandle {
         let params = params.clone();
         self.worker.submit(move |s| s.sample_batch(&requests, &params))
     }
+
+    fn prompt_logprobs(&self, prompt: Vec<u32>) -> Pending<Vec<f32>> {
+        self.worker.submit(move |s| s.prompt_logprobs(&prompt))
+    }
 }
