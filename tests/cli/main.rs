@@ -27,6 +27,7 @@
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
 //! - `tinker_sdk`: `rlx serve` driven by the official Tinker Python SDK, with and without faults.
+//! - `tinker_wire`: rlx's Tinker client sends what the SDK sends for the same operations.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
 
 mod backend_contract;

@@ -5,9 +5,8 @@
 //! record: every training request ran exactly once, in `seq_id` order, with no gap; a run killed
 //! mid-way resumes from its `tinker://` checkpoint.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use rlx::backend::contract::{Fixture, check_sampler, check_trainer};
@@ -15,72 +14,12 @@ use rlx::backend::{Finetune, LoraConfig, Policy, tinker};
 use serde_json::Value;
 
 use crate::common::{Run, TestContext, repo};
+use crate::tinker_sdk::Server;
 
-/// A running `rlx serve`, killed on drop.
-pub struct Served {
-    child: Child,
-    /// `http://127.0.0.1:PORT`.
-    pub url: String,
-    /// The request record.
-    pub record: PathBuf,
-    _state: tempfile::TempDir,
-}
-
-impl Served {
-    /// Serves `model` (also under `names`) with `faults` (`--fault` values).
-    pub fn start(model: &Path, names: &[&str], faults: &[&str]) -> Served {
-        let state = tempfile::tempdir().unwrap();
-        let record = state.path().join("record.jsonl");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rlx"));
-        cmd.args(["serve", "--bind", "127.0.0.1:0", "--threads", "1", "--long-poll-s", "2", "--model"])
-            .arg(model)
-            .arg("--state-dir")
-            .arg(state.path().join("state"))
-            .arg("--record")
-            .arg(&record)
-            .env("NO_COLOR", "1")
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for n in names {
-            cmd.args(["--name", n]);
-        }
-        for f in faults {
-            cmd.args(["--fault", f]);
-        }
-        let mut child = cmd.spawn().expect("rlx serve starts");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(Ok(rest.split_whitespace().next().unwrap_or_default().to_string()));
-                } else if line.starts_with("error") {
-                    let _ = tx.send(Err(line));
-                }
-            }
-        });
-        let url = match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(Ok(url)) => url,
-            other => {
-                let _ = child.kill();
-                panic!("rlx serve did not start: {other:?}");
-            }
-        };
-        Served { child, url, record, _state: state }
-    }
-
-    /// The record so far.
-    pub fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.record).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `rlx serve` in `cx` with `--fault` values.
+fn serve(cx: &TestContext, model: &Path, faults: &[&str]) -> Server {
+    let args: Vec<&str> = faults.iter().flat_map(|f| ["--fault", f]).chain(["--long-poll-s", "2"]).collect();
+    Server::start(cx, model, &args)
 }
 
 /// Whether the server did the work of a recorded request: it was not turned away by a fault
@@ -143,9 +82,9 @@ fn options(url: &str, model: &Path) -> tinker::Options {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tinker_backend_meets_the_contract_through_rlx_serve() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = tiny(dir.path());
-    let served = Served::start(&model, &[], &[]);
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let served = serve(&cx, &model, &[]);
     let policy = tinker::open(options(&served.url, &model)).await.expect("a Tinker session on rlx serve");
     let Policy::Trainable(trainer) = policy else { panic!("Tinker policies train") };
     // The tiny model's character vocabulary (98 entries); token 1 is `<|im_end|>`.
@@ -155,7 +94,7 @@ async fn the_tinker_backend_meets_the_contract_through_rlx_serve() {
     check_trainer(&*trainer, &fixture).await.unwrap_or_else(|e| panic!("trainer: {e}: {:?}", std::error::Error::source(&e)));
     drop((sampler, trainer));
     // States are tinker:// paths; each request of each model ran once, in order.
-    let records = served.requests();
+    let records = served.record();
     let saves: Vec<&Value> = records.iter().filter(|r| r["path"] == "/api/v1/save_weights" && did_work(r)).collect();
     assert!(!saves.is_empty());
     assert_each_training_request_ran_once(&records);
@@ -165,9 +104,9 @@ async fn the_tinker_backend_meets_the_contract_through_rlx_serve() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_model_and_a_missing_key_are_clear_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = tiny(dir.path());
-    let served = Served::start(&model, &[], &[]);
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let served = serve(&cx, &model, &[]);
     let mut o = options(&served.url, &model);
     o.base_model = "Qwen/Qwen3-4B-Instruct-2507".into();
     let err = match tinker::open(o).await {
@@ -238,7 +177,7 @@ fn a_run_on_tinker_with_faults_trains_every_step_once() {
     let cx = TestContext::new();
     let model = tiny(cx.path());
     let faults = ["seed=5", "429=0.08", "5xx=0.08", "drop=0.05", "try-again=0.3"];
-    let served = Served::start(&model, &[], &faults);
+    let served = serve(&cx, &model, &faults);
     cx.write("spec.yaml", &spec(&served.url, 4, 2));
     let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
@@ -253,7 +192,7 @@ fn a_run_on_tinker_with_faults_trains_every_step_once() {
     let cks = jsonl(&dir.join("checkpoints.jsonl"));
     assert!(!cks.is_empty() && cks.iter().all(|c| c["state_path"].as_str().unwrap().starts_with("tinker://")), "{cks:?}");
 
-    let records = served.requests();
+    let records = served.record();
     let faulted = records.iter().filter(|r| r["fault"].is_string()).count();
     assert!(faulted >= 5, "the faults were exercised ({faulted} faulted requests of {})", records.len());
     let work = assert_each_training_request_ran_once(&records);
@@ -274,7 +213,7 @@ fn a_run_on_tinker_with_faults_trains_every_step_once() {
 fn a_killed_tinker_run_resumes_from_its_tinker_checkpoint() {
     let cx = TestContext::new();
     let model = tiny(cx.path());
-    let served = Served::start(&model, &[], &["latency=30ms"]);
+    let served = serve(&cx, &model, &["latency=30ms"]);
     cx.write("spec.yaml", &spec(&served.url, 4, 1));
     let mut child = cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     // Kill it once step 1's checkpoint is recorded.
@@ -298,25 +237,25 @@ fn a_killed_tinker_run_resumes_from_its_tinker_checkpoint() {
     let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().filter(|m| m["step"].as_i64() >= Some(0)).map(|m| m["step"].as_i64().unwrap()).collect();
     assert_eq!(steps, vec![0, 1, 2, 3], "each step once across the kill");
     // The resumed run created its model from the saved state, with the optimizer.
-    let loads: Vec<Value> = served.requests().into_iter().filter(|r| r["path"] == "/api/v1/load_weights" && did_work(r)).collect();
+    let loads: Vec<Value> = served.record().into_iter().filter(|r| r["path"] == "/api/v1/load_weights" && did_work(r)).collect();
     assert_eq!(loads.len(), 1, "one restore");
     assert_eq!(loads[0]["body"]["optimizer"], true);
     assert!(loads[0]["body"]["path"].as_str().unwrap().starts_with("tinker://"));
-    assert_each_training_request_ran_once(&served.requests());
+    assert_each_training_request_ran_once(&served.record());
 }
 
 #[test]
 fn an_evaluation_only_tinker_run_needs_no_training_model() {
     let cx = TestContext::new();
     let model = tiny(cx.path());
-    let served = Served::start(&model, &[], &[]);
+    let served = serve(&cx, &model, &[]);
     cx.write("spec.yaml", &spec(&served.url, 0, 1));
     let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     let metrics = jsonl(&run_dir(&cx).join("metrics.jsonl"));
     assert_eq!(metrics.len(), 1, "{metrics:?}");
     assert!(metrics[0]["eval/pass@1"].is_number(), "{metrics:?}");
-    let paths: Vec<String> = served.requests().iter().map(|r| r["path"].as_str().unwrap().to_string()).collect();
+    let paths: Vec<String> = served.record().iter().map(|r| r["path"].as_str().unwrap().to_string()).collect();
     assert!(paths.iter().any(|p| p == "/api/v1/create_sampling_session"), "{paths:?}");
     assert!(!paths.iter().any(|p| p == "/api/v1/create_model"), "no training model for an evaluation: {paths:?}");
     // Saved sampler weights must be named by a tinker:// path, and only evaluate.
