@@ -23,6 +23,9 @@
 //! - [`rl`]: losses, advantages, rewards, pass@k: the math shared by every backend.
 //! - [`engine`]: the step loop that joins the pieces.
 //! - [`cli`]: the command line; the only module that prints.
+//! - [`serve`]: `rlx serve`, Tinker's REST protocol over the embedded trainer.
+//! - [`tinker`]: Tinker's wire protocol (JSON bodies, protobuf messages, conversions), shared by
+//!   the Tinker client backend and `rlx serve`.
 
 pub mod backend;
 mod calendar;
@@ -35,4 +38,6 @@ pub mod prompt;
 pub mod rl;
 pub mod runlog;
 pub mod sandbox;
+pub mod serve;
 pub mod spec;
+pub mod tinker;

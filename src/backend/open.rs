@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use super::{Error, Policy, Result, local};
+use std::sync::Arc;
+
+use super::{Error, Policy, Result, local, tinker};
 use crate::spec::Plan;
 use crate::spec::resolved::BackendChoice;
 
@@ -27,13 +29,42 @@ pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
             let options = local::Options { threads: *threads, max_tokens_per_microbatch: *max_tokens_per_microbatch, seed: plan.spec.seed, state_dir: cx.state_dir.clone() };
             local::open(path, &r.finetune, options).await
         }
-        BackendChoice::Tinker { .. } => Err(Error::Unavailable {
-            kind: "tinker",
-            reason: "this version of rlx does not speak Tinker's protocol yet; use `backend: {kind: local}`".into(),
-        }),
+        BackendChoice::Tinker { base_url, api_key_env, max_in_flight, model_path } => {
+            let (base_url, api_key) = tinker::Options::credentials(base_url.as_deref(), api_key_env)?;
+            let options = tinker::Options {
+                base_url,
+                api_key,
+                base_model: plan.spec.model.base.clone(),
+                finetune: r.finetune.clone(),
+                seed: plan.spec.seed,
+                max_in_flight: *max_in_flight,
+                tokenizer: stop_text_tokenizer(plan)?,
+                user_metadata: [("rlx_run".to_string(), plan.run_id.clone().into()), ("rlx_spec".to_string(), plan.spec.name.clone().into())].into_iter().collect(),
+                retry: tinker::RetryPolicy::default(),
+            };
+            // An evaluation-only run needs no training model (Tinker bills for one).
+            if plan.spec.schedule.max_steps == 0 {
+                return Ok(tinker::open_sampler(options, model_path.clone()).await?);
+            }
+            Ok(tinker::open(options).await?)
+        }
         BackendChoice::Openai { .. } => Err(Error::Unavailable {
             kind: "openai",
             reason: "this version of rlx has no OpenAI-compatible sampler yet; use `backend: {kind: local}`".into(),
         }),
     }
+}
+
+/// The model's tokenizer when the spec has stop strings, which a remote sampler that stops only
+/// on token ids applies after sampling (prompt files only: no weights are fetched).
+fn stop_text_tokenizer(plan: &Plan) -> Result<Option<Arc<crate::prompt::Tokenizer>>> {
+    let r = &plan.resolved;
+    let has_text = |p: &super::SamplingParams| p.stop.iter().any(|s| matches!(s, super::Stop::Text(_)));
+    if !has_text(&r.sampling) && !has_text(&r.eval_sampling) {
+        return Ok(None);
+    }
+    let model = super::model_source::locate_prompt_files(&r.model)?;
+    let tokenizer = r.tokenizer.as_ref().map(super::model_source::locate_prompt_files).transpose()?;
+    let files = crate::prompt::model_files::load(&model, tokenizer.as_deref(), &r.chat_template).map_err(|e| Error::Tokenizer(crate::causes::causes(&e).join(": ")))?;
+    Ok(Some(Arc::new(files.tokenizer)))
 }

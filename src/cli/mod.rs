@@ -160,6 +160,9 @@ pub enum Command {
     /// The code sandbox: run a Sandbox-Fusion-compatible server.
     #[command(subcommand)]
     Sandbox(commands::sandbox::SandboxCommand),
+    /// Serve Tinker's REST API over the embedded trainer, for the Tinker Python SDK and rlx's
+    /// Tinker backend.
+    Serve(commands::serve::ServeArgs),
 }
 
 /// `rlx validate`.

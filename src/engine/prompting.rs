@@ -38,8 +38,8 @@ impl Prompting {
     /// compile.
     pub fn load(plan: &Plan) -> Result<Self, Error> {
         let r = &plan.resolved;
-        let model = crate::backend::model_source::locate(&r.model)?;
-        let tokenizer = r.tokenizer.as_ref().map(crate::backend::model_source::locate).transpose()?;
+        let model = crate::backend::model_source::locate_prompt_files(&r.model)?;
+        let tokenizer = r.tokenizer.as_ref().map(crate::backend::model_source::locate_prompt_files).transpose()?;
         let files = crate::prompt::model_files::load(&model, tokenizer.as_deref(), &r.chat_template)?;
         Self::new(plan, files)
     }

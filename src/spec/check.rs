@@ -151,6 +151,31 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
     if !spec.backend.trains_full_weights() && spec.model.finetune == Finetune::Full {
         cx.err("model.finetune", format!("the `{kind}` backend trains LoRA adapters only; `model.finetune: full` needs `backend.kind: local`"));
     }
+    if let crate::spec::types::Backend::Tinker { model_path: Some(path), .. } = &spec.backend {
+        if !path.starts_with("tinker://") {
+            cx.err("backend.model_path", format!("`backend.model_path` must be a `tinker://` path, found `{path}`"));
+        } else if spec.schedule.max_steps > 0 {
+            cx.err("backend.model_path", format!("`backend.model_path` names fixed sampler weights, but `schedule.max_steps` is {}", spec.schedule.max_steps))
+                .hints
+                .push("set `schedule.max_steps: 0` to evaluate them, or remove `backend.model_path` to train from `model.base`".into());
+        }
+    }
+    if matches!(spec.backend, crate::spec::types::Backend::Tinker { .. }) && spec.model.finetune == Finetune::Lora {
+        // Tinker's `lora_config` has one switch for all attention projections and one for all
+        // MLP projections; a subset cannot be expressed, and silently widening it would train
+        // another model than the spec describes.
+        use crate::spec::types::LoraTarget::*;
+        let t = &spec.model.lora.targets;
+        for (group, members) in [("attention", &[QProj, KProj, VProj, OProj][..]), ("MLP", &[GateProj, UpProj, DownProj][..])] {
+            let n = members.iter().filter(|m| t.contains(m)).count();
+            if n != 0 && n != members.len() {
+                let names: Vec<&str> = members.iter().map(|m| m.module_name()).collect();
+                cx.err("model.lora.targets", format!("Tinker adapts all {group} projections or none, but `model.lora.targets` names only some of {}", names.join(", ")))
+                    .hints
+                    .push(format!("list all of {} or none of them", names.join(", ")));
+            }
+        }
+    }
     if spec.rollout.max_attempts > 1 && spec.prompt.feedback.is_none() {
         cx.err("rollout.max_attempts", format!("`rollout.max_attempts` is {} but `prompt.feedback` is not set", spec.rollout.max_attempts))
             .hints

@@ -132,6 +132,10 @@ pub enum BackendChoice {
         base_url: Option<String>,
         /// The environment variable holding the API key.
         api_key_env: String,
+        /// Most `asample` requests in flight at once.
+        max_in_flight: usize,
+        /// Saved sampler weights to evaluate (`tinker://…`).
+        model_path: Option<String>,
     },
     /// An OpenAI-compatible server (sampling only).
     Openai {
@@ -189,7 +193,12 @@ impl Resolved {
                 threads: threads.map(|t| t as usize),
                 max_tokens_per_microbatch: max_tokens_per_microbatch.unwrap_or(1024) as usize,
             },
-            Backend::Tinker { base_url, api_key_env } => BackendChoice::Tinker { base_url: base_url.clone(), api_key_env: api_key_env.clone() },
+            Backend::Tinker { base_url, api_key_env, max_in_flight, model_path } => BackendChoice::Tinker {
+                base_url: base_url.clone(),
+                api_key_env: api_key_env.clone(),
+                max_in_flight: max_in_flight.map_or(crate::backend::tinker::DEFAULT_MAX_IN_FLIGHT, |n| n as usize),
+                model_path: model_path.clone(),
+            },
             Backend::Openai { base_url, api_key_env, served_model } => BackendChoice::Openai {
                 base_url: base_url.clone(),
                 api_key_env: api_key_env.clone(),

@@ -204,6 +204,15 @@ pub enum Backend {
         /// never goes into a spec or a run directory.
         #[serde(default = "default_tinker_key_env")]
         api_key_env: String,
+        /// Most sampling requests (one per prompt, with all its completions) in flight at
+        /// once. Default `64`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 4096))]
+        max_in_flight: Option<u32>,
+        /// Sample from these saved weights (`tinker://…/sampler_weights/…`) instead of
+        /// `model.base`; evaluation-only runs (`schedule.max_steps: 0`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_path: Option<String>,
     },
     /// An OpenAI-compatible server (vLLM, SGLang, ...). Sampling only: it cannot train, so it
     /// serves evaluation-only runs (`schedule.max_steps: 0`).

@@ -24,8 +24,12 @@
 //!   remote state references, evaluation with a sampler alone.
 //! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
 //! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records.
+//! - `tinker`: the Tinker backend against `rlx serve`: the contract suite, runs with faults
+//!   injected checked against the server's request record, resume from `tinker://` states.
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
+//! - `tinker_sdk`: `rlx serve` driven by the official Tinker Python SDK, with and without faults.
+//! - `tinker_wire`: rlx's Tinker client sends what the SDK sends for the same operations.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
 
 mod backend_contract;
@@ -46,6 +50,9 @@ mod seams;
 mod server;
 mod sources;
 mod sweep;
+mod tinker;
+mod tinker_sdk;
+mod tinker_wire;
 mod trainer;
 mod trainer_smollm2;
 mod validate;

@@ -24,15 +24,22 @@ fn run_validates_first_and_names_the_run() {
     assert_eq!(r.code, 2);
 }
 
-/// A backend this version cannot use stops the run at once (before data, prompts or the model
-/// are touched: the model here is an uncached Hub id), as the user's error, with the reason.
+/// A backend that cannot start (here: Tinker without an API key) stops the run at once, before
+/// data, prompts or the model are touched (the model here is an uncached Hub id), as the user's
+/// error, with what to do.
 #[test]
-fn an_unavailable_backend_exits_2_before_loading_anything() {
+fn a_backend_that_cannot_start_exits_2_before_loading_anything() {
     let cx = TestContext::new();
     let r = crate::common::Run::from(
-        cx.rlx().args(["run", "spec.yaml", "backend={kind: tinker}"]).env("HF_HUB_CACHE", cx.path().join("empty-hf")).env("HF_HUB_OFFLINE", "1").output().unwrap(),
+        cx.rlx()
+            .args(["run", "spec.yaml", "backend={kind: tinker}"])
+            .env_remove("TINKER_API_KEY")
+            .env("HF_HUB_CACHE", cx.path().join("empty-hf"))
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap(),
     );
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("backend `tinker` is not available"), "{}", r.stderr);
+    assert!(r.stderr.contains("no Tinker API key: set `TINKER_API_KEY`"), "{}", r.stderr);
     assert!(!r.stderr.contains("Hugging Face cache"), "the model was looked up first:\n{}", r.stderr);
 }

@@ -29,6 +29,7 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("missing_field.yaml", "missing field `user` in `prompt`", ":6:9", "User message template"),
     ("missing_template.yaml", "template `../nope.j2` does not exist", ":7:9", ""),
     ("out_of_range.yaml", "`sampling.temperature` must be ≥ 0, found `-1`", ":9:16", ""),
+    ("tinker_partial_lora.yaml", "Tinker adapts all attention projections or none", ":2:85", "list all of q_proj, k_proj, v_proj, o_proj"),
     ("unknown_enum.yaml", "`sandbox.kind` must be one of `local`, `fusion`, found `fusoin`", ":8:17", "did you mean `fusion`?"),
     ("unknown_field.yaml", "unknown field `learning_rte` in `optimizer`", ":9:3", "did you mean `learning_rate`?"),
     ("unknown_kind.yaml", "unknown `backend.kind` `tinkr`", ":3:17", "did you mean `tinker`?"),

@@ -72,6 +72,10 @@ impl Trainer for TrainerHandle {
         self.worker.submit(move |t| t.forward_backward(&data, &loss))
     }
 
+    fn forward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput> {
+        self.worker.submit(move |t| forward_loss(t, &data, &loss))
+    }
+
     fn optim_step(&self, adam: AdamParams) -> Pending<OptimStepOutput> {
         self.worker.submit(move |t| t.optim_step(&adam))
     }
@@ -102,6 +106,32 @@ impl Trainer for TrainerHandle {
     }
 }
 
+/// `forward`: the learner log-probabilities from [`LocalTrainer::forward`] and the loss computed
+/// from them with the reference per-token definition ([`crate::rl::loss::token_loss`]), so no
+/// autograd graph is built.
+fn forward_loss(t: &LocalTrainer, data: &[Datum], loss: &LossFn) -> Result<ForwardBackwardOutput> {
+    loss.validate().map_err(|e| Error::InvalidArgument { what: "loss_fn", reason: e.to_string() })?;
+    for (i, d) in data.iter().enumerate() {
+        d.validate(i, loss)?;
+    }
+    let outputs = t.forward(data)?;
+    let (mut total, mut logp, mut q, mut a, mut w) = (0.0f64, vec![], vec![], vec![], vec![]);
+    for (d, o) in data.iter().zip(&outputs) {
+        let n = d.model_input.len();
+        let inp = &d.loss_fn_inputs;
+        let (dq, da, dw) = (inp.logprobs.clone().unwrap_or_else(|| vec![0.0; n]), inp.advantages.clone().unwrap_or_else(|| vec![0.0; n]), inp.weights.clone().unwrap_or_else(|| vec![1.0; n]));
+        for i in 0..n {
+            total += crate::rl::loss::token_loss(loss, f64::from(o.logprobs[i]), f64::from(dq[i]), f64::from(da[i]), f64::from(dw[i]));
+        }
+        logp.extend_from_slice(&o.logprobs);
+        q.extend(dq);
+        a.extend(da);
+        w.extend(dw);
+    }
+    let stats = crate::rl::loss::stats(loss, &logp, &q, &a, &w);
+    Ok(ForwardBackwardOutput { loss: total, outputs, stats })
+}
+
 /// A [`Sampler`] whose requests run in order on a thread that owns one [`LocalSampler`].
 pub struct SamplerHandle {
     worker: Worker<LocalSampler>,
@@ -121,5 +151,9 @@ impl Sampler for SamplerHandle {
     fn sample(&self, requests: Vec<SampleRequest>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
         let params = params.clone();
         self.worker.submit(move |s| s.sample_batch(&requests, &params))
+    }
+
+    fn prompt_logprobs(&self, prompt: Vec<u32>) -> Pending<Vec<f32>> {
+        self.worker.submit(move |s| s.prompt_logprobs(&prompt))
     }
 }

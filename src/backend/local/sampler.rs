@@ -106,6 +106,24 @@ impl LocalSampler {
 }
 
 impl LocalSampler {
+    /// The log-probability of each prompt token given the tokens before it (temperature 1, the
+    /// full distribution, as the trainer's `forward`), NaN at position 0.
+    ///
+    /// # Errors
+    /// An empty or too long prompt, out-of-vocabulary tokens, tensor failures.
+    pub fn prompt_logprobs(&self, prompt: &[u32]) -> Result<Vec<f32>> {
+        self.check_prompt(prompt)?;
+        let mut out = vec![f32::NAN];
+        if prompt.len() > 1 {
+            let t = prompt.len() - 1;
+            let tokens = candle_core::Tensor::from_slice(&prompt[..t], (1, t), &candle_core::Device::Cpu)?;
+            let logits = self.model.forward(&tokens, 0, None)?.reshape((t, self.model.config().vocab_size))?;
+            let lp = super::target_logprob::target_logprobs(&logits, &prompt[1..])?;
+            out.extend(lp.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
+        }
+        Ok(out)
+    }
+
     fn check_prompt(&self, prompt: &[u32]) -> Result<()> {
         let cfg = self.model.config();
         if prompt.is_empty() {

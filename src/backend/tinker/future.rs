@@ -1,0 +1,165 @@
+//! Waiting for a Tinker future (tinker-protocol.md §3, §12): `retrieve_future` is polled until
+//! the result is there. The server long-polls (about 30 s) and answers `try_again` while the
+//! request waits or runs, so `try_again`, 408 and 5xx are re-polled at once; 429 and connection
+//! errors back off; a bare 400 is re-polled three times; 402 pauses; 410 means the future is
+//! gone and the request must be submitted again (the caller decides whether it can be).
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::Error;
+use super::http::{Body, Client};
+use crate::tinker::wire;
+
+/// The result encoding a request type returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accept {
+    /// A JSON document (create_model, optim_step, saves, loads).
+    Json,
+    /// A protobuf message (`ForwardBackwardOutput`, `SampleResponse`).
+    Proto,
+}
+
+/// A finished future's result.
+#[derive(Debug)]
+pub enum Payload {
+    /// A JSON result.
+    Json(Value),
+    /// A protobuf result, undecoded.
+    Proto(bytes::Bytes),
+}
+
+/// Polls until the future `request_id` finishes. `kind` is the SDK's request type name
+/// (`ForwardBackward`, `Sample`, ...), sent as `X-Tinker-Request-Type`.
+///
+/// # Errors
+/// [`Error::RequestFailed`] when the request itself failed (final), [`Error::Expired`] on 410,
+/// [`Error::GaveUp`] when the service cannot be reached for the policy's budget, and
+/// [`Error::Status`]/[`Error::Protocol`] for answers outside the protocol.
+pub async fn retrieve(client: &Client, request_id: &str, kind: &'static str, accept: Accept) -> Result<Payload, Error> {
+    const PATH: &str = "/api/v1/retrieve_future";
+    let policy = &client.policy;
+    let mut allow_metadata_only = true;
+    let mut iteration = 0u64;
+    // Backs off connection errors and 429s; reset by any other HTTP answer, as the SDK does.
+    let mut backoff = 0u32;
+    let mut bare_400s = 0;
+    let mut last_answer = Instant::now();
+    let mut billing_since: Option<Instant> = None;
+    let mut paused_warned = false;
+    // The SDK's HTTP layer sends one on every POST, polls included.
+    let key = super::http::idempotency_key();
+    loop {
+        let ask = wire::FutureRetrieveRequest { request_id: request_id.to_string(), allow_metadata_only };
+        let body = Body::json(&ask);
+        let mut extra = vec![("x-tinker-request-iteration", iteration.to_string()), ("x-tinker-request-type", kind.to_string()), ("x-idempotency-key", key.clone())];
+        if accept == Accept::Proto {
+            extra.push(("accept", "application/x-protobuf".to_string()));
+        }
+        iteration += 1;
+        // Above the server's ~30 s long poll, as the SDK's 45 s.
+        let resp = match client.send_once(PATH, Some(&body), &extra, Duration::from_secs(45)).await {
+            Ok(r) => r,
+            Err(e) => {
+                let reason = super::causes(&e);
+                wait(policy.backoff(backoff), last_answer, policy.budget, request_id, &reason).await?;
+                backoff += 1;
+                continue;
+            }
+        };
+        last_answer = Instant::now();
+        let status = resp.status().as_u16();
+        if status != 429 {
+            backoff = 0;
+        }
+        if status != 402 {
+            billing_since = None;
+        }
+        match status {
+            200 => {
+                let is_proto = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("application/x-protobuf"));
+                let bytes = match resp.bytes().await {
+                    Ok(b) => b,
+                    // Polling is idempotent: a cut-off answer is simply asked for again.
+                    Err(_) => continue,
+                };
+                if is_proto {
+                    return Ok(Payload::Proto(bytes));
+                }
+                let v: Value = super::http::parse_json(PATH, &bytes)?;
+                if v.get("type").and_then(Value::as_str) == Some("try_again") {
+                    let state = v.get("queue_state").and_then(Value::as_str).unwrap_or("active");
+                    if state != "active" && !paused_warned {
+                        paused_warned = true;
+                        let why = v.get("queue_state_reason").and_then(Value::as_str).unwrap_or(state);
+                        tracing::warn!(request_id, state, "Tinker paused this request: {why}");
+                    }
+                    continue;
+                }
+                if v.get("status").and_then(Value::as_str) == Some("complete_metadata") {
+                    allow_metadata_only = false;
+                    continue;
+                }
+                if let Some(err) = v.get("error") {
+                    let message = err.as_str().map(str::to_string).unwrap_or_else(|| err.to_string());
+                    let category = v.get("category").and_then(Value::as_str).unwrap_or("unknown").to_string();
+                    return Err(Error::RequestFailed { request_id: request_id.to_string(), category, message });
+                }
+                if accept == Accept::Proto {
+                    return Err(Error::Protocol {
+                        path: PATH.into(),
+                        reason: format!("asked for a protobuf {kind} result and got JSON (a server that predates protobuf results?): {}", super::http::detail(&v.to_string())),
+                    });
+                }
+                return Ok(Payload::Json(v));
+            }
+            408 | 500.. => {
+                // The SDK re-polls at once; a short pause keeps a failing proxy from being
+                // hammered in a tight loop.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            429 => {
+                let d = Duration::from_secs(1u64 << backoff.min(5)).min(Duration::from_secs(30));
+                tokio::time::sleep(d).await;
+                backoff += 1;
+            }
+            402 => {
+                let since = *billing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= policy.billing_budget {
+                    return Err(Error::Billing { path: PATH.into(), waited: since.elapsed() });
+                }
+                tokio::time::sleep(policy.billing_pause).await;
+            }
+            410 => return Err(Error::Expired { request_id: request_id.to_string() }),
+            400 if bare_400s < 3 => {
+                bare_400s += 1;
+            }
+            _ => {
+                let text = resp.text().await.unwrap_or_default();
+                return Err(Error::Status { path: format!("{PATH} ({request_id})"), status, body: super::http::detail(&text) });
+            }
+        }
+    }
+}
+
+/// Sleeps `delay` unless that would pass `budget` since the last HTTP answer.
+async fn wait(delay: Duration, last_answer: Instant, budget: Duration, request_id: &str, reason: &str) -> Result<(), Error> {
+    if last_answer.elapsed() + delay > budget {
+        return Err(Error::GaveUp { path: format!("/api/v1/retrieve_future ({request_id})"), after: last_answer.elapsed(), last: reason.to_string() });
+    }
+    tracing::debug!(request_id, ?delay, reason, "Tinker unreachable while polling; retrying");
+    tokio::time::sleep(delay).await;
+    Ok(())
+}
+
+/// Polls a future whose result is JSON and parses it as `T`.
+///
+/// # Errors
+/// As [`retrieve`], and [`Error::Protocol`] for a result that is not a `T`.
+pub async fn retrieve_json<T: serde::de::DeserializeOwned>(client: &Client, request_id: &str, kind: &'static str) -> Result<T, Error> {
+    match retrieve(client, request_id, kind, Accept::Json).await? {
+        Payload::Json(v) => serde_json::from_value(v.clone()).map_err(|e| Error::Protocol { path: format!("retrieve_future ({kind})"), reason: format!("{e}: {}", super::http::detail(&v.to_string())) }),
+        Payload::Proto(_) => Err(Error::Protocol { path: format!("retrieve_future ({kind})"), reason: "a protobuf result where JSON was asked for".into() }),
+    }
+}

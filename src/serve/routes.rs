@@ -1,0 +1,701 @@
+//! HTTP in and out: the accept loop (hyper 1, HTTP/1.1, one task per connection, as
+//! `sandbox::server`), fault injection around each request, the request record, and one handler
+//! per endpoint.
+//!
+//! Error shapes (§1.5, §12): a request that cannot be accepted (unreadable JSON or protobuf, an
+//! unknown model, session or future, a base model not served) gets a 4xx with a JSON
+//! `{"detail": "..."}` body (never an empty 400, which the SDK takes for a proxy rejection).
+//! Once a training request's `model_id` and `seq_id` are known it is always accepted, because
+//! the client has used up that `seq_id` and the model's later requests wait for it: a bad datum,
+//! a wrong loss name or a failure of the trainer then fails its future, which `retrieve_future`
+//! reports as HTTP 200 `{"error", "category"}` (`user` for bad input, `server` otherwise). The
+//! model keeps serving.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prost::Message as _;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use super::State;
+use super::faults::Fault;
+use super::futures::{Outcome, Submitted};
+use super::models::{Meta, Start};
+use super::sessions::SamplingSession;
+use crate::backend::{self, SampleRequest};
+use crate::tinker::wire::{self, ErrorCategory};
+use crate::tinker::{self, RequestType, TinkerPath, content_type, convert, header, path as p, proto};
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 256 << 20;
+
+/// Serve until `shutdown` resolves.
+///
+/// # Errors
+/// Only a failing `accept` that is not transient.
+///
+/// # Cancel safety
+/// Dropping the future stops accepting; connections already accepted finish on their tasks.
+pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    tokio::pin!(shutdown);
+    loop {
+        // `accept` is cancel-safe; the shutdown branch ends the loop.
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::Interrupted)
+                    || e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let state = state.clone();
+                async move { handle(&state, req).await }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+/// An injected dropped connection: returning it from the service makes hyper close the
+/// connection without an answer.
+#[derive(Debug)]
+struct Dropped;
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection dropped by fault injection")
+    }
+}
+
+impl std::error::Error for Dropped {}
+
+/// A response body.
+enum Body {
+    Json(Value),
+    Proto(Vec<u8>),
+    Empty,
+}
+
+/// A handler's answer, with what the record needs.
+struct Reply {
+    status: StatusCode,
+    body: Body,
+    /// Submissions: whether this resubmitted an accepted request.
+    duplicate: Option<bool>,
+}
+
+impl Reply {
+    fn ok(v: Value) -> Self {
+        Reply { status: StatusCode::OK, body: Body::Json(v), duplicate: None }
+    }
+    fn json<T: serde::Serialize>(v: &T) -> Self {
+        Self::ok(serde_json::to_value(v).expect("wire types serialise"))
+    }
+    fn error(status: StatusCode, detail: impl Into<String>) -> Self {
+        Reply { status, body: Body::Json(json!({"detail": detail.into()})), duplicate: None }
+    }
+    fn submitted(s: &Submitted, extra: wire::UntypedApiFuture) -> Self {
+        let mut r = Self::json(&extra);
+        r.duplicate = Some(matches!(s, Submitted::Duplicate { .. }));
+        r
+    }
+}
+
+fn bad(detail: impl Into<String>) -> Reply {
+    Reply::error(StatusCode::BAD_REQUEST, detail)
+}
+
+fn not_found(detail: impl Into<String>) -> Reply {
+    Reply::error(StatusCode::NOT_FOUND, detail)
+}
+
+async fn handle(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Dropped> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) => Err(format!("cannot read the request body: {e}")),
+    };
+    let latency = state.faults.faults().latency;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let fault = state.faults.draw(&path);
+    let mut line = serde_json::Map::new();
+    line.insert("time".into(), json!(super::record::now()));
+    line.insert("method".into(), json!(parts.method.as_str()));
+    line.insert("path".into(), json!(path));
+    let record_body = body.as_ref().ok().map(|b| body_json(&parts.headers, &path, b)).unwrap_or(Value::Null);
+    super::record::ids(&record_body, &mut line);
+    line.insert("body".into(), record_body);
+    for (k, h) in [("request_type", header::REQUEST_TYPE), ("iteration", header::REQUEST_ITERATION), ("idempotency_key", header::IDEMPOTENCY_KEY)] {
+        if let Some(v) = parts.headers.get(h).and_then(|v| v.to_str().ok()) {
+            line.insert(k.into(), json!(v));
+        }
+    }
+    if let Some(f) = fault.name() {
+        line.insert("fault".into(), json!(f));
+    }
+
+    let reply = match fault {
+        Fault::TooMany => Some(Reply::error(StatusCode::TOO_MANY_REQUESTS, "rate limited (injected fault)")),
+        Fault::Status { code, after: false } => Some(Reply::error(StatusCode::from_u16(code).expect("5xx"), "server error (injected fault)")),
+        Fault::Drop { after: false } => None,
+        _ => {
+            let reply = match (&state.api_key, &body) {
+                (Some(key), _) if parts.headers.get(header::API_KEY).and_then(|v| v.to_str().ok()) != Some(key.as_str()) => {
+                    Reply::error(StatusCode::UNAUTHORIZED, "missing or wrong `X-API-Key` (this server was started with an API key)")
+                }
+                (_, Err(e)) => bad(e.clone()),
+                (_, Ok(b)) => route(state, &parts.method, &path, &parts.headers, b).await,
+            };
+            match fault {
+                Fault::Status { code, after: true } => Some(Reply { status: StatusCode::from_u16(code).expect("5xx"), body: Body::Json(json!({"detail": "server error (injected fault)"})), duplicate: reply.duplicate }),
+                Fault::Drop { after: true } => {
+                    if let Some(d) = reply.duplicate {
+                        line.insert("duplicate".into(), json!(d));
+                    }
+                    None
+                }
+                _ => Some(reply),
+            }
+        }
+    };
+    let Some(reply) = reply else {
+        line.insert("status".into(), Value::Null);
+        if let Some(r) = &state.record {
+            r.write(&Value::Object(line));
+        }
+        return Err(Dropped);
+    };
+    line.insert("status".into(), json!(reply.status.as_u16()));
+    if let Some(d) = reply.duplicate {
+        line.insert("duplicate".into(), json!(d));
+    }
+    if let Some(r) = &state.record {
+        r.write(&Value::Object(line));
+    }
+    let mut resp = Response::builder().status(reply.status);
+    if reply.status == StatusCode::TOO_MANY_REQUESTS {
+        // The SDK honours either; milliseconds keep fault tests quick.
+        resp = resp.header(header::RETRY_AFTER, "1").header(header::RETRY_AFTER_MS, "100");
+    }
+    let resp = match reply.body {
+        Body::Json(v) => resp.header("content-type", content_type::JSON).body(Full::new(Bytes::from(v.to_string()))),
+        Body::Proto(b) => resp.header("content-type", content_type::PROTOBUF).body(Full::new(Bytes::from(b))),
+        Body::Empty => resp.header("content-type", content_type::JSON).body(Full::new(Bytes::from_static(b"null"))),
+    };
+    Ok(resp.expect("static response parts are valid"))
+}
+
+/// The body as record JSON (protobuf `forward_backward` bodies decoded).
+fn body_json(headers: &HeaderMap, path: &str, b: &Bytes) -> Value {
+    if b.is_empty() {
+        return Value::Null;
+    }
+    if path == p::FORWARD_BACKWARD && is_protobuf(headers) {
+        return proto::ForwardBackwardRequest::decode(b.as_ref()).map_or_else(|e| json!({"undecodable_protobuf": e.to_string()}), |r| super::record::forward_backward_json(&r));
+    }
+    serde_json::from_slice(b).unwrap_or_else(|_| json!({"unparsable": String::from_utf8_lossy(b)}))
+}
+
+fn is_protobuf(headers: &HeaderMap) -> bool {
+    headers.get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(content_type::PROTOBUF))
+}
+
+fn parse<T: DeserializeOwned>(b: &[u8], what: &str) -> Result<T, Reply> {
+    serde_json::from_slice(b).map_err(|e| bad(format!("invalid `{what}` body: {e}")))
+}
+
+async fn route(state: &Arc<State>, method: &Method, path: &str, headers: &HeaderMap, b: &[u8]) -> Reply {
+    let r = match (method, path) {
+        (&Method::POST, p::CLIENT_CONFIG) => Ok(Reply::ok(json!({"pjwt_auth_enabled": false, "parallel_fwdbwd_chunks": false, "proto_compress_fwdbwd": false}))),
+        (&Method::POST, p::DYNAMIC_CONFIG) => Ok(Reply::ok(json!({"refresh_interval_sec": 300, "sample_cancel_enabled": false, "sample_cancel_max_batch_size": 64}))),
+        (&Method::GET, p::HEALTHZ) => Ok(Reply::ok(json!({"status": "ok"}))),
+        (&Method::GET, p::SERVER_CAPABILITIES) => Ok(capabilities(state)),
+        (&Method::POST, p::TELEMETRY) => Ok(Reply::ok(json!({"status": "accepted"}))),
+        (&Method::POST, p::CREATE_SESSION) => create_session(state, b),
+        (&Method::POST, p::SESSION_HEARTBEAT) => heartbeat(state, b),
+        (&Method::POST, p::CREATE_MODEL) => create_model(state, b),
+        (&Method::POST, p::GET_INFO) => get_info(state, b),
+        (&Method::POST, p::FORWARD_BACKWARD) => forward_backward(state, headers, b),
+        (&Method::POST, p::OPTIM_STEP) => optim_step(state, b),
+        (&Method::POST, p::SAVE_WEIGHTS) => save_weights(state, b),
+        (&Method::POST, p::SAVE_WEIGHTS_FOR_SAMPLER) => save_weights_for_sampler(state, b),
+        (&Method::POST, p::LOAD_WEIGHTS) => load_weights(state, b),
+        (&Method::POST, p::CREATE_SAMPLING_SESSION) => create_sampling_session(state, b).await,
+        (&Method::POST, p::ASAMPLE) => asample(state, b),
+        (&Method::POST, p::RETRIEVE_FUTURE) => retrieve_future(state, headers, b).await,
+        (&Method::POST, p::WEIGHTS_INFO) => weights_info(state, b),
+        (&Method::POST, _) if path.starts_with("/api/v1/sessions/") && path.ends_with("/finish") => {
+            finish_session(state, &path["/api/v1/sessions/".len()..path.len() - "/finish".len()], b)
+        }
+        (&Method::GET, _) if path.starts_with("/api/v1/samplers/") => get_sampler(state, &path["/api/v1/samplers/".len()..]),
+        (&Method::GET, _) if path.starts_with("/api/v1/training_runs/") => training_run(state, &path["/api/v1/training_runs/".len()..]),
+        _ => Err(not_found(format!("`{method} {path}` is not an endpoint of rlx serve (see docs/backends.md for what it implements)"))),
+    };
+    r.unwrap_or_else(|e| e)
+}
+
+type Handled = Result<Reply, Reply>;
+
+fn capabilities(state: &Arc<State>) -> Reply {
+    let models: Vec<Value> = state.registry.base.names.iter().map(|n| json!({"model_name": n, "trainable": true, "sampleable": true})).collect();
+    Reply::ok(json!({"supported_models": models}))
+}
+
+fn live_session(state: &Arc<State>, session_id: &str) -> Result<(), Reply> {
+    match state.sessions.touch(session_id) {
+        Ok(()) => Ok(()),
+        Err(e @ super::sessions::Error::Unknown(_)) => Err(not_found(e.to_string())),
+        Err(e @ super::sessions::Error::Finished(_)) => Err(bad(e.to_string())),
+    }
+}
+
+fn create_session(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::CreateSessionRequest = parse(b, "create_session")?;
+    let session_id = state.sessions.create(r.user_metadata.unwrap_or_default());
+    Ok(Reply::json(&wire::CreateSessionResponse { r#type: Default::default(), info_message: None, warning_message: None, error_message: None, session_id }))
+}
+
+fn heartbeat(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::SessionHeartbeatRequest = parse(b, "session_heartbeat")?;
+    match state.sessions.touch(&r.session_id) {
+        Ok(()) => Ok(Reply::json(&wire::SessionHeartbeatResponse::default())),
+        Err(e @ super::sessions::Error::Unknown(_)) => Err(not_found(e.to_string())),
+        // 410 tells the SDK to stop heartbeating.
+        Err(e @ super::sessions::Error::Finished(_)) => Err(Reply::error(StatusCode::GONE, e.to_string())),
+    }
+}
+
+fn finish_session(state: &Arc<State>, session_id: &str, b: &[u8]) -> Handled {
+    let r: wire::FinishSessionRequest = parse(b, "finish")?;
+    state.sessions.finish(session_id, r.reason.r#type).map_err(|e| not_found(e.to_string()))?;
+    Ok(Reply { status: StatusCode::OK, body: Body::Empty, duplicate: None })
+}
+
+fn create_model(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::CreateModelRequest = parse(b, "create_model")?;
+    live_session(state, &r.session_id)?;
+    state.registry.base.check_name(&r.base_model).map_err(bad)?;
+    if r.optimizer_config.r#type != "adamw" {
+        return Err(bad(format!("optimizer `{}` is not supported by rlx serve (only `adamw`)", r.optimizer_config.r#type)));
+    }
+    let lora = super::models::lora_of(r.lora_config.as_ref().unwrap_or(&wire::LoraConfig { rank: 32, seed: None, train_unembed: true, train_mlp: true, train_attn: true })).map_err(bad)?;
+    let model_id = tinker::model_id(&r.session_id, r.model_seq_id);
+    let seed = r.lora_config.as_ref().and_then(|l| l.seed).unwrap_or(r.model_seq_id);
+    let s = state.futures.submit(RequestType::CreateModel, Some((model_id.clone(), 0)));
+    let reply = Reply::submitted(&s, wire::UntypedApiFuture { request_id: s.request_id().to_string(), model_id: Some(model_id.clone()), sample_sequence_ids: None });
+    if let Submitted::New { completion, .. } = s {
+        let meta = Meta { model_id: model_id.clone(), base_model: r.base_model, lora, seed };
+        let done = move |r: Result<(), String>| match r {
+            Ok(()) => completion.finish(Outcome::Json(json!({"model_id": model_id, "type": "create_model"}))),
+            Err(e) => completion.fail(ErrorCategory::Server, format!("cannot create the model: {e}")),
+        };
+        if state.registry.create(meta, Start::Fresh, done).is_none() {
+            // `done` was dropped with its completion, which fails the request.
+            tracing::warn!("create_model for an existing model id");
+        }
+    }
+    Ok(reply)
+}
+
+fn model(state: &Arc<State>, model_id: &str) -> Result<Arc<super::models::TrainingModel>, Reply> {
+    state.registry.get(model_id).ok_or_else(|| not_found(format!("unknown model `{model_id}` (models do not survive a restart of `rlx serve`; reopen a checkpoint with create_training_client_from_state)")))
+}
+
+fn get_info(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::GetInfoRequest = parse(b, "get_info")?;
+    let m = model(state, &r.model_id)?;
+    Ok(Reply::json(&wire::GetInfoResponse {
+        r#type: Default::default(),
+        model_data: wire::ModelData { arch: None, model_name: Some(m.meta.base_model.clone()), tokenizer_id: Some(state.registry.base.tokenizer_dir.display().to_string()) },
+        model_id: r.model_id,
+        optimizer_config: Default::default(),
+        is_lora: Some(true),
+        lora_rank: Some(m.meta.lora.rank as u32),
+        model_name: Some(m.meta.base_model.clone()),
+    }))
+}
+
+fn category(e: &backend::Error) -> ErrorCategory {
+    if e.is_user_error() || matches!(e, backend::Error::InvalidDatum { .. } | backend::Error::InvalidArgument { .. } | backend::Error::Loss(_)) {
+        ErrorCategory::User
+    } else {
+        ErrorCategory::Server
+    }
+}
+
+/// Accepts a training request `(model_id, seq_id)`: a duplicate answers the original future;
+/// a new one queues `job` in the model's `seq_id` order.
+fn submit_training(
+    state: &Arc<State>,
+    kind: RequestType,
+    model_id: &str,
+    seq_id: Option<u64>,
+    job: impl FnOnce(Arc<dyn backend::Trainer>, super::futures::Completion) + Send + 'static,
+) -> Handled {
+    let m = model(state, model_id)?;
+    let seq_id = seq_id.ok_or_else(|| bad("`seq_id` is required (the per-model request counter, from 1)"))?;
+    if seq_id == 0 {
+        return Err(bad("`seq_id` 0 is out of range: a model's requests count from 1"));
+    }
+    if let Some(session) = tinker::session_of(model_id) {
+        live_session(state, session)?;
+    }
+    let s = state.futures.submit(kind, Some((model_id.to_string(), seq_id)));
+    let reply = Reply::submitted(&s, wire::UntypedApiFuture { request_id: s.request_id().to_string(), model_id: Some(model_id.to_string()), sample_sequence_ids: None });
+    if let Submitted::New { completion, .. } = s {
+        m.enqueue(
+            seq_id,
+            Box::new(move |trainer| match trainer {
+                Ok(t) => job(t.clone(), completion),
+                Err(e) => completion.fail(ErrorCategory::Server, format!("the model failed to open: {e}")),
+            }),
+        );
+    }
+    Ok(reply)
+}
+
+/// Awaits a submitted trainer request on a task and stores its outcome.
+fn finish_with<T: Send + 'static>(completion: super::futures::Completion, pending: backend::Pending<T>, map: impl FnOnce(T) -> Outcome + Send + 'static) {
+    tokio::spawn(async move {
+        match pending.await {
+            Ok(v) => completion.finish(map(v)),
+            Err(e) => completion.fail(category(&e), e.to_string()),
+        }
+    });
+}
+
+fn forward_backward(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> Handled {
+    if !is_protobuf(headers) {
+        return Err(bad("`forward_backward` takes a protobuf `tinker_public.ForwardBackwardRequest` body (`Content-Type: application/x-protobuf`); JSON bodies ended with SDK 0.24"));
+    }
+    if headers.get("content-encoding").is_some_and(|v| v.as_bytes() != b"identity") {
+        return Err(bad("compressed `forward_backward` bodies are not supported (this server answers `proto_compress_fwdbwd: false`)"));
+    }
+    let r = proto::ForwardBackwardRequest::decode(b).map_err(|e| bad(format!("invalid protobuf `ForwardBackwardRequest`: {e}")))?;
+    let seq_id = u64::try_from(r.seq_id).map_err(|_| bad(format!("`seq_id` {} is negative", r.seq_id)))?;
+    // Decode now, fail inside the future: the seq_id is spent either way.
+    let input = r
+        .data
+        .iter()
+        .enumerate()
+        .map(|(i, d)| convert::datum_from_proto(d, i))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|data| Ok((data, convert::loss_from_proto(&r)?)))
+        .map_err(|e| e.to_string());
+    let forward_only = r.forward_only;
+    let kind = if forward_only { RequestType::Forward } else { RequestType::ForwardBackward };
+    submit_training(state, kind, &r.model_id, Some(seq_id), move |t, completion| match input {
+        Err(e) => completion.fail(ErrorCategory::User, e),
+        Ok((data, loss)) => {
+            let pending = if forward_only { t.forward(data, loss) } else { t.forward_backward(data, loss) };
+            finish_with(completion, pending, Outcome::ForwardBackward);
+        }
+    })
+}
+
+fn optim_step(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::OptimStepRequest = parse(b, "optim_step")?;
+    let adam = match (&r.adam_params, &r.optimizer_params) {
+        (Some(a), _) => Ok(backend::AdamParams::from(*a)),
+        (None, Some(o)) => Err(format!("optimizer parameters `{o}` are not supported by rlx serve (only `adam_params`)")),
+        (None, None) => Err("`adam_params` is missing".to_string()),
+    };
+    submit_training(state, RequestType::OptimStep, &r.model_id, r.seq_id, move |t, completion| match adam {
+        Err(e) => completion.fail(ErrorCategory::User, e),
+        Ok(a) => finish_with(completion, t.optim_step(a), |o| Outcome::Json(json!({"metrics": convert::optim_metrics(&o)}))),
+    })
+}
+
+/// A checkpoint name that stays inside its directory.
+fn checkpoint_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        Err(format!("checkpoint name `{name}` must be one non-empty path segment"))
+    } else {
+        Ok(())
+    }
+}
+
+fn save_weights(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::SaveWeightsRequest = parse(b, "save_weights")?;
+    let name = r.path.clone().unwrap_or_else(|| format!("{:06}", r.seq_id.unwrap_or(0)));
+    let path = TinkerPath { training_run_id: r.model_id.clone(), kind: tinker::CheckpointKind::State, name: name.clone() };
+    let dir = state.registry.checkpoint_dir(&path);
+    let check = checkpoint_name(&name).and_then(|()| if dir.exists() && !r.overwrite { Err(format!("checkpoint `{path}` exists; pass `overwrite`")) } else { Ok(()) });
+    submit_training(state, RequestType::SaveWeights, &r.model_id, r.seq_id, move |t, completion| match check {
+        Err(e) => completion.fail(ErrorCategory::User, e),
+        Ok(()) => finish_with(completion, t.save_state(&format!("weights/{name}")), move |_| Outcome::Json(json!({"path": path.to_string(), "type": "save_weights"}))),
+    })
+}
+
+fn save_weights_for_sampler(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::SaveWeightsForSamplerRequest = parse(b, "save_weights_for_sampler")?;
+    let m = model(state, &r.model_id)?;
+    let st = state.clone();
+    let base_model = m.meta.base_model.clone();
+    match r.path.clone() {
+        Some(name) => {
+            let path = TinkerPath { training_run_id: r.model_id.clone(), kind: tinker::CheckpointKind::Sampler, name: name.clone() };
+            let check = checkpoint_name(&name);
+            submit_training(state, RequestType::SaveWeightsForSampler, &r.model_id, r.seq_id, move |t, completion| match check {
+                Err(e) => completion.fail(ErrorCategory::User, e),
+                Ok(()) => {
+                    let saved = t.save_state(&format!("sampler_weights/{name}"));
+                    let sampler = t.sampler();
+                    tokio::spawn(async move {
+                        let r = async { saved.await?; sampler.await }.await;
+                        match r {
+                            Ok(s) => {
+                                st.registry.remember_sampler(&path, s).await;
+                                completion.finish(Outcome::Json(json!({"path": path.to_string(), "type": "save_weights_for_sampler"})));
+                            }
+                            Err(e) => completion.fail(category(&e), e.to_string()),
+                        }
+                    });
+                }
+            })
+        }
+        None => {
+            let session = tinker::session_of(&r.model_id).map(str::to_string);
+            let sid = match (session, r.sampling_session_seq_id) {
+                (Some(s), Some(n)) => Ok(tinker::sampling_session_id(&s, n)),
+                (_, None) => Err("an unnamed `save_weights_for_sampler` needs `sampling_session_seq_id`".to_string()),
+                (None, _) => Err(format!("model id `{}` has no session part", r.model_id)),
+            };
+            submit_training(state, RequestType::SaveWeightsForSampler, &r.model_id, r.seq_id, move |t, completion| match sid {
+                Err(e) => completion.fail(ErrorCategory::User, e),
+                Ok(sid) => finish_with(completion, t.sampler(), move |s| {
+                    st.sessions.add_sampler(&sid, SamplingSession { sampler: s, base_model, model_path: None });
+                    Outcome::Json(json!({"sampling_session_id": sid, "type": "save_weights_for_sampler"}))
+                }),
+            })
+        }
+    }
+}
+
+fn load_weights(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::LoadWeightsRequest = parse(b, "load_weights")?;
+    let path = TinkerPath::parse(&r.path).map_err(|e| bad(e.to_string()))?;
+    match (&r.session_id, r.model_seq_id, &r.model_id) {
+        (Some(session), Some(n), _) => {
+            live_session(state, session)?;
+            let meta = state.registry.meta_of(&path).map_err(not_found)?;
+            if let Some(b) = &r.base_model {
+                state.registry.base.check_name(b).map_err(bad)?;
+            }
+            let model_id = tinker::model_id(session, n);
+            let s = state.futures.submit(RequestType::LoadWeights, Some((model_id.clone(), 0)));
+            let reply = Reply::submitted(&s, wire::UntypedApiFuture { request_id: s.request_id().to_string(), model_id: Some(model_id.clone()), sample_sequence_ids: None });
+            if let Submitted::New { completion, .. } = s {
+                let dir = state.registry.checkpoint_dir(&path);
+                let new = Meta { model_id: model_id.clone(), base_model: r.base_model.clone().unwrap_or(meta.base_model), lora: meta.lora, seed: meta.seed };
+                let shown = path.to_string();
+                let done = move |res: Result<(), String>| match res {
+                    Ok(()) => completion.finish(Outcome::Json(json!({"path": shown, "model_id": model_id, "type": "load_weights"}))),
+                    Err(e) => completion.fail(ErrorCategory::User, format!("cannot load `{shown}`: {e}")),
+                };
+                let _ = state.registry.create(new, Start::From(dir), done);
+            }
+            Ok(reply)
+        }
+        (_, _, Some(model_id)) => {
+            let dir = state.registry.checkpoint_dir(&path);
+            let exists = state.registry.meta_of(&path);
+            let model_id = model_id.clone();
+            let shown = path.to_string();
+            submit_training(state, RequestType::LoadWeights, &model_id.clone(), r.seq_id, move |t, completion| match exists {
+                Err(e) => completion.fail(ErrorCategory::User, e),
+                Ok(_) => finish_with(completion, t.load_state(&backend::StateRef::local(&dir)), move |()| Outcome::Json(json!({"path": shown, "model_id": model_id, "type": "load_weights"}))),
+            })
+        }
+        _ => Err(bad("`load_weights` needs `session_id` + `model_seq_id` (create from state) or `model_id` + `seq_id`")),
+    }
+}
+
+async fn create_sampling_session(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::CreateSamplingSessionRequest = parse(b, "create_sampling_session")?;
+    live_session(state, &r.session_id)?;
+    let id = tinker::sampling_session_id(&r.session_id, r.sampling_session_seq_id);
+    if !state.sessions.has_sampler(&id) {
+        let (sampler, base_model, model_path) = match (&r.model_path, &r.base_model) {
+            (Some(mp), _) => {
+                let path = TinkerPath::parse(mp).map_err(|e| bad(e.to_string()))?;
+                let meta = state.registry.meta_of(&path).map_err(not_found)?;
+                let s = state.registry.sampler_of_path(&path).await.map_err(|e| Reply::error(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+                (s, meta.base_model, Some(mp.clone()))
+            }
+            (None, Some(base)) => {
+                state.registry.base.check_name(base).map_err(bad)?;
+                let s = state.registry.base_sampler().await.map_err(|e| Reply::error(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+                (s, base.clone(), None)
+            }
+            (None, None) => return Err(bad("`create_sampling_session` needs `model_path` or `base_model`")),
+        };
+        state.sessions.add_sampler(&id, SamplingSession { sampler, base_model, model_path });
+    }
+    Ok(Reply::json(&wire::CreateSamplingSessionResponse { r#type: Default::default(), sampling_session_id: id }))
+}
+
+fn get_sampler(state: &Arc<State>, id: &str) -> Handled {
+    let s = state.sessions.sampler(id).ok_or_else(|| not_found(format!("unknown sampling session `{id}`")))?;
+    Ok(Reply::json(&wire::GetSamplerResponse { sampler_id: id.to_string(), base_model: s.base_model, model_path: s.model_path }))
+}
+
+fn asample(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::SampleRequest = parse(b, "asample")?;
+    let sid = r.sampling_session_id.clone().ok_or_else(|| bad("`asample` needs `sampling_session_id` (session-less `base_model`/`model_path` addressing is not supported)"))?;
+    let session = state.sessions.sampler(&sid).ok_or_else(|| not_found(format!("unknown sampling session `{sid}`")))?;
+    if let Some(s) = tinker::session_of(&sid) {
+        live_session(state, s)?;
+    }
+    let n = r.num_samples;
+    if n == 0 {
+        return Err(bad("`num_samples` must be at least 1"));
+    }
+    let s = state.futures.submit(RequestType::Sample, r.seq_id.map(|q| (sid.clone(), q)));
+    let ids: Vec<String> = (0..n).map(|i| format!("{}:{i}", s.request_id())).collect();
+    let reply = Reply::submitted(&s, wire::UntypedApiFuture { request_id: s.request_id().to_string(), model_id: None, sample_sequence_ids: Some(ids) });
+    if let Submitted::New { completion, .. } = s {
+        let unsupported = if r.topk_prompt_logprobs > 0 || r.topk_sample_logprobs > 0 {
+            Some("top-k log-probabilities")
+        } else if r.prompt_alt_tokens_k > 0 || r.target_prompt_logprobs.is_some() {
+            Some("prompt alternatives and targets")
+        } else {
+            None
+        };
+        let request = convert::prompt_from_wire(&r.prompt)
+            .and_then(|prompt| Ok((prompt, convert::sampling_params_from_wire(&r.sampling_params, &state.registry.base.eos)?)))
+            .map_err(|e| e.to_string());
+        match (unsupported, request) {
+            (Some(what), _) => completion.fail(ErrorCategory::User, format!("{what} is not supported by rlx serve")),
+            (None, Err(e)) => completion.fail(ErrorCategory::User, e),
+            (None, Ok((prompt, params))) => {
+                // Both submitted now, in order; `last_n` keeps the last N scores (the rest NaN).
+                let scored = (r.prompt_logprobs == Some(true)).then(|| session.sampler.prompt_logprobs(prompt.clone()));
+                let last_n = r.prompt_logprobs_last_n.map(|n| n as usize);
+                let req = SampleRequest { prompt, num_samples: n as usize, seed: params.seed };
+                let sampled = session.sampler.sample(vec![req], &params);
+                let both: backend::Pending<(Vec<Vec<backend::SampledSequence>>, Option<Vec<f32>>)> = Box::pin(async move {
+                    let mut lp = match scored {
+                        Some(p) => Some(p.await?),
+                        None => None,
+                    };
+                    if let (Some(lp), Some(n)) = (lp.as_mut(), last_n) {
+                        let keep = lp.len().saturating_sub(n);
+                        lp[..keep].fill(f32::NAN);
+                    }
+                    Ok((sampled.await?, lp))
+                });
+                finish_with(completion, both, |(mut v, prompt_logprobs)| Outcome::Sample { sequences: v.pop().unwrap_or_default(), prompt_logprobs });
+            }
+        }
+    }
+    Ok(reply)
+}
+
+async fn retrieve_future(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> Handled {
+    let r: wire::FutureRetrieveRequest = parse(b, "retrieve_future")?;
+    let try_again = || Reply::json(&wire::TryAgainResponse { r#type: Default::default(), request_id: r.request_id.clone(), queue_state: wire::QueueState::Active, queue_state_reason: None });
+    let Some(_) = state.futures.kind(&r.request_id) else {
+        return Err(not_found(format!("unknown request id `{}`", r.request_id)));
+    };
+    if state.faults.try_again() {
+        return Ok(try_again());
+    }
+    let outcome = state.futures.wait(&r.request_id, state.long_poll).await.map_err(|_| not_found(format!("unknown request id `{}`", r.request_id)))?;
+    let Some(outcome) = outcome else { return Ok(try_again()) };
+    let proto = headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(content_type::PROTOBUF));
+    Ok(match &*outcome {
+        Outcome::Json(v) => Reply::ok(v.clone()),
+        Outcome::Failed { error, category } => Reply::json(&wire::RequestFailedResponse { error: error.clone(), category: *category }),
+        Outcome::ForwardBackward(o) if proto => Reply { status: StatusCode::OK, body: Body::Proto(convert::forward_backward_output_to_proto(o).encode_to_vec()), duplicate: None },
+        Outcome::ForwardBackward(o) => Reply::ok(json!({
+            "loss_fn_output_type": "ArrayRecord",
+            "loss_fn_outputs": o.outputs.iter().map(|d| json!({"logprobs": {"data": d.logprobs, "dtype": "float32", "shape": [d.logprobs.len()]}})).collect::<Vec<_>>(),
+            "metrics": {convert::LOSS_SUM: o.loss},
+        })),
+        Outcome::Sample { sequences, prompt_logprobs } if proto => {
+            Reply { status: StatusCode::OK, body: Body::Proto(convert::sample_response_to_proto(sequences, prompt_logprobs.as_deref()).encode_to_vec()), duplicate: None }
+        }
+        Outcome::Sample { sequences, prompt_logprobs } => {
+            // JSON has no NaN: unscored positions are `null`, as in the legacy shape.
+            let lp = prompt_logprobs.as_ref().map(|v| v.iter().map(|x| if x.is_nan() { Value::Null } else { json!(x) }).collect::<Vec<_>>());
+            Reply::ok(json!({"type": "sample", "sequences": sequences, "prompt_logprobs": lp}))
+        }
+    })
+}
+
+fn weights_info(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::WeightsInfoRequest = parse(b, "weights_info")?;
+    let path = TinkerPath::parse(&r.tinker_path).map_err(|e| bad(e.to_string()))?;
+    let meta = state.registry.meta_of(&path).map_err(not_found)?;
+    Ok(Reply::ok(json!({
+        "base_model": meta.base_model, "optimizer_config": {"type": "adamw"}, "is_lora": true, "lora_rank": meta.lora.rank,
+        "train_unembed": false, "train_mlp": meta.lora.targets.iter().any(|t| t == "up_proj"), "train_attn": meta.lora.targets.iter().any(|t| t == "q_proj"),
+    })))
+}
+
+fn training_run(state: &Arc<State>, rest: &str) -> Handled {
+    let (id, checkpoints) = match rest.strip_suffix("/checkpoints") {
+        Some(id) => (id, true),
+        None => (rest, false),
+    };
+    let m = model(state, id)?;
+    let list = |kind: tinker::CheckpointKind| -> Vec<wire::Checkpoint> {
+        let dir = m.dir.join(kind.segment());
+        let mut names: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("state.json").exists())
+            .map(|e| (e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH), e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        names.sort();
+        names
+            .into_iter()
+            .map(|(t, name)| {
+                let path = TinkerPath { training_run_id: id.to_string(), kind, name: name.clone() };
+                wire::Checkpoint {
+                    checkpoint_id: format!("{}/{name}", kind.segment()),
+                    checkpoint_type: if kind == tinker::CheckpointKind::State { "training" } else { "sampler" }.into(),
+                    time: humantime::format_rfc3339_millis(t).to_string(),
+                    tinker_path: path.to_string(),
+                    size_bytes: None,
+                    public: false,
+                }
+            })
+            .collect()
+    };
+    let (states, samplers) = (list(tinker::CheckpointKind::State), list(tinker::CheckpointKind::Sampler));
+    if checkpoints {
+        return Ok(Reply::ok(json!({"checkpoints": states.iter().chain(&samplers).collect::<Vec<_>>(), "cursor": null})));
+    }
+    Ok(Reply::json(&wire::TrainingRun {
+        training_run_id: id.to_string(),
+        base_model: m.meta.base_model.clone(),
+        model_owner: "rlx".into(),
+        is_lora: true,
+        corrupted: false,
+        lora_rank: Some(m.meta.lora.rank as u32),
+        last_request_time: super::record::now(),
+        last_checkpoint: states.last().cloned(),
+        last_sampler_checkpoint: samplers.last().cloned(),
+    }))
+}

@@ -1,0 +1,269 @@
+//! rlx's Tinker backend against a real server of Tinker's protocol: `rlx serve` over the embedded
+//! trainer, on 127.0.0.1 (the real service cannot be reached from CI). The backend contract
+//! suite through the protocol; full `rlx run`s with faults injected (429s, 5xx before and after
+//! the work, dropped connections, `try_again` storms), checked against the server's request
+//! record: every training request ran exactly once, in `seq_id` order, with no gap; a run killed
+//! mid-way resumes from its `tinker://` checkpoint.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use rlx::backend::contract::{Fixture, check_sampler, check_trainer};
+use rlx::backend::{Finetune, LoraConfig, Policy, tinker};
+use serde_json::Value;
+
+use crate::common::{Run, TestContext, repo};
+use crate::tinker_sdk::Server;
+
+/// `rlx serve` in `cx` with `--fault` values.
+fn serve(cx: &TestContext, model: &Path, faults: &[&str]) -> Server {
+    let args: Vec<&str> = faults.iter().flat_map(|f| ["--fault", f]).chain(["--long-poll-s", "2"]).collect();
+    Server::start(cx, model, &args)
+}
+
+/// Whether the server did the work of a recorded request: it was not turned away by a fault
+/// before handling, and it was not a resubmission answered with the original future.
+fn did_work(r: &Value) -> bool {
+    let fault = r["fault"].as_str().unwrap_or("");
+    let handled = fault.is_empty() || fault.ends_with("after handling");
+    handled && r["duplicate"] != Value::Bool(true) && r["status"] != 400 && r["status"] != 404
+}
+
+/// The training requests that did work, per model: `(path, seq_id)` in arrival order.
+fn training_work(records: &[Value]) -> std::collections::BTreeMap<String, Vec<(String, i64)>> {
+    let mut per_model: std::collections::BTreeMap<String, Vec<(String, i64)>> = Default::default();
+    for r in records {
+        let path = r["path"].as_str().unwrap_or("");
+        let training = ["/api/v1/forward_backward", "/api/v1/optim_step", "/api/v1/save_weights", "/api/v1/save_weights_for_sampler"].contains(&path);
+        if training && did_work(r) {
+            let model = r["model_id"].as_str().unwrap_or_default().to_string();
+            per_model.entry(model).or_default().push((path.to_string(), r["seq_id"].as_i64().unwrap()));
+        }
+    }
+    per_model
+}
+
+/// Every model's training requests ran once each, with `seq_id`s 1, 2, 3, … and no gap.
+fn assert_each_training_request_ran_once(records: &[Value]) -> std::collections::BTreeMap<String, Vec<(String, i64)>> {
+    let work = training_work(records);
+    for (model, reqs) in &work {
+        let mut seqs: Vec<i64> = reqs.iter().map(|r| r.1).collect();
+        seqs.sort_unstable();
+        let want: Vec<i64> = (1..=seqs.len() as i64).collect();
+        assert_eq!(seqs, want, "model {model}: each seq_id ran once, none missing: {reqs:?}");
+    }
+    work
+}
+
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    std::iter::successors(Some(e), |e| e.source()).map(|e| e.to_string()).collect::<Vec<_>>().join(": ")
+}
+
+fn tiny(dir: &Path) -> PathBuf {
+    let model = dir.join("tiny");
+    crate::engine::tiny_model(&model);
+    model
+}
+
+fn options(url: &str, model: &Path) -> tinker::Options {
+    tinker::Options {
+        base_url: url.to_string(),
+        api_key: "tml-test".into(),
+        base_model: model.display().to_string(),
+        finetune: Finetune::Lora(LoraConfig::all_linear(4)),
+        seed: 3,
+        max_in_flight: 8,
+        tokenizer: None,
+        user_metadata: Default::default(),
+        retry: tinker::RetryPolicy::default(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tinker_backend_meets_the_contract_through_rlx_serve() {
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let served = serve(&cx, &model, &[]);
+    let policy = tinker::open(options(&served.url, &model)).await.expect("a Tinker session on rlx serve");
+    let Policy::Trainable(trainer) = policy else { panic!("Tinker policies train") };
+    // The tiny model's character vocabulary (98 entries); token 1 is `<|im_end|>`.
+    let fixture = Fixture { prompts: vec![vec![5, 6, 7], vec![8, 9, 10, 11, 12, 13]], vocab_size: 98, stop_token: 1, max_tokens: 6 };
+    let sampler = trainer.sampler().await.unwrap();
+    check_sampler(&*sampler, &fixture).await.unwrap_or_else(|e| panic!("sampler: {e}: {:?}", std::error::Error::source(&e)));
+    check_trainer(&*trainer, &fixture).await.unwrap_or_else(|e| panic!("trainer: {e}: {:?}", std::error::Error::source(&e)));
+    drop((sampler, trainer));
+    // States are tinker:// paths; each request of each model ran once, in order.
+    let records = served.record();
+    let saves: Vec<&Value> = records.iter().filter(|r| r["path"] == "/api/v1/save_weights" && did_work(r)).collect();
+    assert!(!saves.is_empty());
+    assert_each_training_request_ran_once(&records);
+    // The SDK's headers: a key, an idempotency key on every submission.
+    assert!(records.iter().filter(|r| r["method"] == "POST" && r["path"] != "/api/v1/retrieve_future").all(|r| r["idempotency_key"].is_string()), "idempotency keys");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_model_and_a_missing_key_are_clear_errors() {
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let served = serve(&cx, &model, &[]);
+    let mut o = options(&served.url, &model);
+    o.base_model = "Qwen/Qwen3-4B-Instruct-2507".into();
+    let err = match tinker::open(o).await {
+        Err(e) => e,
+        Ok(_) => panic!("an unknown base model must be refused"),
+    };
+    let msg = chain(&err);
+    assert!(msg.contains("Qwen/Qwen3-4B-Instruct-2507"), "{msg}");
+    assert!(err.is_user_error(), "{msg}");
+    // No key: nothing is sent.
+    let e = tinker::Options::credentials(None, "RLX_TEST_TINKER_KEY_THAT_IS_NOT_SET").unwrap_err();
+    assert!(e.to_string().contains("set `RLX_TEST_TINKER_KEY_THAT_IS_NOT_SET`"), "{e}");
+    // A server that is not there: the retry budget runs out with the cause named.
+    let mut o = options("http://127.0.0.1:9", &model);
+    o.retry = tinker::RetryPolicy { budget: Duration::from_secs(2), ..Default::default() };
+    let err = match tinker::open(o).await {
+        Err(e) => e,
+        Ok(_) => panic!("nothing listens on port 9"),
+    };
+    let msg = chain(&err);
+    assert!(msg.contains("client/config") && msg.to_lowercase().contains("connect"), "{msg}");
+    assert!(!err.is_user_error());
+}
+
+/// A spec training the tiny model through `url`, which serves it under its path.
+fn spec(url: &str, max_steps: u32, save_every: u32) -> String {
+    spec_with(url, max_steps, save_every, "")
+}
+
+fn spec_with(url: &str, max_steps: u32, save_every: u32, backend_extra: &str) -> String {
+    let data = repo().join("experiments/data");
+    let prompts = repo().join("prompts");
+    format!(
+        "name: tiny-tinker
+seed: 3
+model: {{base: ./tiny, finetune: lora, lora: {{rank: 4, alpha: 8}}}}
+backend: {{kind: tinker, base_url: '{url}', max_in_flight: 4{backend_extra}}}
+data:
+  train: [{{path: {train}, format: mbpp, limit: 6}}]
+  eval: [{{path: {eval}, format: mbpp, limit: 2}}]
+prompt: {{user: {user}}}
+sampling: {{max_tokens: 12, temperature: 1.0}}
+grpo: {{prompts_per_step: 2, group_size: 3, skip_degenerate: false, loss: {{kind: importance_sampling}}}}
+reward: {{test_timeout_s: 2}}
+sandbox: {{kind: local, strict: false}}
+optimizer: {{learning_rate: 1e-3}}
+schedule: {{max_steps: {max_steps}, eval_every: 2, save_every: {save_every}}}
+eval: {{k: [1], temperature: 0, max_tokens: 8}}
+",
+        train = data.join("easy_python_train.jsonl").display(),
+        eval = data.join("easy_python_eval.jsonl").display(),
+        user = prompts.join("mbpp_user.j2").display(),
+    )
+}
+
+fn jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn run_dir(cx: &TestContext) -> PathBuf {
+    let runs: Vec<_> = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().collect();
+    assert_eq!(runs.len(), 1);
+    runs[0].path()
+}
+
+#[test]
+fn a_run_on_tinker_with_faults_trains_every_step_once() {
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let faults = ["seed=5", "429=0.08", "5xx=0.08", "drop=0.05", "try-again=0.3"];
+    let served = serve(&cx, &model, &faults);
+    cx.write("spec.yaml", &spec(&served.url, 4, 2));
+    let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let dir = run_dir(&cx);
+    let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().map(|m| m["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, vec![-1, 0, 1, 2, 3], "baseline eval, then each step once");
+    let metrics = jsonl(&dir.join("metrics.jsonl"));
+    for m in &metrics[1..] {
+        assert_eq!(m["train/datums"], 6.0, "2 problems × 3 completions: {m}");
+        assert!(m["train/loss"].is_number(), "{m}");
+    }
+    let cks = jsonl(&dir.join("checkpoints.jsonl"));
+    assert!(!cks.is_empty() && cks.iter().all(|c| c["state_path"].as_str().unwrap().starts_with("tinker://")), "{cks:?}");
+
+    let records = served.record();
+    let faulted = records.iter().filter(|r| r["fault"].is_string()).count();
+    assert!(faulted >= 5, "the faults were exercised ({faulted} faulted requests of {})", records.len());
+    let work = assert_each_training_request_ran_once(&records);
+    assert_eq!(work.len(), 1, "one training model: {:?}", work.keys());
+    let reqs = work.values().next().unwrap();
+    let count = |p: &str| reqs.iter().filter(|r| r.0 == p).count();
+    assert_eq!(count("/api/v1/forward_backward"), 4, "one forward_backward per step");
+    assert_eq!(count("/api/v1/optim_step"), 4, "one optim_step per step");
+    assert_eq!(count("/api/v1/save_weights"), cks.len(), "one saved state per checkpoint line");
+    // Within a model the server ran requests in seq_id order.
+    let seqs: Vec<i64> = reqs.iter().map(|r| r.1).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "arrival order is seq_id order: {seqs:?}");
+    // No sample was lost: every step and eval has its completions in the run directory.
+    assert_eq!(jsonl(&dir.join("rollouts.jsonl")).len(), 4 * 6);
+}
+
+#[test]
+fn a_killed_tinker_run_resumes_from_its_tinker_checkpoint() {
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let served = serve(&cx, &model, &["latency=30ms"]);
+    cx.write("spec.yaml", &spec(&served.url, 4, 1));
+    let mut child = cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    // Kill it once step 1's checkpoint is recorded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let cks = std::fs::read_dir(cx.path().join("runs")).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| jsonl(&e.path().join("checkpoints.jsonl"))).unwrap_or_default();
+        if cks.len() >= 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no checkpoint within 5 minutes");
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the run ended before it could be killed: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let dir = run_dir(&cx);
+    let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().filter(|m| m["step"].as_i64() >= Some(0)).map(|m| m["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, vec![0, 1, 2, 3], "each step once across the kill");
+    // The resumed run created its model from the saved state, with the optimizer.
+    let loads: Vec<Value> = served.record().into_iter().filter(|r| r["path"] == "/api/v1/load_weights" && did_work(r)).collect();
+    assert_eq!(loads.len(), 1, "one restore");
+    assert_eq!(loads[0]["body"]["optimizer"], true);
+    assert!(loads[0]["body"]["path"].as_str().unwrap().starts_with("tinker://"));
+    assert_each_training_request_ran_once(&served.record());
+}
+
+#[test]
+fn an_evaluation_only_tinker_run_needs_no_training_model() {
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let served = serve(&cx, &model, &[]);
+    cx.write("spec.yaml", &spec(&served.url, 0, 1));
+    let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let metrics = jsonl(&run_dir(&cx).join("metrics.jsonl"));
+    assert_eq!(metrics.len(), 1, "{metrics:?}");
+    assert!(metrics[0]["eval/pass@1"].is_number(), "{metrics:?}");
+    let paths: Vec<String> = served.record().iter().map(|r| r["path"].as_str().unwrap().to_string()).collect();
+    assert!(paths.iter().any(|p| p == "/api/v1/create_sampling_session"), "{paths:?}");
+    assert!(!paths.iter().any(|p| p == "/api/v1/create_model"), "no training model for an evaluation: {paths:?}");
+    // Saved sampler weights must be named by a tinker:// path, and only evaluate.
+    cx.write("bad.yaml", &spec_with(&served.url, 2, 1, ", model_path: 'runs/x'"));
+    let r = cx.run(&["validate", "bad.yaml"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("must be a `tinker://` path"), "{}", r.stderr);
+    cx.write("bad2.yaml", &spec_with(&served.url, 2, 1, ", model_path: 'tinker://m/sampler_weights/s'"));
+    let r = cx.run(&["validate", "bad2.yaml"]);
+    assert!(r.stderr.contains("`schedule.max_steps` is 2") && r.stderr.contains("max_steps: 0"), "{}", r.stderr);
+}
