@@ -2,7 +2,7 @@
 //! it was answered, so tests can check what a client sent (field for field) and that no work was
 //! done twice.
 //!
-//! A line: `time` (RFC 3339, UTC), `method`, `path`, the ids found in the body (`model_id`,
+//! A line: `time` (when received; RFC 3339, UTC), `method`, `path`, the ids found in the body (`model_id`,
 //! `seq_id`, `session_id`, `sampling_session_id`, `request_id`; absent ones omitted), `body`
 //! (the JSON body; a protobuf `forward_backward` body decoded to the JSON shape below; `null`
 //! when empty or unreadable), `status` (the HTTP status answered, `null` for a dropped

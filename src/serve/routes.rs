@@ -140,9 +140,13 @@ async fn handle(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<F
     line.insert("time".into(), json!(super::record::now()));
     line.insert("method".into(), json!(parts.method.as_str()));
     line.insert("path".into(), json!(path));
-    let record_body = body.as_ref().ok().map(|b| body_json(&parts.headers, &path, b)).unwrap_or(Value::Null);
-    super::record::ids(&record_body, &mut line);
-    line.insert("body".into(), record_body);
+    // Decoding bodies for the record costs a protobuf decode per forward_backward: only when
+    // recording.
+    if state.record.is_some() {
+        let record_body = body.as_ref().ok().map(|b| body_json(&parts.headers, &path, b)).unwrap_or(Value::Null);
+        super::record::ids(&record_body, &mut line);
+        line.insert("body".into(), record_body);
+    }
     for (k, h) in [("request_type", header::REQUEST_TYPE), ("iteration", header::REQUEST_ITERATION), ("idempotency_key", header::IDEMPOTENCY_KEY)] {
         if let Some(v) = parts.headers.get(h).and_then(|v| v.to_str().ok()) {
             line.insert(k.into(), json!(v));
@@ -253,6 +257,9 @@ async fn route(state: &Arc<State>, method: &Method, path: &str, headers: &Header
 }
 
 type Handled = Result<Reply, Reply>;
+
+/// One sampler reply: the completions of each request.
+type SampleReply = Vec<Vec<backend::SampledSequence>>;
 
 fn capabilities(state: &Arc<State>) -> Reply {
     let models: Vec<Value> = state.registry.base.names.iter().map(|n| json!({"model_name": n, "trainable": true, "sampleable": true})).collect();
@@ -592,7 +599,7 @@ fn asample(state: &Arc<State>, b: &[u8]) -> Handled {
                 let last_n = r.prompt_logprobs_last_n.map(|n| n as usize);
                 let req = SampleRequest { prompt, num_samples: n as usize, seed: params.seed };
                 let sampled = session.sampler.sample(vec![req], &params);
-                let both: backend::Pending<(Vec<Vec<backend::SampledSequence>>, Option<Vec<f32>>)> = Box::pin(async move {
+                let both: backend::Pending<(SampleReply, Option<Vec<f32>>)> = Box::pin(async move {
                     let mut lp = match scored {
                         Some(p) => Some(p.await?),
                         None => None,
