@@ -22,12 +22,14 @@
 //! - [`prompt`]: prompt templates, chat templates, tokenizers.
 //! - [`rl`]: losses, advantages, rewards, pass@k: the math shared by every backend.
 //! - [`engine`]: the step loop that joins the pieces.
+//! - [`compare`]: `rlx compare`: tables, statistics and charts over run directories.
 //! - [`cli`]: the command line; the only module that prints.
 
 pub mod backend;
 mod calendar;
 pub(crate) mod causes;
 pub mod cli;
+pub mod compare;
 pub mod data;
 pub mod engine;
 pub(crate) mod hub;
