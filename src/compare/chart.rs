@@ -335,47 +335,6 @@ pub fn band_segments(points: &[super::arms::Point]) -> Vec<Vec<(f64, f64, f64)>>
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nice_ticks() {
-        assert_eq!(ticks(0.0, 1.0, 5), vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]);
-        assert_eq!(ticks(-1.0, 11.0, 8), vec![-2.0, 0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0]);
-        assert_eq!(ticks(0.42, 0.58, 5), vec![0.4, 0.45, 0.5, 0.55, 0.6000000000000001]);
-    }
-
-    #[test]
-    fn a_chart_has_axes_labels_and_a_legend() {
-        let long = "optimizer.learning_rate=0.0003, grpo.group_size=8, sampling.temperature=0.7, data.train.0.path=/home/someone/datasets/a-rather-long-directory-name/train.jsonl, eval.k=[1,5]".to_string();
-        let chart = LineChart {
-            title: "eval/pass@1 vs step".into(),
-            x_label: "step".into(),
-            y_label: "eval/pass@1 (%)".into(),
-            percent: true,
-            series: vec![Series { label: long.clone(), color: 0, points: vec![(-1.0, 0.4), (5.0, 0.55), (11.0, 0.5)], band: vec![vec![(-1.0, 0.3, 0.5), (5.0, 0.5, 0.6)]], thin: vec![] }],
-            note: Some("band: 95% t interval over seeds".into()),
-        };
-        let s = line_chart(&chart);
-        let texts: Vec<&str> = s.shapes.iter().filter_map(|x| if let Shape::Text { text, .. } = x { Some(text.as_str()) } else { None }).collect();
-        for want in ["eval/pass@1 vs step", "step", "eval/pass@1 (%)", "40", "50"] {
-            assert!(texts.contains(&want), "{want} missing from {texts:?}");
-        }
-        // The long label is shortened to fit the chart, keeping both ends.
-        let legend = texts.iter().find(|t| t.starts_with("optimizer")).unwrap();
-        assert!(legend.contains('…') && legend.ends_with("[1,5]"), "{legend}");
-        // Every text lies inside the canvas.
-        for sh in &s.shapes {
-            if let Shape::Text { x, y, text, size, anchor, .. } = sh {
-                let w = font::width(text, *size);
-                let left = match anchor { Anchor::Start => *x, Anchor::Middle => x - w / 2.0, Anchor::End => x - w };
-                assert!(left >= 0.0 && left + w <= s.width && *y <= s.height, "{text} at {x},{y}");
-            }
-        }
-    }
-}
-
 /// Every chart of a report, each with a file stem for `--png`: per metric, against step and
 /// against wall time; pass@k against k when some evaluation drew several samples.
 pub fn scenes(r: &super::Report) -> Vec<(String, Scene)> {
@@ -444,4 +403,45 @@ pub fn scenes(r: &super::Report) -> Vec<(String, Scene)> {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nice_ticks() {
+        assert_eq!(ticks(0.0, 1.0, 5), vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]);
+        assert_eq!(ticks(-1.0, 11.0, 8), vec![-2.0, 0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0]);
+        assert_eq!(ticks(0.42, 0.58, 5), vec![0.4, 0.45, 0.5, 0.55, 0.6000000000000001]);
+    }
+
+    #[test]
+    fn a_chart_has_axes_labels_and_a_legend() {
+        let long = "optimizer.learning_rate=0.0003, grpo.group_size=8, sampling.temperature=0.7, data.train.0.path=/home/someone/datasets/a-rather-long-directory-name/train.jsonl, eval.k=[1,5]".to_string();
+        let chart = LineChart {
+            title: "eval/pass@1 vs step".into(),
+            x_label: "step".into(),
+            y_label: "eval/pass@1 (%)".into(),
+            percent: true,
+            series: vec![Series { label: long.clone(), color: 0, points: vec![(-1.0, 0.4), (5.0, 0.55), (11.0, 0.5)], band: vec![vec![(-1.0, 0.3, 0.5), (5.0, 0.5, 0.6)]], thin: vec![] }],
+            note: Some("band: 95% t interval over seeds".into()),
+        };
+        let s = line_chart(&chart);
+        let texts: Vec<&str> = s.shapes.iter().filter_map(|x| if let Shape::Text { text, .. } = x { Some(text.as_str()) } else { None }).collect();
+        for want in ["eval/pass@1 vs step", "step", "eval/pass@1 (%)", "40", "50"] {
+            assert!(texts.contains(&want), "{want} missing from {texts:?}");
+        }
+        // The long label is shortened to fit the chart, keeping both ends.
+        let legend = texts.iter().find(|t| t.starts_with("optimizer")).unwrap();
+        assert!(legend.contains('…') && legend.ends_with("[1,5]"), "{legend}");
+        // Every text lies inside the canvas.
+        for sh in &s.shapes {
+            if let Shape::Text { x, y, text, size, anchor, .. } = sh {
+                let w = font::width(text, *size);
+                let left = match anchor { Anchor::Start => *x, Anchor::Middle => x - w / 2.0, Anchor::End => x - w };
+                assert!(left >= 0.0 && left + w <= s.width && *y <= s.height, "{text} at {x},{y}");
+            }
+        }
+    }
 }

@@ -35,7 +35,7 @@ pub fn render(report: &Report, blocks: &[Block], scenes: &[(String, Scene)]) -> 
         STYLE.replace("FAMILY", font::FAMILY),
         f = font::FAMILY,
     );
-    let (head, rest) = blocks.split_first().map_or((None, &blocks[..]), |(a, b)| (Some(a), b));
+    let (head, rest) = blocks.split_first().map_or((None, blocks), |(a, b)| (Some(a), b));
     if let Some(Block::Lines { lines, .. }) = head {
         h.push_str("<div class=\"head\">");
         for l in lines {
@@ -58,14 +58,14 @@ pub fn render(report: &Report, blocks: &[Block], scenes: &[(String, Scene)]) -> 
     if !scenes.is_empty() {
         h.push_str("<h2>charts</h2>\n<div class=\"charts\">");
         for (_, s) in scenes {
-            let _ = write!(h, "<figure>{}</figure>\n", svg::render(s));
+            let _ = writeln!(h, "<figure>{}</figure>", svg::render(s));
         }
         h.push_str("</div>\n");
     }
     for b in tables {
         block(&mut h, b);
     }
-    let _ = write!(h, "<p style=\"color:#888\">bootstrap: {} resamples, seed {}. Definitions: docs/compare.md in the rlx repository.</p>\n</body></html>\n", report.resamples, report.seed);
+    let _ = writeln!(h, "<p style=\"color:#888\">bootstrap: {} resamples, seed {}. Definitions: docs/compare.md in the rlx repository.</p>\n</body></html>", report.resamples, report.seed);
     h
 }
 
