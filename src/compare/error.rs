@@ -14,6 +14,12 @@ pub enum Error {
         #[source]
         source: crate::runlog::Error,
     },
+    /// A path named on the command line does not exist.
+    #[error("`{}` does not exist", path.display())]
+    NotFound {
+        /// The path.
+        path: PathBuf,
+    },
     /// A path named on the command line is neither a run, a sweep, nor a directory of runs.
     #[error("`{}` is not a run directory (no status.json), a sweep directory (no sweep.json) or a directory of runs", path.display())]
     NotARun {
@@ -69,7 +75,7 @@ impl Error {
     pub fn is_user_error(&self) -> bool {
         match self {
             Error::Read { source, .. } => matches!(source, crate::runlog::Error::NewerFormat { .. } | crate::runlog::Error::Missing { .. }),
-            Error::NotARun { .. } | Error::NoRuns { .. } | Error::UnknownBaseline { .. } | Error::UnknownMetric { .. } | Error::UnknownSort { .. } => true,
+            Error::NotFound { .. } | Error::NotARun { .. } | Error::NoRuns { .. } | Error::UnknownBaseline { .. } | Error::UnknownMetric { .. } | Error::UnknownSort { .. } => true,
             Error::Write { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
         }
     }

@@ -81,7 +81,8 @@ impl Run {
 /// started, stray directories skipped) are appended to `warnings`.
 ///
 /// # Errors
-/// [`Error::NotARun`] for a path that is none of these; [`Error::Read`] for a run or sweep that
+/// [`Error::NotFound`] for a path that does not exist; [`Error::NotARun`] for a directory with no
+/// runs; [`Error::Read`] for a run or sweep that
 /// cannot be read (a newer format included); [`Error::NoRuns`] when nothing was found.
 pub fn collect(paths: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Run>, Error> {
     let mut dirs: Vec<PathBuf> = vec![];
@@ -110,11 +111,12 @@ pub fn collect(paths: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Run>
             }
             found.sort();
             dirs.extend(found);
-        } else if p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
-            // `runs/*` can match a lock or temp file; nothing the user meant to compare.
-            continue;
+        } else if p.exists() {
+            // `runs/*` can match a stray file (a note, a lock): not a run, and not worth
+            // stopping for when the glob also found runs.
+            warnings.push(format!("`{}` is not a directory: skipped", p.display()));
         } else {
-            return Err(Error::NotARun { path: p.clone() });
+            return Err(Error::NotFound { path: p.clone() });
         }
     }
     let mut seen = std::collections::BTreeSet::new();

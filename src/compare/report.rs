@@ -283,6 +283,9 @@ pub struct Report {
     pub pass_at_k: Vec<PassAtKRow>,
     /// Everything that limits what the numbers mean.
     pub warnings: Vec<String>,
+    /// The whole resolved config (flattened), for a one-run report; empty otherwise (the
+    /// runs table holds the keys that differ).
+    pub config: BTreeMap<String, String>,
     /// Eval setting summary: problems, samples per problem, temperature (from the first run).
     pub eval_summary: Option<String>,
     /// Bootstrap resamples and seed used.
@@ -383,8 +386,12 @@ fn best_of(s: &[(i64, f64)], higher: bool) -> Option<AtStep> {
 /// Builds the report.
 ///
 /// # Errors
-/// [`Error::UnknownMetric`] for a metric no run has; [`Error::UnknownBaseline`].
+/// [`Error::NoRuns`] for no runs; [`Error::UnknownMetric`] for a metric no run has;
+/// [`Error::UnknownBaseline`]; [`Error::UnknownSort`].
 pub fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error> {
+    if runs.is_empty() {
+        return Err(Error::NoRuns { given: "the list given".into() });
+    }
     let mut warnings: Vec<String> = vec![];
     let known: BTreeSet<String> = runs.iter().flat_map(|r| r.metrics.iter().flat_map(|l| l.values.keys().cloned())).collect();
     let metrics: Vec<String> = if opts.metrics.is_empty() { metric::defaults(&known) } else { opts.metrics.clone() };
@@ -461,8 +468,12 @@ pub fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error> {
         && arm_rows.len() > 1
     {
         let key = |a: &ArmRow| a.values[0].stat.map(|s| if d.higher_is_better { s.mean } else { -s.mean });
-        if let Some(best) = (0..arm_rows.len()).filter(|&i| key(&arm_rows[i]).is_some()).max_by(|&x, &y| key(&arm_rows[x]).partial_cmp(&key(&arm_rows[y])).unwrap_or(std::cmp::Ordering::Equal)) {
-            arm_rows[best].best = true;
+        // ★ only for a strict winner: a tie has no best arm.
+        let scored: Vec<(usize, f64)> = (0..arm_rows.len()).filter_map(|i| key(&arm_rows[i]).map(|k| (i, k))).collect();
+        let top = scored.iter().map(|&(_, k)| k).fold(f64::NEG_INFINITY, f64::max);
+        let winners: Vec<usize> = scored.iter().filter(|&&(_, k)| k == top).map(|&(i, _)| i).collect();
+        if let [best] = winners.as_slice() {
+            arm_rows[*best].best = true;
         }
     }
 
@@ -538,7 +549,9 @@ pub fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error> {
     warn(&runs, &decisions, &differing, &groups, &comparisons, &within, eval_metric.as_ref(), &mut warnings);
     let curves = decisions.iter().map(|d| curves(&runs, &groups, &d.metric)).collect();
     let eval_summary = eval_summary(&runs, eval_metric.as_ref());
+    let config = if runs.len() == 1 { runs[0].config.clone() } else { BTreeMap::new() };
     Ok(Report {
+        config,
         differing,
         metrics,
         decisions,
@@ -742,4 +755,46 @@ fn curves(runs: &[Run], groups: &[Arm], m: &str) -> Curves {
         })
         .collect();
     Curves { metric: m.to_string(), arms }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runlog::{MetricsLine, SCHEMA_VERSION, State, Status};
+
+    fn run(id: &str, lr: &str, seed: u32, state: State, pass: &[(i64, f64)]) -> Run {
+        let config = [("seed", seed.to_string()), ("optimizer.learning_rate", lr.to_string()), ("name", "t".to_string())].into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        Run {
+            id: id.into(),
+            path: id.into(),
+            status: Status { schema_version: SCHEMA_VERSION, run_id: id.into(), state, steps_done: 0, max_steps: 10, reason: None, pid: None, started_at: String::new(), updated_at: String::new() },
+            config,
+            metrics: pass.iter().map(|&(s, v)| MetricsLine::new(s, [("eval/pass@1".to_string(), v)].into())).collect(),
+            evals: BTreeMap::new(),
+            checkpoints: vec![],
+            eval_fingerprint: None,
+            notes: vec![],
+        }
+    }
+
+    #[test]
+    fn the_deciding_step_ignores_runs_that_stopped_early_and_ties_have_no_star() {
+        let runs = vec![
+            run("a", "1", 0, State::Finished, &[(-1, 0.2), (4, 0.3), (9, 0.5)]),
+            run("b", "2", 0, State::Finished, &[(-1, 0.2), (4, 0.4), (9, 0.5)]),
+            run("c", "2", 1, State::Failed, &[(-1, 0.2), (4, 0.4)]),
+        ];
+        let r = build(runs.clone(), &Options::default()).unwrap();
+        assert_eq!(r.decisions[0].step, Some(9), "{}", r.decisions[0].rule);
+        assert!(r.decisions[0].rule.contains("finished runs"));
+        // Arm lr=2 has one value at step 9 (the failed seed has none): 0.5 against 0.5, a tie.
+        assert_eq!(r.arms.len(), 2);
+        assert!(r.arms.iter().all(|a| !a.best), "a tie has no best arm");
+        assert_eq!(r.arms[1].values[0].stat.unwrap().m, 1);
+        // --at 4 decides at step 4, where lr=2 (0.4, 0.4) beats lr=1 (0.3).
+        let r = build(runs, &Options { at: Some(StepSel::Step(4)), ..Options::default() }).unwrap();
+        assert!(r.arms[1].best && !r.arms[0].best);
+        assert_eq!(r.arms[1].values[0].stat.unwrap().m, 2);
+        assert_eq!(r.comparisons[0].arm, "lr=2");
+    }
 }

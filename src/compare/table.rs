@@ -182,6 +182,12 @@ pub fn blocks(r: &Report) -> Vec<Block> {
         out.push(Block::Table(Table { title: "config (keys that differ; seed, name and log hidden)".into(), headers, rows, right: vec![false; n], key_cols: 1, shrink: None }));
     }
 
+    // One run: its whole config.
+    if !r.config.is_empty() {
+        let rows = r.config.iter().map(|(k, v)| vec![k.clone(), v.clone()]).collect();
+        out.push(Block::Table(Table { title: "config (resolved spec)".into(), headers: vec!["key".into(), "value".into()], rows, right: vec![false, false], key_cols: 1, shrink: Some(1) }));
+    }
+
     // Comparisons.
     for c in &r.comparisons {
         let m = &c.metric;

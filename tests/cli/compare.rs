@@ -299,7 +299,16 @@ fn bad_input_gets_clear_errors() {
     assert!(r.stderr.contains("error: no run has metric `eval/pass@l`") && r.stderr.contains("help: did you mean `eval/pass@1`?"), "{}", r.stderr);
     let r = cx.run(&["compare", "nowhere"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("`nowhere` is not a run directory"), "{}", r.stderr);
+    assert!(r.stderr.contains("`nowhere` does not exist"), "{}", r.stderr);
+    // A directory holding no runs is an error; a stray file among runs is skipped with a warning.
+    std::fs::create_dir_all(cx.path().join("empty")).unwrap();
+    let r = cx.run(&["compare", "empty"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("`empty` is not a run directory (no status.json)"), "{}", r.stderr);
+    cx.write("runs/NOTES.txt", "lr sweep\n");
+    let r = cx.run(&["compare", "runs/fx-a0", "runs/NOTES.txt"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("`runs/NOTES.txt` is not a directory: skipped"), "{}", r.stdout);
     let r = cx.run(&["compare", "runs", "--baseline", "lr=9"]);
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("`--baseline lr=9` matches no run or arm"), "{}", r.stderr);
@@ -343,8 +352,15 @@ fn one_run_baseline_against_final_is_a_paired_test() {
     // The bootstrap interval straddles 0 like the test says.
     let ci = w.lines().find(|l| l.contains("#1 step")).unwrap().split('[').nth(1).unwrap();
     assert!(ci.starts_with('−') && ci.contains(", +"), "{w}");
-    // Best evaluation (step 4, 57.5%) with its checkpoint; config and curves are there too.
+    // Best evaluation (step 4, 57.5%) with its checkpoint, and the run's whole config.
     assert!(r.stdout.contains("#1 eval/pass@1 57.5% at step 4 → checkpoint `step-000004`"), "{}", r.stdout);
+    let config = section(&r.stdout, "config (resolved spec)");
+    assert!(config.contains("optimizer.learning_rate  0.0003") && config.contains("eval.temperature         0.7") && config.contains("seed                     0"), "{config}");
+    // And its curves.
+    let r = cx.run(&["compare", "runs/qs", "--html", "one.html"]);
+    assert_eq!(r.code, 0);
+    let html = std::fs::read_to_string(cx.path().join("one.html")).unwrap();
+    assert!(html.contains("eval/pass@1 vs step") && html.contains("McNemar exact p = 0.332"), "one-run HTML lacks its curve or test");
     // `--steps 4,last`: a different pair of eval steps; `--steps 3,last` names a step with no eval.
     let r = cx.run(&["compare", "runs/qs", "--steps", "4,last"]);
     assert!(r.stdout.contains("#1 step 4 → 9: 57.5% → 55.0%  Δ −2.5 pp"), "{}", r.stdout);
@@ -444,8 +460,9 @@ fn sweep_directories_and_directories_of_runs() {
 }
 
 /// Two real runs of a tiny random model (the engine test's), at two learning rates, compared:
-/// whatever the engine writes, compare reads.
+/// whatever the engine writes, compare reads. The report is printed (`--nocapture` shows it).
 #[test]
+#[allow(clippy::print_stderr)]
 fn two_real_runs_of_a_tiny_model() {
     let cx = TestContext::new();
     crate::engine::tiny_model(&cx.path().join("tiny"));
@@ -480,6 +497,7 @@ eval: {{k: [1, 2], samples: 2, temperature: 1.0, max_tokens: 6}}
     assert_eq!(runs.len(), 2);
     let r = cx.run(&["compare", &runs[0], &runs[1], "--html", "r.html"]);
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    eprintln!("{}", r.stdout);
     assert!(r.stdout.contains("rlx compare: 2 runs → 2 arms (differ in: lr) · seeds {3} · eval: 3 problems, n=2, T=1"), "{}", r.stdout);
     // Two samples per problem: pass@k for k = 1..2, and a sign-flip test instead of McNemar.
     assert!(r.stdout.contains("pass@k (%), unbiased estimator, k = 1..n"), "{}", r.stdout);
@@ -488,4 +506,5 @@ eval: {{k: [1, 2], samples: 2, temperature: 1.0, max_tokens: 6}}
     let ids: BTreeSet<&str> = r.stdout.lines().filter(|l| l.trim_start().starts_with("#1  tiny-") || l.trim_start().starts_with("#2  tiny-")).collect();
     assert_eq!(ids.len(), 2, "{}", r.stdout);
     assert!(std::fs::read_to_string(cx.path().join("r.html")).unwrap().contains("pass@k vs k"));
+
 }
