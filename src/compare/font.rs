@@ -59,7 +59,7 @@ mod tests {
     #[test]
     fn measures_and_fits() {
         // Every glyph the charts print is in the subset.
-        for c in "eval/pass@1 (%) −±·×Δ…★→≤≥ 0123456789 abcdefghijklmnopqrstuvwxyz ABCXYZ".chars() {
+        for c in "eval/pass@1 (%) −±·×ΔΣσμ…★→≤≥ 0123456789 abcdefghijklmnopqrstuvwxyz ABCXYZ".chars() {
             assert_ne!(glyph(c).0, 0, "{c:?} is missing");
         }
         let w = width("step", 12.0);
