@@ -22,6 +22,7 @@
 //! - [`prompt`]: prompt templates, chat templates, tokenizers.
 //! - [`rl`]: losses, advantages, rewards, pass@k: the math shared by every backend.
 //! - [`engine`]: the step loop that joins the pieces.
+//! - [`compare`]: `rlx compare`: tables, statistics and charts over run directories.
 //! - [`cli`]: the command line; the only module that prints.
 //! - [`serve`]: `rlx serve`, Tinker's REST protocol over the embedded trainer.
 //! - [`tinker`]: Tinker's wire protocol (JSON bodies, protobuf messages, conversions), shared by
@@ -31,6 +32,7 @@ pub mod backend;
 mod calendar;
 pub(crate) mod causes;
 pub mod cli;
+pub mod compare;
 pub mod data;
 pub mod engine;
 pub(crate) mod hub;

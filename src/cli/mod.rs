@@ -55,7 +55,7 @@ pub mod exit {
     /// `Some(true)` for the user's errors, `Some(false)` for rlx's or a service's, `None` for an
     /// error this function does not know (context text, foreign errors).
     fn user_error(e: &(dyn StdError + 'static)) -> Option<bool> {
-        use crate::{backend, data, engine, prompt, runlog, sandbox, spec};
+        use crate::{backend, compare, data, engine, prompt, runlog, sandbox, spec};
         if e.is::<super::UserError>() || e.is::<spec::Error>() {
             return Some(true);
         }
@@ -84,6 +84,9 @@ pub mod exit {
             return Some(e.is_user_error());
         }
         if let Some(e) = e.downcast_ref::<engine::Error>() {
+            return Some(e.is_user_error());
+        }
+        if let Some(e) = e.downcast_ref::<compare::Error>() {
             return Some(e.is_user_error());
         }
         // A file the user named that does not exist, reached through context only.
@@ -163,6 +166,12 @@ pub enum Command {
     /// Serve Tinker's REST API over the embedded trainer, for the Tinker Python SDK and rlx's
     /// Tinker backend.
     Serve(commands::serve::ServeArgs),
+    /// Compare runs: config diff, arms over seeds with 95% intervals, paired tests on shared eval
+    /// problems (bootstrap, exact McNemar), pass@k; `--html` and `--png` for charts.
+    ///
+    /// `rlx compare runs/*`, `rlx compare sweeps/<id>`, `rlx compare runs/<id> --steps -1,last`.
+    /// Statistics and how to read them: docs/compare.md.
+    Compare(commands::compare::CompareArgs),
 }
 
 /// `rlx validate`.

@@ -4,6 +4,8 @@
 //! - `backend_contract`: the backend contract suite (`rlx::backend::contract`) on the local
 //!   backend, through the async seams.
 //! - `chat`: chat templates and tokenization against real Qwen3 files and HF's Python reference.
+//! - `compare`: `rlx compare` on run directories the tests write (arms × seeds, failed and torn
+//!   runs, another problem set), its statistics, formats, HTML (headless Chromium) and PNGs.
 //! - `common`: `TestContext` (temp work dir, clean env, `rlx` command) and helpers.
 //! - `data`: dataset files and format adapters.
 //! - `engine`: `rlx run` end to end on a tiny model: run directory, kill -9 and resume, SIGINT.
@@ -35,6 +37,7 @@
 mod backend_contract;
 mod chat;
 mod common;
+mod compare;
 mod data;
 mod engine;
 mod grade;

@@ -8,6 +8,7 @@ mod schema;
 mod sweep;
 mod validate;
 
+pub mod compare;
 pub mod grade;
 pub mod sandbox;
 pub mod serve;
@@ -26,6 +27,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Grade(args) => grade::run(args),
         Command::Sandbox(cmd) => sandbox::run(cmd),
         Command::Serve(args) => serve::run(args),
+        Command::Compare(args) => compare::run(args),
     }
 }
 

@@ -1,0 +1,127 @@
+//! Arms: runs that differ only in `seed` (and in what [`super::configdiff::is_hidden`] hides)
+//! are replicates of one recipe, an arm. Also the aggregation of an arm's curves over its seeds.
+
+use std::collections::BTreeMap;
+
+use super::configdiff::short;
+use super::load::Run;
+use super::stats::{Interval, seed_mean};
+
+/// One arm: its runs (indices into the run list) and what sets it apart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arm {
+    /// `lr=0.0003, group_size=8`: the differing keys' values (short names); the experiment name
+    /// when nothing differs.
+    pub label: String,
+    /// Indices of its runs, in input order.
+    pub runs: Vec<usize>,
+}
+
+/// Groups `runs` into arms by their values of the `differing` keys, in order of first
+/// appearance.
+pub fn group(runs: &[Run], differing: &[String]) -> Vec<Arm> {
+    let mut arms: Vec<(Vec<Option<String>>, Arm)> = vec![];
+    for (i, r) in runs.iter().enumerate() {
+        let key: Vec<Option<String>> = differing.iter().map(|k| r.config.get(k).cloned()).collect();
+        match arms.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, arm)) => arm.runs.push(i),
+            None => {
+                let label = if differing.is_empty() {
+                    r.config.get("name").cloned().unwrap_or_else(|| "all runs".into())
+                } else {
+                    differing
+                        .iter()
+                        .zip(&key)
+                        .map(|(k, v)| format!("{}={}", short(k), v.as_deref().unwrap_or("—")))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                arms.push((key, Arm { label, runs: vec![i] }));
+            }
+        }
+    }
+    arms.into_iter().map(|(_, a)| a).collect()
+}
+
+/// A point of an arm's aggregated curve.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// x (step or seconds).
+    pub x: f64,
+    /// Mean over the runs covering x.
+    pub mean: f64,
+    /// 95% t interval over them; `None` where fewer than 2 runs cover x.
+    pub band: Option<Interval>,
+    /// Runs covering x.
+    pub n: usize,
+}
+
+/// The mean curve of several runs' `(x, y)` series with a 95% t band.
+///
+/// The grid is the union of every run's x values. Each run contributes at a grid x only inside
+/// its own observed range, by its value there or by linear interpolation between its two
+/// neighbours; it is never extrapolated. So runs that log the same steps align exactly, a run
+/// that stopped early stops contributing where it stopped, and the band is drawn only where two
+/// or more runs cover x. (W&B's bucketing across runs shifts x values, wandb#1566/#4879, and
+/// Aim de-duplicates equal values across runs; neither happens here.)
+pub fn aggregate(series: &[Vec<(f64, f64)>]) -> Vec<Point> {
+    let mut grid: Vec<f64> = series.iter().flatten().map(|&(x, _)| x).collect();
+    grid.sort_by(f64::total_cmp);
+    grid.dedup();
+    grid.into_iter()
+        .filter_map(|x| {
+            let ys: Vec<f64> = series.iter().filter_map(|s| interpolate(s, x)).collect();
+            if ys.is_empty() {
+                return None;
+            }
+            let m = seed_mean(&ys);
+            Some(Point { x, mean: m.mean, band: m.ci, n: ys.len() })
+        })
+        .collect()
+}
+
+/// The value of a series (sorted by x) at `x`, linearly interpolated; `None` outside its range.
+fn interpolate(s: &[(f64, f64)], x: f64) -> Option<f64> {
+    let (first, last) = (s.first()?, s.last()?);
+    if x < first.0 || x > last.0 {
+        return None;
+    }
+    let i = s.partition_point(|p| p.0 < x);
+    let hi = s[i];
+    if hi.0 == x || i == 0 {
+        return Some(hi.1);
+    }
+    let lo = s[i - 1];
+    Some(lo.1 + (hi.1 - lo.1) * (x - lo.0) / (hi.0 - lo.0))
+}
+
+/// The seeds of an arm's runs, as text, in run order (`?` for a run without a resolved spec).
+pub fn seeds(runs: &[Run], arm: &Arm) -> Vec<String> {
+    arm.runs.iter().map(|&i| runs[i].seed().unwrap_or("?").to_string()).collect()
+}
+
+/// Per-key values of the differing keys for one run (for the runs table).
+pub fn values(run: &Run, differing: &[String]) -> BTreeMap<String, String> {
+    differing.iter().map(|k| (k.clone(), run.config.get(k).cloned().unwrap_or_else(|| "—".into()))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aggregates_without_extrapolating() {
+        // Two seeds on steps 0..4; the second stops at step 2.
+        let a = vec![(0.0, 0.0), (1.0, 1.0), (2.0, 2.0), (3.0, 3.0), (4.0, 4.0)];
+        let b = vec![(0.0, 2.0), (2.0, 4.0)];
+        let pts = aggregate(&[a, b]);
+        assert_eq!(pts.iter().map(|p| p.x).collect::<Vec<_>>(), vec![0.0, 1.0, 2.0, 3.0, 4.0]);
+        // At x = 1, b is interpolated to 3: mean 2, two runs, a band.
+        assert_eq!((pts[1].mean, pts[1].n), (2.0, 2));
+        let band = pts[1].band.unwrap();
+        // sd of (1, 3) = √2; half-width 12.7062·√2/√2 = 12.7062 (t with 1 df).
+        assert!((band.hi - 2.0 - 12.706_204_736).abs() < 1e-6, "{band:?}");
+        // Beyond step 2 only a remains: no band.
+        assert_eq!((pts[3].mean, pts[3].n, pts[3].band), (3.0, 1, None));
+    }
+}

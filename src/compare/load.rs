@@ -1,0 +1,188 @@
+//! Loading what `compare` reads: run directories and sweep directories, through `runlog`'s typed
+//! readers, into [`Run`]s.
+//!
+//! Tolerant by design: a run that is still running, failed or was interrupted is loaded and
+//! marked by its state; a torn last line (a crash mid-write, or a live run) is skipped by the
+//! readers and noted; a missing `resolved.json`, `provenance.json` or `eval_results.jsonl` leaves
+//! the part of the report that needs it empty, with a note. What is never tolerated: a run from
+//! a newer rlx ([`crate::runlog::Error::NewerFormat`]: its fields may mean something else) and a
+//! corrupt line in the middle of a file (dropping it would falsify the run's history).
+//!
+//! Why not polars: the data are tiny (runs × steps × keys), metric keys are sparse (eval keys
+//! every few steps, keys added after a resume), lines can be torn, and polars is optional
+//! (`parquet` feature) while `compare` must always build. `runlog::read_jsonl` already handles
+//! all of that; a frame would add a conversion and nothing else.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::Error;
+use crate::runlog::sweep::{RECORD, SweepDir};
+use crate::runlog::{CheckpointRecord, MetricsLine, RunDir, State, Status, files};
+
+/// One problem of one evaluation: pass@k's `n` and `c`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Samples graded (infrastructure failures left out).
+    pub n: u32,
+    /// Samples that passed every test.
+    pub correct: u32,
+}
+
+/// A loaded run directory.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The run id (from `status.json`).
+    pub id: String,
+    /// Its directory, as given or found.
+    pub path: PathBuf,
+    /// `status.json`.
+    pub status: Status,
+    /// `resolved.json` flattened to `key.path → value` ([`super::configdiff::flatten`]); empty
+    /// when absent.
+    pub config: BTreeMap<String, String>,
+    /// `metrics.jsonl`, in file order.
+    pub metrics: Vec<MetricsLine>,
+    /// `eval_results.jsonl`: step → problem id → outcome.
+    pub evals: BTreeMap<i64, BTreeMap<String, Outcome>>,
+    /// `checkpoints.jsonl`.
+    pub checkpoints: Vec<CheckpointRecord>,
+    /// Fingerprint of the eval problems (provenance), when recorded.
+    pub eval_fingerprint: Option<String>,
+    /// Things the reader noticed (torn lines, missing files), for the report's warnings.
+    pub notes: Vec<String>,
+}
+
+impl Run {
+    /// Whether the run completed every step.
+    pub fn finished(&self) -> bool {
+        self.status.state == State::Finished
+    }
+
+    /// `finished`, `running`, `failed` or `interrupted`.
+    pub fn state(&self) -> &'static str {
+        match self.status.state {
+            State::Running => "running",
+            State::Finished => "finished",
+            State::Failed => "failed",
+            State::Interrupted => "interrupted",
+        }
+    }
+
+    /// The spec's `seed`, as text; `None` without a resolved spec.
+    pub fn seed(&self) -> Option<&str> {
+        self.config.get("seed").map(String::as_str)
+    }
+}
+
+/// The runs named by `paths`, in the order given, each once: a run directory is itself; a sweep
+/// directory (`sweeps/<id>/`, with `sweep.json`) is its members; any other directory is every
+/// run directory directly inside it (`rlx compare runs/`). Warnings (sweep members never
+/// started, stray directories skipped) are appended to `warnings`.
+///
+/// # Errors
+/// [`Error::NotFound`] for a path that does not exist; [`Error::NotARun`] for a directory with no
+/// runs; [`Error::Read`] for a run or sweep that
+/// cannot be read (a newer format included); [`Error::NoRuns`] when nothing was found.
+pub fn collect(paths: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Run>, Error> {
+    let mut dirs: Vec<PathBuf> = vec![];
+    for p in paths {
+        if p.join(files::STATUS).is_file() {
+            dirs.push(p.clone());
+        } else if p.join(RECORD).is_file() {
+            let sweep = SweepDir::open(p).map_err(|source| Error::Read { path: p.clone(), source })?;
+            let record = sweep.record().map_err(|source| Error::Read { path: p.clone(), source })?;
+            for m in record.members {
+                if m.dir.join(files::STATUS).is_file() {
+                    dirs.push(m.dir);
+                } else {
+                    warnings.push(format!("sweep `{}`: member `{}` has no run directory yet (not started)", record.sweep_id, m.run_id));
+                }
+            }
+        } else if p.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| Error::Read { path: p.clone(), source: crate::runlog::io("cannot list", p)(e) })?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|d| d.join(files::STATUS).is_file())
+                .collect();
+            if found.is_empty() {
+                return Err(Error::NotARun { path: p.clone() });
+            }
+            found.sort();
+            dirs.extend(found);
+        } else if p.exists() {
+            // `runs/*` can match a stray file (a note, a lock): not a run, and not worth
+            // stopping for when the glob also found runs.
+            warnings.push(format!("`{}` is not a directory: skipped", p.display()));
+        } else {
+            return Err(Error::NotFound { path: p.clone() });
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut runs = vec![];
+    for d in dirs {
+        let key = std::fs::canonicalize(&d).unwrap_or_else(|_| d.clone());
+        if seen.insert(key) {
+            runs.push(load(&d)?);
+        }
+    }
+    if runs.is_empty() {
+        let given = paths.iter().map(|p| format!("`{}`", p.display())).collect::<Vec<_>>().join(", ");
+        return Err(Error::NoRuns { given });
+    }
+    Ok(runs)
+}
+
+/// Loads one run directory.
+///
+/// # Errors
+/// [`Error::Read`]: no `status.json`, a newer format, I/O errors, a corrupt line.
+pub fn load(path: &Path) -> Result<Run, Error> {
+    let err = |source| Error::Read { path: path.to_path_buf(), source };
+    let dir = RunDir::open(path).map_err(err)?;
+    let status = dir.status().map_err(err)?.expect("open checked status.json");
+    let mut notes = vec![];
+    let config = match dir.read_json::<serde_json::Value>(files::RESOLVED).map_err(err)? {
+        Some(v) => super::configdiff::flatten(&v),
+        None => {
+            notes.push(format!("no {}: its config is unknown", files::RESOLVED));
+            BTreeMap::new()
+        }
+    };
+    let eval_fingerprint = match dir.provenance() {
+        Ok(p) => p.data.map(|d| d.eval.fingerprint),
+        Err(crate::runlog::Error::Missing { .. }) => None,
+        Err(e) => return Err(err(e)),
+    };
+    let metrics = dir.metrics().map_err(err)?;
+    torn(&mut notes, files::METRICS, metrics.torn_line);
+    let results = dir.eval_results().map_err(err)?;
+    torn(&mut notes, files::EVAL_RESULTS, results.torn_line);
+    let mut evals: BTreeMap<i64, BTreeMap<String, Outcome>> = BTreeMap::new();
+    for r in results.rows {
+        // A resume drops what a crashed attempt wrote after its checkpoint, so a (step,
+        // problem) pair appears once; if it ever did twice, the later record is the one that
+        // stands, as it is for metrics.
+        evals.entry(r.step).or_default().insert(r.problem_id, Outcome { n: r.n, correct: r.correct });
+    }
+    let checkpoints = dir.checkpoints().map_err(err)?;
+    torn(&mut notes, files::CHECKPOINTS, checkpoints.torn_line);
+    Ok(Run {
+        id: status.run_id.clone(),
+        path: path.to_path_buf(),
+        status,
+        config,
+        metrics: metrics.rows,
+        evals,
+        checkpoints: checkpoints.rows,
+        eval_fingerprint,
+        notes,
+    })
+}
+
+fn torn(notes: &mut Vec<String>, file: &str, line: Option<usize>) {
+    if let Some(l) = line {
+        notes.push(format!("{file}: torn last line {l} skipped (an interrupted write, or the run is live)"));
+    }
+}

@@ -1,0 +1,42 @@
+//! `rlx compare`: which run is better, and how sure we can be.
+//!
+//! Data flows one way:
+//!
+//! ```text
+//! run / sweep directories ──load──► [Run] ──report::build──► Report ──► table | md | csv | json
+//!                                                                   └──► chart ──► svg (html) | png
+//! ```
+//!
+//! - [`load`]: run and sweep directories through `runlog`'s typed readers, tolerant of live,
+//!   failed and interrupted runs and torn last lines.
+//! - [`configdiff`]: resolved specs flattened; the keys that differ.
+//! - [`arms`]: runs that differ only in seed form an arm; curves averaged over seeds.
+//! - [`stats`]: t intervals, Welch, exact McNemar, sign-flip test, paired bootstrap.
+//! - [`paired`]: per-problem comparisons on shared eval problems; pass@k for k = 1..n.
+//! - [`metric`]: metric directions, units and number formats.
+//! - [`report`]: the [`Report`], computed once.
+//! - [`table`]: terminal table, Markdown, CSV, JSON.
+//! - [`chart`], [`svg`], [`png`], [`font`]: charts as a small scene of shapes, drawn as SVG
+//!   (inline in the HTML) or rasterised to PNG with the same embedded font.
+//! - [`html`]: the self-contained HTML report.
+//!
+//! The statistics and how to read them: docs/compare.md.
+
+pub mod arms;
+pub mod chart;
+pub mod configdiff;
+mod error;
+pub mod font;
+pub mod html;
+pub mod load;
+pub mod metric;
+pub mod paired;
+pub mod png;
+pub mod report;
+pub mod stats;
+pub mod svg;
+pub mod table;
+
+pub use error::Error;
+pub use load::{Run, collect};
+pub use report::{Options, Report, StepSel, build};

@@ -1,0 +1,800 @@
+//! [`Report`]: everything `rlx compare` says about a set of runs, computed once; the table, CSV,
+//! JSON, HTML and PNG renderers only lay it out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use super::arms::{self, Arm, Point};
+use super::configdiff;
+use super::load::Run;
+use super::paired::{self, PassAtK, Paired, Side};
+use super::stats::{self, SeedMean, Welch};
+use super::{Error, metric};
+use crate::runlog::metrics::{eval as eval_names, time, train};
+
+/// An eval step named on the command line: a number (`-1` is the baseline), `first` or `last`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum StepSel {
+    /// This step.
+    Step(i64),
+    /// The run's first (eval) step.
+    First,
+    /// The run's last (eval) step.
+    Last,
+}
+
+impl FromStr for StepSel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<StepSel, String> {
+        match s.trim() {
+            "last" | "final" => Ok(StepSel::Last),
+            "first" => Ok(StepSel::First),
+            "baseline" => Ok(StepSel::Step(-1)),
+            t => t.parse().map(StepSel::Step).map_err(|_| format!("`{t}` is not a step (a number, `-1` for the baseline, `first` or `last`)")),
+        }
+    }
+}
+
+impl std::fmt::Display for StepSel {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            StepSel::Step(s) => write!(f, "{s}"),
+            StepSel::First => f.write_str("first"),
+            StepSel::Last => f.write_str("last"),
+        }
+    }
+}
+
+impl StepSel {
+    /// The step among `steps` (sorted) this selects; `None` when absent.
+    fn pick(self, steps: &[i64]) -> Option<i64> {
+        match self {
+            StepSel::Step(s) => steps.contains(&s).then_some(s),
+            StepSel::First => steps.first().copied(),
+            StepSel::Last => steps.last().copied(),
+        }
+    }
+}
+
+/// What to compare and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Metrics to report (`eval/pass@1`, `train/reward_mean`, ...); the first decides. Empty:
+    /// [`metric::defaults`].
+    pub metrics: Vec<String>,
+    /// Compare at this step instead of the last step common to the finished runs.
+    pub at: Option<StepSel>,
+    /// Within-run paired test between these two eval steps (`-1,last`).
+    pub steps: Option<(StepSel, StepSel)>,
+    /// The reference arm: an arm label, a run number (`#2` or `2`) or a run id (or its prefix).
+    pub baseline: Option<String>,
+    /// Row order: `run`, `status`, `steps`, `wall`, `tokens`, or a metric (best first).
+    pub sort: Option<String>,
+    /// Bootstrap (and Monte Carlo sign-flip) resamples.
+    pub resamples: usize,
+    /// Their RNG seed.
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { metrics: vec![], at: None, steps: None, baseline: None, sort: None, resamples: 10_000, seed: 0 }
+    }
+}
+
+/// A value at a step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AtStep {
+    /// The step.
+    pub step: i64,
+    /// The value.
+    pub value: f64,
+}
+
+/// One metric of one run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricValues {
+    /// The last value.
+    #[serde(rename = "final")]
+    pub last: Option<AtStep>,
+    /// The best value (highest, or lowest for a cost such as a loss or a time) and its step.
+    pub best: Option<AtStep>,
+    /// The value at the decision step ([`Decision`]).
+    pub at: Option<AtStep>,
+}
+
+/// The step at which a metric is compared across runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// The metric.
+    pub metric: String,
+    /// The step; `None`: each run's last value.
+    pub step: Option<i64>,
+    /// Why this step, for the report.
+    pub rule: String,
+    /// Whether higher is better.
+    pub higher_is_better: bool,
+}
+
+/// A run's best evaluation and the checkpoint saved there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BestCheckpoint {
+    /// The eval metric.
+    pub metric: String,
+    /// Its best step and value.
+    pub best: AtStep,
+    /// The checkpoint saved at that step (its name), if any.
+    pub checkpoint: Option<String>,
+    /// Its state reference, if any.
+    pub state_path: Option<String>,
+}
+
+/// One row of the runs table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRow {
+    /// 1-based number, as the tables show it (`#1`).
+    pub index: usize,
+    /// The run id.
+    pub id: String,
+    /// The directory.
+    pub path: String,
+    /// The arm's label.
+    pub arm: String,
+    /// The seed.
+    pub seed: Option<String>,
+    /// `finished`, `running`, `failed` or `interrupted`.
+    pub status: String,
+    /// Why it ended, for failed and interrupted runs.
+    pub reason: Option<String>,
+    /// Training steps done.
+    pub steps_done: u32,
+    /// Training steps asked for.
+    pub max_steps: u32,
+    /// The differing config keys' values.
+    pub config: BTreeMap<String, String>,
+    /// Each metric.
+    pub metrics: BTreeMap<String, MetricValues>,
+    /// Wall time in seconds: Σ `time/step_s` + Σ `time/eval_s` (excludes pauses between
+    /// resumes and set-up).
+    pub wall_s: Option<f64>,
+    /// Completion tokens sampled in training: Σ `train/completion_tokens`.
+    pub tokens: Option<f64>,
+    /// Best evaluation and its checkpoint.
+    pub best_checkpoint: Option<BestCheckpoint>,
+}
+
+/// One metric of one arm.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArmValue {
+    /// The metric.
+    pub metric: String,
+    /// Mean and 95% t interval over the seeds that have a value at the decision step.
+    pub stat: Option<SeedMean>,
+}
+
+/// One row of the arms table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArmRow {
+    /// The label.
+    pub label: String,
+    /// Its runs (numbers).
+    pub runs: Vec<usize>,
+    /// Their seeds.
+    pub seeds: Vec<String>,
+    /// Each metric at its decision step.
+    pub values: Vec<ArmValue>,
+    /// Whether it is the best arm on the deciding metric.
+    pub best: bool,
+}
+
+/// An arm against the reference arm.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// The arm (A).
+    pub arm: String,
+    /// The reference arm (B).
+    pub baseline: String,
+    /// The deciding metric.
+    pub metric: String,
+    /// Recipe level: Welch's t over the seeds' decision values (`None` with fewer than 2 seeds
+    /// per arm).
+    pub recipe: Option<Welch>,
+    /// Seeds of A and B with a decision value.
+    pub seeds: (usize, usize),
+    /// The eval step paired on (`None`: each run's last eval).
+    pub eval_step: Option<i64>,
+    /// Checkpoint level: paired on shared eval problems.
+    pub paired: Option<Paired>,
+    /// Plain-words reading of both.
+    pub verdict: String,
+}
+
+/// One run between two of its eval steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Within {
+    /// The run's number.
+    pub run: usize,
+    /// The earlier step (B).
+    pub from: Option<i64>,
+    /// The later step (A).
+    pub to: Option<i64>,
+    /// Δ = later − earlier on the shared problems.
+    pub paired: Option<Paired>,
+    /// Why there is no test, when there is none.
+    pub note: Option<String>,
+}
+
+/// pass@k for k = 1..n of one run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PassAtKRow {
+    /// The run's number.
+    pub run: usize,
+    /// The eval step.
+    pub step: i64,
+    /// k = 1..n.
+    pub values: Vec<PassAtK>,
+}
+
+/// Curves of one metric for the charts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Curves {
+    /// The metric.
+    pub metric: String,
+    /// One entry per arm: its label, its runs' `(step, y)` and `(wall minutes, y)` series
+    /// (labelled), and the aggregates.
+    pub arms: Vec<ArmCurves>,
+}
+
+/// One arm's curves of one metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArmCurves {
+    /// The arm.
+    pub label: String,
+    /// `(run label, points by step)`.
+    pub by_step: Vec<(String, Vec<(f64, f64)>)>,
+    /// `(run label, points by wall minutes)`.
+    pub by_wall: Vec<(String, Vec<(f64, f64)>)>,
+    /// Mean and band by step.
+    pub agg_step: Vec<Point>,
+    /// Mean and band by wall minutes.
+    pub agg_wall: Vec<Point>,
+}
+
+/// Everything the report says.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// The config keys whose values differ between runs.
+    pub differing: Vec<String>,
+    /// The metrics, deciding one first.
+    pub metrics: Vec<String>,
+    /// Where each metric is compared.
+    pub decisions: Vec<Decision>,
+    /// One row per run.
+    pub runs: Vec<RunRow>,
+    /// One row per arm.
+    pub arms: Vec<ArmRow>,
+    /// Each arm against the reference arm.
+    pub comparisons: Vec<Comparison>,
+    /// Within-run tests.
+    pub within: Vec<Within>,
+    /// pass@k for k = 1..n, when some evaluation drew more than one sample per problem.
+    pub pass_at_k: Vec<PassAtKRow>,
+    /// Everything that limits what the numbers mean.
+    pub warnings: Vec<String>,
+    /// The whole resolved config (flattened), for a one-run report; empty otherwise (the
+    /// runs table holds the keys that differ).
+    pub config: BTreeMap<String, String>,
+    /// Eval setting summary: problems, samples per problem, temperature (from the first run).
+    pub eval_summary: Option<String>,
+    /// Bootstrap resamples and seed used.
+    pub resamples: usize,
+    /// RNG seed.
+    pub seed: u64,
+    /// Chart data (not in the JSON: it is the metrics files again).
+    #[serde(skip)]
+    pub curves: Vec<Curves>,
+}
+
+/// A metric's `(step, value)` points in one run, NaN values left out, sorted by step.
+pub fn series(run: &Run, m: &str) -> Vec<(i64, f64)> {
+    let mut v: Vec<(i64, f64)> = run.metrics.iter().filter_map(|l| l.get(m).filter(|x| !x.is_nan()).map(|x| (l.step, x))).collect();
+    v.sort_by_key(|p| p.0);
+    v.dedup_by_key(|p| p.0);
+    v
+}
+
+/// Wall-clock seconds at the end of each metrics line: a running sum of `time/step_s` and
+/// `time/eval_s`.
+fn wall_clock(run: &Run) -> BTreeMap<i64, f64> {
+    let mut t = 0.0;
+    let mut out = BTreeMap::new();
+    for l in &run.metrics {
+        t += l.get(time::STEP_S).filter(|x| x.is_finite()).unwrap_or(0.0) + l.get(time::EVAL_S).filter(|x| x.is_finite()).unwrap_or(0.0);
+        out.insert(l.step, t);
+    }
+    out
+}
+
+fn sum_of(run: &Run, names: &[&str]) -> Option<f64> {
+    let mut any = false;
+    let mut s = 0.0;
+    for l in &run.metrics {
+        for n in names {
+            if let Some(x) = l.get(n).filter(|x| x.is_finite()) {
+                any = true;
+                s += x;
+            }
+        }
+    }
+    any.then_some(s)
+}
+
+/// Where metric `m` is compared (see [`Decision`]).
+fn decide(runs: &[Run], m: &str, at: Option<StepSel>) -> Decision {
+    let higher = metric::higher_is_better(m);
+    let with: Vec<&Run> = runs.iter().filter(|r| !series(r, m).is_empty()).collect();
+    let pool: Vec<&Run> = if with.iter().any(|r| r.finished()) { with.iter().copied().filter(|r| r.finished()).collect() } else { with.clone() };
+    let common = |pick_max: bool| -> Option<i64> {
+        let mut it = pool.iter().map(|r| series(r, m).into_iter().map(|p| p.0).collect::<BTreeSet<i64>>());
+        let first = it.next()?;
+        let common = it.fold(first, |acc, s| acc.intersection(&s).copied().collect());
+        if pick_max { common.last().copied() } else { common.first().copied() }
+    };
+    let (step, rule) = match at {
+        Some(StepSel::Step(s)) => (Some(s), format!("step {s} (--at)")),
+        Some(StepSel::Last) => (None, "each run's last value (--at last)".into()),
+        Some(StepSel::First) => match common(false) {
+            Some(s) => (Some(s), format!("step {s}, the first step common to {}", pool_name(&pool, runs))),
+            None => (None, "each run's last value (no step is common to all runs)".into()),
+        },
+        None => match common(true) {
+            Some(s) => (Some(s), format!("step {s}, the last step common to {}", pool_name(&pool, runs))),
+            None => (None, "each run's last value (no step is common to all runs)".into()),
+        },
+    };
+    Decision { metric: m.to_string(), step, rule, higher_is_better: higher }
+}
+
+fn pool_name(pool: &[&Run], runs: &[Run]) -> &'static str {
+    if pool.iter().all(|r| r.finished()) && pool.len() < runs.len() { "the finished runs" } else { "all runs" }
+}
+
+fn value_at(run: &Run, d: &Decision) -> Option<AtStep> {
+    let s = series(run, &d.metric);
+    match d.step {
+        Some(step) => s.iter().find(|p| p.0 == step).map(|&(step, value)| AtStep { step, value }),
+        None => s.last().map(|&(step, value)| AtStep { step, value }),
+    }
+}
+
+fn best_of(s: &[(i64, f64)], higher: bool) -> Option<AtStep> {
+    let mut best: Option<(i64, f64)> = None;
+    for &(st, v) in s {
+        let better = match best {
+            None => true,
+            Some((_, b)) => if higher { v > b } else { v < b },
+        };
+        if better {
+            best = Some((st, v));
+        }
+    }
+    best.map(|(step, value)| AtStep { step, value })
+}
+
+/// Builds the report.
+///
+/// # Errors
+/// [`Error::NoRuns`] for no runs; [`Error::UnknownMetric`] for a metric no run has;
+/// [`Error::UnknownBaseline`]; [`Error::UnknownSort`].
+pub fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error> {
+    if runs.is_empty() {
+        return Err(Error::NoRuns { given: "the list given".into() });
+    }
+    let mut warnings: Vec<String> = vec![];
+    let known: BTreeSet<String> = runs.iter().flat_map(|r| r.metrics.iter().flat_map(|l| l.values.keys().cloned())).collect();
+    let metrics: Vec<String> = if opts.metrics.is_empty() { metric::defaults(&known) } else { opts.metrics.clone() };
+    for m in &metrics {
+        if !known.contains(m) {
+            return Err(Error::UnknownMetric { metric: m.clone(), suggestion: metric::suggest(m, &known), known: known.len() });
+        }
+    }
+    let first_id = runs[0].id.clone();
+    let decisions: Vec<Decision> = metrics.iter().map(|m| decide(&runs, m, opts.at)).collect();
+    if let Some(key) = &opts.sort {
+        sort_runs(&mut runs, key, decisions.iter().find(|d| &d.metric == key))?;
+    }
+    let differing = configdiff::differing(runs.iter().map(|r| &r.config));
+    let groups = arms::group(&runs, &differing);
+    let arm_of = |i: usize| groups.iter().position(|a| a.runs.contains(&i)).expect("every run is in an arm");
+
+    // Runs.
+    let primary = decisions.first();
+    let eval_metric = eval_decision(&runs, &decisions, opts.at);
+    let mut rows = vec![];
+    for (i, r) in runs.iter().enumerate() {
+        let clock = wall_clock(r);
+        let mut mv = BTreeMap::new();
+        for d in &decisions {
+            let s = series(r, &d.metric);
+            mv.insert(
+                d.metric.clone(),
+                MetricValues { last: s.last().map(|&(step, value)| AtStep { step, value }), best: best_of(&s, d.higher_is_better), at: value_at(r, d) },
+            );
+        }
+        let best_checkpoint = eval_metric.as_ref().and_then(|d| {
+            let best = best_of(&series(r, &d.metric), true)?;
+            let ck = r.checkpoints.iter().rev().find(|c| i64::from(c.step) == best.step);
+            Some(BestCheckpoint { metric: d.metric.clone(), best, checkpoint: ck.map(|c| c.name.clone()), state_path: ck.and_then(|c| c.state_path.clone()) })
+        });
+        rows.push(RunRow {
+            index: i + 1,
+            id: r.id.clone(),
+            path: r.path.display().to_string(),
+            arm: groups[arm_of(i)].label.clone(),
+            seed: r.seed().map(str::to_string),
+            status: r.state().to_string(),
+            reason: r.status.reason.clone(),
+            steps_done: r.status.steps_done,
+            max_steps: r.status.max_steps,
+            config: arms::values(r, &differing),
+            metrics: mv,
+            wall_s: clock.values().last().copied().filter(|_| sum_of(r, &[time::STEP_S, time::EVAL_S]).is_some()),
+            tokens: sum_of(r, &[train::COMPLETION_TOKENS]),
+            best_checkpoint,
+        });
+    }
+
+    // Arms.
+    let decision_values = |arm: &Arm, d: &Decision| -> Vec<f64> { arm.runs.iter().filter_map(|&i| value_at(&runs[i], d)).map(|a| a.value).collect() };
+    let mut arm_rows: Vec<ArmRow> = groups
+        .iter()
+        .map(|a| ArmRow {
+            label: a.label.clone(),
+            runs: a.runs.iter().map(|i| i + 1).collect(),
+            seeds: arms::seeds(&runs, a),
+            values: decisions
+                .iter()
+                .map(|d| {
+                    let xs = decision_values(a, d);
+                    ArmValue { metric: d.metric.clone(), stat: (!xs.is_empty()).then(|| stats::seed_mean(&xs)) }
+                })
+                .collect(),
+            best: false,
+        })
+        .collect();
+    if let Some(d) = primary
+        && arm_rows.len() > 1
+    {
+        let key = |a: &ArmRow| a.values[0].stat.map(|s| if d.higher_is_better { s.mean } else { -s.mean });
+        // ★ only for a strict winner: a tie has no best arm.
+        let scored: Vec<(usize, f64)> = (0..arm_rows.len()).filter_map(|i| key(&arm_rows[i]).map(|k| (i, k))).collect();
+        let top = scored.iter().map(|&(_, k)| k).fold(f64::NEG_INFINITY, f64::max);
+        let winners: Vec<usize> = scored.iter().filter(|&&(_, k)| k == top).map(|&(i, _)| i).collect();
+        if let [best] = winners.as_slice() {
+            arm_rows[*best].best = true;
+        }
+    }
+
+    // Comparisons against the reference arm.
+    let base = match &opts.baseline {
+        Some(b) => find_baseline(b, &runs, &groups)?,
+        None => arm_of(runs.iter().position(|r| r.id == first_id).unwrap_or(0)),
+    };
+    let k = primary.and_then(|d| eval_names::parse_pass_at(&d.metric)).unwrap_or(1);
+    let mut comparisons = vec![];
+    if let Some(d) = primary {
+        for (ai, arm) in groups.iter().enumerate() {
+            if ai == base {
+                continue;
+            }
+            let (xa, xb) = (decision_values(arm, d), decision_values(&groups[base], d));
+            let recipe = stats::welch(&xa, &xb);
+            let side = |a: &Arm| -> Side {
+                Side { label: a.label.clone(), runs: a.runs.iter().filter_map(|&i| eval_step_of(&runs[i], eval_metric.as_ref()).map(|s| (&runs[i], s))).collect() }
+            };
+            let (sa, sb) = (side(arm), side(&groups[base]));
+            let paired = if sa.runs.is_empty() || sb.runs.is_empty() { None } else { paired::compare(&sa, &sb, k, opts.resamples, opts.seed) };
+            let verdict = verdict(&arm.label, &groups[base].label, d, recipe.as_ref(), (xa.len(), xb.len()), paired.as_ref());
+            comparisons.push(Comparison {
+                arm: arm.label.clone(),
+                baseline: groups[base].label.clone(),
+                metric: d.metric.clone(),
+                recipe,
+                seeds: (xa.len(), xb.len()),
+                eval_step: eval_metric.as_ref().and_then(|e| e.step),
+                paired,
+                verdict,
+            });
+        }
+    }
+
+    // Within runs.
+    let mut within = vec![];
+    if opts.steps.is_some() || runs.len() <= 4 {
+        let (from, to) = opts.steps.unwrap_or((StepSel::First, StepSel::Last));
+        for (i, r) in runs.iter().enumerate() {
+            let steps: Vec<i64> = r.evals.keys().copied().collect();
+            let (f, t) = (from.pick(&steps), to.pick(&steps));
+            let mut w = Within { run: i + 1, from: f, to: t, paired: None, note: None };
+            match (f, t) {
+                _ if steps.is_empty() => w.note = Some("no eval results".into()),
+                (None, _) => w.note = Some(format!("no eval at step {from} (eval steps: {})", list(&steps))),
+                (_, None) => w.note = Some(format!("no eval at step {to} (eval steps: {})", list(&steps))),
+                (Some(f), Some(t)) if f == t => w.note = Some(format!("only one eval step ({f})")),
+                (Some(f), Some(t)) => {
+                    let a = Side { label: format!("step {t}"), runs: vec![(r, t)] };
+                    let b = Side { label: format!("step {f}"), runs: vec![(r, f)] };
+                    w.paired = paired::compare(&a, &b, k, opts.resamples, opts.seed);
+                    if w.paired.is_none() {
+                        w.note = Some("the two evaluations share no problems".into());
+                    }
+                }
+            }
+            within.push(w);
+        }
+    }
+
+    // pass@k for k = 1..n.
+    let mut pass_at_k = vec![];
+    if runs.iter().any(|r| r.evals.values().flat_map(|m| m.values()).any(|o| o.n > 1)) {
+        for (i, r) in runs.iter().enumerate() {
+            if let Some(step) = eval_step_of(r, eval_metric.as_ref()) {
+                pass_at_k.push(PassAtKRow { run: i + 1, step, values: paired::pass_at_ks(r, step) });
+            }
+        }
+    }
+
+    warn(&runs, &decisions, &differing, &groups, &comparisons, &within, eval_metric.as_ref(), &mut warnings);
+    let curves = decisions.iter().map(|d| curves(&runs, &groups, &d.metric)).collect();
+    let eval_summary = eval_summary(&runs, eval_metric.as_ref());
+    let config = if runs.len() == 1 { runs[0].config.clone() } else { BTreeMap::new() };
+    Ok(Report {
+        config,
+        differing,
+        metrics,
+        decisions,
+        runs: rows,
+        arms: arm_rows,
+        comparisons,
+        within,
+        pass_at_k,
+        warnings,
+        eval_summary,
+        resamples: opts.resamples,
+        seed: opts.seed,
+        curves,
+    })
+}
+
+/// The eval metric whose step the paired tests use: the deciding metric when it is an eval
+/// metric, else `eval/pass@1` (or the first pass@k) when the runs have one.
+fn eval_decision(runs: &[Run], decisions: &[Decision], at: Option<StepSel>) -> Option<Decision> {
+    if let Some(d) = decisions.first().filter(|d| eval_names::parse_pass_at(&d.metric).is_some()) {
+        return Some(d.clone());
+    }
+    let known: BTreeSet<String> = runs.iter().flat_map(|r| r.metrics.iter().flat_map(|l| l.values.keys().cloned())).collect();
+    let m = known.iter().filter(|k| eval_names::parse_pass_at(k).is_some()).min_by_key(|k| eval_names::parse_pass_at(k))?;
+    Some(decide(runs, m, at))
+}
+
+/// The eval step of `run` that paired tests read: the decision step, or the run's last eval.
+fn eval_step_of(run: &Run, d: Option<&Decision>) -> Option<i64> {
+    match d.and_then(|d| d.step) {
+        Some(s) => run.evals.contains_key(&s).then_some(s),
+        None => run.evals.keys().next_back().copied(),
+    }
+}
+
+fn list(steps: &[i64]) -> String {
+    steps.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+}
+
+fn sort_runs(runs: &mut [Run], key: &str, d: Option<&Decision>) -> Result<(), Error> {
+    match key {
+        "run" | "id" => runs.sort_by(|a, b| a.id.cmp(&b.id)),
+        "status" => runs.sort_by_key(|r| r.state()),
+        "steps" => runs.sort_by_key(|r| std::cmp::Reverse(r.status.steps_done)),
+        "wall" => runs.sort_by(|a, b| wall_clock(a).values().last().partial_cmp(&wall_clock(b).values().last()).unwrap_or(std::cmp::Ordering::Equal)),
+        "tokens" => runs.sort_by(|a, b| sum_of(a, &[train::COMPLETION_TOKENS]).partial_cmp(&sum_of(b, &[train::COMPLETION_TOKENS])).unwrap_or(std::cmp::Ordering::Equal)),
+        _ => {
+            let Some(d) = d else {
+                return Err(Error::UnknownSort { given: key.to_string() });
+            };
+            // Best first; runs without a value last.
+            let score = |r: &Run| value_at(r, d).map(|a| if d.higher_is_better { -a.value } else { a.value }).unwrap_or(f64::INFINITY);
+            runs.sort_by(|a, b| score(a).total_cmp(&score(b)));
+        }
+    }
+    Ok(())
+}
+
+fn find_baseline(given: &str, runs: &[Run], groups: &[Arm]) -> Result<usize, Error> {
+    if let Some(i) = groups.iter().position(|a| a.label == given) {
+        return Ok(i);
+    }
+    let number = given.trim_start_matches('#').parse::<usize>().ok().filter(|n| (1..=runs.len()).contains(n));
+    let run = number.map(|n| n - 1).or_else(|| runs.iter().position(|r| r.id == given)).or_else(|| {
+        let hits: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].id.starts_with(given)).collect();
+        (hits.len() == 1).then(|| hits[0])
+    });
+    match run {
+        Some(i) => Ok(groups.iter().position(|a| a.runs.contains(&i)).expect("every run is in an arm")),
+        None => Err(Error::UnknownBaseline {
+            given: given.to_string(),
+            runs: runs.len(),
+            arms: groups.iter().map(|a| format!("`{}`", a.label)).collect::<Vec<_>>().join(", "),
+        }),
+    }
+}
+
+/// The reading of one comparison in words.
+fn verdict(a: &str, b: &str, d: &Decision, recipe: Option<&Welch>, seeds: (usize, usize), paired: Option<&Paired>) -> String {
+    let mut out = vec![];
+    if let Some(p) = paired {
+        let (pv, n) = (p.p(), p.problems);
+        let dir = if p.delta() > 0.0 { "better" } else { "worse" };
+        out.push(if pv < 0.05 {
+            format!("`{a}`'s checkpoints are {dir} than `{b}`'s on these {n} problems ({}, p = {})", p.test_name(), metric::p(pv))
+        } else {
+            format!("no significant difference between `{a}`'s and `{b}`'s checkpoints on these {n} problems ({}, p = {}): the Δ could be noise", p.test_name(), metric::p(pv))
+        });
+    }
+    match recipe {
+        Some(w) if w.ci.lo > 0.0 || w.ci.hi < 0.0 => out.push(format!("over seeds the difference in {} is established (Welch 95% CI excludes 0, p = {})", d.metric, metric::p(w.p))),
+        Some(w) => out.push(format!("over seeds the difference in {} is not established with {} vs {} seeds (Welch 95% CI includes 0, p = {})", d.metric, seeds.0, seeds.1, metric::p(w.p))),
+        None => out.push(format!("recipe level untested: needs ≥ 2 seeds per arm ({} vs {})", seeds.0, seeds.1)),
+    }
+    out.join("; ")
+}
+
+#[allow(clippy::too_many_arguments)]
+fn warn(runs: &[Run], decisions: &[Decision], differing: &[String], groups: &[Arm], comparisons: &[Comparison], within: &[Within], eval: Option<&Decision>, w: &mut Vec<String>) {
+    let name = |i: usize| format!("#{} `{}`", i + 1, runs[i].id);
+    for (i, r) in runs.iter().enumerate() {
+        for n in &r.notes {
+            w.push(format!("{}: {n}", name(i)));
+        }
+        if !r.finished() {
+            let why = r.status.reason.as_deref().map(|s| format!(": {s}")).unwrap_or_default();
+            w.push(format!("{} is {} at step {}/{}{why}; its values are partial", name(i), r.state(), r.status.steps_done, r.status.max_steps));
+        }
+    }
+    let ends: BTreeSet<u32> = runs.iter().map(|r| r.status.steps_done).collect();
+    if ends.len() > 1 {
+        let each = runs.iter().enumerate().map(|(i, r)| format!("#{} {}", i + 1, r.status.steps_done)).collect::<Vec<_>>().join(", ");
+        w.push(format!("runs end at different steps ({each})"));
+    }
+    for d in decisions {
+        let missing: Vec<String> = (0..runs.len()).filter(|&i| series(&runs[i], &d.metric).is_empty()).map(|i| format!("#{}", i + 1)).collect();
+        if !missing.is_empty() {
+            w.push(format!("`{}` is missing from {}: not comparable there", d.metric, missing.join(", ")));
+        }
+        if let Some(s) = d.step {
+            let lacking: Vec<String> = (0..runs.len()).filter(|&i| !series(&runs[i], &d.metric).is_empty() && value_at(&runs[i], d).is_none()).map(|i| format!("#{}", i + 1)).collect();
+            if !lacking.is_empty() {
+                w.push(format!("`{}` has no value at step {s} in {}: left out of the arm statistics", d.metric, lacking.join(", ")));
+            }
+        }
+    }
+    let eval_keys: Vec<&String> = differing.iter().filter(|k| k.starts_with("eval.") || k.starts_with("data.eval")).collect();
+    if !eval_keys.is_empty() {
+        w.push(format!(
+            "eval settings differ ({}): eval metrics are not directly comparable between those runs",
+            eval_keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let fps: BTreeSet<&String> = runs.iter().filter_map(|r| r.eval_fingerprint.as_ref()).collect();
+    if fps.len() > 1 {
+        w.push(format!("the runs evaluated {} different eval problem sets (provenance fingerprints differ)", fps.len()));
+    }
+    // Problem sets at the paired step.
+    let sets: Vec<(usize, BTreeSet<&String>)> = (0..runs.len())
+        .filter_map(|i| eval_step_of(&runs[i], eval).map(|s| (i, runs[i].evals[&s].keys().collect())))
+        .collect();
+    if sets.len() > 1 && sets.iter().any(|(_, s)| *s != sets[0].1) {
+        let each = sets.iter().map(|(i, s)| format!("#{}: {}", i + 1, s.len())).collect::<Vec<_>>().join(", ");
+        let shared = sets.iter().skip(1).fold(sets[0].1.clone(), |acc, (_, s)| acc.intersection(s).copied().collect::<BTreeSet<_>>());
+        w.push(format!("runs evaluated different problems ({each} problems; {} shared by all): paired tests use only the problems both sides share", shared.len()));
+    }
+    if groups.len() > 1 {
+        for a in groups.iter().filter(|a| a.runs.len() == 1) {
+            w.push(format!("arm `{}` has 1 seed: no interval over seeds is possible", a.label));
+        }
+    }
+    let short: usize = comparisons.iter().filter_map(|c| c.paired.as_ref()).map(|p| p.excluded_n_lt_k).chain(within.iter().filter_map(|x| x.paired.as_ref()).map(|p| p.excluded_n_lt_k)).max().unwrap_or(0);
+    if short > 0 {
+        w.push(format!("{short} problem(s) had fewer graded samples than k (infrastructure failures): left out of the paired tests rather than scored as pass@n"));
+    }
+    let infra: Vec<String> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.metrics.iter().any(|l| l.get(eval_names::INFRA_ERRORS).is_some_and(|x| x > 0.0)))
+        .map(|(i, _)| format!("#{}", i + 1))
+        .collect();
+    if !infra.is_empty() {
+        w.push(format!("eval samples lost to sandbox infrastructure errors in {} (left out of n, not scored as failures)", infra.join(", ")));
+    }
+}
+
+fn eval_summary(runs: &[Run], eval: Option<&Decision>) -> Option<String> {
+    let r = runs.iter().find(|r| eval_step_of(r, eval).is_some())?;
+    let step = eval_step_of(r, eval)?;
+    let outcomes = &r.evals[&step];
+    let ns: BTreeSet<u32> = outcomes.values().map(|o| o.n).collect();
+    let n = match (ns.first(), ns.last()) {
+        (Some(a), Some(b)) if a == b => format!("n={a}"),
+        (Some(a), Some(b)) => format!("n={a}..{b}"),
+        _ => String::new(),
+    };
+    let t = r.config.get("eval.temperature").map(|t| format!(", T={t}")).unwrap_or_default();
+    Some(format!("{} problems, {n}{t}", outcomes.len()))
+}
+
+fn curves(runs: &[Run], groups: &[Arm], m: &str) -> Curves {
+    let arms = groups
+        .iter()
+        .map(|a| {
+            let mut by_step = vec![];
+            let mut by_wall = vec![];
+            for &i in &a.runs {
+                let r = &runs[i];
+                let s = series(r, m);
+                if s.is_empty() {
+                    continue;
+                }
+                let clock = wall_clock(r);
+                let label = format!("#{} seed {}", i + 1, r.seed().unwrap_or("?"));
+                by_step.push((label.clone(), s.iter().map(|&(st, y)| (st as f64, y)).collect::<Vec<_>>()));
+                by_wall.push((label, s.iter().filter_map(|&(st, y)| clock.get(&st).map(|t| (t / 60.0, y))).collect::<Vec<_>>()));
+            }
+            let agg_step = arms::aggregate(&by_step.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>());
+            let agg_wall = arms::aggregate(&by_wall.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>());
+            ArmCurves { label: a.label.clone(), by_step, by_wall, agg_step, agg_wall }
+        })
+        .collect();
+    Curves { metric: m.to_string(), arms }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runlog::{MetricsLine, SCHEMA_VERSION, State, Status};
+
+    fn run(id: &str, lr: &str, seed: u32, state: State, pass: &[(i64, f64)]) -> Run {
+        let config = [("seed", seed.to_string()), ("optimizer.learning_rate", lr.to_string()), ("name", "t".to_string())].into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        Run {
+            id: id.into(),
+            path: id.into(),
+            status: Status { schema_version: SCHEMA_VERSION, run_id: id.into(), state, steps_done: 0, max_steps: 10, reason: None, pid: None, started_at: String::new(), updated_at: String::new() },
+            config,
+            metrics: pass.iter().map(|&(s, v)| MetricsLine::new(s, [("eval/pass@1".to_string(), v)].into())).collect(),
+            evals: BTreeMap::new(),
+            checkpoints: vec![],
+            eval_fingerprint: None,
+            notes: vec![],
+        }
+    }
+
+    #[test]
+    fn the_deciding_step_ignores_runs_that_stopped_early_and_ties_have_no_star() {
+        let runs = vec![
+            run("a", "1", 0, State::Finished, &[(-1, 0.2), (4, 0.3), (9, 0.5)]),
+            run("b", "2", 0, State::Finished, &[(-1, 0.2), (4, 0.4), (9, 0.5)]),
+            run("c", "2", 1, State::Failed, &[(-1, 0.2), (4, 0.4)]),
+        ];
+        let r = build(runs.clone(), &Options::default()).unwrap();
+        assert_eq!(r.decisions[0].step, Some(9), "{}", r.decisions[0].rule);
+        assert!(r.decisions[0].rule.contains("finished runs"));
+        // Arm lr=2 has one value at step 9 (the failed seed has none): 0.5 against 0.5, a tie.
+        assert_eq!(r.arms.len(), 2);
+        assert!(r.arms.iter().all(|a| !a.best), "a tie has no best arm");
+        assert_eq!(r.arms[1].values[0].stat.unwrap().m, 1);
+        // --at 4 decides at step 4, where lr=2 (0.4, 0.4) beats lr=1 (0.3).
+        let r = build(runs, &Options { at: Some(StepSel::Step(4)), ..Options::default() }).unwrap();
+        assert!(r.arms[1].best && !r.arms[0].best);
+        assert_eq!(r.arms[1].values[0].stat.unwrap().m, 2);
+        assert_eq!(r.comparisons[0].arm, "lr=2");
+    }
+}

@@ -1,0 +1,541 @@
+//! The statistics `compare` reports, in plain Rust over `&[f64]`: Student t quantiles and tails
+//! (for seed intervals and Welch's test), the exact McNemar test, the paired sign-flip
+//! permutation test, and the paired bootstrap over problems with a seeded RNG.
+//!
+//! Why hand-written: statrs would bring the t distribution (3 new crates without its default
+//! nalgebra), but the bootstrap, the sign-flip test and McNemar are not in it, and a bootstrap CI
+//! must be bit-reproducible across crate upgrades (`rand`'s `StdRng` algorithm is not a
+//! stability promise), so the RNG is a fixed SplitMix64 here. Definitions are in
+//! docs/compare.md; every function below states its formula.
+
+use serde::Serialize;
+
+/// Mean of `xs`; `NaN` when empty.
+pub fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len() as f64
+}
+
+/// Sample standard deviation (divisor m − 1); `NaN` for fewer than 2 values.
+pub fn sd(xs: &[f64]) -> f64 {
+    if xs.len() < 2 {
+        return f64::NAN;
+    }
+    let m = mean(xs);
+    (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64).sqrt()
+}
+
+/// A two-sided interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Interval {
+    /// Lower end.
+    pub lo: f64,
+    /// Upper end.
+    pub hi: f64,
+}
+
+/// Mean of `m` seeds with its 95% t interval `x̄ ± t₀.₉₇₅,ₘ₋₁ · s/√m`.
+///
+/// A t interval rather than a percentile bootstrap: with 3 seeds a percentile bootstrap covers
+/// about 68% instead of 95% (reference/compare.md §2.3, measured), and z = 1.96 about 81%.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SeedMean {
+    /// Seeds (values) averaged.
+    pub m: usize,
+    /// Their mean.
+    pub mean: f64,
+    /// Their sample standard deviation; `None` for one seed.
+    pub sd: Option<f64>,
+    /// The 95% t interval; `None` for one seed (no interval is possible).
+    pub ci: Option<Interval>,
+}
+
+/// [`SeedMean`] of `xs` (non-empty).
+pub fn seed_mean(xs: &[f64]) -> SeedMean {
+    let m = xs.len();
+    let mu = mean(xs);
+    if m < 2 {
+        return SeedMean { m, mean: mu, sd: None, ci: None };
+    }
+    let s = sd(xs);
+    let half = t_quantile(0.975, (m - 1) as f64) * s / (m as f64).sqrt();
+    SeedMean { m, mean: mu, sd: Some(s), ci: Some(Interval { lo: mu - half, hi: mu + half }) }
+}
+
+/// Welch's two-sample t test of `a` against `b` (the recipe-level comparison of two arms over
+/// their seeds): Δ = ā − b̄, SE = √(s²_a/m_a + s²_b/m_b), Welch–Satterthwaite df, 95% CI
+/// Δ ± t₀.₉₇₅,df · SE, two-sided p.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Welch {
+    /// ā − b̄.
+    pub delta: f64,
+    /// Its standard error.
+    pub se: f64,
+    /// Welch–Satterthwaite degrees of freedom.
+    pub df: f64,
+    /// 95% interval of Δ.
+    pub ci: Interval,
+    /// Two-sided p-value of Δ = 0.
+    pub p: f64,
+}
+
+/// [`Welch`] of `a` against `b`; `None` unless both have at least 2 values and some spread.
+pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let (va, vb) = (sd(a).powi(2) / a.len() as f64, sd(b).powi(2) / b.len() as f64);
+    let se = (va + vb).sqrt();
+    if se <= 0.0 || !se.is_finite() {
+        return None;
+    }
+    let df = (va + vb).powi(2) / (va.powi(2) / (a.len() - 1) as f64 + vb.powi(2) / (b.len() - 1) as f64);
+    let delta = mean(a) - mean(b);
+    let half = t_quantile(0.975, df) * se;
+    let p = 2.0 * t_sf((delta / se).abs(), df);
+    Some(Welch { delta, se, df, ci: Interval { lo: delta - half, hi: delta + half }, p: p.min(1.0) })
+}
+
+/// The exact McNemar test on paired binary outcomes: `b` pairs where A passed and B failed, `c`
+/// the reverse. Under H0 b ~ Binomial(b + c, ½):
+/// p = min(1, 2 · Σ_{i ≤ min(b,c)} C(b+c, i) / 2^(b+c)); mid-p = p − C(b+c, min(b,c)) / 2^(b+c)
+/// (Fagerland, Lydersen & Laake 2013 recommend the mid-p; both are reported).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct McNemar {
+    /// Pairs A passed and B failed.
+    pub b: u64,
+    /// Pairs A failed and B passed.
+    pub c: u64,
+    /// Exact two-sided p-value.
+    pub p: f64,
+    /// Mid-p value.
+    pub mid_p: f64,
+}
+
+/// [`McNemar`] for `b` and `c`.
+pub fn mcnemar(b: u64, c: u64) -> McNemar {
+    let q = b + c;
+    let lo = b.min(c);
+    if q == 0 {
+        return McNemar { b, c, p: 1.0, mid_p: 1.0 };
+    }
+    let tail = binomial_half_cdf(q, lo);
+    let point = binomial_half_pmf(q, lo);
+    let p = (2.0 * tail).min(1.0);
+    let mid_p = (2.0 * (tail - 0.5 * point)).clamp(0.0, 1.0);
+    McNemar { b, c, p, mid_p }
+}
+
+/// P(X = k) for X ~ Binomial(n, ½), through logarithms so that n in the thousands does not
+/// underflow term by term.
+fn binomial_half_pmf(n: u64, k: u64) -> f64 {
+    (ln_choose(n, k) - n as f64 * std::f64::consts::LN_2).exp()
+}
+
+/// P(X ≤ k) for X ~ Binomial(n, ½).
+fn binomial_half_cdf(n: u64, k: u64) -> f64 {
+    (0..=k).map(|i| binomial_half_pmf(n, i)).sum::<f64>().min(1.0)
+}
+
+fn ln_choose(n: u64, k: u64) -> f64 {
+    ln_gamma(n as f64 + 1.0) - ln_gamma(k as f64 + 1.0) - ln_gamma((n - k) as f64 + 1.0)
+}
+
+/// The paired sign-flip permutation test of mean(d) = 0: under H0 the sign of each per-problem
+/// difference is a fair coin, so p = P(|Σ ±dᵢ| ≥ |Σ dᵢ|). Exact enumeration of all 2^q sign
+/// patterns of the q non-zero differences when q ≤ [`EXACT_SIGN_FLIP_MAX`] or when every
+/// non-zero |dᵢ| is equal (then it is the binomial sign test, which for dᵢ ∈ {−1, 0, 1} is exactly
+/// the exact McNemar test); otherwise `resamples` random patterns with
+/// p = (1 + #{|T*| ≥ |T|}) / (resamples + 1) (Phipson & Smyth 2010: never 0).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SignFlip {
+    /// Non-zero differences.
+    pub nonzero: usize,
+    /// Two-sided p-value.
+    pub p: f64,
+    /// Whether `p` is exact (enumerated) rather than a Monte Carlo estimate.
+    pub exact: bool,
+}
+
+/// Largest number of non-zero differences enumerated exactly (2^20 patterns).
+pub const EXACT_SIGN_FLIP_MAX: usize = 20;
+
+/// [`SignFlip`] of `d`; `seed` drives the Monte Carlo case.
+pub fn sign_flip(d: &[f64], resamples: usize, seed: u64) -> SignFlip {
+    const EPS: f64 = 1e-9;
+    let nz: Vec<f64> = d.iter().copied().filter(|x| x.abs() > EPS).collect();
+    let q = nz.len();
+    if q == 0 {
+        return SignFlip { nonzero: 0, p: 1.0, exact: true };
+    }
+    let t_obs = nz.iter().sum::<f64>().abs();
+    let first = nz[0].abs();
+    if nz.iter().all(|x| (x.abs() - first).abs() < EPS) {
+        // Equal magnitudes: |T*| depends only on how many signs are positive.
+        let plus = nz.iter().filter(|&&x| x > 0.0).count() as u64;
+        let m = mcnemar(plus, q as u64 - plus);
+        return SignFlip { nonzero: q, p: m.p, exact: true };
+    }
+    if q <= EXACT_SIGN_FLIP_MAX {
+        let mut hits = 0u64;
+        for pattern in 0u64..(1 << q) {
+            let t: f64 = nz.iter().enumerate().map(|(i, x)| if pattern >> i & 1 == 1 { -x } else { *x }).sum();
+            if t.abs() >= t_obs - EPS {
+                hits += 1;
+            }
+        }
+        return SignFlip { nonzero: q, p: hits as f64 / (1u64 << q) as f64, exact: true };
+    }
+    let mut rng = SplitMix64::new(seed);
+    let mut hits = 0usize;
+    for _ in 0..resamples {
+        let t: f64 = nz.iter().map(|x| if rng.next_u64() >> 63 == 1 { -x } else { *x }).sum();
+        if t.abs() >= t_obs - EPS {
+            hits += 1;
+        }
+    }
+    SignFlip { nonzero: q, p: (1 + hits) as f64 / (resamples + 1) as f64, exact: false }
+}
+
+/// The paired bootstrap over problems: `resamples` times, draw P problems with replacement and
+/// take the mean of their differences; the 95% CI is the 2.5th and 97.5th percentiles of those
+/// means (linear interpolation between order statistics, numpy's default). Problems are the
+/// resampling unit because they are what a new eval set would redraw.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Bootstrap {
+    /// Mean of the differences.
+    pub mean: f64,
+    /// 95% percentile interval.
+    pub ci: Interval,
+    /// Resamples drawn.
+    pub resamples: usize,
+    /// RNG seed.
+    pub seed: u64,
+}
+
+/// [`Bootstrap`] of the mean of `d` (non-empty).
+pub fn paired_bootstrap(d: &[f64], resamples: usize, seed: u64) -> Bootstrap {
+    let p = d.len();
+    let mut rng = SplitMix64::new(seed);
+    let mut means: Vec<f64> = (0..resamples.max(1))
+        .map(|_| (0..p).map(|_| d[rng.below(p)]).sum::<f64>() / p as f64)
+        .collect();
+    means.sort_by(f64::total_cmp);
+    Bootstrap { mean: mean(d), ci: Interval { lo: quantile_sorted(&means, 0.025), hi: quantile_sorted(&means, 0.975) }, resamples, seed }
+}
+
+/// The `q` quantile of sorted values, interpolating linearly at position q·(n − 1).
+pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let (i, frac) = (pos.floor() as usize, pos.fract());
+    if i + 1 >= sorted.len() { sorted[sorted.len() - 1] } else { sorted[i] + frac * (sorted[i + 1] - sorted[i]) }
+}
+
+/// SplitMix64 (Steele, Lea & Flood 2014): a fixed, tiny generator, so a seed gives the same
+/// intervals in every rlx version.
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A uniform index below `n` (Lemire's multiply-shift; its bias, below n/2⁶⁴, is far under
+    /// anything a bootstrap can resolve).
+    pub fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+    }
+}
+
+/// Upper tail P(T > t) of Student's t with `df` degrees of freedom (t ≥ 0), through the
+/// regularized incomplete beta function: P(T > t) = ½ · I_{df/(df+t²)}(df/2, ½).
+pub fn t_sf(t: f64, df: f64) -> f64 {
+    if t.is_nan() {
+        return f64::NAN;
+    }
+    if t.is_infinite() {
+        return if t > 0.0 { 0.0 } else { 1.0 };
+    }
+    let tail = 0.5 * inc_beta(df / 2.0, 0.5, df / (df + t * t));
+    if t >= 0.0 { tail } else { 1.0 - tail }
+}
+
+/// The `p` quantile of Student's t with `df` (possibly fractional) degrees of freedom, found by
+/// bisection on [`t_sf`] to 1e-12.
+pub fn t_quantile(p: f64, df: f64) -> f64 {
+    if p == 0.5 {
+        return 0.0;
+    }
+    if p < 0.5 {
+        return -t_quantile(1.0 - p, df);
+    }
+    let target = 1.0 - p;
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    while t_sf(hi, df) > target {
+        hi *= 2.0;
+        if hi > 1e12 {
+            return f64::INFINITY;
+        }
+    }
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if t_sf(mid, df) > target { lo = mid } else { hi = mid }
+        if hi - lo < 1e-12 * hi.max(1.0) {
+            break;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// Regularized incomplete beta I_x(a, b), by its continued fraction (modified Lentz), using the
+/// symmetry I_x(a,b) = 1 − I_{1−x}(b,a) where the fraction converges slowly.
+fn inc_beta(a: f64, b: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    let ln_front = ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln();
+    if x < (a + 1.0) / (a + b + 2.0) {
+        ln_front.exp() * beta_cf(a, b, x) / a
+    } else {
+        1.0 - ln_front.exp() * beta_cf(b, a, 1.0 - x) / b
+    }
+}
+
+fn beta_cf(a: f64, b: f64, x: f64) -> f64 {
+    const TINY: f64 = 1e-300;
+    let (qab, qap, qam) = (a + b, a + 1.0, a - 1.0);
+    let mut c = 1.0;
+    let mut d = 1.0 - qab * x / qap;
+    if d.abs() < TINY {
+        d = TINY;
+    }
+    d = 1.0 / d;
+    let mut h = d;
+    for m in 1..=500 {
+        let m = f64::from(m);
+        let m2 = 2.0 * m;
+        let aa = m * (b - m) * x / ((qam + m2) * (a + m2));
+        d = 1.0 + aa * d;
+        if d.abs() < TINY {
+            d = TINY;
+        }
+        c = 1.0 + aa / c;
+        if c.abs() < TINY {
+            c = TINY;
+        }
+        d = 1.0 / d;
+        h *= d * c;
+        let aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
+        d = 1.0 + aa * d;
+        if d.abs() < TINY {
+            d = TINY;
+        }
+        c = 1.0 + aa / c;
+        if c.abs() < TINY {
+            c = TINY;
+        }
+        d = 1.0 / d;
+        let del = d * c;
+        h *= del;
+        if (del - 1.0).abs() < 1e-15 {
+            break;
+        }
+    }
+    h
+}
+
+/// ln Γ(x) for x > 0 (Lanczos, g = 7, 9 terms; relative error ~1e-15).
+fn ln_gamma(x: f64) -> f64 {
+    const G: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        // Reflection: Γ(x)Γ(1−x) = π / sin(πx).
+        return std::f64::consts::PI.ln() - (std::f64::consts::PI * x).sin().abs().ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let mut a = G[0];
+    let t = x + 7.5;
+    for (i, g) in G.iter().enumerate().skip(1) {
+        a += g / (x + i as f64);
+    }
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    #[test]
+    fn t_quantiles_match_tables() {
+        // Two-sided 95% critical values, as scipy 1.14.1 stats.t.ppf(0.975, df) gives them.
+        for (df, want) in [(1.0, 12.706_204_736), (2.0, 4.302_652_730), (3.0, 3.182_446_305), (4.0, 2.776_445_105), (9.0, 2.262_157_163), (30.0, 2.042_272_456)] {
+            let got = t_quantile(0.975, df);
+            assert!(close(got, want, 1e-6), "df {df}: {got} vs {want}");
+        }
+        // A fractional df (Welch): scipy 1.14.1 stats.t.ppf(0.975, 3.5) = 2.94008864.
+        assert!(close(t_quantile(0.975, 3.5), 2.940_088_64, 1e-6), "{}", t_quantile(0.975, 3.5));
+        // scipy 1.14.1 stats.t.sf(2.0, 5) = 0.0509697394.
+        assert!(close(t_sf(2.0, 5.0), 0.050_969_739, 1e-8), "{}", t_sf(2.0, 5.0));
+        assert!(close(t_sf(0.0, 7.0), 0.5, 1e-12));
+        assert!(close(t_quantile(0.025, 2.0), -4.302_652_730, 1e-6));
+    }
+
+    #[test]
+    fn seed_mean_by_hand() {
+        // 0.40, 0.45, 0.50: mean 0.45, sd 0.05, half-width 4.302653 · 0.05 / √3 = 0.124207.
+        let s = seed_mean(&[0.40, 0.45, 0.50]);
+        assert_eq!(s.m, 3);
+        assert!(close(s.mean, 0.45, 1e-12));
+        assert!(close(s.sd.unwrap(), 0.05, 1e-12));
+        let ci = s.ci.unwrap();
+        assert!(close(ci.lo, 0.45 - 0.124_206_9, 1e-6) && close(ci.hi, 0.45 + 0.124_206_9, 1e-6), "{ci:?}");
+        let one = seed_mean(&[0.3]);
+        assert_eq!((one.m, one.sd, one.ci), (1, None, None));
+    }
+
+    #[test]
+    fn welch_by_hand() {
+        // a = 1,2,3 (var 1), b = 2,4,6,8 (var 20/3): va = 1/3, vb = 5/3, SE = √2,
+        // df = 2² / ((1/3)²/2 + (5/3)²/3) = 4 / (1/18 + 25/27) = 4.0755...
+        let w = welch(&[1.0, 2.0, 3.0], &[2.0, 4.0, 6.0, 8.0]).unwrap();
+        assert!(close(w.delta, -3.0, 1e-12));
+        assert!(close(w.se, 2f64.sqrt(), 1e-12));
+        let df = 4.0 / (1.0 / 18.0 + 25.0 / 27.0);
+        assert!(close(w.df, df, 1e-12));
+        // scipy 1.14.1 stats.ttest_ind([1,2,3], [2,4,6,8], equal_var=False): t = −2.1213,
+        // df = 4.07547, p = 0.0999128643.
+        assert!(close(w.p, 0.099_912_864_3, 1e-8), "{}", w.p);
+        assert!(welch(&[1.0], &[2.0, 3.0]).is_none());
+    }
+
+    #[test]
+    fn mcnemar_known_answers() {
+        // b = 11, c = 6 (the quickstart's 11 problems up and 6 down): 2·Σ_{i≤6} C(17,i)/2^17 =
+        // 2·21778/131072 = 0.332306 (by hand; scipy 1.14.1 stats.binomtest(6, 17).pvalue =
+        // 0.332305908203125).
+        let m = mcnemar(11, 6);
+        assert!(close(m.p, 2.0 * 21_778.0 / 131_072.0, 1e-12), "{}", m.p);
+        assert!(close(m.p, 0.3323, 1e-4));
+        // mid-p = p − C(17,6)/2^17 = 0.332306 − 12376/131072 = 0.237885.
+        assert!(close(m.mid_p, (2.0 * 21_778.0 - 2.0 * 0.5 * 12_376.0) / 131_072.0, 1e-12), "{}", m.mid_p);
+        // reference/compare.md §2.4: b=9, c=3 → 0.146 / 0.092; b=41, c=15 → 6.9e−4 / 4.6e−4
+        // (scipy binomtest: 0.14599609375 and 0.000685564).
+        let m = mcnemar(9, 3);
+        assert!(close(m.p, 0.146, 1e-3) && close(m.mid_p, 0.092, 1e-3), "{m:?}");
+        let m = mcnemar(41, 15);
+        assert!(close(m.p, 6.9e-4, 0.05e-4) && close(m.mid_p, 4.6e-4, 0.05e-4), "{m:?}");
+        // Symmetric, ties give 1, nothing discordant gives 1.
+        assert_eq!(mcnemar(6, 11).p, mcnemar(11, 6).p);
+        assert_eq!(mcnemar(5, 5).p, 1.0);
+        assert_eq!(mcnemar(0, 0).p, 1.0);
+        // Large counts do not underflow: b = 600, c = 400 is far out (z ≈ 6.3).
+        let big = mcnemar(600, 400).p;
+        assert!(big > 0.0 && big < 1e-8, "{big}");
+    }
+
+    #[test]
+    fn sign_flip_equals_mcnemar_on_binary_differences() {
+        let mut d = vec![1.0; 11];
+        d.extend(vec![-1.0; 6]);
+        d.extend(vec![0.0; 23]);
+        let s = sign_flip(&d, 1000, 1);
+        assert!(s.exact && s.nonzero == 17);
+        assert!(close(s.p, mcnemar(11, 6).p, 1e-12));
+    }
+
+    #[test]
+    fn sign_flip_enumerates_small_cases_exactly() {
+        // d = (0.5, 0.25, 0.25): |T| = 1; of the 8 sign patterns, T ∈ {±1, ±0.5, ±0, ±0} ⇒
+        // |T*| ≥ 1 for the two patterns with all signs equal: p = 2/8.
+        let s = sign_flip(&[0.5, 0.25, 0.25, 0.0], 1000, 1);
+        assert!(s.exact);
+        assert!(close(s.p, 0.25, 1e-12), "{}", s.p);
+        // Monte Carlo beyond 20: never 0, close to the exact binomial answer for ±1/±0.5 data.
+        let mut many: Vec<f64> = (0..30).map(|i| if i % 2 == 0 { 0.5 } else { 1.0 }).collect();
+        many.extend([-0.5, -1.0]);
+        let mc = sign_flip(&many, 20_000, 7);
+        assert!(!mc.exact && mc.p > 0.0 && mc.p < 1e-3, "{mc:?}");
+    }
+
+    /// The exact bootstrap distribution of the mean of d ∈ {−1, 0, 1} with counts (b, c, z) over
+    /// P = b + c + z problems: (X − Y)/P with (X, Y, ·) ~ Multinomial(P; b/P, c/P, z/P).
+    fn exact_bootstrap_quantiles(b: usize, c: usize, z: usize) -> (f64, f64) {
+        let p = b + c + z;
+        let (pb, pc, pz) = (b as f64 / p as f64, c as f64 / p as f64, z as f64 / p as f64);
+        let ln_fact = |n: usize| ln_gamma(n as f64 + 1.0);
+        let mut mass: std::collections::BTreeMap<i64, f64> = Default::default();
+        for x in 0..=p {
+            for y in 0..=(p - x) {
+                let w = p - x - y;
+                let ln = ln_fact(p) - ln_fact(x) - ln_fact(y) - ln_fact(w) + x as f64 * pb.ln() + y as f64 * pc.ln() + if w > 0 { w as f64 * pz.ln() } else { 0.0 };
+                *mass.entry(x as i64 - y as i64).or_default() += ln.exp();
+            }
+        }
+        let (mut acc, mut lo, mut hi) = (0.0, None, None);
+        for (&k, &m) in &mass {
+            acc += m;
+            if lo.is_none() && acc >= 0.025 {
+                lo = Some(k as f64 / p as f64);
+            }
+            if hi.is_none() && acc >= 0.975 {
+                hi = Some(k as f64 / p as f64);
+            }
+        }
+        (lo.unwrap(), hi.unwrap())
+    }
+
+    #[test]
+    fn bootstrap_matches_the_exact_resampling_distribution() {
+        // 40 problems, 11 better, 6 worse, 23 tied: the bootstrap percentiles must land on the
+        // exact multinomial quantiles of the resampled mean, within one problem's step (1/40).
+        let mut d = vec![1.0; 11];
+        d.extend(vec![-1.0; 6]);
+        d.extend(vec![0.0; 23]);
+        let (lo, hi) = exact_bootstrap_quantiles(11, 6, 23);
+        let bs = paired_bootstrap(&d, 20_000, 0);
+        assert!(close(bs.mean, 5.0 / 40.0, 1e-12));
+        assert!(close(bs.ci.lo, lo, 1.0 / 40.0 + 1e-9), "{} vs {lo}", bs.ci.lo);
+        assert!(close(bs.ci.hi, hi, 1.0 / 40.0 + 1e-9), "{} vs {hi}", bs.ci.hi);
+        // The interval straddles 0 here, as the McNemar p = 0.33 says it should.
+        assert!(bs.ci.lo < 0.0 && bs.ci.hi > 0.0, "{bs:?}");
+        // Seeded: the same seed gives the same interval, another seed a slightly different one.
+        assert_eq!(paired_bootstrap(&d, 20_000, 0), bs);
+        // A constant difference has a degenerate interval.
+        let c = paired_bootstrap(&[0.25; 12], 1000, 3);
+        assert_eq!((c.ci.lo, c.ci.hi), (0.25, 0.25));
+    }
+
+    #[test]
+    fn quantiles_interpolate() {
+        let v = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(quantile_sorted(&v, 0.5), 3.0);
+        assert_eq!(quantile_sorted(&v, 0.25), 2.0);
+        assert!(close(quantile_sorted(&v, 0.1), 1.4, 1e-12));
+        assert_eq!(quantile_sorted(&v, 1.0), 5.0);
+    }
+}

@@ -1,0 +1,576 @@
+//! The report as text: [`blocks`] turns a [`Report`] into titled tables and paragraphs once;
+//! [`text`] lays them out for a terminal (100 columns by default), [`markdown`] as GitHub tables,
+//! and the HTML report renders the same blocks. [`csv`] is one row per run for spreadsheets, and
+//! JSON is the [`Report`] itself (serde).
+
+use std::fmt::Write as _;
+
+use super::configdiff::short;
+use super::metric;
+use super::paired::Paired;
+use super::report::{Decision, Report};
+
+/// A titled table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    /// Title line.
+    pub title: String,
+    /// Column headers.
+    pub headers: Vec<String>,
+    /// Rows of cells.
+    pub rows: Vec<Vec<String>>,
+    /// Right-aligned columns (numbers).
+    pub right: Vec<bool>,
+    /// Leading columns repeated when a wide table is split into column groups.
+    pub key_cols: usize,
+    /// The column that may be shortened (with `…` in the middle) to fit: run ids.
+    pub shrink: Option<usize>,
+}
+
+/// A part of the report.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Block {
+    /// A table.
+    Table(Table),
+    /// A titled paragraph of lines (the title may be empty).
+    Lines {
+        /// Title line.
+        title: String,
+        /// Lines.
+        lines: Vec<String>,
+    },
+}
+
+fn decision_of<'a>(r: &'a Report, m: &str) -> &'a Decision {
+    r.decisions.iter().find(|d| d.metric == m).expect("a decision per metric")
+}
+
+fn step_text(s: i64) -> String {
+    if s < 0 { format!("{s} (baseline)") } else { s.to_string() }
+}
+
+/// The report's blocks, in reading order.
+pub fn blocks(r: &Report) -> Vec<Block> {
+    let mut out = vec![];
+    let n_runs = r.runs.len();
+    let mut head = vec![];
+    let seeds: std::collections::BTreeSet<&str> = r.runs.iter().filter_map(|x| x.seed.as_deref()).collect();
+    let differ = if r.differing.is_empty() { String::new() } else { format!(" (differ in: {})", r.differing.iter().map(|k| short(k)).collect::<Vec<_>>().join(", ")) };
+    let mut first = format!("rlx compare: {n_runs} run{} → {} arm{}{differ}", plural(n_runs), r.arms.len(), plural(r.arms.len()));
+    if !seeds.is_empty() {
+        let _ = write!(first, " · seeds {{{}}}", seeds.into_iter().collect::<Vec<_>>().join(","));
+    }
+    if let Some(e) = &r.eval_summary {
+        let _ = write!(first, " · eval: {e}");
+    }
+    head.push(first);
+    if let Some(d) = r.decisions.first() {
+        head.push(format!("deciding metric: {} ({} is better) at {}", d.metric, if d.higher_is_better { "higher" } else { "lower" }, d.rule));
+    }
+    out.push(Block::Lines { title: String::new(), lines: head });
+
+    // Runs.
+    let mut headers: Vec<String> = ["#", "run", "status", "steps", "wall", "tokens"].map(String::from).to_vec();
+    headers.extend(r.differing.iter().map(|k| short(k).to_string()));
+    if r.runs.iter().any(|x| x.seed.is_some()) {
+        headers.push("seed".into());
+    }
+    let rows = r
+        .runs
+        .iter()
+        .map(|x| {
+            let mut row = vec![
+                format!("#{}", x.index),
+                x.id.clone(),
+                x.status.clone(),
+                format!("{}/{}", x.steps_done, x.max_steps),
+                x.wall_s.map_or("—".into(), metric::duration),
+                x.tokens.map_or("—".into(), |t| metric::thousands(t.round() as i64)),
+            ];
+            row.extend(r.differing.iter().map(|k| x.config.get(k).cloned().unwrap_or_default()));
+            if headers.last().is_some_and(|h| h == "seed") {
+                row.push(x.seed.clone().unwrap_or("—".into()));
+            }
+            row
+        })
+        .collect();
+    let right = headers.iter().map(|h| ["steps", "wall", "tokens", "seed"].contains(&h.as_str())).collect();
+    out.push(Block::Table(Table { title: "runs".into(), headers, rows, right, key_cols: 1, shrink: Some(1) }));
+
+    // Metrics per run.
+    let mut headers = vec!["#".to_string()];
+    let mut right = vec![false];
+    for m in &r.metrics {
+        let d = decision_of(r, m);
+        headers.push(format!("{m} final"));
+        headers.push("best @step".into());
+        right.extend([true, true]);
+        if let Some(s) = d.step {
+            headers.push(format!("@{s}"));
+            right.push(true);
+        }
+    }
+    let rows = r
+        .runs
+        .iter()
+        .map(|x| {
+            let mut row = vec![format!("#{}", x.index)];
+            for m in &r.metrics {
+                let v = &x.metrics[m];
+                row.push(v.last.map_or("—".into(), |a| metric::value(m, a.value)));
+                row.push(v.best.map_or("—".into(), |a| format!("{} @{}", metric::value(m, a.value), a.step)));
+                if decision_of(r, m).step.is_some() {
+                    row.push(v.at.map_or("—".into(), |a| metric::value(m, a.value)));
+                }
+            }
+            row
+        })
+        .collect();
+    out.push(Block::Table(Table { title: "metrics (final value, best value and its step, value at the deciding step)".into(), headers, rows, right, key_cols: 1, shrink: None }));
+
+    // Arms.
+    if n_runs > 1 {
+        let mut headers: Vec<String> = ["", "arm", "runs", "seeds"].map(String::from).to_vec();
+        let mut right = vec![false, false, false, false];
+        for m in &r.metrics {
+            let d = decision_of(r, m);
+            let at = d.step.map_or("final".into(), |s| format!("@{s}"));
+            headers.push(format!("{m} {at}{}", if metric::is_fraction(m) { " (%)" } else { "" }));
+            right.push(true);
+        }
+        let rows = r
+            .arms
+            .iter()
+            .map(|a| {
+                let mut row = vec![
+                    if a.best { "★".into() } else { String::new() },
+                    a.label.clone(),
+                    a.runs.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(","),
+                    a.seeds.join(","),
+                ];
+                for v in &a.values {
+                    row.push(match v.stat {
+                        None => "—".into(),
+                        Some(s) => match s.ci {
+                            Some(ci) => format!("{} [{}, {}]", metric::bare(&v.metric, s.mean), metric::bare(&v.metric, ci.lo), metric::bare(&v.metric, ci.hi)),
+                            None => format!("{} (1 seed)", metric::bare(&v.metric, s.mean)),
+                        },
+                    });
+                }
+                row
+            })
+            .collect();
+                // Arm labels are never shortened (they are the only place that names an arm in full);
+        // a wide table splits into column groups instead.
+        out.push(Block::Table(Table { title: "arms (mean over seeds [95% t interval, m−1 df]; ★ best)".into(), headers, rows, right, key_cols: 2, shrink: None }));
+    }
+
+    // Config diff by arm.
+    if !r.differing.is_empty() && r.arms.len() > 1 {
+        let mut headers = vec!["key".to_string()];
+        headers.extend(r.arms.iter().map(|a| a.runs.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(",")));
+        let rows = r
+            .differing
+            .iter()
+            .map(|k| {
+                let mut row = vec![k.clone()];
+                row.extend(r.arms.iter().map(|a| r.runs[a.runs[0] - 1].config.get(k).cloned().unwrap_or_default()));
+                row
+            })
+            .collect();
+        let n = headers.len();
+        out.push(Block::Table(Table { title: "config (keys that differ; seed, name and log hidden)".into(), headers, rows, right: vec![false; n], key_cols: 1, shrink: None }));
+    }
+
+    // One run: its whole config.
+    if !r.config.is_empty() {
+        let rows = r.config.iter().map(|(k, v)| vec![k.clone(), v.clone()]).collect();
+        out.push(Block::Table(Table { title: "config (resolved spec)".into(), headers: vec!["key".into(), "value".into()], rows, right: vec![false, false], key_cols: 1, shrink: Some(1) }));
+    }
+
+    // Comparisons.
+    for c in &r.comparisons {
+        let m = &c.metric;
+        let mut lines = vec![];
+        match &c.recipe {
+            Some(w) => lines.push(format!(
+                "recipe level   Δ {} {}  Welch t, df {:.1}, p = {} ({} vs {} seeds)",
+                metric::delta(m, w.delta),
+                metric::delta_ci(m, w.ci.lo, w.ci.hi),
+                w.df,
+                metric::p(w.p),
+                c.seeds.0,
+                c.seeds.1
+            )),
+            None => lines.push(format!("recipe level   untested: needs ≥ 2 seeds per arm ({} vs {})", c.seeds.0, c.seeds.1)),
+        }
+        match &c.paired {
+            Some(p) => lines.extend(paired_lines(m, p, "checkpoints    ", "better", "worse", "tied")),
+            None => lines.push("checkpoints    no shared eval problems to pair on".into()),
+        }
+        lines.push(format!("verdict: {}", c.verdict));
+        let at = c.eval_step.map_or("each run's last eval".into(), |s| format!("eval step {s}"));
+        out.push(Block::Lines { title: format!("`{}` − `{}` ({m}; paired at {at})", c.arm, c.baseline), lines });
+    }
+
+    // Within runs.
+    if !r.within.is_empty() {
+        let m = r.decisions.first().map(|d| d.metric.as_str()).unwrap_or("eval/pass@1");
+        let m = if metric::is_fraction(m) && m.starts_with("eval/") { m.to_string() } else { "eval/pass@1".into() };
+        let mut lines = vec![];
+        for w in &r.within {
+            match (&w.paired, w.from, w.to) {
+                (Some(p), Some(f), Some(t)) => {
+                    lines.push(format!(
+                        "#{} step {} → {}: {} → {}  Δ {} {}",
+                        w.run,
+                        f,
+                        t,
+                        metric::value(&m, p.mean_b),
+                        metric::value(&m, p.mean_a),
+                        metric::delta(&m, p.delta()),
+                        metric::delta_ci(&m, p.bootstrap.ci.lo, p.bootstrap.ci.hi)
+                    ));
+                    lines.push(format!("    {}", test_line(p, "up", "down", "same")));
+                    lines.push(format!("    {}", if p.p() < 0.05 { "training changed the eval score beyond noise (p < 0.05)" } else { "not significant (p ≥ 0.05): the change could be noise" }));
+                }
+                _ => lines.push(format!("#{}: {}", w.run, w.note.clone().unwrap_or_default())),
+            }
+        }
+        out.push(Block::Lines { title: format!("within runs: {m} between two eval steps, paired on problems (Δ = later − earlier; 95% paired bootstrap)"), lines });
+    }
+
+    // pass@k.
+    if !r.pass_at_k.is_empty() {
+        let max_k = r.pass_at_k.iter().flat_map(|x| x.values.iter().map(|v| v.k)).max().unwrap_or(1);
+        let ks: Vec<u32> = if max_k <= 10 { (1..=max_k).collect() } else { (0..).map(|i| 1u32 << i).take_while(|&k| k < max_k).chain([max_k]).collect() };
+        let mut headers = vec!["#".to_string(), "step".into()];
+        headers.extend(ks.iter().map(|k| format!("pass@{k}")));
+        let rows = r
+            .pass_at_k
+            .iter()
+            .map(|x| {
+                let mut row = vec![format!("#{}", x.run), x.step.to_string()];
+                row.extend(ks.iter().map(|k| {
+                    x.values.iter().find(|v| v.k == *k).map_or("—".into(), |v| {
+                        let star = if v.excluded > 0 { "*" } else { "" };
+                        format!("{:.1}{star}", v.value * 100.0)
+                    })
+                }));
+                row
+            })
+            .collect();
+        let n = headers.len();
+        let mut right = vec![true; n];
+        right[0] = false;
+        out.push(Block::Table(Table {
+            title: "pass@k (%), unbiased estimator, k = 1..n (* some problems had n < k and are left out of that k)".into(),
+            headers,
+            rows,
+            right,
+            key_cols: 2,
+            shrink: None,
+        }));
+    }
+
+    // Best checkpoints.
+    let best: Vec<String> = r
+        .runs
+        .iter()
+        .filter_map(|x| {
+            let b = x.best_checkpoint.as_ref()?;
+            let ck = match (&b.checkpoint, &b.state_path) {
+                (Some(n), Some(p)) => format!("checkpoint `{n}` ({p})"),
+                (Some(n), None) => format!("checkpoint `{n}`"),
+                _ => "no checkpoint saved at that step".into(),
+            };
+            Some(format!("#{} {} {} at step {} → {ck}", x.index, b.metric, metric::value(&b.metric, b.best.value), step_text(b.best.step)))
+        })
+        .collect();
+    if !best.is_empty() {
+        let mut lines = best;
+        lines.push("(the best of several noisy evals is biased upward; decide on the deciding step, not on this)".into());
+        out.push(Block::Lines { title: "best evaluation per run".into(), lines });
+    }
+
+    if !r.warnings.is_empty() {
+        out.push(Block::Lines { title: "warnings".into(), lines: r.warnings.clone() });
+    }
+    out
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn test_line(p: &Paired, up: &str, down: &str, same: &str) -> String {
+    let test = match p.mcnemar {
+        Some(mc) => format!("McNemar exact p = {} (mid-p {})", metric::p(mc.p), metric::p(mc.mid_p)),
+        None => format!("{} p = {}", p.test_name(), metric::p(p.p())),
+    };
+    let mut s = format!("{test} · {} {up}, {} {down}, {} {same} of {} problems", p.better, p.worse, p.tied, p.problems);
+    if p.only_a + p.only_b > 0 {
+        let _ = write!(s, " ({} unshared left out)", p.only_a + p.only_b);
+    }
+    s
+}
+
+fn paired_lines(m: &str, p: &Paired, lead: &str, up: &str, down: &str, same: &str) -> Vec<String> {
+    let pad = " ".repeat(lead.chars().count());
+    let mut lines = vec![
+        format!(
+            "{lead}Δ {} {}  paired bootstrap over {} problems ({} resamples)",
+            metric::delta(m, p.delta()),
+            metric::delta_ci(m, p.bootstrap.ci.lo, p.bootstrap.ci.hi),
+            p.problems,
+            p.bootstrap.resamples
+        ),
+        format!("{pad}{}", test_line(p, up, down, same)),
+    ];
+    if !p.largest_drops.is_empty() {
+        let drops = p.largest_drops.iter().take(3).map(|x| format!("{} ({})", x.problem_id, metric::delta(m, x.delta))).collect::<Vec<_>>().join(", ");
+        lines.push(format!("{pad}largest drops: {drops}"));
+    }
+    lines
+}
+
+/// Lays out the blocks for a terminal `width` columns wide: tables wider than that shorten their
+/// run-id column (keeping both ends), then split into column groups that repeat the key columns.
+pub fn text(blocks: &[Block], width: usize) -> String {
+    let mut out = String::new();
+    for b in blocks {
+        match b {
+            Block::Lines { title, lines } => {
+                if !title.is_empty() {
+                    for w in wrap(title, width) {
+                        let _ = writeln!(out, "{w}");
+                    }
+                }
+                let indent = if title.is_empty() { "" } else { "  " };
+                for l in lines {
+                    for w in wrap(&format!("{indent}{l}"), width) {
+                        let _ = writeln!(out, "{w}");
+                    }
+                }
+            }
+            Block::Table(t) => {
+                for w in wrap(&t.title, width) {
+                    let _ = writeln!(out, "{w}");
+                }
+                out.push_str(&table_text(t, width));
+            }
+        }
+        out.push('\n');
+    }
+    out.trim_end().to_string() + "\n"
+}
+
+/// Word-wraps a line to `width` columns; continuation lines are indented 4 columns deeper than
+/// the line's own indentation.
+fn wrap(line: &str, width: usize) -> Vec<String> {
+    if chars(line) <= width {
+        return vec![line.to_string()];
+    }
+    let lead = line.len() - line.trim_start().len();
+    let cont = " ".repeat(lead + 4);
+    let mut out = vec![];
+    let mut cur = line[..lead].to_string();
+    for word in line[lead..].split(' ') {
+        let fresh = cur.trim().is_empty();
+        if !fresh && chars(&cur) + 1 + chars(word) > width {
+            out.push(std::mem::replace(&mut cur, cont.clone()));
+            cur.push_str(word);
+        } else {
+            if !fresh {
+                cur.push(' ');
+            }
+            cur.push_str(word);
+        }
+    }
+    out.push(cur);
+    out
+}
+
+fn chars(s: &str) -> usize {
+    s.chars().count()
+}
+
+fn middle_cut(s: &str, max: usize) -> String {
+    let c: Vec<char> = s.chars().collect();
+    if c.len() <= max || max < 3 {
+        return s.to_string();
+    }
+    let keep = max - 1;
+    let head = keep.div_ceil(2);
+    c[..head].iter().chain(std::iter::once(&'…')).chain(&c[c.len() - (keep - head)..]).collect()
+}
+
+fn table_text(t: &Table, width: usize) -> String {
+    const GAP: usize = 2;
+    const INDENT: usize = 2;
+    let ncol = t.headers.len();
+    let mut rows: Vec<Vec<String>> = t.rows.clone();
+    let mut widths: Vec<usize> = (0..ncol).map(|c| rows.iter().map(|r| chars(&r[c])).chain([chars(&t.headers[c])]).max().unwrap_or(0)).collect();
+    let total = |w: &[usize]| INDENT + w.iter().sum::<usize>() + GAP * w.len().saturating_sub(1);
+    if let Some(s) = t.shrink
+        && total(&widths) > width
+    {
+        let over = total(&widths) - width;
+        let target = widths[s].saturating_sub(over).max(16).min(widths[s]);
+        for r in &mut rows {
+            r[s] = middle_cut(&r[s], target);
+        }
+        widths[s] = target.max(chars(&t.headers[s]));
+    }
+    // Column groups: key columns, then as many others as fit.
+    let keys: Vec<usize> = (0..t.key_cols.min(ncol)).collect();
+    let mut groups: Vec<Vec<usize>> = vec![];
+    let mut cur: Vec<usize> = keys.clone();
+    for c in t.key_cols..ncol {
+        let mut next = cur.clone();
+        next.push(c);
+        let w: Vec<usize> = next.iter().map(|&i| widths[i]).collect();
+        if total(&w) > width && cur.len() > keys.len() {
+            groups.push(std::mem::replace(&mut cur, keys.clone()));
+        }
+        cur.push(c);
+    }
+    if cur.len() > keys.len() || groups.is_empty() {
+        groups.push(cur);
+    }
+    let mut out = String::new();
+    for (gi, g) in groups.iter().enumerate() {
+        if gi > 0 {
+            out.push('\n');
+        }
+        let line = |cells: Vec<&str>| {
+            let mut s = " ".repeat(INDENT);
+            for (j, (&c, cell)) in g.iter().zip(cells).enumerate() {
+                if j > 0 {
+                    s.push_str(&" ".repeat(GAP));
+                }
+                let pad = widths[c].saturating_sub(chars(cell));
+                if t.right[c] {
+                    s.push_str(&" ".repeat(pad));
+                    s.push_str(cell);
+                } else {
+                    s.push_str(cell);
+                    s.push_str(&" ".repeat(pad));
+                }
+            }
+            s.trim_end().to_string() + "\n"
+        };
+        out.push_str(&line(g.iter().map(|&c| t.headers[c].as_str()).collect()));
+        for r in &rows {
+            out.push_str(&line(g.iter().map(|&c| r[c].as_str()).collect()));
+        }
+    }
+    out
+}
+
+/// The blocks as Markdown: tables as GitHub tables, paragraphs as lists.
+pub fn markdown(blocks: &[Block]) -> String {
+    let cell = |s: &str| s.replace('|', "\\|");
+    let mut out = String::from("# rlx compare\n\n");
+    for b in blocks {
+        match b {
+            Block::Lines { title, lines } => {
+                if !title.is_empty() {
+                    let _ = writeln!(out, "## {}\n", title);
+                }
+                for l in lines {
+                    let _ = writeln!(out, "- {}", cell(l.trim()));
+                }
+            }
+            Block::Table(t) => {
+                let _ = writeln!(out, "## {}\n", t.title);
+                let _ = writeln!(out, "| {} |", t.headers.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | "));
+                let _ = writeln!(out, "|{}|", t.right.iter().map(|&r| if r { "---:" } else { "---" }).collect::<Vec<_>>().join("|"));
+                for r in &t.rows {
+                    let _ = writeln!(out, "| {} |", r.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | "));
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// One CSV row per run: identity, state, the differing config keys, and per metric its final,
+/// best and deciding-step values with their steps. Raw numbers (fractions stay 0–1).
+pub fn csv(r: &Report) -> String {
+    let mut headers: Vec<String> = ["index", "run_id", "path", "arm", "seed", "status", "steps_done", "max_steps", "wall_s", "tokens"].map(String::from).to_vec();
+    headers.extend(r.differing.iter().cloned());
+    for m in &r.metrics {
+        for s in ["final", "final_step", "best", "best_step", "at", "at_step"] {
+            headers.push(format!("{m}:{s}"));
+        }
+    }
+    let num = |v: Option<f64>| v.map_or(String::new(), |x| if x.is_nan() { String::new() } else { x.to_string() });
+    let mut out = line_csv(&headers);
+    for x in &r.runs {
+        let mut row = vec![
+            x.index.to_string(),
+            x.id.clone(),
+            x.path.clone(),
+            x.arm.clone(),
+            x.seed.clone().unwrap_or_default(),
+            x.status.clone(),
+            x.steps_done.to_string(),
+            x.max_steps.to_string(),
+            num(x.wall_s),
+            num(x.tokens),
+        ];
+        row.extend(r.differing.iter().map(|k| x.config.get(k).cloned().unwrap_or_default()));
+        for m in &r.metrics {
+            let v = &x.metrics[m];
+            for a in [v.last, v.best, v.at] {
+                row.push(num(a.map(|a| a.value)));
+                row.push(a.map_or(String::new(), |a| a.step.to_string()));
+            }
+        }
+        out.push_str(&line_csv(&row));
+    }
+    out
+}
+
+fn line_csv(cells: &[String]) -> String {
+    let q = |s: &String| if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.clone() };
+    cells.iter().map(q).collect::<Vec<_>>().join(",") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wide_tables_shorten_then_split() {
+        let t = Table {
+            title: "t".into(),
+            headers: vec!["#".into(), "run".into(), "a".into(), "b".into()],
+            rows: vec![vec!["#1".into(), "x".repeat(60) + "END", "y".repeat(30), "z".repeat(30)]],
+            right: vec![false; 4],
+            key_cols: 1,
+            shrink: Some(1),
+        };
+        let s = table_text(&t, 100);
+        assert!(s.lines().all(|l| l.chars().count() <= 100), "{s}");
+        assert!(s.contains('…') && s.contains("END"), "{s}");
+        // Still too wide after shortening: split, repeating `#`.
+        let s = table_text(&t, 60);
+        assert!(s.lines().all(|l| l.chars().count() <= 60), "{s}");
+        assert!(s.lines().filter(|l| l.trim_start().starts_with("#1")).count() >= 2, "{s}");
+    }
+
+    #[test]
+    fn long_lines_wrap_under_their_indent() {
+        let w = wrap("  verdict: one two three four five six", 20);
+        assert_eq!(w, ["  verdict: one two", "      three four", "      five six"]);
+        assert!(w.iter().all(|l| l.chars().count() <= 20));
+    }
+
+    #[test]
+    fn csv_quotes() {
+        assert_eq!(line_csv(&["a".into(), "b,c".into(), "d\"e".into()]), "a,\"b,c\",\"d\"\"e\"\n");
+    }
+}

@@ -1,0 +1,510 @@
+//! `rlx compare` on run directories the tests write: three arms × seeds, a failed run with a
+//! torn last line, a run on a different eval problem set and without one metric; a one-run
+//! report that replays the quickstart's 42.5% → 55.0% (11 problems up, 6 down); the HTML report
+//! (self-contained, screenshotted in headless Chromium when it is installed) and the PNGs; a run
+//! from a newer rlx; sweeps; and two real runs of a tiny model.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::common::{TestContext, repo};
+
+/// One run directory to write.
+struct Fixture<'a> {
+    id: &'a str,
+    lr: f64,
+    seed: u32,
+    eval_path: &'a str,
+    /// `finished`, `failed`, ...
+    state: &'a str,
+    steps_done: u32,
+    /// Eval steps and, at each, the ids of the problems solved (n = 1 per problem).
+    evals: Vec<(i64, Vec<String>)>,
+    /// The eval problem ids.
+    problems: Vec<String>,
+    /// Whether train lines carry `train/reward_mean`.
+    reward: bool,
+    /// Bytes appended to metrics.jsonl without a newline (a torn write).
+    torn: Option<&'a str>,
+}
+
+fn ids(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("p{i:02}")).collect()
+}
+
+fn write_run(root: &Path, f: &Fixture) -> PathBuf {
+    let dir = root.join(f.id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let resolved = json!({
+        "name": "fx", "seed": f.seed,
+        "model": {"base": "tiny", "finetune": "lora"},
+        "data": {"eval": [{"path": f.eval_path, "format": "mbpp"}]},
+        "optimizer": {"learning_rate": f.lr},
+        "schedule": {"max_steps": 10, "eval_every": 5},
+        "eval": {"k": [1], "temperature": 0.7},
+        "log": {"root": root.display().to_string()},
+    });
+    std::fs::write(dir.join("resolved.json"), serde_json::to_string_pretty(&resolved).unwrap()).unwrap();
+    let mut status = json!({
+        "schema_version": 1, "run_id": f.id, "state": f.state, "steps_done": f.steps_done, "max_steps": 10,
+        "started_at": "2025-01-01T00:00:00Z", "updated_at": "2025-01-01T00:10:00Z",
+    });
+    if f.state == "failed" {
+        status["reason"] = json!("sandbox worker died");
+    }
+    std::fs::write(dir.join("status.json"), serde_json::to_string_pretty(&status).unwrap()).unwrap();
+    let mut metrics = String::new();
+    let mut results = String::new();
+    let eval_at = |s: i64| f.evals.iter().find(|(st, _)| *st == s);
+    let pass = |solved: &Vec<String>| solved.len() as f64 / f.problems.len() as f64;
+    if let Some((_, solved)) = eval_at(-1) {
+        metrics += &format!("{}\n", json!({"step": -1, "eval/pass@1": pass(solved), "eval/problems": f.problems.len(), "time/eval_s": 5.0}));
+    }
+    for step in 0..i64::from(f.steps_done) {
+        let mut line = json!({"step": step, "train/loss": 1.0 / (step as f64 + 1.0), "train/completion_tokens": 100, "time/step_s": 10.0});
+        if f.reward {
+            line["train/reward_mean"] = json!(0.1 * step as f64);
+        }
+        if let Some((_, solved)) = eval_at(step) {
+            line["eval/pass@1"] = json!(pass(solved));
+            line["time/eval_s"] = json!(5.0);
+        }
+        metrics += &format!("{line}\n");
+    }
+    for (step, solved) in &f.evals {
+        for p in &f.problems {
+            let ok = solved.contains(p);
+            results += &format!(
+                "{}\n",
+                json!({"step": step, "problem_id": p, "n": 1, "correct": u32::from(ok), "statuses": [if ok { "passed" } else { "failed" }], "tests_passed": [u32::from(ok)], "metrics": {"pass@1": if ok { 1.0 } else { 0.0 }}})
+            );
+        }
+    }
+    if let Some(t) = f.torn {
+        metrics += t;
+    }
+    std::fs::write(dir.join("metrics.jsonl"), metrics).unwrap();
+    std::fs::write(dir.join("eval_results.jsonl"), results).unwrap();
+    let ck = json!({"name": "step-000004", "step": 4, "data_cursor": 10, "state_path": "checkpoints/step-000004", "sampler_path": null, "time": "2025-01-01T00:05:00Z", "kind": "periodic"});
+    std::fs::write(dir.join("checkpoints.jsonl"), format!("{ck}\n")).unwrap();
+    dir
+}
+
+/// Three arms on 20 eval problems p00..p19 with one sample each, evaluated at −1, 4 and 9:
+/// - lr=0.0001, seeds 0,1,2: at step 9 they solve p00..p07, p00..p08, p00..p09 (40, 45, 50%);
+/// - lr=0.0003, seeds 0,1 solve p00..p10 and p00..p12 (55, 65%); seed 2 failed at step 6 with a
+///   torn last line;
+/// - lr=0.001, seed 0, on another eval file with problems p10..p29, solving p10..p15 and p20..p27
+///   (70%), and logging no `train/reward_mean`.
+fn fixture(root: &Path) {
+    let base = |n: usize| (-1, ids(0..n.min(4)));
+    let mid = |n: usize| (4, ids(0..n.saturating_sub(2)));
+    let runs = [
+        ("fx-a0", 1e-4, 0, 8),
+        ("fx-a1", 1e-4, 1, 9),
+        ("fx-a2", 1e-4, 2, 10),
+        ("fx-b0", 3e-4, 0, 11),
+        ("fx-b1", 3e-4, 1, 13),
+    ];
+    for (id, lr, seed, solved) in runs {
+        write_run(
+            root,
+            &Fixture { id, lr, seed, eval_path: "data/eval.jsonl", state: "finished", steps_done: 10, evals: vec![base(solved), mid(solved), (9, ids(0..solved))], problems: ids(0..20), reward: true, torn: None },
+        );
+    }
+    write_run(
+        root,
+        &Fixture {
+            id: "fx-b2",
+            lr: 3e-4,
+            seed: 2,
+            eval_path: "data/eval.jsonl",
+            state: "failed",
+            steps_done: 6,
+            evals: vec![base(9), mid(9)],
+            problems: ids(0..20),
+            reward: true,
+            torn: Some(r#"{"step": 6, "train/lo"#),
+        },
+    );
+    let mut c_solved = ids(10..16);
+    c_solved.extend(ids(20..28));
+    write_run(
+        root,
+        &Fixture {
+            id: "fx-c0",
+            lr: 1e-3,
+            seed: 0,
+            eval_path: "data/eval-b.jsonl",
+            state: "finished",
+            steps_done: 10,
+            evals: vec![(-1, ids(10..14)), (4, ids(10..20)), (9, c_solved)],
+            problems: ids(10..30),
+            reward: false,
+            torn: None,
+        },
+    );
+}
+
+fn runs_in(cx: &TestContext) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().map(|e| format!("runs/{}", e.file_name().to_string_lossy())).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn arms_seeds_failed_torn_and_another_problem_set() {
+    let cx = TestContext::new();
+    fixture(&cx.path().join("runs"));
+    let mut args = vec!["compare"];
+    let runs = runs_in(&cx);
+    args.extend(runs.iter().map(String::as_str));
+    let r = cx.run(&args);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    for line in r.stdout.lines() {
+        assert!(line.chars().count() <= 100, "wider than 100 columns: {line:?}");
+    }
+    // Arms over seeds, by hand (t with m−1 df):
+    // lr=0.0001: 40, 45, 50 → mean 45, sd 5, half-width 4.302653·5/√3 = 12.42 → [32.6, 57.4].
+    // lr=0.0003: 55, 65 (seed 2 failed before step 9) → mean 60, sd 7.071, half-width
+    //   12.7062·7.071/√2 = 63.53 → [−3.5, 123.5].
+    // lr=0.001: 70 from one seed: no interval.
+    // reward at step 9: 0.9 for every seed (0.1·step), so no spread: an interval of width 0.
+    let expected = "\
+rlx compare: 7 runs → 3 arms (differ in: data.eval.0.path, lr) · seeds {0,1,2} · eval: 20 problems,
+    n=1, T=0.7
+deciding metric: eval/pass@1 (higher is better) at step 9, the last step common to the finished runs
+
+runs
+  #   run    status    steps   wall  tokens  data.eval.0.path   lr      seed
+  #1  fx-a0  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0001     0
+  #2  fx-a1  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0001     1
+  #3  fx-a2  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0001     2
+  #4  fx-b0  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0003     0
+  #5  fx-b1  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0003     1
+  #6  fx-b2  failed     6/10  1m10s     600  data/eval.jsonl    0.0003     2
+  #7  fx-c0  finished  10/10  1m55s   1,000  data/eval-b.jsonl  0.001      0
+
+metrics (final value, best value and its step, value at the deciding step)
+  #   eval/pass@1 final  best @step     @9  train/reward_mean final  best @step   @9
+  #1              40.0%    40.0% @9  40.0%                      0.9      0.9 @9  0.9
+  #2              45.0%    45.0% @9  45.0%                      0.9      0.9 @9  0.9
+  #3              50.0%    50.0% @9  50.0%                      0.9      0.9 @9  0.9
+  #4              55.0%    55.0% @9  55.0%                      0.9      0.9 @9  0.9
+  #5              65.0%    65.0% @9  65.0%                      0.9      0.9 @9  0.9
+  #6              35.0%    35.0% @4      —                      0.5      0.5 @5    —
+  #7              70.0%    70.0% @9  70.0%                        —           —    —
+";
+    // wall: 10 steps × 10 s + 3 evals × 5 s = 115 s; the failed run: 6 × 10 + 2 × 5 = 70 s.
+    assert!(r.stdout.starts_with(expected), "got:\n{}\nwant prefix:\n{expected}", r.stdout);
+    let block = section(&r.stdout, "arms (");
+    let rows: Vec<&str> = block.lines().skip(2).collect();
+    assert_eq!(rows.len(), 3, "{block}");
+    assert!(rows[0].contains("lr=0.0001") && rows[0].contains("#1,#2,#3") && rows[0].contains("45.0 [32.6, 57.4]"), "{block}");
+    assert!(rows[1].contains("lr=0.0003") && rows[1].contains("#4,#5,#6") && rows[1].contains("60.0 [-3.5, 123.5]"), "{block}");
+    assert!(rows[2].trim_start().starts_with('★') && rows[2].contains("lr=0.001") && rows[2].contains("70.0 (1 seed)"), "{block}");
+    // The metrics table: final, best @step, value at the deciding step.
+    let m = section(&r.stdout, "metrics (");
+    let row1 = m.lines().find(|l| l.trim_start().starts_with("#1 ")).unwrap();
+    assert_eq!(row1.split_whitespace().collect::<Vec<_>>()[..5], ["#1", "40.0%", "40.0%", "@9", "40.0%"], "{m}");
+    let row6 = m.lines().find(|l| l.trim_start().starts_with("#6 ")).unwrap();
+    assert_eq!(row6.split_whitespace().collect::<Vec<_>>()[..5], ["#6", "35.0%", "35.0%", "@4", "—"], "{m}");
+
+    // Paired, arm lr=0.0003 against lr=0.0001 (the first run's arm), pooled over seeds at step 9.
+    // Per problem (B − A): p08 +1/3, p09 +2/3, p10 +1, p11 +1/2, p12 +1/2, 15 ties: mean 3/20 =
+    // +15.0 pp. Sign-flip exact over the 5 non-zero differences: only the 2 all-same-sign patterns
+    // of 2^5 reach |T| = 3: p = 2/32 = 0.0625.
+    let b = section(&r.stdout, "`data.eval.0.path=data/eval.jsonl, lr=0.0003` − ");
+    assert!(b.contains("Δ +15.0 pp"), "{b}");
+    assert!(b.contains("sign-flip exact p = 0.062 · 5 better, 0 worse, 15 tied of 20 problems"), "{b}");
+    // Welch over seeds: Δ = 60 − 45 = 15 pp, SE = √(25/3 + 50/2) = 5.774 pp, df = 33.33² /
+    // ((25/3)²/2 + 25²/1) = 1.684; scipy 1.14.1 stats.ttest_ind([55,65], [40,45,50],
+    // equal_var=False): t = 2.598, df = 1.684, p = 0.1444, 95% CI [−14.88, +44.88].
+    assert!(b.contains("recipe level   Δ +15.0 pp [−14.9, +44.9]  Welch t, df 1.7, p = 0.144 (2 vs 3 seeds)"), "{b}");
+    assert!(b.contains("verdict: no significant difference"), "{b}");
+    // The one-seed arm on another problem set: paired on the 10 shared problems p10..p19 only; it
+    // solves p10..p15 there and arm A none: 6 better, equal magnitudes, p = 2/2^6 = 0.03125.
+    let c = section(&r.stdout, "`data.eval.0.path=data/eval-b.jsonl, lr=0.001` − ");
+    assert!(c.contains("over 10 problems") && c.contains("sign-flip exact p = 0.031 · 6 better, 0 worse, 4 tied of 10 problems (20 unshared"), "{c}");
+    assert!(c.contains("recipe level   untested: needs ≥ 2 seeds per arm (1 vs 3)"), "{c}");
+    assert!(c.contains("checkpoints are better than"), "{c}");
+
+    let w = section(&r.stdout, "warnings");
+    for want in [
+        "#6 `fx-b2`: metrics.jsonl: torn last line 8 skipped",
+        "#6 `fx-b2` is failed at step 6/10: sandbox worker died; its values are partial",
+        "runs end at different steps",
+        "`train/reward_mean` is missing from #7: not comparable there",
+        "`eval/pass@1` has no value at step 9 in #6: left out of the arm statistics",
+        "eval settings differ (`data.eval.0.path`)",
+        "runs evaluated different problems (#1: 20, #2: 20, #3: 20, #4: 20, #5: 20, #7: 20 problems; 10",
+        "arm `data.eval.0.path=data/eval-b.jsonl, lr=0.001` has 1 seed",
+    ] {
+        assert!(w.contains(want), "missing warning {want:?} in\n{w}");
+    }
+    // The best checkpoint of each run: #1's best eval is step 9 (no checkpoint there), and a run
+    // whose best eval was at step 4 gets that checkpoint.
+    assert!(r.stdout.contains("#1 eval/pass@1 40.0% at step 9 → no checkpoint saved at that step"), "{}", r.stdout);
+    assert!(r.stdout.contains("#6 eval/pass@1 35.0% at step 4 → checkpoint `step-000004` (checkpoints/step-000004)"), "{}", r.stdout);
+}
+
+/// The lines of the block whose title starts with `title`, up to the next blank line.
+fn section<'a>(out: &'a str, title: &str) -> &'a str {
+    let start = out.find(&format!("\n{title}")).map(|i| i + 1).unwrap_or_else(|| panic!("no `{title}` in\n{out}"));
+    let rest = &out[start..];
+    &rest[..rest.find("\n\n").unwrap_or(rest.len())]
+}
+
+#[test]
+fn formats_json_csv_md_and_sorting() {
+    let cx = TestContext::new();
+    fixture(&cx.path().join("runs"));
+    let j = cx.run(&["compare", "runs", "--format", "json"]);
+    assert_eq!(j.code, 0, "{}", j.stderr);
+    let v: Value = serde_json::from_str(&j.stdout).unwrap();
+    assert_eq!(v["runs"].as_array().unwrap().len(), 7);
+    let arm = &v["arms"][0];
+    assert_eq!(arm["values"][0]["stat"]["m"], 3);
+    assert!((arm["values"][0]["stat"]["mean"].as_f64().unwrap() - 0.45).abs() < 1e-12);
+    assert!((arm["values"][0]["stat"]["ci"]["lo"].as_f64().unwrap() - (0.45 - 4.302_652_73 * 0.05 / 3f64.sqrt())).abs() < 1e-8);
+    assert_eq!(v["comparisons"][0]["paired"]["better"], 5);
+    assert!((v["comparisons"][0]["paired"]["sign_flip"]["p"].as_f64().unwrap() - 0.0625).abs() < 1e-12);
+    assert_eq!(v["decisions"][0]["step"], 9);
+
+    let c = cx.run(&["compare", "runs", "--format", "csv"]);
+    let lines: Vec<&str> = c.stdout.lines().collect();
+    assert_eq!(lines.len(), 8);
+    assert!(lines[0].starts_with("index,run_id,path,arm,seed,status,steps_done,max_steps,wall_s,tokens,data.eval.0.path,optimizer.learning_rate,eval/pass@1:final"), "{}", lines[0]);
+    assert!(lines[1].starts_with("1,fx-a0,"), "{}", lines[1]);
+    assert!(lines[1].contains(",\"data.eval.0.path=data/eval.jsonl, lr=0.0001\",0,finished,10,10,115,1000,data/eval.jsonl,0.0001,0.4,9,0.4,9,0.4,9"), "{}", lines[1]);
+
+    let md = cx.run(&["compare", "runs", "--format", "md"]);
+    assert!(md.stdout.contains("| #1 | fx-a0 | finished | 10/10 |"), "{}", md.stdout);
+    assert!(md.stdout.contains("|---|---|---|---:|---:|---:|"), "{}", md.stdout);
+
+    // Best first by the deciding metric; a run without a value at step 9 sorts last.
+    let s = cx.run(&["compare", "runs", "--sort", "eval/pass@1", "--format", "csv"]);
+    let order: Vec<&str> = s.stdout.lines().skip(1).map(|l| l.split(',').nth(1).unwrap()).collect();
+    assert_eq!(order, ["fx-c0", "fx-b1", "fx-b0", "fx-a2", "fx-a1", "fx-a0", "fx-b2"]);
+}
+
+#[test]
+fn bad_input_gets_clear_errors() {
+    let cx = TestContext::new();
+    fixture(&cx.path().join("runs"));
+    let r = cx.run(&["compare", "runs", "--metric", "eval/pass@l"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("error: no run has metric `eval/pass@l`") && r.stderr.contains("help: did you mean `eval/pass@1`?"), "{}", r.stderr);
+    let r = cx.run(&["compare", "nowhere"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("`nowhere` does not exist"), "{}", r.stderr);
+    // A directory holding no runs is an error; a stray file among runs is skipped with a warning.
+    std::fs::create_dir_all(cx.path().join("empty")).unwrap();
+    let r = cx.run(&["compare", "empty"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("`empty` is not a run directory (no status.json)"), "{}", r.stderr);
+    cx.write("runs/NOTES.txt", "lr sweep\n");
+    let r = cx.run(&["compare", "runs/fx-a0", "runs/NOTES.txt"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("`runs/NOTES.txt` is not a directory: skipped"), "{}", r.stdout);
+    let r = cx.run(&["compare", "runs", "--baseline", "lr=9"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("`--baseline lr=9` matches no run or arm"), "{}", r.stderr);
+    let r = cx.run(&["compare", "runs", "--steps", "-1"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("is not two steps"), "{}", r.stderr);
+    // A run directory from a newer rlx.
+    let newer = cx.path().join("runs/fx-a0/status.json");
+    let mut s: Value = serde_json::from_slice(&std::fs::read(&newer).unwrap()).unwrap();
+    s["schema_version"] = json!(99);
+    std::fs::write(&newer, s.to_string()).unwrap();
+    let r = cx.run(&["compare", "runs/fx-a0", "runs/fx-a1"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("written by a newer rlx (format version 99; this rlx reads up to 1); upgrade rlx"), "{}", r.stderr);
+}
+
+/// The quickstart's result, replayed: 40 problems, 17 solved at the baseline and 22 after
+/// training, 11 gained and 6 lost.
+fn quickstart_like(root: &Path) -> PathBuf {
+    let before: Vec<String> = ids(0..17);
+    let mut after: Vec<String> = ids(6..17);
+    after.extend(ids(17..28));
+    write_run(
+        root,
+        &Fixture { id: "qs", lr: 3e-4, seed: 0, eval_path: "data/eval.jsonl", state: "finished", steps_done: 10, evals: vec![(-1, before), (4, ids(0..23)), (9, after)], problems: ids(0..40), reward: true, torn: None },
+    )
+}
+
+#[test]
+fn one_run_baseline_against_final_is_a_paired_test() {
+    let cx = TestContext::new();
+    quickstart_like(&cx.path().join("runs"));
+    let r = cx.run(&["compare", "runs/qs"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let w = section(&r.stdout, "within runs");
+    // 42.5% → 55.0%, 11 up and 6 down: exact McNemar p = 2·Σ_{i≤6} C(17,i)/2^17 = 0.3323
+    // (scipy 1.14.1 stats.binomtest(6, 17).pvalue = 0.332306), mid-p 0.2379: could be noise.
+    assert!(w.contains("#1 step -1 → 9: 42.5% → 55.0%  Δ +12.5 pp"), "{w}");
+    assert!(w.contains("McNemar exact p = 0.332 (mid-p 0.238) · 11 up, 6 down, 23 same of 40 problems"), "{w}");
+    assert!(w.contains("not significant (p ≥ 0.05): the change could be noise"), "{w}");
+    // The bootstrap interval straddles 0 like the test says.
+    let ci = w.lines().find(|l| l.contains("#1 step")).unwrap().split('[').nth(1).unwrap();
+    assert!(ci.starts_with('−') && ci.contains(", +"), "{w}");
+    // Best evaluation (step 4, 57.5%) with its checkpoint, and the run's whole config.
+    assert!(r.stdout.contains("#1 eval/pass@1 57.5% at step 4 → checkpoint `step-000004`"), "{}", r.stdout);
+    let config = section(&r.stdout, "config (resolved spec)");
+    assert!(config.contains("optimizer.learning_rate  0.0003") && config.contains("eval.temperature         0.7") && config.contains("seed                     0"), "{config}");
+    // And its curves.
+    let r = cx.run(&["compare", "runs/qs", "--html", "one.html"]);
+    assert_eq!(r.code, 0);
+    let html = std::fs::read_to_string(cx.path().join("one.html")).unwrap();
+    assert!(html.contains("eval/pass@1 vs step") && html.contains("McNemar exact p = 0.332"), "one-run HTML lacks its curve or test");
+    // `--steps 4,last`: a different pair of eval steps; `--steps 3,last` names a step with no eval.
+    let r = cx.run(&["compare", "runs/qs", "--steps", "4,last"]);
+    assert!(r.stdout.contains("#1 step 4 → 9: 57.5% → 55.0%  Δ −2.5 pp"), "{}", r.stdout);
+    let r = cx.run(&["compare", "runs/qs", "--steps=3,last"]);
+    assert!(r.stdout.contains("#1: no eval at step 3 (eval steps: -1, 4, 9)"), "{}", r.stdout);
+}
+
+/// Decodes a PNG and counts its pixels that are neither white nor grey-ish (chart colours).
+fn coloured_pixels(png: &[u8]) -> (u32, u32, usize) {
+    let p = tiny_skia::Pixmap::decode_png(png).expect("a valid PNG");
+    let colourful = p.pixels().iter().filter(|c| {
+        let (r, g, b) = (c.red() as i32, c.green() as i32, c.blue() as i32);
+        (r - g).abs() + (g - b).abs() + (r - b).abs() > 60
+    });
+    (p.width(), p.height(), colourful.count())
+}
+
+#[test]
+fn html_report_is_self_contained_and_pngs_have_text() {
+    let cx = TestContext::new();
+    fixture(&cx.path().join("runs"));
+    let r = cx.run(&["compare", "runs", "--html", "report.html", "--png", "charts"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("wrote report.html") && r.stderr.contains("chart(s) to charts"), "{}", r.stderr);
+    let html = std::fs::read_to_string(cx.path().join("report.html")).unwrap();
+    for banned in ["src=\"http", "href=\"http", "<script", "@import", "url(http", "<link"] {
+        assert!(!html.contains(banned), "the report references the network: {banned}");
+    }
+    assert!(html.contains("@font-face{font-family:rlx-sans;src:url(data:font/ttf;base64,"));
+    // Two charts per metric (step, wall time): eval/pass@1 and train/reward_mean.
+    assert_eq!(html.matches("<svg ").count(), 4);
+    for want in ["eval/pass@1 vs step", "eval/pass@1 vs wall time", "train/reward_mean vs step", "wall time (minutes", "eval/pass@1 (%)", "mean of 3 seeds", "Read these first", "fx-b2"] {
+        assert!(html.contains(want), "{want} missing");
+    }
+    let mut pngs: Vec<String> = std::fs::read_dir(cx.path().join("charts")).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    pngs.sort();
+    assert_eq!(pngs, ["eval_pass_1-step.png", "eval_pass_1-wall.png", "train_reward_mean-step.png", "train_reward_mean-wall.png"]);
+    let (w, h, colour) = coloured_pixels(&std::fs::read(cx.path().join("charts/eval_pass_1-step.png")).unwrap());
+    assert_eq!(w, 1520, "760 px at 2×");
+    assert!(h > 600 && colour > 2000, "{w}×{h}, {colour} coloured pixels");
+    // Text is drawn: the title band (top 40 px at 2×) holds dark glyph pixels.
+    let p = tiny_skia::Pixmap::decode_png(&std::fs::read(cx.path().join("charts/eval_pass_1-step.png")).unwrap()).unwrap();
+    let dark = p.pixels()[..(p.width() * 80) as usize].iter().filter(|c| c.red() < 100 && c.green() < 100 && c.blue() < 100).count();
+    assert!(dark > 500, "title text missing ({dark} dark pixels)");
+    let _ = std::fs::copy(cx.path().join("charts/eval_pass_1-step.png"), repo().join("target/compare-chart-example.png"));
+    screenshot(&cx.path().join("report.html"));
+}
+
+/// Opens the report in headless Chromium (Debian's `chromium`; `.ci/run` installs it) and takes
+/// a screenshot; the screenshot must show the charts' colours. Kept under
+/// `target/compare-screenshot.png` for people to look at.
+#[allow(clippy::print_stderr)]
+fn screenshot(html: &Path) {
+    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"].into_iter().find(|c| std::process::Command::new("which").arg(c).output().is_ok_and(|o| o.status.success())) else {
+        eprintln!("SKIPPED compare screenshot: no chromium installed (`apt-get install chromium`)");
+        return;
+    };
+    let profile = tempfile::tempdir().unwrap();
+    let out = html.with_file_name("screenshot.png");
+    let status = std::process::Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--window-size=1280,2400"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", out.display()))
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .expect("chromium runs");
+    assert!(status.status.success(), "chromium failed: {}", String::from_utf8_lossy(&status.stderr));
+    let bytes = std::fs::read(&out).expect("chromium wrote the screenshot");
+    let (w, _, colour) = coloured_pixels(&bytes);
+    assert_eq!(w, 1280);
+    assert!(colour > 5000, "the screenshot shows no charts ({colour} coloured pixels)");
+    let keep = repo().join("target/compare-screenshot.png");
+    let _ = std::fs::create_dir_all(keep.parent().unwrap());
+    let _ = std::fs::copy(&out, &keep);
+}
+
+#[test]
+fn sweep_directories_and_directories_of_runs() {
+    let cx = TestContext::new();
+    let runs = cx.path().join("runs");
+    fixture(&runs);
+    let sweep = cx.path().join("sweeps/fx-sweep-1");
+    std::fs::create_dir_all(&sweep).unwrap();
+    let member = |id: &str| json!({"run_id": id, "dir": runs.join(id), "assignment": {}, "overrides": [], "state": "finished"});
+    let record = json!({
+        "schema_version": 1, "sweep_id": "fx-sweep-1", "spec": "/x/spec.yaml", "argv": [], "axes": [], "fixed": [],
+        "members": [member("fx-a0"), member("fx-b0"), member("fx-never")],
+        "created_at": "2025-01-01T00:00:00Z", "updated_at": "2025-01-01T00:00:00Z",
+    });
+    std::fs::write(sweep.join("sweep.json"), record.to_string()).unwrap();
+    let r = cx.run(&["compare", "sweeps/fx-sweep-1", "runs/fx-a0", "--format", "csv"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let order: Vec<&str> = r.stdout.lines().skip(1).map(|l| l.split(',').nth(1).unwrap()).collect();
+    assert_eq!(order, ["fx-a0", "fx-b0"], "members once each, in sweep order");
+    let r = cx.run(&["compare", "sweeps/fx-sweep-1"]);
+    assert!(r.stdout.contains("sweep `fx-sweep-1`: member `fx-never` has no run directory yet"), "{}", r.stdout);
+}
+
+/// Two real runs of a tiny random model (the engine test's), at two learning rates, compared:
+/// whatever the engine writes, compare reads. The report is printed (`--nocapture` shows it).
+#[test]
+#[allow(clippy::print_stderr)]
+fn two_real_runs_of_a_tiny_model() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let data = repo().join("experiments/data");
+    let spec = format!(
+        "name: tiny
+seed: 3
+model: {{base: ./tiny, finetune: full}}
+backend: {{kind: local, threads: 1}}
+data:
+  train: [{{path: {train}, format: mbpp, limit: 4}}]
+  eval: [{{path: {eval}, format: mbpp, limit: 3}}]
+prompt: {{user: {user}}}
+sampling: {{max_tokens: 8, temperature: 1.0}}
+grpo: {{prompts_per_step: 2, group_size: 2, skip_degenerate: false}}
+reward: {{test_timeout_s: 2}}
+sandbox: {{kind: local, strict: false}}
+optimizer: {{learning_rate: 1e-3}}
+schedule: {{max_steps: 2, eval_every: 1, save_every: 2}}
+eval: {{k: [1, 2], samples: 2, temperature: 1.0, max_tokens: 6}}
+",
+        train = data.join("easy_python_train.jsonl").display(),
+        eval = data.join("easy_python_eval.jsonl").display(),
+        user = repo().join("prompts/mbpp_user.j2").display(),
+    );
+    cx.write("spec.yaml", &spec);
+    for lr in ["lr=1e-3", "lr=1e-2"] {
+        let r = cx.run(&["run", "spec.yaml", lr]);
+        assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    }
+    let runs = runs_in(&cx);
+    assert_eq!(runs.len(), 2);
+    let r = cx.run(&["compare", &runs[0], &runs[1], "--html", "r.html"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    eprintln!("{}", r.stdout);
+    assert!(r.stdout.contains("rlx compare: 2 runs → 2 arms (differ in: lr) · seeds {3} · eval: 3 problems, n=2, T=1"), "{}", r.stdout);
+    // Two samples per problem: pass@k for k = 1..2, and a sign-flip test instead of McNemar.
+    assert!(r.stdout.contains("pass@k (%), unbiased estimator, k = 1..n"), "{}", r.stdout);
+    let p = section(&r.stdout, "pass@k");
+    assert_eq!(p.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>(), ["#", "step", "pass@1", "pass@2"], "{p}");
+    let ids: BTreeSet<&str> = r.stdout.lines().filter(|l| l.trim_start().starts_with("#1  tiny-") || l.trim_start().starts_with("#2  tiny-")).collect();
+    assert_eq!(ids.len(), 2, "{}", r.stdout);
+    assert!(std::fs::read_to_string(cx.path().join("r.html")).unwrap().contains("pass@k vs k"));
+
+}
