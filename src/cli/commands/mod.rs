@@ -8,6 +8,7 @@ mod schema;
 mod sweep;
 mod validate;
 
+pub mod eval;
 pub mod grade;
 pub mod sandbox;
 
@@ -24,6 +25,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Sweep(args) => sweep::sweep(args),
         Command::Grade(args) => grade::run(args),
         Command::Sandbox(cmd) => sandbox::run(cmd),
+        Command::Eval(args) => eval::run(args),
     }
 }
 
