@@ -452,6 +452,14 @@ pub trait Sampler: Send + Sync {
         self.sample(requests.into_iter().map(|r| r.request).collect(), params)
     }
 
+    /// Completions worth asking for in one [`Sampler::sample`] call: a backend that decodes a
+    /// call's prompts together (the local one) wants many; one that sends a request per
+    /// completion anyway wants one problem's group per call, so that a failure loses one group,
+    /// not a batch.
+    fn batch_rows(&self) -> usize {
+        32
+    }
+
     /// Whether a completion that ended on a stop token includes it, with its log-probability
     /// (as Tinker's and the local sampler's do). OpenAI-compatible servers end on a stop token
     /// without always returning it; training, which needs it, never runs on them.

@@ -17,10 +17,6 @@ use super::grading::{Graded, grade_group};
 use super::prompting::{Prompting, Rendered};
 use super::{Error, Event, EventSink, Stop, feedback, problems};
 
-/// Completions sampled in one batch at most, so grading of a batch overlaps sampling of the next
-/// (the local sampler batches up to this many rows itself).
-const BATCH_ROWS: usize = 32;
-
 /// One attempt: the prompt it saw, what was sampled, and its grade.
 #[derive(Debug)]
 pub struct Turn {
@@ -133,7 +129,9 @@ pub async fn run(
     let mut timing = Timing::default();
     let total = prompts.len();
     let mut last_infra = None;
-    let per_batch = (BATCH_ROWS / n.max(1)).max(1);
+    // At most `batch_rows` completions per call, so grading of a batch overlaps sampling of the
+    // next (the local sampler decodes a call's rows together).
+    let per_batch = (sampler.batch_rows() / n.max(1)).max(1);
     let in_flight = sampler.max_in_flight().max(1);
     let mut pending = Vec::with_capacity(prompts.len());
     let mut rest = prompts.into_iter().peekable();
@@ -255,30 +253,49 @@ async fn retry_failed(
         return Ok(false);
     }
     cx.sink.event(Event::Phase { step, phase: "retry", total: todo.len() as u64 });
-    let requests: Vec<ChatRequest> = todo.iter().map(|(gi, ti, next)| chat_request(next, 1, problems::derive_seed(seeds[*gi], i64::from(attempt), *ti as u64))).collect();
+    // Calls of whole groups, up to `batch_rows` completions each (one call for the local
+    // sampler, as before), all submitted before the first is awaited.
     let t = Instant::now();
-    let out = match sampler.sample_chat(requests, params).await {
-        Ok(out) => out,
-        Err(e) => {
-            // A trajectory cut short by the server would be scored on an attempt the model was
-            // not done with: every group waiting for an attempt is dropped instead.
-            let hit: std::collections::BTreeSet<usize> = todo.iter().map(|(gi, _, _)| *gi).collect();
-            if !dropped(&e, hit.len(), cx, "retry", step) {
-                return Err(e.into());
-            }
-            for gi in hit {
-                lost[gi] = true;
-                timing.sampler_dropped += 1;
-            }
-            timing.sample_s += t.elapsed().as_secs_f64();
-            return Ok(false);
+    let mut calls: Vec<(Vec<usize>, Pending<Completions>)> = vec![];
+    let mut start = 0;
+    while start < todo.len() {
+        let mut end = start + 1;
+        while end < todo.len() && (todo[end].0 == todo[end - 1].0 || end - start < sampler.batch_rows()) {
+            end += 1;
         }
-    };
-    check_reply(&vec![1; todo.len()], &out)?;
+        let requests: Vec<ChatRequest> = todo[start..end].iter().map(|(gi, ti, next)| chat_request(next, 1, problems::derive_seed(seeds[*gi], i64::from(attempt), *ti as u64))).collect();
+        calls.push(((start..end).collect(), sampler.sample_chat(requests, params)));
+        start = end;
+    }
+    let mut out: Vec<Option<Vec<SampledSequence>>> = (0..todo.len()).map(|_| None).collect();
+    for (rows, reply) in calls {
+        match reply.await {
+            Ok(got) => {
+                check_reply(&vec![1; rows.len()], &got)?;
+                for (i, seqs) in rows.into_iter().zip(got) {
+                    out[i] = Some(seqs);
+                }
+            }
+            Err(e) => {
+                // A trajectory cut short by the server would be scored on an attempt the model
+                // was not done with: its group is dropped instead.
+                let hit: std::collections::BTreeSet<usize> = rows.iter().map(|&i| todo[i].0).collect();
+                if !dropped(&e, hit.len(), cx, "retry", step) {
+                    return Err(e.into());
+                }
+                for gi in hit {
+                    lost[gi] = true;
+                    timing.sampler_dropped += 1;
+                }
+            }
+        }
+    }
     timing.sample_s += t.elapsed().as_secs_f64();
     cx.sink.event(Event::Progress { phase: "retry", done: todo.len() as u64 });
     let mut handles = Vec::with_capacity(todo.len());
-    for ((gi, ti, next), mut seqs) in todo.into_iter().zip(out) {
+    for ((gi, ti, next), seqs) in todo.into_iter().zip(out) {
+        // A group dropped mid-way keeps no further attempt, even from its calls that worked.
+        let Some(mut seqs) = seqs.filter(|_| !lost[gi]) else { continue };
         let seq = seqs.pop().expect("checked: one completion per request");
         let text = cx.prompting.tokenizer.decode(&seq.tokens, true)?;
         let handle = tokio::spawn(grade_group(cx.grader.clone(), groups[gi].problem.clone(), vec![text.clone()], cx.opts.clone(), cx.retries));

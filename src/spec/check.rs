@@ -169,7 +169,7 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             cx.err("backend.timeout_s", format!("`backend.timeout_s` must be > 0, found {t}"));
         }
     }
-    if !spec.backend.trains_full_weights() && spec.model.finetune == Finetune::Full {
+    if !spec.backend.trains_full_weights() && spec.model.finetune == Finetune::Full && trains {
         cx.err("model.finetune", format!("the `{kind}` backend trains LoRA adapters only; `model.finetune: full` needs `backend.kind: local`"));
     }
     if spec.rollout.max_attempts > 1 && spec.prompt.feedback.is_none() {

@@ -25,6 +25,10 @@
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
+//! - `openai`: the OpenAI-compatible sampler against servers written in the test (every failure
+//!   mode), `rlx eval` and dry runs that drop and count what a server fails on.
+//! - `llama_cpp`: the same backend against a real llama.cpp server (llama-cpp-python) serving
+//!   SmolLM2: the backend contract, `rlx eval`, a multi-attempt dry run.
 
 mod backend_contract;
 mod chat;
@@ -46,3 +50,5 @@ mod sweep;
 mod trainer;
 mod trainer_smollm2;
 mod validate;
+mod openai;
+mod llama_cpp;

@@ -224,9 +224,14 @@ impl Sampler for OpenaiSampler {
         self.submit(requests.into_iter().map(|r| (r.request, Some(r.messages))).collect(), params)
     }
 
-    /// Enough batches queued to keep `concurrency` requests busy while earlier ones are graded.
+    /// Groups go one per call (see [`Sampler::batch_rows`]), so twice the concurrency of them
+    /// keeps the server busy while earlier ones are graded.
     fn max_in_flight(&self) -> usize {
-        2 + self.inner.config.concurrency / 16
+        2 * self.inner.config.concurrency.max(1)
+    }
+
+    fn batch_rows(&self) -> usize {
+        1
     }
 
     fn keeps_stop_tokens(&self) -> bool {
