@@ -77,6 +77,12 @@ fn common(model: &str, params: &SamplingParams, seed: Option<u64>, stop_texts: &
     if !stop_texts.is_empty() {
         b.insert("stop".into(), json!(stop_texts));
     }
+    // No stop token asked for means "run to `max_tokens`" (the seam's meaning); servers that
+    // can be told not to stop at end-of-generation are told so.
+    let ignore_eos = !params.stop.iter().any(|s| matches!(s, crate::backend::Stop::Token(_)));
+    if ignore_eos && matches!(dialect, Dialect::Vllm | Dialect::LlamaServer) {
+        b.insert("ignore_eos".into(), json!(true));
+    }
     match dialect {
         Dialect::Vllm => {
             b.insert("top_k".into(), json!(params.top_k.map_or(-1, |k| k as i64)));
