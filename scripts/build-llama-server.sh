@@ -19,7 +19,7 @@ if [ ! -x "$DIR/tools/bin/cmake" ]; then
 fi
 if [ ! -d "$DIR/src/vendor/llama.cpp/tools/server" ]; then
   rm -rf "$DIR/src" "$DIR/sdist" && mkdir -p "$DIR/sdist" "$DIR/src"
-  python3 -m pip download --no-deps --no-binary :all: -q -d "$DIR/sdist" "llama-cpp-python==$VERSION" >&2
+  python3 -m pip download --no-deps --no-binary llama-cpp-python -q -d "$DIR/sdist" "llama-cpp-python==$VERSION" >&2
   tar xzf "$DIR"/sdist/llama_cpp_python-$VERSION.tar.gz -C "$DIR/src" --strip-components=1
 fi
 export PATH="$DIR/tools/bin:$PATH"
