@@ -211,7 +211,8 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
     // One step of overlap is all one machine can use: the sampler and the trainer share its
     // cores, so a deeper queue would only make samples staler.
     let pipelined = spec.grpo.max_steps_off_policy >= 1;
-    if spec.sampling.temperature != 1.0 && matches!(spec.grpo.loss, Loss::ImportanceSampling) {
+    let trains = spec.schedule.max_steps > 0 && !spec.schedule.dry_run;
+    if trains && spec.sampling.temperature != 1.0 && matches!(spec.grpo.loss, Loss::ImportanceSampling) {
         // The sampler reports log-probabilities of the tempered distribution it drew from, the
         // trainer scores the untempered policy: on-policy ratios are not 1 (the quickstart saw
         // up to 15 at 0.7), and the unclipped loss follows them.

@@ -134,6 +134,14 @@ fn rlx_eval_and_a_multi_attempt_dry_run_against_llama_cpp() {
     // A 135M model solves some of these easy problems (the quickstart's baseline is ~40%).
     assert!(results.iter().any(|r| r["correct"].as_u64().unwrap() > 0), "{results:?}");
 
+    // The chat endpoint: the server renders the conversation; rlx grades the text.
+    let r = cx.run(&[
+        "eval", "--model", &gguf, "--data", &problems, "--format", "mbpp", "--limit", "2", "--base-url", &server.url, "--served-model", "smollm2",
+        "--api", "chat", "--max-tokens", "80",
+    ]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("pass@1 ") && r.stdout.contains("over 2 problems"), "{}", r.stdout);
+
     let spec = format!(
         "name: dry-llama
 model: {{base: {gguf}}}

@@ -198,6 +198,30 @@ async fn server_errors_and_rate_limits_are_retried_with_back_off() {
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 
+#[tokio::test]
+async fn the_chat_api_sends_the_conversation_and_encodes_the_reply() {
+    let tok = tokenizer();
+    let server = serve(Arc::new(|path: &str, _: &Value| match path {
+        "/v1/models" => models("vllm"),
+        _ => Reply::Json(200, json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ab c"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 11, "completion_tokens": 3}})),
+    }))
+    .await;
+    let sampler = openai::open(Config { api: rlx::spec::types::OpenaiApi::Chat, ..config(server.url()) }, tok.clone()).await.unwrap();
+    // Tokens alone cannot be sent to a chat endpoint.
+    let err = sampler.sample(vec![req(&tok.encode("hi").unwrap(), 1, 1)], &params()).await.unwrap_err();
+    assert!(err.to_string().contains("samples conversations") && err.is_user_error(), "{err}");
+    let chat = rlx::backend::ChatRequest { request: req(&tok.encode("hi").unwrap(), 2, 1), messages: vec![rlx::prompt::Message::new("user", "hi")] };
+    let out = sampler.sample_chat(vec![chat], &params()).await.unwrap();
+    let seq = &out[0][1];
+    assert_eq!(seq.tokens, tok.encode("ab c").unwrap(), "our encoding of the reply's text");
+    assert!(seq.logprobs.len() == 4 && seq.logprobs.iter().all(|l| l.is_nan()), "a chat reply has no log-probabilities");
+    let body = server.bodies.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(body["_path"], "/v1/chat/completions");
+    assert_eq!(body["messages"], json!([{"role": "user", "content": "hi"}]));
+    assert!(body.get("prompt").is_none() && body.get("logprobs").is_none(), "{body}");
+    assert_eq!((body["top_k"].clone(), body["max_tokens"].clone()), (json!(-1), json!(16)), "vLLM's way to switch top-k off");
+}
+
 /// The error a one-completion request ends with, with `reply` answering every completion.
 async fn failure(owner: &'static str, cfg: impl Fn(String) -> Config, reply: impl Fn(&Tokenizer, &Value) -> Reply + Send + Sync + 'static) -> (Error, Server) {
     let tok = tokenizer();

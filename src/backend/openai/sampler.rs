@@ -9,8 +9,8 @@
 //! Log-probabilities are whatever the server reports for the sampled tokens: vLLM's and
 //! llama-cpp-python's are of the model's distribution before temperature; llama-server's are of
 //! the distribution its sampler drew from. Nothing trains on them (the backend cannot train), so
-//! they are recorded, not relied on. Chat completions have none unless the server reports them
-//! (then they are NaN).
+//! they are recorded, not relied on. Chat completions have none (NaN), and their tokens are our
+//! encoding of the text.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -187,19 +187,17 @@ impl Inner {
                 return Err(Error::TokenMismatch { detail: format!("the server counted {n} prompt tokens, our tokenizer {ours}: is `model.base` the served model?") });
             }
         }
-        let mut tokens = self.vocab.ids(&choice.tokens, &choice.text)?;
-        let mut logprobs = match choice.tokens {
+        // Chat replies are text: their tokens are our encoding of it, with no log-probabilities.
+        let reported = if chat { Reported::None } else { choice.tokens };
+        let mut tokens = self.vocab.ids(&reported, &choice.text)?;
+        let mut logprobs = match reported {
             Reported::None => vec![f32::NAN; tokens.len()],
             _ => choice.logprobs,
         };
-        if chat && logprobs.len() != tokens.len() {
-            // Chat logprobs are per server token; with ours re-derived they do not line up.
-            logprobs = vec![f32::NAN; tokens.len()];
-        }
         if logprobs.len() != tokens.len() {
             return Err(Error::TokenMismatch { detail: format!("{} tokens but {} log-probabilities", tokens.len(), logprobs.len()) });
         }
-        if tokens.len() > params.max_tokens {
+        if !chat && tokens.len() > params.max_tokens {
             return Err(Error::Malformed { url: format!("{}/{path}", cfg.base_url), attempts: 1, reason: format!("{} tokens for `max_tokens` {}", tokens.len(), params.max_tokens) });
         }
         // A completion that ran into `max_tokens` ends there; one that stopped keeps what the

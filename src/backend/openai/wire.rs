@@ -134,8 +134,9 @@ pub fn completion_body(model: &str, prompt: Prompt<'_>, params: &SamplingParams,
 /// The body of one `/v1/chat/completions` request for one completion.
 pub fn chat_body(model: &str, messages: &[crate::prompt::Message], params: &SamplingParams, seed: Option<u64>, stop_texts: &[String], dialect: Dialect) -> Value {
     let mut b = common(model, params, seed, stop_texts, &[], dialect);
+    // No logprobs: chat replies report token strings at best, which are not the ids a chat
+    // template around them would give, and llama-cpp-python computes them in Python per token.
     b.insert("messages".into(), json!(messages));
-    b.insert("logprobs".into(), json!(true));
     Value::Object(b)
 }
 
