@@ -470,3 +470,18 @@ fn a_dry_run_on_the_local_backend_scores_multi_attempt_rollouts_without_training
     let resolved: Value = serde_json::from_slice(&std::fs::read(dir.join("resolved.json")).unwrap()).unwrap();
     assert_eq!(resolved["schedule"]["dry_run"], true);
 }
+
+#[test]
+fn the_mbpp_multistep_specs_validate_for_a_server_tinker_and_offline() {
+    let cx = TestContext::new();
+    let spec = repo().join("experiments/mbpp-multistep.yaml").display().to_string();
+    let offline = repo().join("experiments/mbpp-multistep-offline.yaml").display().to_string();
+    for args in [vec!["validate", spec.as_str()], vec!["validate", spec.as_str(), "backend={kind: tinker}", "schedule.dry_run=false"], vec!["validate", offline.as_str()]] {
+        let r = cx.run(&args);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    }
+    // The server variant without its dry run would train on a backend that cannot.
+    let r = cx.run(&["validate", &spec, "schedule.dry_run=false"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("can only sample"), "{}", r.stderr);
+}
