@@ -20,8 +20,7 @@ use serde_json::Value;
 
 use crate::common::{TestContext, python_env, repo};
 
-#[path = "smollm2_fetch.rs"]
-mod fetch;
+use crate::trainer_smollm2::fetch;
 
 /// The pinned server package.
 pub const LLAMA_CPP_PYTHON: &str = "llama-cpp-python[server]==0.3.36";
