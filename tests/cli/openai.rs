@@ -485,3 +485,25 @@ fn the_mbpp_multistep_specs_validate_for_a_server_tinker_and_offline() {
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("can only sample"), "{}", r.stderr);
 }
+
+#[test]
+fn rlx_eval_of_a_spec_is_its_own_evaluation_only_run() {
+    let cx = TestContext::new();
+    tiny(&cx);
+    cx.write("spec.yaml", &format!("{}data:\n  train: [{{path: problems.jsonl, format: mbpp}}]\n  eval: [{{path: problems.jsonl, format: mbpp}}]\n", dry_spec("{kind: local, threads: 1}", "").replace("data:\n  train: [{path: problems.jsonl, format: mbpp}]\n", "")));
+    let r = cx.run(&["eval", "spec.yaml", "--k", "1,2", "--n", "3", "--temperature", "1.0", "--max-tokens", "8"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    // Random weights write no code: 0% with a zero-width interval, over both problems.
+    assert!(r.stdout.contains("pass@1     0.00%  95% CI [0.00%, 0.00%]  over 2 problems"), "{}", r.stdout);
+    assert!(r.stdout.contains("pass@2 "), "{}", r.stdout);
+    let dir = only_run(&cx);
+    let prov: Value = serde_json::from_slice(&std::fs::read(dir.join("provenance.json")).unwrap()).unwrap();
+    let ovs = prov["overrides"].as_array().unwrap();
+    for o in ["schedule.max_steps=0", "eval.k=[1,2]", "eval.samples=3", "eval.temperature=1", "eval.max_tokens=8"] {
+        assert!(ovs.iter().any(|v| v.as_str().unwrap().starts_with(o)), "{o} not in {ovs:?}");
+    }
+    let results = jsonl(&dir.join("eval_results.jsonl"));
+    assert_eq!(results.len(), 2);
+    assert!(results.iter().all(|r| r["n"] == 3 && r["statuses"].as_array().unwrap().len() == 3));
+    assert!(jsonl(&dir.join("checkpoints.jsonl")).is_empty(), "an evaluation saves nothing");
+}
