@@ -75,7 +75,8 @@ fn req(prompt: &[u32], n: usize, seed: u64) -> SampleRequest {
 
 /// Sampling: reply shapes, per-token log-probabilities, stop reasons, seeds (the same seed
 /// gives the same completions, alone or in a batch), greedy decoding, and a clean error for an
-/// empty prompt.
+/// empty prompt. A `stop` completion ends with the stop token when the sampler
+/// [keeps stop tokens](Sampler::keeps_stop_tokens).
 ///
 /// # Errors
 /// The first clause the sampler breaks.
@@ -89,7 +90,7 @@ pub async fn check_sampler(sampler: &dyn Sampler, fx: &Fixture) -> Result<(), Vi
         return Err(wrong("one reply per request, `num_samples` completions each", format!("asked [3, 0, 2], got {counts:?}")));
     }
     for seq in out.iter().flatten() {
-        check_sequence(seq, fx)?;
+        check_sequence(seq, fx, sampler.keeps_stop_tokens())?;
     }
     // Seeds: the same request again, and alone, gives the same tokens.
     let again = sampler.sample(vec![req(a, 3, 11)], &p).await.clause("sample again")?;
@@ -117,7 +118,7 @@ pub async fn check_sampler(sampler: &dyn Sampler, fx: &Fixture) -> Result<(), Vi
     Ok(())
 }
 
-fn check_sequence(seq: &SampledSequence, fx: &Fixture) -> Result<(), Violation> {
+fn check_sequence(seq: &SampledSequence, fx: &Fixture, keeps_stop: bool) -> Result<(), Violation> {
     if seq.logprobs.len() != seq.tokens.len() {
         return Err(wrong("one log-probability per sampled token", format!("{} tokens, {} logprobs", seq.tokens.len(), seq.logprobs.len())));
     }
@@ -131,8 +132,13 @@ fn check_sequence(seq: &SampledSequence, fx: &Fixture) -> Result<(), Violation> 
         StopReason::Length if seq.tokens.len() != fx.max_tokens => {
             Err(wrong("`length` means `max_tokens` tokens", format!("{} of {} tokens", seq.tokens.len(), fx.max_tokens)))
         }
-        StopReason::Stop if seq.tokens.last() != Some(&fx.stop_token) => {
+        StopReason::Stop if keeps_stop && seq.tokens.last() != Some(&fx.stop_token) => {
             Err(wrong("`stop` ends with the stop token (kept, as in Tinker)", format!("{:?}", seq.tokens.last())))
+        }
+        // A sampler that does not keep stop tokens (an OpenAI-compatible server) still never
+        // samples past one.
+        StopReason::Stop if seq.tokens.iter().rev().skip(1).any(|&t| t == fx.stop_token) => {
+            Err(wrong("nothing is sampled after the stop token", format!("{:?}", seq.tokens)))
         }
         _ => Ok(()),
     }

@@ -7,8 +7,8 @@
 //! [`crate::rl::loss`]), [`AdamParams`] is its `adam_params`, [`SamplingParams`]/[`SampledSequence`]
 //! are its `asample` request and response.
 //!
-//! Implementations: [`local`] (candle, in-process, CPU). A Tinker HTTP backend and an
-//! OpenAI-compatible sampler are one module and one arm of [`open`] each.
+//! Implementations: [`local`] (candle, in-process, CPU), [`openai`] (an OpenAI-compatible
+//! server, sampling only). Each is one module and one arm of [`open`].
 //!
 //! # Submission order and requests in flight
 //! Every seam method *submits* its request when it is called and returns a [`Pending`] reply:
@@ -30,6 +30,7 @@ pub mod local;
 pub(crate) mod model_source;
 pub mod tinker;
 mod open;
+pub mod openai;
 
 pub use open::{Context, open};
 
@@ -110,6 +111,9 @@ pub enum Error {
     /// The Tinker service failed or refused a request.
     #[error(transparent)]
     Tinker(#[from] tinker::Error),
+    /// An OpenAI-compatible server failed or answered wrongly (see [`openai::Error`]).
+    #[error(transparent)]
+    Openai(#[from] openai::Error),
     /// The thread or service serving this backend stopped answering (it panicked, or the
     /// connection closed); the request may or may not have run.
     #[error("the {what} stopped: {reason}")]
@@ -128,6 +132,14 @@ impl Error {
         matches!(self, Error::Model { .. } | Error::Unavailable { .. } | Error::CannotTrain { .. } | Error::StateMismatch { .. } | Error::Template(_))
             || matches!(self, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
             || matches!(self, Error::Tinker(e) if e.is_user_error())
+            || matches!(self, Error::Openai(e) if e.is_user_error())
+    }
+
+    /// Whether the error is an infrastructure failure that survived its retries (a server down,
+    /// timing out or answering garbage): the engine drops the groups it hit and counts them,
+    /// never scoring them as the model's failure.
+    pub fn is_infrastructure(&self) -> bool {
+        matches!(self, Error::Openai(e) if e.is_infrastructure())
     }
 }
 
@@ -445,6 +457,40 @@ pub trait Sampler: Send + Sync {
         let _ = prompt;
         Box::pin(async { Err(Error::InvalidArgument { what: "prompt_logprobs", reason: "this backend cannot score prompts".into() }) })
     }
+    /// Submits one batch of prompts given both as tokens and as the conversation they render.
+    /// A backend that samples from messages (an OpenAI-compatible chat endpoint, which applies
+    /// the chat template itself) overrides it; the others sample the tokens, as
+    /// [`Sampler::sample`]. The engine always calls this one, since it has both.
+    ///
+    /// # Errors
+    /// (In the reply.) As [`Sampler::sample`].
+    fn sample_chat(&self, requests: Vec<ChatRequest>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
+        self.sample(requests.into_iter().map(|r| r.request).collect(), params)
+    }
+
+    /// Completions worth asking for in one [`Sampler::sample`] call: a backend that decodes a
+    /// call's prompts together (the local one) wants many; one that sends a request per
+    /// completion anyway wants one problem's group per call, so that a failure loses one group,
+    /// not a batch.
+    fn batch_rows(&self) -> usize {
+        32
+    }
+
+    /// Whether a completion that ended on a stop token includes it, with its log-probability
+    /// (as Tinker's and the local sampler's do). OpenAI-compatible servers end on a stop token
+    /// without always returning it; training, which needs it, never runs on them.
+    fn keeps_stop_tokens(&self) -> bool {
+        true
+    }
+}
+
+/// A prompt as tokens and as the conversation they render (see [`Sampler::sample_chat`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    /// The tokens, seed and number of completions.
+    pub request: SampleRequest,
+    /// The conversation, ending with the user's turn.
+    pub messages: Vec<crate::prompt::Message>,
 }
 
 /// Trains a policy: design §3 `Trainer`, Tinker's training client. Requests are served in the

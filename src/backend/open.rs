@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use std::sync::Arc;
 
-use super::{Error, Policy, Result, local, tinker};
+use super::{Error, Policy, Result, local, openai, tinker};
 use crate::spec::Plan;
 use crate::spec::resolved::BackendChoice;
 
@@ -48,10 +48,24 @@ pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
             }
             Ok(tinker::open(options).await?)
         }
-        BackendChoice::Openai { .. } => Err(Error::Unavailable {
-            kind: "openai",
-            reason: "this version of rlx has no OpenAI-compatible sampler yet; use `backend: {kind: local}`".into(),
-        }),
+        BackendChoice::Openai { base_url, api_key_env, served_model, api, prompt, concurrency, timeout, max_retries } => {
+            // The server samples; our tokenizer (from `model.base`: its tokenizer and template files,
+            // not its weights) renders the prompts and checks the tokens it sends back.
+            let model = super::model_source::locate_prompt_files(&r.model)?;
+            let tokenizer = r.tokenizer.as_ref().map(super::model_source::locate_prompt_files).transpose()?;
+            let files = crate::prompt::model_files::load(&model, tokenizer.as_deref(), &r.chat_template).map_err(|e| Error::Model { path: model.clone(), reason: e.to_string() })?;
+            let config = openai::Config {
+                api_key: std::env::var(api_key_env).ok().filter(|k| !k.is_empty()),
+                api: *api,
+                prompt: *prompt,
+                concurrency: *concurrency,
+                timeout: *timeout,
+                max_retries: *max_retries,
+                ..openai::Config::new(base_url.clone(), served_model.clone())
+            };
+            let sampler = openai::open(config, std::sync::Arc::new(files.tokenizer)).await?;
+            Ok(Policy::Fixed(sampler))
+        }
     }
 }
 

@@ -172,6 +172,12 @@ pub enum Command {
     /// `rlx compare runs/*`, `rlx compare sweeps/<id>`, `rlx compare runs/<id> --steps -1,last`.
     /// Statistics and how to read them: docs/compare.md.
     Compare(commands::compare::CompareArgs),
+    /// Evaluate a model: pass@k (unbiased estimator) with confidence intervals on a problem set.
+    ///
+    /// `rlx eval SPEC [KEY=VALUE...]` evaluates a spec's policy on its `data.eval`;
+    /// `rlx eval --model M --data FILE` builds the spec from flags. Either way the run directory
+    /// holds the per-problem results (`eval_results.jsonl`), like any run's.
+    Eval(commands::eval::EvalArgs),
 }
 
 /// `rlx validate`.
@@ -212,6 +218,10 @@ pub struct RunArgs {
     /// Continue the run in this directory from its last checkpoint.
     #[arg(long, value_name = "RUN_DIR")]
     pub resume: Option<PathBuf>,
+    /// Sample, grade, score and compute advantages for every step, but train nothing and save
+    /// no checkpoint (`schedule.dry_run=true`; works on sampling-only backends).
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// `rlx sweep`.

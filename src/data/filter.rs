@@ -84,6 +84,7 @@ pub struct Stats {
 /// - `date_from`/`date_to` (inclusive): compare the `YYYY-MM-DD` prefix of the first date field in
 ///   [`DATE_KEYS`]. **Problems without a date are dropped** when either bound is set: a date window
 ///   is usually a contamination cut-off, and an undated problem cannot be shown to fall inside it.
+/// - `skip`: drop the first N problems that survive the filters above, in file order.
 /// - `limit`: the first N problems that survive the filters above, in file order.
 /// - `max_tests`: see [`cap_tests`].
 ///
@@ -128,6 +129,10 @@ pub fn apply(problems: Vec<Problem>, source: &Source) -> Result<(Vec<Problem>, S
         stages.push(format!("dates kept {}", kept.len()));
     }
 
+    if let Some(skip) = source.skip {
+        kept.drain(..(skip as usize).min(kept.len()));
+        stages.push(format!("skip kept {}", kept.len()));
+    }
     if let Some(limit) = source.limit {
         kept.truncate(limit as usize);
     }
@@ -378,6 +383,11 @@ mod tests {
     fn limit_applies_after_filters_and_empty_results_are_errors() {
         let s = Source { difficulty: vec!["easy".into()], limit: Some(1), ..source() };
         assert_eq!(ids(&apply(set(), &s).unwrap().0), ["a"]);
+        // `skip` then `limit`: a contiguous slice in file order (MBPP's splits by task id).
+        let s = Source { skip: Some(1), limit: Some(2), ..source() };
+        assert_eq!(ids(&apply(set(), &s).unwrap().0), ["b", "c"]);
+        let s = Source { skip: Some(9), ..source() };
+        assert!(matches!(apply(set(), &s), Err(Error::Empty { .. })));
         let s = Source { difficulty: vec!["impossible".into()], ..source() };
         let err = apply(set(), &s).unwrap_err().to_string();
         assert!(err.contains("none of the 4") && err.contains("difficulty kept 0"), "{err}");

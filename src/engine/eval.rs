@@ -41,7 +41,7 @@ pub async fn run(sampler: &dyn Sampler, step: i64, spec: &Spec, eval: &[Arc<Prob
         prompts.push((p.clone(), cx.prompting.first_turn(p)?, problems::derive_seed(spec.seed ^ 0xE7A1, -1, i as u64)));
     }
     // Single attempts: pass@k means what it means in every leaderboard.
-    let (groups, _) = rollout::run(sampler, prompts, n as usize, params, cx, "eval", step, 1).await?;
+    let (groups, timing) = rollout::run(sampler, prompts, n as usize, params, cx, "eval", step, 1).await?;
     let Some(groups) = groups else { return Ok(None) };
     let mut metrics = BTreeMap::new();
     let mut records = vec![];
@@ -78,6 +78,7 @@ pub async fn run(sampler: &dyn Sampler, step: i64, spec: &Spec, eval: &[Arc<Prob
     metrics.insert(names::FORMAT_RATE.into(), if total == 0 { 0.0 } else { formatted as f64 / total as f64 });
     metrics.insert(names::PROBLEMS.into(), groups.len() as f64);
     metrics.insert(names::INFRA_ERRORS.into(), infra as f64);
+    metrics.insert(names::PROBLEMS_DROPPED.into(), timing.sampler_dropped as f64);
     metrics.insert(time::EVAL_S.into(), t.elapsed().as_secs_f64());
     Ok(Some(EvalResult { metrics, records }))
 }

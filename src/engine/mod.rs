@@ -211,7 +211,8 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
     // One step of overlap is all one machine can use: the sampler and the trainer share its
     // cores, so a deeper queue would only make samples staler.
     let pipelined = spec.grpo.max_steps_off_policy >= 1;
-    if spec.sampling.temperature != 1.0 && matches!(spec.grpo.loss, Loss::ImportanceSampling) {
+    let trains = spec.schedule.max_steps > 0 && !spec.schedule.dry_run;
+    if trains && spec.sampling.temperature != 1.0 && matches!(spec.grpo.loss, Loss::ImportanceSampling) {
         // The sampler reports log-probabilities of the tempered distribution it drew from, the
         // trainer scores the untempered policy: on-policy ratios are not 1 (the quickstart saw
         // up to 15 at 0.7), and the unclipped loss follows them.
@@ -230,8 +231,10 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         PolicySource::Open => backend::open(plan, &backend::Context { state_dir: dir.path().join(files::CHECKPOINT_DIR) }).await?,
     };
     let max_steps = spec.schedule.max_steps;
-    let trainer: Option<Arc<dyn Trainer>> = policy.trainer().cloned();
-    if max_steps > 0 && trainer.is_none() {
+    let dry_run = spec.schedule.dry_run;
+    // A dry run trains nothing, whatever the backend can do.
+    let trainer: Option<Arc<dyn Trainer>> = if dry_run { None } else { policy.trainer().cloned() };
+    if max_steps > 0 && trainer.is_none() && !dry_run {
         return Err(Error::CannotTrain { steps: max_steps, source: backend::Error::CannotTrain { kind: spec.backend.kind() } });
     }
 
@@ -325,8 +328,10 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         write_eval(&mut metrics_log, &mut eval_log, -1, &res)?;
         sink.event(Event::Eval { step: -1, metrics: res.metrics });
     }
-    let Some(trainer) = trainer else { return Ok(Outcome::Finished { steps: 0 }) };
-    let trainer = &*trainer;
+    if trainer.is_none() && !dry_run {
+        return Ok(Outcome::Finished { steps: 0 });
+    }
+    let trainer: Option<&dyn Trainer> = trainer.as_deref();
 
     let mut last_saved: Option<u32> = first_step.checked_sub(1);
     let pps = u64::from(spec.grpo.prompts_per_step);
@@ -334,19 +339,20 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
     // while this step trained. Whatever is here at a stop or crash is discarded: the data cursor
     // in a checkpoint counts trained steps only, so a resumed run samples those problems again.
     let mut ahead: Option<(Vec<rollout::Group>, rollout::Timing)> = None;
+    let pipelined = pipelined && trainer.is_some();
     for s in first_step..max_steps {
         if stop.requested() {
             return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await;
         }
         let t_step = std::time::Instant::now();
-        let res = if pipelined {
+        let res = if let (true, Some(trainer)) = (pipelined, trainer) {
             let (groups, timing, off_policy) = match ahead.take() {
                 Some((g, t)) => (g, t, 1),
                 None => {
                     let sampler = trainer.sampler().await?;
                     match step::rollouts(&*sampler, s, cursor, &cfg, &cx).await? {
                         Some((g, t)) => (g, t, 0),
-                        None => return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await,
+                        None => return interrupted(Some(trainer), s, cursor, last_saved, dir, &mut checkpoints, sink).await,
                     }
                 }
             };
@@ -355,14 +361,25 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
                 // snapshot is requested before this step's update, and the trainer serves its
                 // requests in order.
                 let sampler = trainer.sampler().await?;
-                let (learned, next) = tokio::join!(step::learn(trainer, s, &groups, timing, off_policy, &cfg, &cx), step::rollouts(&*sampler, s + 1, cursor + pps, &cfg, &cx));
+                let (learned, next) = tokio::join!(step::learn(Some(trainer), s, &groups, timing, off_policy, &cfg, &cx), step::rollouts(&*sampler, s + 1, cursor + pps, &cfg, &cx));
                 ahead = next?;
                 learned?
             } else {
-                step::learn(trainer, s, &groups, timing, off_policy, &cfg, &cx).await?
+                step::learn(Some(trainer), s, &groups, timing, off_policy, &cfg, &cx).await?
             }
         } else {
-            match step::run(trainer, s, cursor, &cfg, &cx).await? {
+            let res = match trainer {
+                Some(trainer) => step::run(trainer, s, cursor, &cfg, &cx).await?,
+                None => {
+                    // Dry run: the step without its optimizer update.
+                    let sampler = policy.sampler().await?;
+                    match step::rollouts(&*sampler, s, cursor, &cfg, &cx).await? {
+                        Some((groups, timing)) => Some(step::learn(None, s, &groups, timing, 0, &cfg, &cx).await?),
+                        None => None,
+                    }
+                }
+            };
+            match res {
                 Some(res) => res,
                 None => return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await,
             }
@@ -377,7 +394,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         let due_eval = !eval_set.is_empty() && (last || (spec.schedule.eval_every > 0 && (s + 1) % spec.schedule.eval_every == 0));
         let mut metrics = res.metrics;
         if due_eval {
-            let sampler = trainer.sampler().await?;
+            let sampler = policy.sampler().await?;
             // `None`: stopped during the eval; the step itself is complete and is kept.
             if let Some(ev) = eval::run(&*sampler, i64::from(s), spec, &eval_set, &eval_sampling, &cx).await? {
                 for r in &ev.records {
@@ -394,7 +411,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         status.steps_done = s + 1;
         dir.set_status(&status)?;
         let due_save = last || (spec.schedule.save_every > 0 && (s + 1) % spec.schedule.save_every == 0);
-        if due_save {
+        if let (true, Some(trainer)) = (due_save, trainer) {
             checkpoint(trainer, s, cursor, if last { "final" } else { "periodic" }, dir, &mut checkpoints, sink).await?;
             last_saved = Some(s);
         }
@@ -436,8 +453,11 @@ async fn checkpoint(trainer: &dyn Trainer, step: u32, cursor: u64, kind: &str, d
 
 /// Saves what the run has (unless the last completed step is already saved) and reports an
 /// interruption after `done` completed steps.
-async fn interrupted(trainer: &dyn Trainer, done: u32, cursor: u64, last_saved: Option<u32>, dir: &RunDir, log: &mut JsonlWriter, sink: &dyn EventSink) -> Result<Outcome, Error> {
-    if done > 0 && last_saved != Some(done - 1) {
+async fn interrupted(trainer: Option<&dyn Trainer>, done: u32, cursor: u64, last_saved: Option<u32>, dir: &RunDir, log: &mut JsonlWriter, sink: &dyn EventSink) -> Result<Outcome, Error> {
+    if let Some(trainer) = trainer
+        && done > 0
+        && last_saved != Some(done - 1)
+    {
         checkpoint(trainer, done - 1, cursor, "interrupt", dir, log, sink).await?;
     }
     Ok(Outcome::Interrupted { steps: done })

@@ -9,17 +9,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{Pending, SampleRequest, SampledSequence, Sampler, SamplingParams, StopReason};
+use crate::backend::{ChatRequest, Pending, SampleRequest, SampledSequence, Sampler, SamplingParams, StopReason};
 use crate::data::Problem;
 use crate::sandbox::{AnyGrader, GradeOptions, VerdictStatus};
 
 use super::grading::{Graded, grade_group};
 use super::prompting::{Prompting, Rendered};
 use super::{Error, Event, EventSink, Stop, feedback, problems};
-
-/// Completions sampled in one batch at most, so grading of a batch overlaps sampling of the next
-/// (the local sampler batches up to this many rows itself).
-const BATCH_ROWS: usize = 32;
 
 /// One attempt: the prompt it saw, what was sampled, and its grade.
 #[derive(Debug)]
@@ -57,13 +53,16 @@ pub struct Group {
     pub trajectories: Vec<Trajectory>,
 }
 
-/// Wall-clock split of a rollout phase.
+/// Wall-clock split of a rollout phase, and the groups it lost.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Timing {
     /// Seconds spent sampling.
     pub sample_s: f64,
     /// Seconds spent waiting for grades after sampling (grading not hidden by sampling).
     pub grade_s: f64,
+    /// Groups dropped because sampling failed with an infrastructure error that survived the
+    /// sampler's retries (a server down or answering garbage): left out, never scored.
+    pub sampler_dropped: usize,
 }
 
 /// What a rollout phase needs besides the sampler.
@@ -88,6 +87,23 @@ type Completions = Vec<Vec<SampledSequence>>;
 /// A prompt to sample a group for: the problem, its first-turn prompt, the group's seed.
 pub type GroupPrompt = (Arc<Problem>, Rendered, u64);
 
+/// A sample request with the conversation it renders (for samplers that take messages).
+fn chat_request(prompt: &Rendered, num_samples: usize, seed: u64) -> ChatRequest {
+    ChatRequest { request: SampleRequest { prompt: prompt.tokens.clone(), num_samples, seed: Some(seed) }, messages: prompt.messages.clone() }
+}
+
+/// Whether a sampler's failure is an infrastructure error to drop groups for (after warning)
+/// rather than a reason to stop the run.
+fn dropped(e: &crate::backend::Error, groups: usize, cx: &Ctx<'_>, phase: &str, step: i64) -> bool {
+    if !e.is_infrastructure() {
+        return false;
+    }
+    let causes = crate::causes::causes(e).join(": ");
+    tracing::warn!(step, phase, groups, "sampling failed, groups dropped: {causes}");
+    cx.sink.event(Event::Warning(format!("step {step} {phase}: {groups} group(s) dropped after sampler infrastructure errors: {causes}")));
+    true
+}
+
 /// Samples `n` completions per prompt (seeded per prompt), grades them, and gives failed ones
 /// up to `max_attempts - 1` more attempts with feedback.
 ///
@@ -111,8 +127,11 @@ pub async fn run(
 ) -> Result<(Option<Vec<Group>>, Timing), Error> {
     cx.sink.event(Event::Phase { step, phase, total: (prompts.len() * n) as u64 });
     let mut timing = Timing::default();
-    let seeds: Vec<u64> = prompts.iter().map(|p| p.2).collect();
-    let per_batch = (BATCH_ROWS / n.max(1)).max(1);
+    let total = prompts.len();
+    let mut last_infra = None;
+    // At most `batch_rows` completions per call, so grading of a batch overlaps sampling of the
+    // next (the local sampler decodes a call's rows together).
+    let per_batch = (sampler.batch_rows() / n.max(1)).max(1);
     let in_flight = sampler.max_in_flight().max(1);
     let mut pending = Vec::with_capacity(prompts.len());
     let mut rest = prompts.into_iter().peekable();
@@ -125,24 +144,42 @@ pub async fn run(
         // Keep the sampler busy: the next batches are queued while this one is awaited.
         while queue.len() < in_flight && rest.peek().is_some() {
             let batch: Vec<GroupPrompt> = rest.by_ref().take(per_batch).collect();
-            let requests = batch.iter().map(|(_, r, seed)| SampleRequest { prompt: r.tokens.clone(), num_samples: n, seed: Some(*seed) }).collect();
-            let reply = sampler.sample(requests, params);
+            let requests = batch.iter().map(|(_, r, seed)| chat_request(r, n, *seed)).collect();
+            let reply = sampler.sample_chat(requests, params);
             queue.push_back((batch, reply));
         }
         let Some((batch, reply)) = queue.pop_front() else { break };
-        let out = reply.await?;
+        let out = match reply.await {
+            Ok(out) => out,
+            Err(e) if dropped(&e, batch.len(), cx, phase, step) => {
+                timing.sampler_dropped += batch.len();
+                cx.sink.event(Event::Progress { phase, done: (batch.len() * n) as u64 });
+                last_infra = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         check_reply(&batch.iter().map(|_| n).collect::<Vec<_>>(), &out)?;
-        for ((problem, prompt, _), seqs) in batch.into_iter().zip(out) {
+        for ((problem, prompt, seed), seqs) in batch.into_iter().zip(out) {
             cx.sink.event(Event::Progress { phase, done: seqs.len() as u64 });
             let texts = seqs.iter().map(|s| cx.prompting.tokenizer.decode(&s.tokens, true)).collect::<Result<Vec<String>, _>>()?;
             let handle = tokio::spawn(grade_group(cx.grader.clone(), problem.clone(), texts.clone(), cx.opts.clone(), cx.retries));
-            pending.push((problem, prompt, seqs, texts, handle));
+            pending.push((problem, prompt, seed, seqs, texts, handle));
         }
+    }
+    if let Some(e) = last_infra
+        && pending.is_empty()
+        && total > 0
+    {
+        // Not one group sampled: the server is down, not flaky; the run stops and says so.
+        return Err(e.into());
     }
     timing.sample_s += t.elapsed().as_secs_f64();
     let t = Instant::now();
     let mut groups = Vec::with_capacity(pending.len());
-    for (problem, prompt, seqs, texts, handle) in pending {
+    let mut seeds = Vec::with_capacity(pending.len());
+    for (problem, prompt, seed, seqs, texts, handle) in pending {
+        seeds.push(seed);
         let graded = handle.await?;
         let trajectories = seqs
             .into_iter()
@@ -154,14 +191,17 @@ pub async fn run(
     }
     timing.grade_s += t.elapsed().as_secs_f64();
 
+    let mut lost = vec![false; groups.len()];
     for attempt in 2..=max_attempts {
         if cx.stop.requested() {
             return Ok((None, timing));
         }
-        if !retry_failed(sampler, &mut groups, &seeds, attempt, max_attempts, params, cx, step, &mut timing).await? {
+        if !retry_failed(sampler, &mut groups, &mut lost, &seeds, attempt, max_attempts, params, cx, step, &mut timing).await? {
             break;
         }
     }
+    let mut lost = lost.into_iter();
+    groups.retain(|_| !lost.next().unwrap_or(false));
     Ok((Some(groups), timing))
 }
 
@@ -184,6 +224,7 @@ fn check_reply(asked: &[usize], got: &[Vec<SampledSequence>]) -> Result<(), Erro
 async fn retry_failed(
     sampler: &dyn Sampler,
     groups: &mut [Group],
+    lost: &mut [bool],
     seeds: &[u64],
     attempt: u32,
     max_attempts: u32,
@@ -194,6 +235,9 @@ async fn retry_failed(
 ) -> Result<bool, Error> {
     let mut todo = vec![];
     for (gi, g) in groups.iter().enumerate() {
+        if lost[gi] {
+            continue;
+        }
         for (ti, t) in g.trajectories.iter().enumerate() {
             let last = t.last();
             if last.graded.verdict.passed || last.graded.verdict.status == VerdictStatus::InfraError {
@@ -209,17 +253,49 @@ async fn retry_failed(
         return Ok(false);
     }
     cx.sink.event(Event::Phase { step, phase: "retry", total: todo.len() as u64 });
-    let requests: Vec<SampleRequest> = todo
-        .iter()
-        .map(|(gi, ti, next)| SampleRequest { prompt: next.tokens.clone(), num_samples: 1, seed: Some(problems::derive_seed(seeds[*gi], i64::from(attempt), *ti as u64)) })
-        .collect();
+    // Calls of whole groups, up to `batch_rows` completions each (one call for the local
+    // sampler, as before), all submitted before the first is awaited.
     let t = Instant::now();
-    let out = sampler.sample(requests, params).await?;
-    check_reply(&vec![1; todo.len()], &out)?;
+    let mut calls: Vec<(Vec<usize>, Pending<Completions>)> = vec![];
+    let mut start = 0;
+    while start < todo.len() {
+        let mut end = start + 1;
+        while end < todo.len() && (todo[end].0 == todo[end - 1].0 || end - start < sampler.batch_rows()) {
+            end += 1;
+        }
+        let requests: Vec<ChatRequest> = todo[start..end].iter().map(|(gi, ti, next)| chat_request(next, 1, problems::derive_seed(seeds[*gi], i64::from(attempt), *ti as u64))).collect();
+        calls.push(((start..end).collect(), sampler.sample_chat(requests, params)));
+        start = end;
+    }
+    let mut out: Vec<Option<Vec<SampledSequence>>> = (0..todo.len()).map(|_| None).collect();
+    for (rows, reply) in calls {
+        match reply.await {
+            Ok(got) => {
+                check_reply(&vec![1; rows.len()], &got)?;
+                for (i, seqs) in rows.into_iter().zip(got) {
+                    out[i] = Some(seqs);
+                }
+            }
+            Err(e) => {
+                // A trajectory cut short by the server would be scored on an attempt the model
+                // was not done with: its group is dropped instead.
+                let hit: std::collections::BTreeSet<usize> = rows.iter().map(|&i| todo[i].0).collect();
+                if !dropped(&e, hit.len(), cx, "retry", step) {
+                    return Err(e.into());
+                }
+                for gi in hit {
+                    lost[gi] = true;
+                    timing.sampler_dropped += 1;
+                }
+            }
+        }
+    }
     timing.sample_s += t.elapsed().as_secs_f64();
     cx.sink.event(Event::Progress { phase: "retry", done: todo.len() as u64 });
     let mut handles = Vec::with_capacity(todo.len());
-    for ((gi, ti, next), mut seqs) in todo.into_iter().zip(out) {
+    for ((gi, ti, next), seqs) in todo.into_iter().zip(out) {
+        // A group dropped mid-way keeps no further attempt, even from its calls that worked.
+        let Some(mut seqs) = seqs.filter(|_| !lost[gi]) else { continue };
         let seq = seqs.pop().expect("checked: one completion per request");
         let text = cx.prompting.tokenizer.decode(&seq.tokens, true)?;
         let handle = tokio::spawn(grade_group(cx.grader.clone(), groups[gi].problem.clone(), vec![text.clone()], cx.opts.clone(), cx.retries));

@@ -93,7 +93,7 @@ pub async fn run(trainer: &dyn Trainer, step: u32, cursor: u64, cfg: &StepConfig
     if cx.stop.requested() {
         return Ok(None);
     }
-    Ok(Some(learn(trainer, step, &groups, timing, 0, cfg, cx).await?))
+    Ok(Some(learn(Some(trainer), step, &groups, timing, 0, cfg, cx).await?))
 }
 
 /// The datums of one trajectory: one per run of attempts whose prompts start with the previous
@@ -135,11 +135,12 @@ fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Datum> {
 }
 
 /// Rewards, advantages, datums and the optimizer step for graded `groups` of step `step`,
-/// sampled `off_policy` steps behind the weights being trained.
+/// sampled `off_policy` steps behind the weights being trained. Without a trainer (a dry run)
+/// everything but the optimizer step: the datums are built and counted, not trained on.
 ///
 /// # Errors
 /// Trainer failures.
-pub async fn learn(trainer: &dyn Trainer, step: u32, groups: &[Group], timing: Timing, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
+pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], timing: Timing, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
     let spec = cfg.spec;
     let mut datums = vec![];
     let mut rollouts = vec![];
@@ -226,7 +227,7 @@ pub async fn learn(trainer: &dyn Trainer, step: u32, groups: &[Group], timing: T
     // Train.
     let t_train = Instant::now();
     let mut m = BTreeMap::new();
-    if !datums.is_empty() {
+    if let Some(trainer) = trainer.filter(|_| !datums.is_empty()) {
         let n = datums.len();
         let (fb, opt) = train_step(trainer, datums, *cfg.loss, *cfg.adam).await?;
         m.insert(train::LOSS.into(), fb.loss);
@@ -242,7 +243,7 @@ pub async fn learn(trainer: &dyn Trainer, step: u32, groups: &[Group], timing: T
             m.entry(k).or_insert(v);
         }
     } else {
-        m.insert(train::DATUMS.into(), 0.0);
+        m.insert(train::DATUMS.into(), datums.len() as f64);
     }
     let train_s = t_train.elapsed().as_secs_f64();
 
@@ -259,6 +260,7 @@ pub async fn learn(trainer: &dyn Trainer, step: u32, groups: &[Group], timing: T
     m.insert(train::GROUPS.into(), groups_total);
     m.insert(train::GROUPS_SKIPPED.into(), f64::from(skipped));
     m.insert(train::GROUPS_INFRA_DROPPED.into(), f64::from(infra_dropped));
+    m.insert(train::GROUPS_SAMPLER_DROPPED.into(), timing.sampler_dropped as f64);
     m.insert(train::OFF_POLICY_STEPS.into(), f64::from(off_policy));
     m.insert(train::TRUNCATED_RATE.into(), truncation_rate(groups));
     m.insert(train::COMPLETION_TOKENS_MEAN.into(), if turns_all == 0 { 0.0 } else { completion_tokens as f64 / turns_all as f64 });

@@ -27,6 +27,23 @@ pub fn mean_pass_at_k(results: &[(u32, u32)], k: u32) -> f64 {
     results.iter().map(|&(n, c)| pass_at_k(n, c, k)).sum::<f64>() / results.len() as f64
 }
 
+/// The mean of per-problem pass@k values and the half-width of its 95% confidence interval
+/// (normal approximation over problems: 1.96 · sample standard deviation / √N; 0 for fewer
+/// than two problems). Problems are the unit of sampling, so this is the interval that says
+/// whether two models differ on the benchmark's population, not on these samples.
+pub fn mean_and_ci95(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mean = values.iter().sum::<f64>() / n;
+    if values.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, 1.96 * (var / n).sqrt())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,5 +77,16 @@ mod tests {
             }
         }
         assert!((mean_pass_at_k(&[(4, 4), (4, 0)], 1) - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn confidence_interval_of_a_proportion() {
+        // 100 problems, 30 solved: sd = sqrt(0.3·0.7·100/99), half-width 1.96·sd/10.
+        let v: Vec<f64> = (0..100).map(|i| if i < 30 { 1.0 } else { 0.0 }).collect();
+        let (m, h) = mean_and_ci95(&v);
+        assert!((m - 0.3).abs() < 1e-12);
+        assert!((h - 1.96 * (0.21f64 * 100.0 / 99.0).sqrt() / 10.0).abs() < 1e-12);
+        assert_eq!(mean_and_ci95(&[0.5]), (0.5, 0.0));
+        assert_eq!(mean_and_ci95(&[]), (0.0, 0.0));
     }
 }

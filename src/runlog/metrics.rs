@@ -53,6 +53,9 @@ pub mod train {
     pub const GROUPS_SKIPPED: &str = "train/groups_skipped";
     /// Groups dropped because sandbox infrastructure errors survived the retries.
     pub const GROUPS_INFRA_DROPPED: &str = "train/groups_infra_dropped";
+    /// Groups dropped because sampling failed with infrastructure errors (a server down, timing
+    /// out or answering garbage) that survived the sampler's retries.
+    pub const GROUPS_SAMPLER_DROPPED: &str = "train/groups_sampler_dropped";
     /// How many steps older than the trained weights the sampling weights were (0 or 1).
     pub const OFF_POLICY_STEPS: &str = "train/off_policy_steps";
     /// Fraction (0–1) of sampled turns that stopped at `max_tokens`.
@@ -110,6 +113,9 @@ pub mod eval {
     pub const PROBLEMS: &str = "eval/problems";
     /// Eval samples lost to sandbox infrastructure errors (left out of pass@k's `n`).
     pub const INFRA_ERRORS: &str = "eval/infra_errors";
+    /// Problems left out because sampling them failed with infrastructure errors that survived
+    /// the sampler's retries (not counted in `eval/problems` nor in pass@k).
+    pub const PROBLEMS_DROPPED: &str = "eval/problems_dropped";
 
     /// `eval/pass@{k}`: the unbiased pass@k estimate averaged over problems (0–1).
     pub fn pass_at(k: u32) -> String {

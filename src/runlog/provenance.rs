@@ -55,6 +55,10 @@ pub struct Provenance {
     /// the sandbox owns that shape and it differs between graders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<serde_json::Value>,
+    /// Whether the run was a dry run (`schedule.dry_run`, `rlx run --dry-run`): rollouts,
+    /// grades, rewards and advantages, no training and no checkpoints. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// Git state.
@@ -203,6 +207,7 @@ impl Provenance {
             data: None,
             prompt_tokens: None,
             sandbox: None,
+            dry_run: spec.schedule.dry_run,
         }
     }
 }

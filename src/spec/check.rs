@@ -143,12 +143,33 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
 
     // Incompatible options.
     let kind = spec.backend.kind();
-    if !spec.backend.can_train() && spec.schedule.max_steps > 0 {
+    let trains = spec.schedule.max_steps > 0 && !spec.schedule.dry_run;
+    if let crate::spec::types::Backend::Openai { api: crate::spec::types::OpenaiApi::Chat, .. } = &spec.backend
+        && trains
+    {
+        // Said first and on its own: even a backend that could train behind a chat endpoint
+        // could not be trained from it.
+        cx.err("backend.api", format!("`backend.api: chat` cannot serve training (`schedule.max_steps` is {})", spec.schedule.max_steps))
+            .hints
+            .push("a chat endpoint returns text, not the sampled token ids and their log-probabilities that the policy-gradient loss needs; use it for evaluation (`schedule.max_steps: 0`, `rlx eval`) or a dry run (`rlx run --dry-run`)".into());
+    } else if !spec.backend.can_train() && trains {
         cx.err("backend.kind", format!("the `{kind}` backend can only sample, but `schedule.max_steps` is {}", spec.schedule.max_steps))
             .hints
-            .push("use `backend.kind: local` or `tinker` to train, or set `schedule.max_steps: 0` for an evaluation-only run".into());
+            .push("use `backend.kind: local` or `tinker` to train, set `schedule.max_steps: 0` for an evaluation-only run, or `rlx run --dry-run` for rollouts without training".into());
     }
-    if !spec.backend.trains_full_weights() && spec.model.finetune == Finetune::Full {
+    if let crate::spec::types::Backend::Openai { base_url, timeout_s, .. } = &spec.backend {
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            cx.err("backend.base_url", format!("`backend.base_url` must be an http(s) URL, found `{base_url}`"))
+                .hints
+                .push("for example `http://127.0.0.1:8000/v1`".into());
+        }
+        if let Some(t) = timeout_s
+            && !(t.is_finite() && *t > 0.0)
+        {
+            cx.err("backend.timeout_s", format!("`backend.timeout_s` must be > 0, found {t}"));
+        }
+    }
+    if !spec.backend.trains_full_weights() && spec.model.finetune == Finetune::Full && trains {
         cx.err("model.finetune", format!("the `{kind}` backend trains LoRA adapters only; `model.finetune: full` needs `backend.kind: local`"));
     }
     if let crate::spec::types::Backend::Tinker { model_path: Some(path), .. } = &spec.backend {

@@ -145,6 +145,16 @@ pub enum BackendChoice {
         api_key_env: String,
         /// The model name the server knows.
         served_model: String,
+        /// `/v1/completions` or `/v1/chat/completions`.
+        api: types::OpenaiApi,
+        /// Token ids or text prompts (completions only).
+        prompt: types::PromptEncoding,
+        /// Requests in flight at once.
+        concurrency: usize,
+        /// Per-request time limit.
+        timeout: std::time::Duration,
+        /// Retries of an infrastructure failure.
+        max_retries: u32,
     },
 }
 
@@ -199,10 +209,15 @@ impl Resolved {
                 max_in_flight: max_in_flight.map_or(crate::backend::tinker::DEFAULT_MAX_IN_FLIGHT, |n| n as usize),
                 model_path: model_path.clone(),
             },
-            Backend::Openai { base_url, api_key_env, served_model } => BackendChoice::Openai {
-                base_url: base_url.clone(),
+            Backend::Openai { base_url, api_key_env, served_model, api, prompt, concurrency, timeout_s, max_retries } => BackendChoice::Openai {
+                base_url: base_url.trim_end_matches('/').to_string(),
                 api_key_env: api_key_env.clone(),
                 served_model: served_model.clone().unwrap_or_else(|| m.base.clone()),
+                api: *api,
+                prompt: *prompt,
+                concurrency: concurrency.unwrap_or(8).max(1) as usize,
+                timeout: std::time::Duration::from_secs_f64(timeout_s.filter(|t| t.is_finite() && *t > 0.0).unwrap_or(300.0)),
+                max_retries: max_retries.unwrap_or(4),
             },
         };
         let o = &spec.optimizer;

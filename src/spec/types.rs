@@ -214,17 +214,46 @@ pub enum Backend {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model_path: Option<String>,
     },
-    /// An OpenAI-compatible server (vLLM, SGLang, ...). Sampling only: it cannot train, so it
-    /// serves evaluation-only runs (`schedule.max_steps: 0`).
+    /// An OpenAI-compatible server (vLLM, llama.cpp, SGLang, ...). Sampling only: it cannot
+    /// train, so it serves evaluation-only runs (`schedule.max_steps: 0`) and dry runs
+    /// (`schedule.dry_run: true`). `model.base` still names the model's tokenizer and chat
+    /// template, which render the prompts and check the server's tokens.
     Openai {
         /// Base URL of the server, e.g. `http://localhost:8000/v1`.
         base_url: String,
-        /// Environment variable holding the API key. Default `OPENAI_API_KEY`.
+        /// Environment variable holding the API key (sent as a bearer token when set; local
+        /// servers need none). Default `OPENAI_API_KEY`.
         #[serde(default = "default_openai_key_env")]
         api_key_env: String,
         /// Model name the server knows. Default: `model.base`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         served_model: Option<String>,
+        /// Endpoint: `completions` (`/v1/completions`: rlx renders the chat template, and the
+        /// server reports the sampled tokens and their log-probabilities) or `chat`
+        /// (`/v1/chat/completions`, for servers that offer only chat: the server renders the
+        /// conversation and returns text, so it serves evaluation and dry runs only). Default
+        /// `completions`.
+        #[serde(default, skip_serializing_if = "OpenaiApi::is_default")]
+        api: OpenaiApi,
+        /// How `/v1/completions` receives the prompt: `tokens` (token ids, exactly the prompt
+        /// rlx rendered; vLLM and llama.cpp's `llama-server`) or `text` (the rendered prompt as
+        /// text, which the server tokenizes again; llama-cpp-python's server). Default `tokens`.
+        #[serde(default, skip_serializing_if = "PromptEncoding::is_default")]
+        prompt: PromptEncoding,
+        /// Requests in flight at once (each asks for one completion). Default `8`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1))]
+        concurrency: Option<u32>,
+        /// Seconds one request may take, connection included, before it is retried. Default `300`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0.001))]
+        timeout_s: Option<f64>,
+        /// Retries of a request that failed for infrastructure reasons (connection refused or
+        /// reset, timeout, HTTP 429 or 5xx, a malformed or truncated reply), with exponential
+        /// back-off from 0.5 s. After the last one the group is dropped and counted, never scored.
+        /// Default `4`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_retries: Option<u32>,
     },
 }
 
@@ -246,6 +275,40 @@ impl Backend {
     /// Whether the backend can train every weight (Tinker trains LoRA adapters only).
     pub fn trains_full_weights(&self) -> bool {
         matches!(self, Backend::Local { .. })
+    }
+}
+
+/// Which endpoint of an OpenAI-compatible server samples (`backend.api`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OpenaiApi {
+    /// `/v1/completions` with logprobs.
+    #[default]
+    Completions,
+    /// `/v1/chat/completions` (text only).
+    Chat,
+}
+
+impl OpenaiApi {
+    fn is_default(&self) -> bool {
+        *self == OpenaiApi::Completions
+    }
+}
+
+/// How `/v1/completions` receives the prompt (`backend.prompt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptEncoding {
+    /// Token ids.
+    #[default]
+    Tokens,
+    /// Text, tokenized again by the server.
+    Text,
+}
+
+impl PromptEncoding {
+    fn is_default(&self) -> bool {
+        *self == PromptEncoding::Tokens
     }
 }
 
@@ -298,6 +361,11 @@ pub struct Source {
     /// Keep problems dated on or before this day (`YYYY-MM-DD`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub date_to: Option<String>,
+    /// Drop the first this many problems that survive the filters above (before `limit`).
+    /// With `limit` it selects a contiguous slice: MBPP's test split (task ids 11–510) is
+    /// `skip: 10, limit: 500` of `mbpp.jsonl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip: Option<u32>,
     /// Keep at most this many problems (after the filters above).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -318,6 +386,7 @@ impl Source {
             difficulty: vec![],
             date_from: None,
             date_to: None,
+            skip: None,
             limit: None,
             max_tests: None,
         }
@@ -766,6 +835,11 @@ pub struct Schedule {
     /// Evaluate before the first step (step −1, the baseline). Default `true`.
     #[serde(default = "yes")]
     pub eval_at_start: bool,
+    /// Dry run: every step samples, grades, scores and computes advantages (all metrics and
+    /// rollouts are written) but nothing is trained and no checkpoint is saved, so it works on
+    /// sampling-only backends too. `rlx run --dry-run` sets it. Default `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 fn default_max_steps() -> u32 {
@@ -777,7 +851,7 @@ fn ten() -> u32 {
 
 impl Default for Schedule {
     fn default() -> Self {
-        Schedule { max_steps: default_max_steps(), eval_every: 10, save_every: 10, eval_at_start: true }
+        Schedule { max_steps: default_max_steps(), eval_every: 10, save_every: 10, eval_at_start: true, dry_run: false }
     }
 }
 

@@ -17,7 +17,7 @@ use crate::common::{TestContext, repo};
 const SPECIALS: [&str; 3] = ["<|im_start|>", "<|im_end|>", "<unk>"];
 
 /// A character-level BPE tokenizer (no merges) over printable ASCII and newline.
-fn char_tokenizer() -> (Value, usize) {
+pub fn char_tokenizer() -> (Value, usize) {
     let mut vocab = serde_json::Map::new();
     let mut added = vec![];
     for (i, s) in SPECIALS.iter().enumerate() {

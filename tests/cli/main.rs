@@ -33,6 +33,10 @@
 //! - `tinker_sdk`: `rlx serve` driven by the official Tinker Python SDK, with and without faults.
 //! - `tinker_wire`: rlx's Tinker client sends what the SDK sends for the same operations.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
+//! - `openai`: the OpenAI-compatible sampler against servers written in the test (every failure
+//!   mode), `rlx eval` and dry runs that drop and count what a server fails on.
+//! - `llama_cpp`: the same backend against a real llama.cpp server (llama-cpp-python) serving
+//!   SmolLM2: the backend contract, `rlx eval`, a multi-attempt dry run.
 
 mod backend_contract;
 mod chat;
@@ -59,3 +63,5 @@ mod tinker_wire;
 mod trainer;
 mod trainer_smollm2;
 mod validate;
+mod openai;
+mod llama_cpp;

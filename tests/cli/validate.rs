@@ -18,6 +18,7 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("bad_name.yaml", "`name` must be letters, digits", ":1:7", ""),
     ("batch_arithmetic.yaml", "`grpo.batch_size` is 64, but `prompts_per_step` × `group_size` = 8 × 16 = 128", ":8:57", "set `prompts_per_step: 4`"),
     ("broken_template.yaml", "does not compile: unexpected end of input", "broken.j2:3:", "named by `prompt.feedback` at tests/fixtures/specs/bad/broken_template.yaml:8:13"),
+    ("chat_training.yaml", "`backend.api: chat` cannot serve training (`schedule.max_steps` is 100)", ":3:66", "not the sampled token ids and their log-probabilities"),
     ("duplicate_key.yaml", "duplicate key `seed`", ":9:1", "first defined at tests/fixtures/specs/bad/duplicate_key.yaml:8:1"),
     ("feedback_required.yaml", "`rollout.max_attempts` is 3 but `prompt.feedback` is not set", ":8:25", "feedback template"),
     ("float_for_integer.yaml", "`schedule.max_steps` must be an integer, found a number `10.0`", ":8:23", "write it as an integer: `10`"),

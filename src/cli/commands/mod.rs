@@ -9,6 +9,7 @@ mod sweep;
 mod validate;
 
 pub mod compare;
+pub mod eval;
 pub mod grade;
 pub mod sandbox;
 pub mod serve;
@@ -28,6 +29,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Sandbox(cmd) => sandbox::run(cmd),
         Command::Serve(args) => serve::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Eval(args) => eval::run(args),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `rlx run SPEC [KEY=VALUE...]` and `rlx run --resume RUN_DIR`.
+//! `rlx run SPEC [KEY=VALUE...] [--dry-run]` and `rlx run --resume RUN_DIR`.
 
 use std::path::Path;
 
@@ -12,10 +12,15 @@ use crate::runlog::{RunDir, files};
 use crate::spec;
 
 pub fn run(args: RunArgs) -> anyhow::Result<u8> {
-    let (specs, ovs) = match split_args(&args.args) {
+    let (specs, mut ovs) = match split_args(&args.args) {
         Ok(x) => x,
         Err(code) => return Ok(code),
     };
+    if args.dry_run {
+        // An override, so the dry run is its own run (its own id and directory, never the
+        // training run's) and `resolved.json` and `provenance.json` record it.
+        ovs.push(spec::overrides::parse("schedule.dry_run=true").map_err(|d| anyhow::anyhow!("{}", spec::Diagnostics(d)))?);
+    }
     let mut resume_id = None;
     let (spec_path, text, ovs) = match (&args.resume, specs.as_slice()) {
         (Some(dir), []) => {
@@ -61,10 +66,32 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         );
         return Ok(exit::USAGE);
     }
+    let outcome = execute(&plan)?;
+    match outcome {
+        Ok(engine::Outcome::Finished { steps }) => {
+            let what = if plan.spec.schedule.dry_run { " (dry run: nothing trained)" } else { "" };
+            printer::status(format!("finished {} ({steps} steps){what} → {}", plan.run_id, RunDir::path_for(&plan).display()));
+            Ok(exit::OK)
+        }
+        Ok(engine::Outcome::Interrupted { steps }) => {
+            printer::status(format!("interrupted after {steps} steps; `rlx run --resume {}` continues", RunDir::path_for(&plan).display()));
+            Ok(exit::INTERRUPTED)
+        }
+        // `cli::main` renders the cause chain and picks the exit code (2 for the user's errors).
+        Err(e) => Err(anyhow::Error::new(e).context(format!("run `{}` failed", plan.run_id))),
+    }
+}
+
+/// Runs a plan on a fresh runtime with the console's progress and the signal policy of `rlx
+/// run`: the first SIGINT/SIGTERM stops after the current step, the second exits at once.
+///
+/// # Errors
+/// The runtime cannot start (the engine's own errors are the inner result).
+pub(super) fn execute(plan: &spec::Plan) -> anyhow::Result<Result<engine::Outcome, engine::Error>> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     let stop = engine::Stop::default();
     let console = Console::new();
-    let outcome = rt.block_on(async {
+    Ok(rt.block_on(async {
         let signals = stop.clone();
         tokio::spawn(async move {
             // First SIGINT/SIGTERM: finish or abandon the step, checkpoint, exit 130.
@@ -83,18 +110,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
                 }
             }
         });
-        engine::run(&plan, engine::PolicySource::Open, &stop, &console).await
-    });
-    match outcome {
-        Ok(engine::Outcome::Finished { steps }) => {
-            printer::status(format!("finished {} ({steps} steps) → {}", plan.run_id, RunDir::path_for(&plan).display()));
-            Ok(exit::OK)
-        }
-        Ok(engine::Outcome::Interrupted { steps }) => {
-            printer::status(format!("interrupted after {steps} steps; `rlx run --resume {}` continues", RunDir::path_for(&plan).display()));
-            Ok(exit::INTERRUPTED)
-        }
-        // `cli::main` renders the cause chain and picks the exit code (2 for the user's errors).
-        Err(e) => Err(anyhow::Error::new(e).context(format!("run `{}` failed", plan.run_id))),
-    }
+        engine::run(plan, engine::PolicySource::Open, &stop, &console).await
+    }))
 }

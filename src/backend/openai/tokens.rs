@@ -1,0 +1,124 @@
+//! The server's completion tokens as our tokenizer's ids, checked against our tokenizer.
+//!
+//! A server that reports ids (vLLM, llama-server) is checked on the ids: each must be in our
+//! vocabulary, and they must decode to the text the server sent (a prefix of it is enough: a
+//! stop string is cut from the text, not always from the tokens). A server that reports token
+//! strings (llama-cpp-python) has each string looked up among the single-token decodings of our
+//! vocabulary; a string that several ids decode to (a byte of a multi-byte character, which
+//! servers print as empty) makes the whole completion fall back to our own encoding of its text,
+//! which must then match the server's strings one for one. Anything else is a
+//! [`super::Error::TokenMismatch`]: the served model is not the spec's `model.base`, or the
+//! server tokenizes differently, and the tokens cannot be trusted.
+//!
+//! Rejected alternative: always re-encoding the text. A sampled sequence is not always the
+//! canonical encoding of its text (the model may spell `ab` as `a` + `b`), so re-encoding
+//! would silently change the tokens whose log-probabilities the server reported.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use crate::prompt::Tokenizer;
+
+use super::Error;
+use super::wire::Reported;
+
+/// Our tokenizer, with the reverse map from a token's text to its id built on first use.
+#[derive(Debug)]
+pub struct Vocab {
+    tokenizer: Arc<Tokenizer>,
+    /// Single-token decoding → id; `None` where several ids decode the same.
+    pieces: OnceLock<HashMap<String, Option<u32>>>,
+}
+
+fn mismatch(detail: String) -> Error {
+    Error::TokenMismatch { detail }
+}
+
+fn quote(s: &str) -> String {
+    let cut: String = s.chars().take(60).collect();
+    format!("{cut:?}")
+}
+
+impl Vocab {
+    /// Wraps our tokenizer.
+    pub fn new(tokenizer: Arc<Tokenizer>) -> Vocab {
+        Vocab { tokenizer, pieces: OnceLock::new() }
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, Error> {
+        self.tokenizer.decode(ids, false).map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    fn pieces(&self) -> &HashMap<String, Option<u32>> {
+        self.pieces.get_or_init(|| {
+            let mut map: HashMap<String, Option<u32>> = HashMap::new();
+            for id in 0..self.tokenizer.vocab_size() as u32 {
+                if let Ok(p) = self.tokenizer.decode(&[id], false) {
+                    map.entry(p).and_modify(|v| *v = None).or_insert(Some(id));
+                }
+            }
+            map
+        })
+    }
+
+    /// The ids of a completion the server reported as `reported`, with `text` its text.
+    ///
+    /// # Errors
+    /// [`Error::TokenMismatch`] naming the first disagreement.
+    pub fn ids(&self, reported: &Reported, text: &str) -> Result<Vec<u32>, Error> {
+        match reported {
+            Reported::Ids(ids) => {
+                let vocab = self.tokenizer.vocab_size();
+                if let Some((i, id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= vocab) {
+                    return Err(mismatch(format!("token {i} is id {id}, beyond our vocabulary of {vocab}")));
+                }
+                let ours = self.decode(ids)?;
+                if !ours.starts_with(text) {
+                    return Err(mismatch(format!("the server's text is {} but its token ids decode to {} with our tokenizer", quote(text), quote(&ours))));
+                }
+                Ok(ids.clone())
+            }
+            Reported::Pieces(pieces) => self.ids_of_pieces(pieces, text),
+            Reported::None => self.tokenizer.encode(text).map_err(|e| Error::Tokenizer(e.to_string())),
+        }
+    }
+
+    fn ids_of_pieces(&self, pieces: &[String], text: &str) -> Result<Vec<u32>, Error> {
+        let map = self.pieces();
+        let looked_up: Option<Vec<u32>> = pieces.iter().map(|p| map.get(p).copied().flatten()).collect();
+        if let Some(ids) = looked_up {
+            let ours = self.decode(&ids)?;
+            if ours.starts_with(text) {
+                return Ok(ids);
+            }
+        }
+        // Fallback: our encoding of the text, string for string.
+        let ours = self.tokenizer.encode(text).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        for (i, p) in pieces.iter().enumerate() {
+            let Some(&id) = ours.get(i) else {
+                // The server sampled more tokens than the text has: a stop string it cut off;
+                // those must map on their own.
+                match map.get(p).copied().flatten() {
+                    Some(_) => continue,
+                    None => return Err(mismatch(format!("token {i} {} is no single token of our vocabulary", quote(p)))),
+                }
+            };
+            let mine = self.decode(&[id])?;
+            if &mine != p && !p.is_empty() {
+                return Err(mismatch(format!("token {i} is {} on the server but {} with our tokenizer", quote(p), quote(&mine))));
+            }
+        }
+        if ours.len() > pieces.len() {
+            return Err(mismatch(format!("the server reports {} tokens, our tokenizer makes {} of its text", pieces.len(), ours.len())));
+        }
+        let mut ids = ours;
+        let extra: Vec<u32> = pieces[ids.len()..].iter().filter_map(|p| map.get(p).copied().flatten()).collect();
+        ids.extend(extra);
+        Ok(ids)
+    }
+}
