@@ -160,6 +160,13 @@ pub enum Command {
     /// The code sandbox: run a Sandbox-Fusion-compatible server.
     #[command(subcommand)]
     Sandbox(commands::sandbox::SandboxCommand),
+    /// Mirror run directories into an experiment tracker after the fact:
+    /// `rlx sync {wandb|tensorboard|mlflow} RUN_DIR...`.
+    ///
+    /// Sends the steps the tracker has not had (all of them for a run made before the tracker
+    /// was configured); never a step twice. Exits 3 if some steps could not be sent.
+    #[command(subcommand)]
+    Sync(commands::sync::SyncCommand),
 }
 
 /// `rlx validate`.

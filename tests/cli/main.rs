@@ -25,6 +25,8 @@
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
+//! - `trackers`: `log.sinks` and `rlx sync` against W&B (offline), TensorBoard and a real MLflow
+//!   server, read back by each tracker's own reader; kill and resume; trackers down or missing.
 
 mod backend_contract;
 mod chat;
@@ -46,3 +48,4 @@ mod sweep;
 mod trainer;
 mod trainer_smollm2;
 mod validate;
+mod trackers;

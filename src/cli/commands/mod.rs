@@ -10,6 +10,7 @@ mod validate;
 
 pub mod grade;
 pub mod sandbox;
+pub mod sync;
 
 use super::{Cli, Command, exit, printer};
 use crate::spec::{self, overrides};
@@ -24,6 +25,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Sweep(args) => sweep::sweep(args),
         Command::Grade(args) => grade::run(args),
         Command::Sandbox(cmd) => sandbox::run(cmd),
+        Command::Sync(cmd) => sync::run(cmd),
     }
 }
 

@@ -209,6 +209,21 @@ fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
     }
 }
 
+/// A metric name as MLflow accepts it: letters, digits, `_ - . : /` and spaces. rlx's only other
+/// character is the `@` of `eval/pass@k`, which becomes `_at_` (`eval/pass_at_1`); anything else
+/// becomes `_`.
+pub fn metric_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 3);
+    for c in name.chars() {
+        match c {
+            '@' => out.push_str("_at_"),
+            c if c.is_ascii_alphanumeric() || "_-.:/ ".contains(c) => out.push(c),
+            _ => out.push('_'),
+        }
+    }
+    out
+}
+
 /// A metric value as MLflow's JSON takes it: NaN and infinities as the strings protobuf's JSON
 /// mapping defines (plain JSON has no NaN).
 fn metric_value(v: f64) -> Value {
@@ -236,7 +251,7 @@ impl Mirror for Mlflow {
         let run = self.run_id().await?;
         self.log_params(&run).await?;
         let ts = now_ms();
-        let metrics: Vec<Value> = lines.iter().flat_map(|l| l.values.iter().map(move |(k, &v)| json!({"key": k, "value": metric_value(v), "timestamp": ts, "step": l.step}))).collect();
+        let metrics: Vec<Value> = lines.iter().flat_map(|l| l.values.iter().map(move |(k, &v)| json!({"key": metric_name(k), "value": metric_value(v), "timestamp": ts, "step": l.step}))).collect();
         for chunk in metrics.chunks(MAX_METRICS) {
             self.ok("runs/log-batch", &json!({"run_id": run, "metrics": chunk})).await?;
         }
@@ -275,5 +290,8 @@ mod tests {
         );
         assert_eq!(metric_value(f64::NAN), json!("NaN"));
         assert_eq!(metric_value(0.5), json!(0.5));
+        assert_eq!(metric_name("eval/pass@10"), "eval/pass_at_10");
+        assert_eq!(metric_name("train/loss"), "train/loss");
+        assert_eq!(metric_name("a+b"), "a_b");
     }
 }

@@ -140,7 +140,7 @@ pub struct Report {
 
 impl Report {
     /// A tracker whose task was lost: what it mirrored is unknown here (its cursor in `sinks/`
-    /// knows), so the whole run is named as possibly missing.
+    /// knows; `rlx sync` sends the rest).
     fn lost(name: &'static str, key: &'static str, error: String) -> Report {
         Report { name, key, location: name.to_string(), mirrored: 0, missing: vec![], error: Some(error) }
     }
@@ -148,7 +148,7 @@ impl Report {
     /// A warning when something is missing: which steps, why, and how to send them.
     pub fn warning(&self, dir: &Path) -> Option<String> {
         if self.missing.is_empty() {
-            return self.error.as_ref().filter(|_| self.mirrored == 0 && self.location == self.name).map(|e| format!("{}: {e}; `rlx sync {} {}` sends what is missing", self.name, self.key, dir.display()));
+            return self.error.as_ref().map(|e| format!("{}: {e}", self.name));
         }
         let why = self.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default();
         Some(format!(
@@ -350,7 +350,10 @@ async fn drive<M: Mirror>(mut m: M, key: &'static str, mut f: Follower, mut rx: 
     while let Some(msg) = rx.recv().await {
         if usable {
             match pump(&mut m, &mut f).await {
-                Ok(n) => mirrored += n,
+                Ok(n) => {
+                    mirrored += n;
+                    error = None;
+                }
                 Err(SinkError::Unavailable(e)) => {
                     warn(format!("{name}: {e}; metrics are no longer mirrored to {name} (the run goes on)"));
                     error = Some(e);
@@ -369,7 +372,10 @@ async fn drive<M: Mirror>(mut m: M, key: &'static str, mut f: Follower, mut rx: 
             if usable {
                 match m.finish(end).await {
                     Ok(()) => {}
-                    Err(SinkError::Unavailable(e) | SinkError::Failed(e)) => error = Some(format!("ending its run: {e}")),
+                    // The mirroring error, if any, says more than its consequence here.
+                    Err(SinkError::Unavailable(e) | SinkError::Failed(e)) => {
+                        error.get_or_insert(format!("ending its run: {e}"));
+                    }
                 }
                 if let Some(e) = save(&mut f, &m) {
                     error = Some(e);
@@ -403,6 +409,20 @@ async fn pump<M: Mirror>(m: &mut M, f: &mut Follower) -> Result<usize, SinkError
 /// line it has not mirrored, ends its run as `end`, and reports. Warnings met on the way are in
 /// the second value.
 pub async fn sync(dir: &RunDir, run: &RunInfo, cfg: SinkConfig, end: End) -> (Option<Report>, Vec<String>) {
+    // Nothing new: the tracker is not even started (a W&B run would be resumed for nothing).
+    let state = dir.file(files::SINKS).join(format!("{}.json", cfg.key()));
+    if let Ok(mut f) = Follower::open(&dir.file(files::METRICS), &state)
+        && f.saved.cursor.offset > 0
+        && f.pending().is_ok_and(|p| p.is_empty())
+    {
+        let name = match cfg {
+            SinkConfig::Wandb(_) => "W&B",
+            SinkConfig::Tensorboard(_) => "TensorBoard",
+            SinkConfig::Mlflow(_) => "MLflow",
+        };
+        let report = Report { name, key: cfg.key(), location: "nothing new to send".into(), mirrored: 0, missing: vec![], error: None };
+        return (Some(report), vec![]);
+    }
     let mut sinks = Sinks::start(dir, run, vec![cfg]);
     let mut warnings = sinks.started().await;
     warnings.extend(sinks.poke());

@@ -60,9 +60,11 @@ pub struct Value {
     /// The metric name (`train/loss`); TensorBoard groups by what precedes the `/`.
     #[prost(string, tag = "1")]
     pub tag: String,
-    /// The value (TensorBoard scalars are f32).
-    #[prost(float, tag = "2")]
-    pub simple_value: f32,
+    /// The value (TensorBoard scalars are f32). A member of a oneof in TensorFlow's proto, so it
+    /// must be written even when 0 (a plain proto3 field would drop zeros, and TensorBoard would
+    /// then see a value of no kind and skip it).
+    #[prost(float, optional, tag = "2")]
+    pub simple_value: Option<f32>,
 }
 
 /// TFRecord's masked CRC32C (a rotated, offset CRC, so that a CRC of data holding CRCs is not
@@ -85,7 +87,7 @@ pub fn record(data: &[u8]) -> Vec<u8> {
 
 /// The event of one metrics line.
 pub fn line_event(line: &MetricsLine, wall_time: f64) -> Event {
-    let value = line.values.iter().map(|(k, &v)| Value { tag: k.clone(), simple_value: v as f32 }).collect();
+    let value = line.values.iter().map(|(k, &v)| Value { tag: k.clone(), simple_value: Some(v as f32) }).collect();
     Event { wall_time, step: line.step, what: Some(What::Summary(Summary { value })) }
 }
 
@@ -211,6 +213,12 @@ mod tests {
         let ev = Event::decode(&line_event(&line, 1.0).encode_to_vec()[..]).unwrap();
         assert_eq!(ev.step, 4);
         let Some(What::Summary(s)) = ev.what else { panic!("a summary") };
-        assert_eq!((s.value[0].tag.as_str(), s.value[0].simple_value), ("train/loss", 0.5));
+        assert_eq!((s.value[0].tag.as_str(), s.value[0].simple_value), ("train/loss", Some(0.5)));
+        // A zero is written, not left out as a proto3 default.
+        line.values.insert("train/loss".into(), 0.0);
+        let ev = Event::decode(&line_event(&line, 1.0).encode_to_vec()[..]).unwrap();
+        let Some(What::Summary(s)) = ev.what else { panic!("a summary") };
+        assert_eq!(s.value[0].simple_value, Some(0.0));
+        assert!(line_event(&line, 1.0).encode_to_vec().len() > 2 + "train/loss".len() + 2 + 4);
     }
 }

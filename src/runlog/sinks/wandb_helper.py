@@ -69,7 +69,9 @@ def main():
         if "log" in msg:
             for row in msg["log"]:
                 data = {k: (math.nan if v is None else v) for k, v in row.items()}
-                run.log(data, step=int(row["step"]) + 1)
+                # commit=True: the row is written now, not when the next step arrives, so a
+                # helper killed after its answer has lost nothing it acknowledged.
+                run.log(data, step=int(row["step"]) + 1, commit=True)
             say(event="logged", step=msg["log"][-1]["step"] if msg["log"] else None)
         elif "finish" in msg:
             exit_code = int(msg["finish"].get("exit_code", 0))
