@@ -102,26 +102,21 @@ fn python(py: &Path, script: &str, args: &[&str]) -> Value {
 // ---- W&B ----
 
 /// Every offline W&B run in a run directory, as `wandb leet inspect` prints it: (summary, the
-/// history rows). Waits until each has its exit record (a helper left behind by a killed rlx
-/// finishes its W&B run on its own).
+/// history rows). Called after rlx exited: a helper left by a killed rlx has finished by then
+/// (the next rlx waits for it).
 fn wandb_runs(py: &Path, dir: &Path) -> Vec<(Value, Vec<Map<String, Value>>)> {
     let wandb = py.with_file_name("wandb");
     let mut runs: Vec<PathBuf> = std::fs::read_dir(dir.join("wandb")).unwrap().flatten().map(|e| e.path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("offline-run-")).collect();
     runs.sort();
-    let deadline = Instant::now() + Duration::from_secs(120);
     runs.iter()
-        .map(|run| loop {
+        .map(|run| {
             let out = Command::new(&wandb).args(["leet", "inspect", "--json"]).arg(run).output().unwrap();
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
             let records: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-            if !records.iter().any(|r| r["type"] == "exit") && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(200));
-                continue;
-            }
             let out = Command::new(&wandb).args(["leet", "inspect", "--summary", "--json"]).arg(run).output().unwrap();
             let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
             let rows = records.iter().filter(|r| r["type"] == "history").map(|r| r["history"]["item"].as_object().unwrap().clone()).collect();
-            break (summary, rows);
+            (summary, rows)
         })
         .collect()
 }
@@ -283,14 +278,15 @@ fn all_three_trackers_mirror_a_run_killed_and_resumed_with_every_step_once() {
     );
     cx.write("spec.yaml", &spec_with(6, 2, &sinks));
 
-    // Kill rlx hard once every tracker has mirrored step 1 (the checkpoint after it exists, so
-    // the resume starts at step 2 or later).
+    // Kill rlx hard once the trackers have mirrored step 1 (the checkpoint after it exists, so
+    // the resume starts at step 2 or later). W&B's cursor moves only when its run finishes, so
+    // TensorBoard's and MLflow's tell; W&B's helper finishes on its own when rlx dies.
     let mut child = rlx(&cx).args(["run", "spec.yaml"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(300);
     let dir = loop {
         let dir = std::fs::read_dir(cx.path().join("runs")).ok().and_then(|mut d| d.next()).and_then(Result::ok).map(|e| e.path());
         if let Some(d) = &dir
-            && ["wandb", "tensorboard", "mlflow"].iter().all(|t| cursor_step(d, t).is_some_and(|s| s >= 1))
+            && ["tensorboard", "mlflow"].iter().all(|t| cursor_step(d, t).is_some_and(|s| s >= 1))
         {
             break dir.unwrap();
         }
@@ -439,33 +435,38 @@ fn a_killed_wandb_helper_leaves_the_run_going_and_sync_sends_the_rest() {
     tiny_model(&cx.path().join("tiny"));
     cx.write("spec.yaml", &spec_with(3, 3, &format!("log:\n  sinks:\n    wandb: {{mode: offline, python: '{}'}}\n", py.display())));
     let mut child = rlx(&cx).args(["run", "spec.yaml"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    // Kill the helper once it has logged the baseline.
+    // Kill the helper once the baseline is written (whether or not it has logged it yet).
     let deadline = Instant::now() + Duration::from_secs(300);
-    let dir = loop {
+    let (dir, helper) = loop {
         let dir = std::fs::read_dir(cx.path().join("runs")).ok().and_then(|mut d| d.next()).and_then(Result::ok).map(|e| e.path());
-        if let Some(d) = dir.filter(|d| cursor_step(d, "wandb").is_some()) {
-            break d;
+        if let Some(d) = dir.filter(|d| !lines(&d.join("metrics.jsonl")).is_empty())
+            && let Some(pid) = helper_pid(&d)
+        {
+            break (d, pid);
         }
-        assert!(Instant::now() < deadline && child.try_wait().unwrap().is_none(), "the helper never logged");
+        assert!(Instant::now() < deadline && child.try_wait().unwrap().is_none(), "no helper while the run went");
         std::thread::sleep(Duration::from_millis(10));
     };
-    let helper = helper_pid(&dir).expect("the helper is running");
     // SAFETY: kill(2) on the helper process this test found by its command line.
     unsafe { libc::kill(helper, libc::SIGKILL) };
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("warning: W&B: the W&B helper exited (signal: 9"), "{stderr}");
-    let mirrored = cursor_step(&dir, "wandb").unwrap();
-    assert!(stderr.contains(&format!("not mirrored to W&B run")), "{stderr}");
-    assert!(stderr.contains(&format!("steps {}–2", mirrored + 1)) || stderr.contains("step 2 not"), "{stderr}");
+    // What a killed helper took never reached W&B's file: every step is missing, and said so.
+    let d = format!("runs/{}", dir.file_name().unwrap().to_str().unwrap());
+    assert!(stderr.contains(&format!("W&B: steps -1–2 not mirrored to W&B run")), "{stderr}");
+    assert!(stderr.contains(&format!("`rlx sync wandb {d}` sends them")), "{stderr}");
+    assert_eq!(cursor_step(&dir, "wandb"), None);
 
-    let r = run_ok(&cx, &["sync", "wandb", &dir.display().to_string()]);
-    assert!(r.stderr.contains(&format!("took {} new line", 2 - mirrored)), "{}", r.stderr);
+    let r = run_ok(&cx, &["sync", "wandb", &d]);
+    assert!(r.stderr.contains("took 4 new lines"), "{}", r.stderr);
     let runs = wandb_runs(&py, &dir);
-    assert_eq!(runs.len(), 2);
-    assert_eq!(runs[0].0["run_id"], runs[1].0["run_id"]);
+    let saved: Value = serde_json::from_slice(&std::fs::read(dir.join("sinks/wandb.json")).unwrap()).unwrap();
+    let synced = runs.iter().filter(|(s, _)| s["run_id"] == saved["sink"]["id"]).count();
+    assert!(synced >= 1, "the sync continued the same W&B run: {saved}");
     check_steps("W&B", &wandb_steps(&runs), &lines(&dir.join("metrics.jsonl")), &Lines::new());
+    assert_eq!(cursor_step(&dir, "wandb"), Some(2));
 }
 
 /// The pid of the W&B helper working for run directory `dir`, found by its command line.

@@ -151,6 +151,21 @@ impl Follower {
         json::write(&self.state, &self.saved)
     }
 
+    /// Moves the cursor in memory only: for a tracker that saves it itself once the lines are
+    /// durable ([`super::Mirror::SAVES_CURSOR`]).
+    pub fn advance(&mut self, cursor: Cursor) {
+        self.saved.cursor = cursor;
+    }
+
+    /// Reads the saved state again (another process may have moved it).
+    ///
+    /// # Errors
+    /// I/O errors and a state file that is not JSON.
+    pub fn reload(&mut self) -> Result<(), Error> {
+        self.saved = json::read(&self.state)?.unwrap_or_default();
+        Ok(())
+    }
+
     /// Saves the tracker's own state without moving the cursor.
     ///
     /// # Errors

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{End, Mirror, SinkError};
+use super::{Cursor, End, Mirror, SinkError};
 use crate::runlog::MetricsLine;
 
 /// MLflow's limits per `runs/log-batch` call.
@@ -247,7 +247,7 @@ impl Mirror for Mlflow {
         self.set_status("RUNNING", false).await
     }
 
-    async fn send(&mut self, lines: &[MetricsLine]) -> Result<(), SinkError> {
+    async fn send(&mut self, lines: &[MetricsLine], _upto: Cursor) -> Result<(), SinkError> {
         let run = self.run_id().await?;
         self.log_params(&run).await?;
         let ts = now_ms();

@@ -59,6 +59,10 @@ pub enum End {
 /// A tracker's side of mirroring: set up, take lines, finish. Implemented by [`tensorboard`],
 /// [`mlflow`] and [`wandb`]; the follower and the task around it are shared.
 pub trait Mirror: Send + 'static {
+    /// Whether the tracker saves the cursor itself, once what it took is durable, instead of the
+    /// task saving it after each batch. W&B's service buffers its writes, so a helper killed
+    /// after logging loses rows it had taken: its helper saves the cursor after `run.finish()`.
+    const SAVES_CURSOR: bool = false;
     /// The tracker's name in messages (`W&B`).
     fn name(&self) -> &'static str;
     /// Sets up (starts the helper, creates the run). An [`SinkError::Unavailable`] ends the
@@ -66,8 +70,9 @@ pub trait Mirror: Send + 'static {
     fn start(&mut self) -> impl Future<Output = Result<(), SinkError>> + Send {
         async { Ok(()) }
     }
-    /// Mirrors `lines` (in step order, none mirrored before). On error none counts as mirrored.
-    fn send(&mut self, lines: &[MetricsLine]) -> impl Future<Output = Result<(), SinkError>> + Send;
+    /// Mirrors `lines` (in step order, none mirrored before); `upto` is the cursor just past the
+    /// last. On error none counts as mirrored.
+    fn send(&mut self, lines: &[MetricsLine], upto: Cursor) -> impl Future<Output = Result<(), SinkError>> + Send;
     /// Marks the tracker's run as ended.
     fn finish(&mut self, end: End) -> impl Future<Output = Result<(), SinkError>> + Send {
         let _ = end;
@@ -259,7 +264,7 @@ impl Sinks {
             }
             SinkConfig::Wandb(c) => {
                 let run_dir = std::path::absolute(dir.path()).unwrap_or_else(|_| dir.path().to_path_buf());
-                let m = wandb::Wandb::new(c, &run.name, &run.run_id, run_dir, sinks_dir.join("wandb.log"), &saved);
+                let m = wandb::Wandb::new(c, &run.name, &run.run_id, run_dir, &sinks_dir, &saved);
                 (m.name(), tokio::spawn(drive(m, key, follower, rx, started_tx, w, lock)))
             }
         };
@@ -324,10 +329,6 @@ async fn drive<M: Mirror>(mut m: M, key: &'static str, mut f: Follower, mut rx: 
     let warn = |w: String| warnings.lock().unwrap_or_else(|e| e.into_inner()).push(w);
     let mut mirrored = 0;
     let mut error: Option<String> = None;
-    // The tracker's identity is saved before it is used, so a crash right after cannot lose it.
-    if let Err(e) = f.save_sink(m.state()) {
-        warn(format!("{name}: {}", crate::causes::causes(&e).join(": ")));
-    }
     let mut usable = match m.start().await {
         Ok(()) => true,
         Err(SinkError::Unavailable(e)) => {
@@ -343,8 +344,12 @@ async fn drive<M: Mirror>(mut m: M, key: &'static str, mut f: Follower, mut rx: 
     };
     let _ = started.send(());
     let mut warned = error.is_some();
+    // Where the last process left off: a W&B helper of a killed rlx may have saved it while
+    // `start` waited for it to finish.
+    let reload = |f: &mut Follower| f.reload().err().map(|e| crate::causes::causes(&e).join(": "));
     let save = |f: &mut Follower, m: &M| f.save_sink(m.state()).err().map(|e| crate::causes::causes(&e).join(": "));
-    if let Some(e) = save(&mut f, &m) {
+    // The tracker's identity is saved before lines go, so a crash cannot lose it.
+    if let Some(e) = reload(&mut f).or_else(|| save(&mut f, &m)) {
         warn(format!("{name}: {e}"));
     }
     while let Some(msg) = rx.recv().await {
@@ -377,12 +382,18 @@ async fn drive<M: Mirror>(mut m: M, key: &'static str, mut f: Follower, mut rx: 
                         error.get_or_insert(format!("ending its run: {e}"));
                     }
                 }
-                if let Some(e) = save(&mut f, &m) {
+                if !M::SAVES_CURSOR
+                    && let Some(e) = save(&mut f, &m)
+                {
                     error = Some(e);
                 }
             }
             break;
         }
+    }
+    // What is durable is what the cursor on disk says.
+    if let Some(e) = reload(&mut f) {
+        error = Some(e);
     }
     let missing = f.pending().map(|p| p.iter().map(|p| p.line.step).collect()).unwrap_or_default();
     Report { name, key, location: m.location(), mirrored, missing, error }
@@ -397,9 +408,13 @@ async fn pump<M: Mirror>(m: &mut M, f: &mut Follower) -> Result<usize, SinkError
     let mut n = 0;
     for batch in pending.chunks(BATCH) {
         let lines: Vec<MetricsLine> = batch.iter().map(|p| p.line.clone()).collect();
-        m.send(&lines).await?;
         let cursor = batch.last().expect("chunks are not empty").cursor;
-        f.commit(cursor, m.state()).map_err(|e| SinkError::Failed(crate::causes::causes(&e).join(": ")))?;
+        m.send(&lines, cursor).await?;
+        if M::SAVES_CURSOR {
+            f.advance(cursor);
+        } else {
+            f.commit(cursor, m.state()).map_err(|e| SinkError::Failed(crate::causes::causes(&e).join(": ")))?;
+        }
         n += batch.len();
     }
     Ok(n)

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
-use super::{Mirror, SinkError};
+use super::{Cursor, Mirror, SinkError};
 use crate::runlog::MetricsLine;
 
 /// `tensorflow.Event`, the fields rlx writes.
@@ -163,7 +163,7 @@ impl Mirror for TensorBoard {
         "TensorBoard"
     }
 
-    async fn send(&mut self, lines: &[MetricsLine]) -> Result<(), SinkError> {
+    async fn send(&mut self, lines: &[MetricsLine], _upto: Cursor) -> Result<(), SinkError> {
         let mut bytes = vec![];
         for l in lines {
             bytes.extend(record(&line_event(l, now()).encode_to_vec()));

@@ -6,8 +6,12 @@
 //! and have changed incompatibly (see the reference notes); `wandb sync
 //! --sync-tensorboard` is gone since 0.31. The SDK is the one stable surface.
 //!
-//! The W&B run id is chosen by rlx and saved in `sinks/wandb.json` before the helper starts, so a
-//! resumed rlx run (or `rlx sync wandb`) continues the same W&B run. The helper runs in its own
+//! The W&B run id is chosen by rlx and saved in `sinks/wandb.json`, so a resumed rlx run (or
+//! `rlx sync wandb`) continues the same W&B run. The helper, not rlx, saves the cursor, after
+//! `run.finish()`: W&B's service buffers its writes (a killed helper's offline file held none of
+//! the rows it had taken, measured with wandb 0.31.0), so only a finished W&B run is durable.
+//! A helper left finishing by a killed rlx holds `sinks/wandb.helper.lock`; the next helper
+//! starts when it is gone, from the cursor it saved. The helper runs in its own
 //! process group (a Ctrl-C at the terminal is rlx's to handle; rlx then tells the helper to
 //! finish) and writes what W&B prints to `sinks/wandb.log`.
 
@@ -20,7 +24,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use super::{End, Mirror, SinkError};
+use super::{Cursor, End, Mirror, SinkError};
 use crate::runlog::MetricsLine;
 use crate::spec::types::{WandbMode, WandbSink};
 
@@ -35,6 +39,8 @@ const INIT_TIMEOUT: Duration = Duration::from_secs(120);
 const LOG_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `run.finish()` may take (online, it uploads what is left).
 const FINISH_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long to wait for the helper of a killed rlx to finish its W&B run.
+const HELPER_WAIT: Duration = Duration::from_secs(240);
 
 /// What `sinks/wandb.json` keeps besides the cursor.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -48,6 +54,8 @@ pub struct Wandb {
     python: PathBuf,
     settings: Value,
     log_file: PathBuf,
+    state_file: PathBuf,
+    lock_file: PathBuf,
     state: State,
     helper: Option<Helper>,
     ready: bool,
@@ -60,9 +68,10 @@ struct Helper {
 }
 
 impl Wandb {
-    /// A mirror with the spec's settings for rlx run `run_id` (spec `name`) in `run_dir`; `saved`
-    /// is the tracker's saved state, `log_file` where the helper's stderr goes.
-    pub fn new(cfg: &WandbSink, name: &str, run_id: &str, run_dir: PathBuf, log_file: PathBuf, saved: &Value) -> Wandb {
+    /// A mirror with the spec's settings for rlx run `run_id` (spec `name`) in `run_dir`, keeping
+    /// its files in `sinks_dir`; `saved` is the tracker's saved state.
+    pub fn new(cfg: &WandbSink, name: &str, run_id: &str, run_dir: PathBuf, sinks_dir: &std::path::Path, saved: &Value) -> Wandb {
+        let (log_file, state_file, lock_file) = (sinks_dir.join("wandb.log"), sinks_dir.join("wandb.json"), sinks_dir.join("wandb.helper.lock"));
         let mut state: State = serde_json::from_value(saved.clone()).unwrap_or_default();
         if state.id.is_empty() {
             state.id = new_id(run_id);
@@ -76,8 +85,10 @@ impl Wandb {
             "name": cfg.name.clone().unwrap_or_else(|| run_id.to_string()),
             "tags": cfg.tags,
             "mode": match cfg.mode { WandbMode::Online => "online", WandbMode::Offline => "offline" },
+            "state_file": state_file,
+            "lock_file": lock_file,
         });
-        Wandb { python: cfg.python.clone().unwrap_or_else(|| "python3".into()), settings, log_file, state, helper: None, ready: false }
+        Wandb { python: cfg.python.clone().unwrap_or_else(|| "python3".into()), settings, log_file, state_file, lock_file, state, helper: None, ready: false }
     }
 
     /// The next event from the helper, within `limit`.
@@ -162,11 +173,30 @@ fn new_id(run_id: &str) -> String {
 }
 
 impl Mirror for Wandb {
+    const SAVES_CURSOR: bool = true;
+
     fn name(&self) -> &'static str {
         "W&B"
     }
 
     async fn start(&mut self) -> Result<(), SinkError> {
+        // Wait for a helper still finishing the W&B run of a killed rlx, then take the id it
+        // saved (it may have been the first to choose one).
+        let lock = std::fs::OpenOptions::new().create(true).append(true).open(&self.lock_file).map_err(|e| SinkError::Unavailable(format!("cannot open `{}`: {e}", self.lock_file.display())))?;
+        let deadline = tokio::time::Instant::now() + HELPER_WAIT;
+        while lock.try_lock().is_err() {
+            if tokio::time::Instant::now() > deadline {
+                return Err(SinkError::Unavailable(format!("an earlier W&B helper still holds `{}` after {} s", self.lock_file.display(), HELPER_WAIT.as_secs())));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        drop(lock);
+        if let Ok(Some(saved)) = crate::runlog::json::read::<Value>(&self.state_file)
+            && let Some(id) = saved["sink"]["id"].as_str().filter(|id| !id.is_empty())
+        {
+            self.state.id = id.to_string();
+            self.settings["id"] = Value::from(id);
+        }
         if let Some(dir) = self.log_file.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
@@ -183,9 +213,9 @@ impl Mirror for Wandb {
         self.next(IMPORT_TIMEOUT, "importing `wandb`").await.map(drop)
     }
 
-    async fn send(&mut self, lines: &[MetricsLine]) -> Result<(), SinkError> {
+    async fn send(&mut self, lines: &[MetricsLine], upto: Cursor) -> Result<(), SinkError> {
         self.ensure_ready().await?;
-        self.write(&json!({"log": lines})).await?;
+        self.write(&json!({"log": lines, "cursor": upto})).await?;
         let v = self.next(LOG_TIMEOUT, "logging metrics").await?;
         match v["event"].as_str() {
             Some("logged") => Ok(()),
