@@ -391,7 +391,7 @@ fn trackers_down_or_missing_never_stop_a_run_and_it_says_what_was_not_mirrored()
     let dir = the_run(&cx);
     let d = format!("runs/{}", dir.file_name().unwrap().to_str().unwrap());
     assert!(r.stderr.contains("warning: W&B: cannot run `/nonexistent/python3` (not found)"), "{}", r.stderr);
-    assert!(r.stderr.contains(&format!("warning: W&B: steps -1–1 not mirrored")), "{}", r.stderr);
+    assert!(r.stderr.contains("warning: W&B: steps -1–1 not mirrored"), "{}", r.stderr);
     assert!(r.stderr.contains(&format!("`rlx sync wandb {d}` sends them")), "{}", r.stderr);
     assert!(r.stderr.contains("warning: MLflow: steps -1–1 not mirrored to experiment `tiny`"), "{}", r.stderr);
     assert!(r.stderr.contains("failed after 3 tries"), "{}", r.stderr);
@@ -455,7 +455,7 @@ fn a_killed_wandb_helper_leaves_the_run_going_and_sync_sends_the_rest() {
     assert!(stderr.contains("warning: W&B: the W&B helper exited (signal: 9"), "{stderr}");
     // What a killed helper took never reached W&B's file: every step is missing, and said so.
     let d = format!("runs/{}", dir.file_name().unwrap().to_str().unwrap());
-    assert!(stderr.contains(&format!("W&B: steps -1–2 not mirrored to W&B run")), "{stderr}");
+    assert!(stderr.contains("W&B: steps -1–2 not mirrored to W&B run"), "{stderr}");
     assert!(stderr.contains(&format!("`rlx sync wandb {d}` sends them")), "{stderr}");
     assert_eq!(cursor_step(&dir, "wandb"), None);
 
@@ -478,4 +478,40 @@ fn helper_pid(dir: &Path) -> Option<i32> {
         let cmd = String::from_utf8_lossy(&cmd);
         (cmd.contains("Weights & Biases helper") && cmd.contains(&needle)).then_some(pid)
     })
+}
+
+#[test]
+fn log_sinks_are_validated_like_the_rest_of_the_spec() {
+    let cx = TestContext::new();
+    let base = crate::common::MINIMAL;
+    cx.write("bad.yaml", &format!("{base}log:\n  sinks:\n    tensorbord: {{}}\n    mlflow: {{tracking_uri: 'file:///x', experimnt: e}}\n    wandb: {{mode: online, tags: ['']}}\n"));
+    let r = cx.run(&["validate", "bad.yaml"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    for want in [
+        "unknown field `tensorbord` in `log.sinks`",
+        "--> bad.yaml:11:5",
+        "did you mean `tensorboard`?",
+        "unknown field `experimnt` in `log.sinks.mlflow`",
+        "did you mean `experiment`?",
+        "`log.sinks.mlflow.tracking_uri` must be an http(s) URL, found `file:///x`",
+        "a W&B tag has 1 to 64 characters",
+    ] {
+        assert!(r.stderr.contains(want), "missing `{want}` in:\n{}", r.stderr);
+    }
+}
+
+#[test]
+fn trackers_are_not_part_of_the_run_id() {
+    // A tracker is where metrics are copied to, not part of the experiment: adding one to a
+    // spec resumes its runs instead of starting new ones.
+    let cx = TestContext::new();
+    let id = |args: &[&str]| {
+        let r = cx.run(args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout.lines().chain(r.stderr.lines()).find_map(|l| l.strip_prefix("run ").map(str::to_string)).unwrap_or_else(|| panic!("{}", r.stdout))
+    };
+    let plain = id(&["validate", "spec.yaml", "--explain"]);
+    let with = id(&["validate", "spec.yaml", "log.sinks={tensorboard: {}, wandb: {project: p, mode: offline}, mlflow: {tracking_uri: 'http://127.0.0.1:5000'}}", "--explain"]);
+    assert_eq!(plain, with);
+    assert!(plain.starts_with("mini-"), "{plain}");
 }

@@ -100,39 +100,39 @@ fn open(path: &Path) -> anyhow::Result<Run> {
     Ok(Run { dir, info: RunInfo { run_id: status.run_id, name, config }, sinks, end })
 }
 
+/// The tracker's settings for one run: the run's own `log.sinks` entry, then the flags.
+fn config_for(cmd: &SyncCommand, s: &Sinks) -> SinkConfig {
+    match cmd {
+        SyncCommand::Wandb(a) => {
+            let mut c: WandbSink = s.wandb.clone().unwrap_or_default();
+            c.project = a.project.clone().or(c.project);
+            c.entity = a.entity.clone().or(c.entity);
+            c.python = a.python.clone().or(c.python);
+            if let Some(m) = &a.mode {
+                c.mode = if m == "offline" { WandbMode::Offline } else { WandbMode::Online };
+            }
+            SinkConfig::Wandb(c)
+        }
+        SyncCommand::Tensorboard(a) => {
+            let mut c: TensorboardSink = s.tensorboard.clone().unwrap_or_default();
+            c.directory = a.dir.clone().or(c.directory);
+            SinkConfig::Tensorboard(c)
+        }
+        SyncCommand::Mlflow(a) => {
+            let mut c: MlflowSink = s.mlflow.clone().unwrap_or_default();
+            c.tracking_uri = a.tracking_uri.clone().or(c.tracking_uri);
+            c.experiment = a.experiment.clone().or(c.experiment);
+            SinkConfig::Mlflow(c)
+        }
+    }
+}
+
 /// Runs `rlx sync`.
 pub fn run(cmd: SyncCommand) -> anyhow::Result<u8> {
-    let (dirs, config): (&[PathBuf], Box<dyn Fn(&Sinks) -> SinkConfig>) = match &cmd {
-        SyncCommand::Wandb(a) => (
-            &a.dirs,
-            Box::new(|s: &Sinks| {
-                let mut c: WandbSink = s.wandb.clone().unwrap_or_default();
-                c.project = a.project.clone().or(c.project);
-                c.entity = a.entity.clone().or(c.entity);
-                c.python = a.python.clone().or(c.python);
-                if let Some(m) = &a.mode {
-                    c.mode = if m == "offline" { WandbMode::Offline } else { WandbMode::Online };
-                }
-                SinkConfig::Wandb(c)
-            }),
-        ),
-        SyncCommand::Tensorboard(a) => (
-            &a.dirs,
-            Box::new(|s: &Sinks| {
-                let mut c: TensorboardSink = s.tensorboard.clone().unwrap_or_default();
-                c.directory = a.dir.clone().or(c.directory);
-                SinkConfig::Tensorboard(c)
-            }),
-        ),
-        SyncCommand::Mlflow(a) => (
-            &a.dirs,
-            Box::new(|s: &Sinks| {
-                let mut c: MlflowSink = s.mlflow.clone().unwrap_or_default();
-                c.tracking_uri = a.tracking_uri.clone().or(c.tracking_uri);
-                c.experiment = a.experiment.clone().or(c.experiment);
-                SinkConfig::Mlflow(c)
-            }),
-        ),
+    let dirs = match &cmd {
+        SyncCommand::Wandb(a) => &a.dirs,
+        SyncCommand::Tensorboard(a) => &a.dirs,
+        SyncCommand::Mlflow(a) => &a.dirs,
     };
     if let SyncCommand::Mlflow(a) = &cmd
         && let Some(uri) = &a.tracking_uri
@@ -144,7 +144,7 @@ pub fn run(cmd: SyncCommand) -> anyhow::Result<u8> {
     let mut incomplete = 0;
     for path in dirs {
         let run = open(path)?;
-        let cfg = config(&run.sinks);
+        let cfg = config_for(&cmd, &run.sinks);
         let (report, warnings) = rt.block_on(sinks::sync(&run.dir, &run.info, cfg, run.end));
         // The report repeats a tracker's last error; say it once.
         let last = report.as_ref().and_then(|r| r.error.clone());

@@ -207,8 +207,7 @@ mod tests {
         assert_eq!(r.len(), 8 + 4 + 3 + 4);
         assert_eq!(u64::from_le_bytes(r[..8].try_into().unwrap()), 3);
         assert_eq!(&r[12..15], b"abc");
-        let mut line = MetricsLine::default();
-        line.step = 4;
+        let mut line = MetricsLine { step: 4, ..MetricsLine::default() };
         line.values.insert("train/loss".into(), 0.5);
         let ev = Event::decode(&line_event(&line, 1.0).encode_to_vec()[..]).unwrap();
         assert_eq!(ev.step, 4);
