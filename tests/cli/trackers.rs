@@ -106,7 +106,14 @@ fn python(py: &Path, script: &str, args: &[&str]) -> Value {
 /// (the next rlx waits for it).
 fn wandb_runs(py: &Path, dir: &Path) -> Vec<(Value, Vec<Map<String, Value>>)> {
     let wandb = py.with_file_name("wandb");
-    let mut runs: Vec<PathBuf> = std::fs::read_dir(dir.join("wandb")).unwrap().flatten().map(|e| e.path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("offline-run-")).collect();
+    // A helper killed while `wandb.init` ran leaves a run directory without a `.wandb` file.
+    let has_log = |p: &Path| std::fs::read_dir(p).is_ok_and(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "wandb")));
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(dir.join("wandb"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("offline-run-") && has_log(p))
+        .collect();
     runs.sort();
     runs.iter()
         .map(|run| {
@@ -372,6 +379,10 @@ fn rlx_sync_backfills_every_tracker_once() {
     assert_eq!(ml.len(), 1);
     assert_eq!(ml[0]["status"], "FINISHED");
     check_steps("MLflow", &mlflow_steps(&ml[0]), &metrics, &Lines::new());
+    // Another destination is a fresh start: it gets every step.
+    let r = run_ok(&cx, &["sync", "mlflow", &d, "--tracking-uri", &server.uri, "--experiment", "elsewhere"]);
+    assert!(r.stderr.contains("took 3 new lines"), "{}", r.stderr);
+    check_steps("MLflow", &mlflow_steps(&mlflow_runs(&py, &server.uri, "elsewhere")[0]), &metrics, &Lines::new());
     let runs = wandb_runs(&py, &dir);
     assert_eq!(runs.len(), 1, "the second sync had nothing to send and started no W&B run");
     assert_eq!(runs[0].0["project"], "tiny", "the spec's name is the default project");

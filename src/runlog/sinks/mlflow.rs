@@ -31,6 +31,9 @@ const TRIES: u32 = 3;
 struct State {
     /// The tracking server the run lives on (a changed URI starts a new MLflow run).
     tracking_uri: String,
+    /// The experiment's name (a changed name starts a new MLflow run too).
+    #[serde(default)]
+    experiment: String,
     experiment_id: Option<String>,
     run_id: Option<String>,
     /// Whether the params went out (MLflow refuses to log a param twice with another value, and
@@ -47,6 +50,8 @@ pub struct Mlflow {
     state: State,
     client: reqwest::Client,
     auth: Option<Auth>,
+    /// The saved state was for another server or experiment.
+    moved: bool,
 }
 
 enum Auth {
@@ -60,8 +65,9 @@ impl Mlflow {
     pub fn new(tracking_uri: &str, experiment: &str, run_name: &str, config: &Value, saved: &Value) -> Mlflow {
         let uri = tracking_uri.trim_end_matches('/').to_string();
         let mut state: State = serde_json::from_value(saved.clone()).unwrap_or_default();
-        if state.tracking_uri != uri {
-            state = State { tracking_uri: uri.clone(), ..State::default() };
+        let moved = !state.tracking_uri.is_empty() && (state.tracking_uri != uri || state.experiment != experiment);
+        if moved || state.tracking_uri.is_empty() {
+            state = State { tracking_uri: uri.clone(), experiment: experiment.into(), ..State::default() };
         }
         let mut params = vec![];
         flatten("", config, &mut params);
@@ -72,7 +78,7 @@ impl Mlflow {
             (None, Some(u), Some(p)) => Some(Auth::Basic(u, p)),
             _ => None,
         };
-        Mlflow { api: format!("{uri}/api/2.0/mlflow"), experiment: experiment.into(), run_name: run_name.into(), params, state, client, auth }
+        Mlflow { api: format!("{uri}/api/2.0/mlflow"), experiment: experiment.into(), run_name: run_name.into(), params, state, client, auth, moved }
     }
 
     /// One call, retried as the module doc says. `Ok(Err(body))` is an answer the server gave
@@ -265,6 +271,10 @@ impl Mirror for Mlflow {
             End::Interrupted => "KILLED",
         };
         self.set_status(status, true).await
+    }
+
+    fn starts_over(&self) -> bool {
+        self.moved
     }
 
     fn state(&self) -> Value {

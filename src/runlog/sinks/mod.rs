@@ -78,6 +78,11 @@ pub trait Mirror: Send + 'static {
         let _ = end;
         async { Ok(()) }
     }
+    /// Whether the saved cursor belongs to another destination (another MLflow server or
+    /// experiment, TensorBoard directory, W&B project): then every line goes again.
+    fn starts_over(&self) -> bool {
+        false
+    }
     /// What to save with the cursor (the tracker's run id, its file).
     fn state(&self) -> serde_json::Value;
     /// Where the lines go, for messages.
@@ -211,10 +216,16 @@ impl Sinks {
     /// Starts the trackers in `configs` for the run in `dir`. Never fails: a tracker that cannot
     /// start becomes a warning ([`Sinks::started`]). Must be called inside a tokio runtime.
     pub fn start(dir: &RunDir, run: &RunInfo, configs: Vec<SinkConfig>) -> Sinks {
+        Self::start_as(dir, run, configs, false)
+    }
+
+    /// [`Sinks::start`]; with `lazy`, a tracker that has every line already is not started
+    /// (what `rlx sync` wants: no W&B run resumed for nothing).
+    fn start_as(dir: &RunDir, run: &RunInfo, configs: Vec<SinkConfig>, lazy: bool) -> Sinks {
         let warnings = Arc::new(Mutex::new(vec![]));
         let mut tasks = vec![];
         for cfg in configs {
-            match Self::spawn(dir, run, &cfg, &warnings) {
+            match Self::spawn(dir, run, &cfg, &warnings, lazy) {
                 Ok(t) => tasks.push(t),
                 Err(e) => warnings.lock().unwrap_or_else(|e| e.into_inner()).push(e),
             }
@@ -227,7 +238,7 @@ impl Sinks {
         Self::start(dir, run, SinkConfig::all(specs))
     }
 
-    fn spawn(dir: &RunDir, run: &RunInfo, cfg: &SinkConfig, warnings: &Arc<Mutex<Vec<String>>>) -> Result<Task, String> {
+    fn spawn(dir: &RunDir, run: &RunInfo, cfg: &SinkConfig, warnings: &Arc<Mutex<Vec<String>>>, lazy: bool) -> Result<Task, String> {
         let key = cfg.key();
         let sinks_dir = dir.file(files::SINKS);
         std::fs::create_dir_all(&sinks_dir).map_err(|e| format!("{key}: cannot create `{}`: {e}", sinks_dir.display()))?;
@@ -243,7 +254,7 @@ impl Sinks {
         let saved = follower.saved.sink.clone();
         let (tx, rx) = mpsc::channel(4);
         let (started_tx, started) = oneshot::channel();
-        let w = Arc::clone(warnings);
+        let cx = TaskCx { key, rx, started: started_tx, warnings: Arc::clone(warnings), _lock: lock, lazy };
         let (name, join) = match cfg {
             SinkConfig::Tensorboard(t) => {
                 let out = match &t.directory {
@@ -251,7 +262,7 @@ impl Sinks {
                     None => dir.path().to_path_buf(),
                 };
                 let m = tensorboard::TensorBoard::new(std::path::absolute(&out).unwrap_or(out), &saved);
-                (m.name(), tokio::spawn(drive(m, key, follower, rx, started_tx, w, lock)))
+                (m.name(), tokio::spawn(drive(m, follower, cx)))
             }
             SinkConfig::Mlflow(c) => {
                 let uri = c.tracking_uri.clone().or_else(|| std::env::var("MLFLOW_TRACKING_URI").ok().filter(|u| !u.is_empty()));
@@ -260,12 +271,12 @@ impl Sinks {
                 };
                 let experiment = c.experiment.clone().unwrap_or_else(|| run.name.clone());
                 let m = mlflow::Mlflow::new(&uri, &experiment, &run.run_id, &run.config, &saved);
-                (m.name(), tokio::spawn(drive(m, key, follower, rx, started_tx, w, lock)))
+                (m.name(), tokio::spawn(drive(m, follower, cx)))
             }
             SinkConfig::Wandb(c) => {
                 let run_dir = std::path::absolute(dir.path()).unwrap_or_else(|_| dir.path().to_path_buf());
                 let m = wandb::Wandb::new(c, &run.name, &run.run_id, run_dir, &sinks_dir, &saved);
-                (m.name(), tokio::spawn(drive(m, key, follower, rx, started_tx, w, lock)))
+                (m.name(), tokio::spawn(drive(m, follower, cx)))
             }
         };
         Ok(Task { name, key, tx, started: Some(started), join })
@@ -324,11 +335,28 @@ impl Sinks {
 
 /// One tracker's task: start, then on each poke mirror what is pending and save the cursor; on
 /// finish, mirror the rest and end the tracker's run. Returns what it did.
-async fn drive<M: Mirror>(mut m: M, key: &'static str, mut f: Follower, mut rx: mpsc::Receiver<Msg>, started: oneshot::Sender<()>, warnings: Arc<Mutex<Vec<String>>>, _lock: std::fs::File) -> Report {
+/// What a tracker's task needs besides its mirror and follower.
+struct TaskCx {
+    key: &'static str,
+    rx: mpsc::Receiver<Msg>,
+    started: oneshot::Sender<()>,
+    warnings: Arc<Mutex<Vec<String>>>,
+    /// `sinks/<key>.lock`, held as long as the task lives.
+    _lock: std::fs::File,
+    /// Do not start a tracker that has every line already.
+    lazy: bool,
+}
+
+async fn drive<M: Mirror>(mut m: M, mut f: Follower, cx: TaskCx) -> Report {
+    let TaskCx { key, mut rx, started, warnings, _lock, lazy } = cx;
     let name = m.name();
     let warn = |w: String| warnings.lock().unwrap_or_else(|e| e.into_inner()).push(w);
     let mut mirrored = 0;
     let mut error: Option<String> = None;
+    if lazy && !m.starts_over() && f.saved.cursor.offset > 0 && f.pending().is_ok_and(|p| p.is_empty()) {
+        let _ = started.send(());
+        return Report { name, key, location: m.location(), mirrored, missing: vec![], error };
+    }
     let mut usable = match m.start().await {
         Ok(()) => true,
         Err(SinkError::Unavailable(e)) => {
@@ -348,8 +376,17 @@ async fn drive<M: Mirror>(mut m: M, key: &'static str, mut f: Follower, mut rx: 
     // `start` waited for it to finish.
     let reload = |f: &mut Follower| f.reload().err().map(|e| crate::causes::causes(&e).join(": "));
     let save = |f: &mut Follower, m: &M| f.save_sink(m.state()).err().map(|e| crate::causes::causes(&e).join(": "));
-    // The tracker's identity is saved before lines go, so a crash cannot lose it.
-    if let Some(e) = reload(&mut f).or_else(|| save(&mut f, &m)) {
+    let mut fresh = || {
+        if let Some(e) = reload(&mut f) {
+            return Some(e);
+        }
+        if m.starts_over() {
+            f.advance(Cursor::default());
+        }
+        // The tracker's identity is saved before lines go, so a crash cannot lose it.
+        save(&mut f, &m)
+    };
+    if let Some(e) = fresh() {
         warn(format!("{name}: {e}"));
     }
     while let Some(msg) = rx.recv().await {
@@ -424,21 +461,7 @@ async fn pump<M: Mirror>(m: &mut M, f: &mut Follower) -> Result<usize, SinkError
 /// line it has not mirrored, ends its run as `end`, and reports. Warnings met on the way are in
 /// the second value.
 pub async fn sync(dir: &RunDir, run: &RunInfo, cfg: SinkConfig, end: End) -> (Option<Report>, Vec<String>) {
-    // Nothing new: the tracker is not even started (a W&B run would be resumed for nothing).
-    let state = dir.file(files::SINKS).join(format!("{}.json", cfg.key()));
-    if let Ok(mut f) = Follower::open(&dir.file(files::METRICS), &state)
-        && f.saved.cursor.offset > 0
-        && f.pending().is_ok_and(|p| p.is_empty())
-    {
-        let name = match cfg {
-            SinkConfig::Wandb(_) => "W&B",
-            SinkConfig::Tensorboard(_) => "TensorBoard",
-            SinkConfig::Mlflow(_) => "MLflow",
-        };
-        let report = Report { name, key: cfg.key(), location: "nothing new to send".into(), mirrored: 0, missing: vec![], error: None };
-        return (Some(report), vec![]);
-    }
-    let mut sinks = Sinks::start(dir, run, vec![cfg]);
+    let mut sinks = Sinks::start_as(dir, run, vec![cfg], true);
     let mut warnings = sinks.started().await;
     warnings.extend(sinks.poke());
     let report = sinks.finish(end).await.into_iter().next();

@@ -110,13 +110,19 @@ pub struct TensorBoard {
     dir: PathBuf,
     state: State,
     file: Option<File>,
+    /// The saved state was for another directory.
+    moved: bool,
 }
 
 impl TensorBoard {
     /// A writer into `dir`, continuing the file named in `saved` (the tracker's saved state).
     pub fn new(dir: PathBuf, saved: &serde_json::Value) -> TensorBoard {
-        let state = serde_json::from_value(saved.clone()).unwrap_or_default();
-        TensorBoard { dir, state, file: None }
+        let mut state: State = serde_json::from_value(saved.clone()).unwrap_or_default();
+        let moved = state.file.as_ref().is_some_and(|f| f.parent() != Some(dir.as_path()));
+        if moved {
+            state = State::default();
+        }
+        TensorBoard { dir, state, file: None, moved }
     }
 
     /// Opens the event file: the saved one cut back to its committed length, or a new one.
@@ -174,6 +180,10 @@ impl Mirror for TensorBoard {
         done.map_err(|e| SinkError::Failed(format!("cannot write `{}`: {e}", path.display())))?;
         self.state.length += bytes.len() as u64;
         Ok(())
+    }
+
+    fn starts_over(&self) -> bool {
+        self.moved
     }
 
     fn state(&self) -> serde_json::Value {

@@ -47,6 +47,11 @@ const HELPER_WAIT: Duration = Duration::from_secs(240);
 struct State {
     /// The W&B run id.
     id: String,
+    /// The project and entity it lives in (another one starts a new W&B run).
+    #[serde(default)]
+    project: String,
+    #[serde(default)]
+    entity: Option<String>,
 }
 
 /// Mirrors a run into W&B through the helper.
@@ -59,6 +64,8 @@ pub struct Wandb {
     state: State,
     helper: Option<Helper>,
     ready: bool,
+    /// The saved state was for another project.
+    moved: bool,
 }
 
 struct Helper {
@@ -73,14 +80,16 @@ impl Wandb {
     pub fn new(cfg: &WandbSink, name: &str, run_id: &str, run_dir: PathBuf, sinks_dir: &std::path::Path, saved: &Value) -> Wandb {
         let (log_file, state_file, lock_file) = (sinks_dir.join("wandb.log"), sinks_dir.join("wandb.json"), sinks_dir.join("wandb.helper.lock"));
         let mut state: State = serde_json::from_value(saved.clone()).unwrap_or_default();
-        if state.id.is_empty() {
-            state.id = new_id(run_id);
+        let project = cfg.project.clone().unwrap_or_else(|| name.to_string());
+        let moved = !state.id.is_empty() && (state.project != project || state.entity != cfg.entity);
+        if moved || state.id.is_empty() {
+            state = State { id: new_id(run_id), project: project.clone(), entity: cfg.entity.clone() };
         }
         let settings = json!({
             "run_dir": run_dir,
             "run_id": run_id,
             "id": state.id,
-            "project": cfg.project.clone().unwrap_or_else(|| name.to_string()),
+            "project": project,
             "entity": cfg.entity,
             "name": cfg.name.clone().unwrap_or_else(|| run_id.to_string()),
             "tags": cfg.tags,
@@ -88,7 +97,7 @@ impl Wandb {
             "state_file": state_file,
             "lock_file": lock_file,
         });
-        Wandb { python: cfg.python.clone().unwrap_or_else(|| "python3".into()), settings, log_file, state_file, lock_file, state, helper: None, ready: false }
+        Wandb { python: cfg.python.clone().unwrap_or_else(|| "python3".into()), settings, log_file, state_file, lock_file, state, helper: None, ready: false, moved }
     }
 
     /// The next event from the helper, within `limit`.
@@ -193,6 +202,7 @@ impl Mirror for Wandb {
         drop(lock);
         if let Ok(Some(saved)) = crate::runlog::json::read::<Value>(&self.state_file)
             && let Some(id) = saved["sink"]["id"].as_str().filter(|id| !id.is_empty())
+            && !self.moved
         {
             self.state.id = id.to_string();
             self.settings["id"] = Value::from(id);
@@ -240,6 +250,10 @@ impl Mirror for Wandb {
             }
         }
         Ok(())
+    }
+
+    fn starts_over(&self) -> bool {
+        self.moved
     }
 
     fn state(&self) -> Value {

@@ -98,7 +98,7 @@ def main():
         state = settings["state_file"]
         tmp = f"{state}.tmp-{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"cursor": cursor, "sink": {"id": settings["id"]}}, f)
+            json.dump({"cursor": cursor, "sink": {"id": settings["id"], "project": settings["project"], "entity": settings.get("entity")}}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, state)
