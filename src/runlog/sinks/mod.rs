@@ -23,7 +23,7 @@ pub mod tensorboard;
 pub mod wandb;
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -202,7 +202,6 @@ struct Task {
 
 /// The trackers of one run, each mirroring in a task of its own.
 pub struct Sinks {
-    dir: PathBuf,
     tasks: Vec<Task>,
     warnings: Arc<Mutex<Vec<String>>>,
 }
@@ -230,7 +229,7 @@ impl Sinks {
                 Err(e) => warnings.lock().unwrap_or_else(|e| e.into_inner()).push(e),
             }
         }
-        Sinks { dir: dir.path().to_path_buf(), tasks, warnings }
+        Sinks { tasks, warnings }
     }
 
     /// The trackers of `log.sinks`, started (see [`Sinks::start`]).
@@ -326,15 +325,8 @@ impl Sinks {
         }
         reports
     }
-
-    /// The run directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
 }
 
-/// One tracker's task: start, then on each poke mirror what is pending and save the cursor; on
-/// finish, mirror the rest and end the tracker's run. Returns what it did.
 /// What a tracker's task needs besides its mirror and follower.
 struct TaskCx {
     key: &'static str,
@@ -347,6 +339,8 @@ struct TaskCx {
     lazy: bool,
 }
 
+/// One tracker's task: start, then on each poke mirror what is pending and save the cursor; on
+/// finish, mirror the rest and end the tracker's run. Returns what it did.
 async fn drive<M: Mirror>(mut m: M, mut f: Follower, cx: TaskCx) -> Report {
     let TaskCx { key, mut rx, started, warnings, _lock, lazy } = cx;
     let name = m.name();
