@@ -178,6 +178,13 @@ pub enum Command {
     /// `rlx eval --model M --data FILE` builds the spec from flags. Either way the run directory
     /// holds the per-problem results (`eval_results.jsonl`), like any run's.
     Eval(commands::eval::EvalArgs),
+    /// Mirror run directories into an experiment tracker after the fact:
+    /// `rlx sync {wandb|tensorboard|mlflow} RUN_DIR...`.
+    ///
+    /// Sends the steps the tracker has not had (all of them for a run made before the tracker
+    /// was configured); never a step twice. Exits 3 if some steps could not be sent.
+    #[command(subcommand)]
+    Sync(commands::sync::SyncCommand),
 }
 
 /// `rlx validate`.

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub use event::{Event, EventSink};
 
 use crate::backend::{self, Policy, SamplingParams, StateRef, Stop as StopCond, Trainer};
+use crate::runlog::sinks::{End, RunInfo, Sinks};
 use crate::runlog::{self, CheckpointRecord, Data, DataSet, EventRecord, JsonlWriter, MetricsLine, PromptTokens, RunDir, State, Status, files, metrics};
 use crate::spec::Plan;
 use crate::spec::types::Loss;
@@ -164,7 +165,11 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn Even
         return Ok(Outcome::Finished { steps: s.steps_done });
     }
     let _ = runlog::logfile::attach(&dir.file(files::LOG));
-    let result = run_in(plan, policy, &dir, stop, sink).await;
+    // Trackers follow metrics.jsonl: the engine only pokes them after each line it writes and
+    // passes their warnings on; none of them can stop or slow the run.
+    let info = RunInfo { run_id: plan.run_id.clone(), name: plan.spec.name.clone(), config: serde_json::to_value(&plan.spec).unwrap_or_default() };
+    let mut sinks = Sinks::for_spec(&dir, &info, &plan.spec.log.sinks);
+    let result = run_in(plan, policy, &dir, stop, sink, &mut sinks).await;
     let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     let mut events = dir.jsonl(files::EVENTS)?;
     match &result {
@@ -190,8 +195,27 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn Even
     }
     status.pid = None;
     dir.set_status(&status)?;
+    let end = match &result {
+        Ok(Outcome::Finished { .. }) => End::Finished,
+        Ok(Outcome::Interrupted { .. }) => End::Interrupted,
+        Err(_) => End::Failed,
+    };
+    for report in sinks.finish(end).await {
+        match report.warning(dir.path()) {
+            Some(w) => warn(sink, vec![w]),
+            None => tracing::info!(tracker = report.name, lines = report.mirrored, "mirrored to {}", report.location),
+        }
+    }
     runlog::logfile::detach();
     result
+}
+
+/// Tracker warnings: on the console (through the sink) and in `logs.log`.
+fn warn(sink: &dyn EventSink, warnings: Vec<String>) {
+    for w in warnings {
+        tracing::info!("warning: {w}");
+        sink.event(Event::Warning(w));
+    }
 }
 
 /// Records what the run trains and evaluates on, as read back later by `compare`.
@@ -205,7 +229,7 @@ fn record_data(dir: &RunDir, dataset: &crate::data::Dataset) -> Result<(), Error
     Ok(())
 }
 
-async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, sink: &dyn EventSink) -> Result<Outcome, Error> {
+async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, sink: &dyn EventSink, sinks: &mut Sinks) -> Result<Outcome, Error> {
     let spec = &plan.spec;
     let r = &plan.resolved;
     // One step of overlap is all one machine can use: the sampler and the trainer share its
@@ -313,6 +337,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
     status.reason = None;
     dir.set_status(&status)?;
     sink.event(Event::Started { run_id: plan.run_id.clone(), dir: dir.path().to_path_buf(), first_step, max_steps, problems: (train.len(), eval_set.len()) });
+    warn(sink, sinks.started().await);
 
     let mut metrics_log = dir.jsonl(files::METRICS)?;
     let mut rollouts_log = dir.jsonl(files::ROLLOUTS)?;
@@ -326,6 +351,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         let sampler = policy.sampler().await?;
         let Some(res) = eval::run(&*sampler, -1, spec, &eval_set, &eval_sampling, &cx).await? else { return Ok(Outcome::Interrupted { steps: 0 }) };
         write_eval(&mut metrics_log, &mut eval_log, -1, &res)?;
+        warn(sink, sinks.poke());
         sink.event(Event::Eval { step: -1, metrics: res.metrics });
     }
     if trainer.is_none() && !dry_run {
@@ -407,6 +433,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         metrics_log.append(&MetricsLine::new(i64::from(s), metrics.clone()))?;
         metrics_log.sync()?;
         rollouts_log.sync()?;
+        warn(sink, sinks.poke());
         sink.event(Event::Step { step: s, metrics });
         status.steps_done = s + 1;
         dir.set_status(&status)?;

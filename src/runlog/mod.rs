@@ -14,6 +14,7 @@
 //! eval_results.jsonl EvalResultRecord per problem per evaluation
 //! checkpoints/       trainer states (weights + optimizer), one directory per checkpoint
 //! logs.log           the human log (tracing)
+//! sinks/             tracker cursors and ids (`log.sinks`, [`sinks`]): wandb.json, mlflow.json, ...
 //! ```
 //!
 //! Sweeps keep their record in `sweeps/<sweep-id>/` beside the runs root ([`sweep`]).
@@ -39,6 +40,7 @@ mod nan;
 mod provenance;
 mod records;
 mod run_dir;
+pub mod sinks;
 mod status;
 pub mod sweep;
 
@@ -79,4 +81,7 @@ pub mod files {
     pub const CHECKPOINT_DIR: &str = "checkpoints";
     /// Human log.
     pub const LOG: &str = "logs.log";
+    /// Tracker state: `<tracker>.json` (cursor into `metrics.jsonl`, tracker run id), the W&B
+    /// helper's log.
+    pub const SINKS: &str = "sinks";
 }

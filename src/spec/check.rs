@@ -217,6 +217,27 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
         cx.err("sandbox.url", format!("`sandbox.url` must be an http(s) URL, found `{}`", spec.sandbox.url));
     }
 
+    // Trackers: what their services would refuse, caught before the run rather than mid-run.
+    if let Some(uri) = spec.log.sinks.mlflow.as_ref().and_then(|m| m.tracking_uri.as_ref())
+        && !(uri.starts_with("http://") || uri.starts_with("https://"))
+    {
+        cx.err("log.sinks.mlflow.tracking_uri", format!("`log.sinks.mlflow.tracking_uri` must be an http(s) URL, found `{uri}`"))
+            .hints
+            .push("rlx speaks MLflow's REST API; start a server with `mlflow server --host 127.0.0.1 --port 5000`".into());
+    }
+    if let Some(w) = &spec.log.sinks.wandb {
+        for (i, t) in w.tags.iter().enumerate() {
+            if t.is_empty() || t.chars().count() > 64 {
+                cx.err(&format!("log.sinks.wandb.tags.{i}"), format!("a W&B tag has 1 to 64 characters, found {} in `{t}`", t.chars().count()));
+            }
+        }
+        for (key, v) in [("project", &w.project), ("entity", &w.entity), ("name", &w.name)] {
+            if v.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                cx.err(&format!("log.sinks.wandb.{key}"), format!("`log.sinks.wandb.{key}` is empty; leave it out for the default"));
+            }
+        }
+    }
+
     // Data sources.
     for (split, sources) in [("train", &mut spec.data.train), ("eval", &mut spec.data.eval)] {
         for (i, src) in sources.iter_mut().enumerate() {

@@ -61,7 +61,7 @@ fn spec(max_steps: u32, save_every: u32) -> String {
 }
 
 /// The test spec with `extra` YAML lines appended (top-level sections the base spec lacks).
-fn spec_with(max_steps: u32, save_every: u32, extra: &str) -> String {
+pub fn spec_with(max_steps: u32, save_every: u32, extra: &str) -> String {
     let data = repo().join("experiments/data");
     let prompts = repo().join("prompts");
     format!(

@@ -37,6 +37,8 @@
 //!   mode), `rlx eval` and dry runs that drop and count what a server fails on.
 //! - `llama_cpp`: the same backend against a real llama.cpp server (llama-cpp-python) serving
 //!   SmolLM2: the backend contract, `rlx eval`, a multi-attempt dry run.
+//! - `trackers`: `log.sinks` and `rlx sync` against W&B (offline), TensorBoard and a real MLflow
+//!   server, read back by each tracker's own reader; kill and resume; trackers down or missing.
 
 mod backend_contract;
 mod chat;
@@ -65,3 +67,4 @@ mod trainer_smollm2;
 mod validate;
 mod openai;
 mod llama_cpp;
+mod trackers;

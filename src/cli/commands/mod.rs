@@ -13,6 +13,7 @@ pub mod eval;
 pub mod grade;
 pub mod sandbox;
 pub mod serve;
+pub mod sync;
 
 use super::{Cli, Command, exit, printer};
 use crate::spec::{self, overrides};
@@ -30,6 +31,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Serve(args) => serve::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Sync(cmd) => sync::run(cmd),
     }
 }
 
