@@ -137,7 +137,7 @@ pub fn python_env(name: &str, requirements: &[&str]) -> Option<PathBuf> {
 #[allow(clippy::print_stderr)]
 fn python_env_in(root: &Path, name: &str, requirements: &[&str]) -> Option<PathBuf> {
     use sha2::{Digest, Sha256};
-    std::fs::create_dir_all(&root).expect("venv cache directory");
+    std::fs::create_dir_all(root).expect("venv cache directory");
     let hash = Sha256::digest(requirements.join("\n").as_bytes());
     let tag: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
     let dir = root.join(format!("{name}-{tag}"));

@@ -142,7 +142,7 @@ mod tests {
         assert_eq!((lp, loss), (vec![vec![-1.0, -2.0], vec![-3.0]], 1.5));
         assert!(forward_backward_output(&bytes, 3).unwrap_err().to_string().contains("3 datums sent, 2 outputs"));
         let seq = SampledSequence { tokens: vec![7, 8], logprobs: vec![-0.5, -0.25], stop_reason: StopReason::Length };
-        let bytes = convert::sample_response_to_proto(&[seq.clone()], None).encode_to_vec();
+        let bytes = convert::sample_response_to_proto(std::slice::from_ref(&seq), None).encode_to_vec();
         assert_eq!(sample_response(&bytes, 1).unwrap(), vec![seq]);
         assert!(sample_response(&bytes, 2).is_err());
     }
