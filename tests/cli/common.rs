@@ -90,6 +90,20 @@ impl TestContext {
     }
 }
 
+/// The JSON lines of a run-directory file (none when it does not exist yet).
+#[allow(dead_code)]
+pub fn jsonl(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// The one run directory under `cx`'s `runs/`.
+#[allow(dead_code)]
+pub fn only_run(cx: &TestContext) -> PathBuf {
+    let runs: Vec<_> = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().collect();
+    assert_eq!(runs.len(), 1);
+    runs[0].path()
+}
+
 /// The outcome of one `rlx` invocation.
 #[derive(Debug)]
 pub struct Run {

@@ -12,7 +12,7 @@ use rlx::backend::local::model::{Arch, random_weights};
 use rlx::backend::local::{LocalTrainer, TrainerOptions, Tuning};
 use serde_json::{Value, json};
 
-use crate::common::{TestContext, repo};
+use crate::common::{TestContext, jsonl, only_run, repo};
 
 const SPECIALS: [&str; 3] = ["<|im_start|>", "<|im_end|>", "<unk>"];
 
@@ -87,16 +87,6 @@ eval: {{k: [1], temperature: 0, max_tokens: 8}}
     )
 }
 
-fn jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
-fn run_dir(cx: &TestContext) -> PathBuf {
-    let runs: Vec<_> = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().collect();
-    assert_eq!(runs.len(), 1);
-    runs[0].path()
-}
-
 #[test]
 fn a_short_run_writes_a_complete_run_directory() {
     let cx = TestContext::new();
@@ -105,7 +95,7 @@ fn a_short_run_writes_a_complete_run_directory() {
     let r = cx.run(&["run", "spec.yaml"]);
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("step 2  reward"), "{}", r.stderr);
-    let dir = run_dir(&cx);
+    let dir = only_run(&cx);
     for f in ["spec.yaml", "resolved.json", "provenance.json", "status.json", "metrics.jsonl", "rollouts.jsonl", "checkpoints.jsonl", "events.jsonl", "eval_results.jsonl", "logs.log"] {
         assert!(dir.join(f).exists(), "missing {f}");
     }
@@ -172,7 +162,7 @@ fn kill_9_then_rerun(spec_text: &str) {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let dir = run_dir(&cx);
+    let dir = only_run(&cx);
     let before: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
     assert_eq!(before["state"], "running", "SIGKILL leaves no chance to say otherwise");
 
@@ -209,7 +199,7 @@ fn sigint_stops_gracefully_and_resume_continues() {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
-    let dir = run_dir(&cx);
+    let dir = only_run(&cx);
     let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
     assert_eq!(status["state"], "interrupted");
     let done = status["steps_done"].as_u64().unwrap();
@@ -232,7 +222,7 @@ fn pipelined_run_trains_each_step_on_samples_one_step_old() {
     cx.write("spec.yaml", &text);
     let r = cx.run(&["run", "spec.yaml"]);
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
-    let dir = run_dir(&cx);
+    let dir = only_run(&cx);
     let metrics = jsonl(&dir.join("metrics.jsonl"));
     let steps: Vec<i64> = metrics.iter().map(|m| m["step"].as_i64().unwrap()).collect();
     assert_eq!(steps, vec![-1, 0, 1, 2, 3]);
@@ -266,7 +256,7 @@ fn failed_attempts_get_feedback_and_every_turn_is_trained() {
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     // Tempered samples with the unclipped loss: the run says what that does to the ratios.
     assert!(r.stderr.contains("importance ratios will be far from 1"), "{}", r.stderr);
-    let dir = run_dir(&cx);
+    let dir = only_run(&cx);
     let metrics = jsonl(&dir.join("metrics.jsonl"));
     let rollouts = jsonl(&dir.join("rollouts.jsonl"));
     assert_eq!(rollouts.len(), 12);

@@ -7,7 +7,7 @@
 // Tests report skips on stderr by design.
 #![allow(clippy::print_stderr)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use rlx::spec::resolved::ChatTemplateChoice;
 use rlx::spec::types::PromptEncoding;
 use serde_json::Value;
 
-use crate::common::{TestContext, python_env, repo};
+use crate::common::{TestContext, jsonl, python_env, repo};
 
 use crate::trainer_smollm2::fetch;
 
@@ -104,10 +104,6 @@ async fn the_sampler_passes_the_backend_contract_against_llama_cpp() {
     check_sampler(&*sampler, &fx).await.unwrap();
     let usage = sampler.usage();
     assert!(usage.requests >= 12 && usage.completion_tokens > 0 && usage.prompt_tokens > 0, "{usage:?}");
-}
-
-fn jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 #[test]

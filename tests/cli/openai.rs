@@ -7,7 +7,6 @@
 //! (llama.cpp) is `llama_cpp.rs`.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::common::{TestContext, repo};
+use crate::common::{TestContext, jsonl, only_run, repo};
 
 /// What the test server does with one request.
 enum Reply {
@@ -362,16 +361,6 @@ async fn half_broken_server() -> Server {
 fn tiny(cx: &TestContext) {
     crate::engine::tiny_model(&cx.path().join("tiny"));
     cx.write("problems.jsonl", PROBLEMS);
-}
-
-fn jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
-fn only_run(cx: &TestContext) -> std::path::PathBuf {
-    let runs: Vec<_> = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().collect();
-    assert_eq!(runs.len(), 1);
-    runs[0].path()
 }
 
 #[test]

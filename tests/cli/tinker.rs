@@ -13,7 +13,7 @@ use rlx::backend::contract::{Fixture, check_sampler, check_trainer};
 use rlx::backend::{Finetune, LoraConfig, Policy, tinker};
 use serde_json::Value;
 
-use crate::common::{Run, TestContext, repo};
+use crate::common::{Run, TestContext, jsonl, only_run};
 use crate::tinker_sdk::Server;
 
 /// `rlx serve` in `cx` with `--fault` values.
@@ -66,7 +66,8 @@ fn tiny(dir: &Path) -> PathBuf {
     model
 }
 
-fn options(url: &str, model: &Path) -> tinker::Options {
+/// Options for a Tinker policy on `rlx serve` at `url`, serving `model` under its path.
+pub fn options(url: &str, model: &Path) -> tinker::Options {
     tinker::Options {
         base_url: url.to_string(),
         api_key: "tml-test".into(),
@@ -137,39 +138,18 @@ fn spec(url: &str, max_steps: u32, save_every: u32) -> String {
 }
 
 fn spec_with(url: &str, max_steps: u32, save_every: u32, backend_extra: &str) -> String {
-    let data = repo().join("experiments/data");
-    let prompts = repo().join("prompts");
-    format!(
-        "name: tiny-tinker
-seed: 3
-model: {{base: ./tiny, finetune: lora, lora: {{rank: 4, alpha: 8}}}}
-backend: {{kind: tinker, base_url: '{url}', max_in_flight: 4{backend_extra}}}
-data:
-  train: [{{path: {train}, format: mbpp, limit: 6}}]
-  eval: [{{path: {eval}, format: mbpp, limit: 2}}]
-prompt: {{user: {user}}}
-sampling: {{max_tokens: 12, temperature: 1.0}}
-grpo: {{prompts_per_step: 2, group_size: 3, skip_degenerate: false, loss: {{kind: importance_sampling}}}}
-reward: {{test_timeout_s: 2}}
-sandbox: {{kind: local, strict: false}}
-optimizer: {{learning_rate: 1e-3}}
-schedule: {{max_steps: {max_steps}, eval_every: 2, save_every: {save_every}}}
-eval: {{k: [1], temperature: 0, max_tokens: 8}}
-",
-        train = data.join("easy_python_train.jsonl").display(),
-        eval = data.join("easy_python_eval.jsonl").display(),
-        user = prompts.join("mbpp_user.j2").display(),
-    )
-}
-
-fn jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
-fn run_dir(cx: &TestContext) -> PathBuf {
-    let runs: Vec<_> = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().collect();
-    assert_eq!(runs.len(), 1);
-    runs[0].path()
+    // The engine test's spec, trained with LoRA through Tinker instead of locally.
+    let mut spec = crate::engine::spec_with(max_steps, save_every, "");
+    for (from, to) in [
+        ("name: tiny\n", "name: tiny-tinker\n".to_string()),
+        ("model: {base: ./tiny, finetune: full}", "model: {base: ./tiny, finetune: lora, lora: {rank: 4, alpha: 8}}".to_string()),
+        ("backend: {kind: local, threads: 1}", format!("backend: {{kind: tinker, base_url: '{url}', max_in_flight: 4{backend_extra}}}")),
+        ("skip_degenerate: false}", "skip_degenerate: false, loss: {kind: importance_sampling}}".to_string()),
+    ] {
+        assert!(spec.contains(from), "the engine test's spec changed: no `{from}`");
+        spec = spec.replacen(from, &to, 1);
+    }
+    spec
 }
 
 #[test]
@@ -181,7 +161,7 @@ fn a_run_on_tinker_with_faults_trains_every_step_once() {
     cx.write("spec.yaml", &spec(&served.url, 4, 2));
     let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
-    let dir = run_dir(&cx);
+    let dir = only_run(&cx);
     let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().map(|m| m["step"].as_i64().unwrap()).collect();
     assert_eq!(steps, vec![-1, 0, 1, 2, 3], "baseline eval, then each step once");
     let metrics = jsonl(&dir.join("metrics.jsonl"));
@@ -233,7 +213,7 @@ fn a_killed_tinker_run_resumes_from_its_tinker_checkpoint() {
     child.wait().unwrap();
     let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
-    let dir = run_dir(&cx);
+    let dir = only_run(&cx);
     let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().filter(|m| m["step"].as_i64() >= Some(0)).map(|m| m["step"].as_i64().unwrap()).collect();
     assert_eq!(steps, vec![0, 1, 2, 3], "each step once across the kill");
     // The resumed run created its model from the saved state, with the optimizer.
@@ -252,7 +232,7 @@ fn an_evaluation_only_tinker_run_needs_no_training_model() {
     cx.write("spec.yaml", &spec(&served.url, 0, 1));
     let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
-    let metrics = jsonl(&run_dir(&cx).join("metrics.jsonl"));
+    let metrics = jsonl(&only_run(&cx).join("metrics.jsonl"));
     assert_eq!(metrics.len(), 1, "{metrics:?}");
     assert!(metrics[0]["eval/pass@1"].is_number(), "{metrics:?}");
     let paths: Vec<String> = served.record().iter().map(|r| r["path"].as_str().unwrap().to_string()).collect();

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use rlx::backend::{AdamParams, Datum, Finetune, LoraConfig, LossFn, LossFnInputs, Policy, SampleRequest, SamplingParams, Stop, tinker};
+use rlx::backend::{AdamParams, Datum, LossFn, LossFnInputs, Policy, SampleRequest, SamplingParams, Stop, tinker};
 use serde_json::Value;
 
 use crate::common::{TestContext, repo};
@@ -61,17 +61,7 @@ async fn rlx_sends_what_the_sdk_sends_for_the_same_operations() {
 
     // rlx's client, the same operations in the same order.
     let server = Server::start(&cx, &model, &[]);
-    let options = tinker::Options {
-        base_url: server.url.clone(),
-        api_key: "tml-rlx-test".into(),
-        base_model: "tiny-model".into(),
-        finetune: Finetune::Lora(LoraConfig::all_linear(4)),
-        seed: 3,
-        max_in_flight: 8,
-        tokenizer: None,
-        user_metadata: Default::default(),
-        retry: tinker::RetryPolicy::default(),
-    };
+    let options = tinker::Options { base_model: "tiny-model".into(), ..crate::tinker::options(&server.url, &model) };
     let Policy::Trainable(trainer) = tinker::open(options).await.unwrap() else { panic!("trainable") };
     let datum = Datum {
         model_input: vec![5, 6, 7, 8],
