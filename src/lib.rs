@@ -24,10 +24,12 @@
 //! - [`engine`]: the step loop that joins the pieces.
 //! - [`compare`]: `rlx compare`: tables, statistics and charts over run directories.
 //! - [`cli`]: the command line; the only module that prints.
+//! - [`alloc`]: the process allocator (large freed blocks reused instead of unmapped).
 //! - [`serve`]: `rlx serve`, Tinker's REST protocol over the embedded trainer.
 //! - [`tinker`]: Tinker's wire protocol (JSON bodies, protobuf messages, conversions), shared by
 //!   the Tinker client backend and `rlx serve`.
 
+pub mod alloc;
 pub mod backend;
 mod calendar;
 pub(crate) mod causes;

@@ -1,6 +1,13 @@
 //! The `rlx` binary: a shim over [`rlx::cli::main`], so all logic lives in the library where
 //! integration tests and other front-ends can reach it.
 
+/// Large tensors freed at the end of a step are reused by the next one (see `rlx::alloc`).
+#[global_allocator]
+static ALLOC: rlx::alloc::ReuseLarge = rlx::alloc::ReuseLarge::new();
+
 fn main() -> std::process::ExitCode {
+    // SAFETY: first statement of `main`; no other thread exists yet.
+    unsafe { rlx::backend::local::cpu::configure() };
+    rlx::alloc::configure_glibc();
     rlx::cli::main()
 }

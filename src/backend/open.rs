@@ -24,9 +24,15 @@ pub struct Context {
 pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
     let r = &plan.resolved;
     match &r.backend {
-        BackendChoice::Local { threads, max_tokens_per_microbatch } => {
+        BackendChoice::Local { threads, max_tokens_per_microbatch, sample_weights } => {
             let path = super::model_source::locate(&r.model)?;
-            let options = local::Options { threads: *threads, max_tokens_per_microbatch: *max_tokens_per_microbatch, seed: plan.spec.seed, state_dir: cx.state_dir.clone() };
+            let options = local::Options {
+                threads: *threads,
+                max_tokens_per_microbatch: *max_tokens_per_microbatch,
+                sample_weights: *sample_weights,
+                seed: plan.spec.seed,
+                state_dir: cx.state_dir.clone(),
+            };
             local::open(path, &r.finetune, options).await
         }
         BackendChoice::Tinker { base_url, api_key_env, max_in_flight, model_path } => {

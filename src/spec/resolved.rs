@@ -116,6 +116,9 @@ impl ChatTemplateChoice {
     }
 }
 
+/// `backend.max_tokens_per_microbatch` when the spec leaves it out (see its docs in `types`).
+pub const DEFAULT_MAX_TOKENS_PER_MICROBATCH: u32 = 256;
+
 /// The backend and its own settings.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BackendChoice {
@@ -125,6 +128,8 @@ pub enum BackendChoice {
         threads: Option<usize>,
         /// Largest padded micro-batch per forward/backward pass, tokens.
         max_tokens_per_microbatch: usize,
+        /// The weights the sampler decodes with.
+        sample_weights: crate::backend::local::SampleWeights,
     },
     /// The Tinker service.
     Tinker {
@@ -199,9 +204,13 @@ impl Resolved {
             }),
         };
         let backend = match &spec.backend {
-            Backend::Local { threads, max_tokens_per_microbatch } => BackendChoice::Local {
+            Backend::Local { threads, max_tokens_per_microbatch, sample_weights } => BackendChoice::Local {
                 threads: threads.map(|t| t as usize),
-                max_tokens_per_microbatch: max_tokens_per_microbatch.unwrap_or(1024) as usize,
+                max_tokens_per_microbatch: max_tokens_per_microbatch.unwrap_or(DEFAULT_MAX_TOKENS_PER_MICROBATCH) as usize,
+                sample_weights: match sample_weights {
+                    Some(types::SampleWeights::F32) => crate::backend::local::SampleWeights::F32,
+                    Some(types::SampleWeights::Q8_0) | None => crate::backend::local::SampleWeights::Q8_0,
+                },
             },
             Backend::Tinker { base_url, api_key_env, max_in_flight, model_path } => BackendChoice::Tinker {
                 base_url: base_url.clone(),

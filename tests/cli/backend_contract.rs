@@ -18,7 +18,7 @@ async fn contract(arch: Arch, tuning: Tuning) {
     let cfg = tiny_config(arch);
     let vocab = cfg.vocab_size;
     let w = random_weights(&cfg, 0.2, 3, DType::F32).unwrap();
-    let trainer = LocalTrainer::from_weights(cfg, w, None, TrainerOptions { tuning, seed: 3, max_tokens_per_microbatch: 4096 }, PathBuf::from("random")).unwrap();
+    let trainer = LocalTrainer::from_weights(cfg, w, None, TrainerOptions { tuning, seed: 3, max_tokens_per_microbatch: 4096, ..Default::default() }, PathBuf::from("random")).unwrap();
     let states = tempfile::tempdir().unwrap();
     let policy = policy_of(trainer, states.path().to_path_buf()).await.unwrap();
     let sampler = policy.sampler().await.unwrap();

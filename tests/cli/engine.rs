@@ -49,7 +49,7 @@ pub fn tiny_model(dir: &Path) {
     cfg.eos_token_ids = vec![1];
     let tokenizer = tokenizers::Tokenizer::from_bytes(tok_json.to_string().as_bytes()).unwrap();
     let w = random_weights(&cfg, 0.2, 7, DType::F32).unwrap();
-    let opts = TrainerOptions { tuning: Tuning::Full, seed: 7, max_tokens_per_microbatch: 4096 };
+    let opts = TrainerOptions { tuning: Tuning::Full, seed: 7, max_tokens_per_microbatch: 4096, ..Default::default() };
     let tr = LocalTrainer::from_weights(cfg, w, Some(tokenizer), opts, PathBuf::from("random")).unwrap();
     tr.export_merged(dir).unwrap();
     let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";

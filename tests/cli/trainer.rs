@@ -38,7 +38,7 @@ pub fn tiny_config(arch: Arch) -> Config {
 fn trainer(arch: Arch, tuning: Tuning, dtype: DType, seed: u64) -> LocalTrainer {
     let cfg = tiny_config(arch);
     let w = random_weights(&cfg, 0.2, seed, dtype).unwrap();
-    let opts = TrainerOptions { tuning, seed, max_tokens_per_microbatch: 4096 };
+    let opts = TrainerOptions { tuning, seed, max_tokens_per_microbatch: 4096, ..Default::default() };
     LocalTrainer::from_weights(cfg, w, None, opts, PathBuf::from("random")).unwrap()
 }
 

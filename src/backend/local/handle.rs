@@ -23,6 +23,8 @@ pub struct Options {
     pub threads: Option<usize>,
     /// Largest padded micro-batch (`batch × seq` tokens) per forward/backward pass.
     pub max_tokens_per_microbatch: usize,
+    /// The weights sampler snapshots decode with.
+    pub sample_weights: super::SampleWeights,
     /// Seed for new LoRA adapters.
     pub seed: u64,
     /// Where [`Trainer::save_state`] writes (one directory per state name).
@@ -43,7 +45,12 @@ pub async fn open(path: PathBuf, finetune: &Finetune, options: Options) -> Resul
         Finetune::Full => Tuning::Full,
         Finetune::Lora(l) => Tuning::Lora(l.clone()),
     };
-    let trainer_options = TrainerOptions { tuning, seed: options.seed, max_tokens_per_microbatch: options.max_tokens_per_microbatch };
+    let trainer_options = TrainerOptions {
+        tuning,
+        seed: options.seed,
+        max_tokens_per_microbatch: options.max_tokens_per_microbatch,
+        sample_weights: options.sample_weights,
+    };
     trainable(options.state_dir, move || LocalTrainer::new(super::load(&path)?, trainer_options)).await
 }
 

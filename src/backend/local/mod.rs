@@ -5,21 +5,24 @@
 //! - [`lora`]: low-rank adapters; [`frozen`]: the gradient-free product for frozen base weights;
 //!   [`target_logprob`]: the fused log-prob-of-target op with its own backward.
 //! - [`load`]: Hugging Face directories and GGUF files (chat templates render with `prompt::chat`).
-//! - [`sampler`]: [`LocalSampler`], batched KV-cache generation (its docs define the logprobs).
+//! - [`sampler`]: [`LocalSampler`], batched KV-cache generation (its docs define the logprobs);
+//!   [`quant`]: the Q8_0 weight copies it can decode with.
 //! - [`trainer`]: [`LocalTrainer`], forward/backward, AdamW ([`optim`]), state ([`state`]).
 //!
 //! - [`handle`]: the backend behind the async seams: [`open`] loads the model on a thread that
 //!   owns the trainer; requests queue to it ([`worker`]) in submission order.
 //!
-//! Threading: the trainer lives on its own thread, each sampler snapshot on another (style.md
+//! Threading ([`cpu`] sets candle's pools up at start-up): the trainer lives on its own thread, each sampler snapshot on another (style.md
 //! §e); candle parallelises each matmul over the cores itself (rayon).
 
+pub mod cpu;
 pub mod frozen;
 pub mod handle;
 pub mod load;
 pub mod lora;
 pub mod model;
 pub mod optim;
+pub mod quant;
 pub mod rng;
 pub mod sampler;
 pub mod state;
@@ -31,5 +34,6 @@ pub use handle::{Options, SamplerHandle, TrainerHandle, open, policy_of};
 pub use load::{Loaded, load};
 pub use lora::LoraConfig;
 pub use model::{Arch, Config, Model, Tuning};
+pub use quant::SampleWeights;
 pub use sampler::LocalSampler;
 pub use trainer::{LocalTrainer, TrainerOptions};

@@ -26,9 +26,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use std::sync::Arc;
+
 use candle_core::{D, DType, Device, Module, Tensor, Var};
 
 use super::lora::{Lora, LoraConfig};
+use super::quant::{self, Q8Matrix};
 use super::rng::Rng;
 use crate::backend::{Error, Result};
 
@@ -282,6 +285,9 @@ pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
     lora: Option<Lora>,
+    /// A quantised copy of `weight` for inference (see [`super::quant`]); used only when nothing
+    /// needs a gradient.
+    quantized: Option<Arc<Q8Matrix>>,
 }
 
 impl Linear {
@@ -294,12 +300,17 @@ impl Linear {
         let weight = pb.get("weight", &[out_dim, in_dim])?;
         let bias = if bias { Some(pb.get("bias", &[out_dim])?) } else { None };
         let lora = pb.lora(module, in_dim, out_dim, weight.dtype())?;
-        Ok(Self { weight, bias, lora })
+        Ok(Self { weight, bias, lora, quantized: None })
     }
 
     /// A projection from an existing weight (the tied LM head).
     pub fn from_weight(weight: Tensor) -> Self {
-        Self { weight, bias: None, lora: None }
+        Self { weight, bias: None, lora: None, quantized: None }
+    }
+
+    /// Whether inference runs on a quantised copy of the weight.
+    pub fn is_quantized(&self) -> bool {
+        self.quantized.is_some()
     }
 
     /// The base weight `[out, in]`.
@@ -335,7 +346,10 @@ impl Module for Linear {
         let dims = x.dims().to_vec();
         let in_dim = dims[dims.len() - 1];
         let x2 = x.reshape(((), in_dim))?;
-        let mut y = super::frozen::frozen_aware_matmul_t(&x2, &self.weight)?;
+        let mut y = match &self.quantized {
+            Some(q) if !x2.track_op() && x2.dtype() == DType::F32 && x2.dim(0)? <= quant::MAX_ROWS => q.matmul_t(&x2)?,
+            _ => super::frozen::frozen_aware_matmul_t(&x2, &self.weight)?,
+        };
         if let Some(b) = &self.bias {
             y = y.broadcast_add(b)?;
         }
@@ -428,12 +442,57 @@ impl Rope {
 /// Rows may be left-padded (several prompts of different lengths decoded as one batch):
 /// `pads[r]` leading positions of row `r` are padding that no query attends to. RoPE makes the
 /// shift harmless: attention scores depend only on position differences.
+///
+/// Keys and values live in buffers with room for more positions than are filled; a decoding step
+/// writes its one new position in place and attends over a narrowed view, which candle's batched
+/// GEMM reads through its strides. Appending with `Tensor::cat` instead copied the whole cache of
+/// every layer at every token (quadratic in the completion length: 55 MB per token for 8 rows of
+/// SmolLM2 at 150 positions).
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
-    /// Per layer: keys and values `[b, kv_heads, seen, head_dim]`.
-    layers: Vec<Option<(Tensor, Tensor)>>,
+    layers: Vec<Option<LayerCache>>,
     /// Left padding per batch row; empty means none.
     pads: Vec<usize>,
+}
+
+/// One layer's keys and values `[b, kv_heads, capacity, head_dim]`, the first `len` positions
+/// filled. The buffers are never shared with another cache: [`KvCache::select_rows`] and growth
+/// build new ones, so writing in place cannot reach a tensor someone else holds.
+#[derive(Debug, Clone)]
+struct LayerCache {
+    k: Tensor,
+    v: Tensor,
+    len: usize,
+}
+
+impl LayerCache {
+    /// Appends `k`, `v` `[b, kv_heads, t, head_dim]` and returns the filled views.
+    fn append(slot: &mut Option<LayerCache>, k: &Tensor, v: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
+        let t = k.dim(2)?;
+        let (k, v) = (k.contiguous()?, v.contiguous()?);
+        let len = slot.as_ref().map_or(0, |c| c.len);
+        let cap = slot.as_ref().map_or(0, |c| c.k.dim(2).unwrap_or(0));
+        if len + t > cap {
+            // Room for the prompt plus 128 positions, then doubling: a handful of growths per
+            // completion, each one copy.
+            let new_cap = (len + t + 128).max(2 * cap);
+            let (b, kvh, _, hd) = k.dims4()?;
+            let grow = |old: Option<&Tensor>, new: &Tensor| -> candle_core::Result<Tensor> {
+                let buf = Tensor::zeros((b, kvh, new_cap, hd), new.dtype(), new.device())?;
+                if let Some(old) = old {
+                    buf.slice_set(&old.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+                }
+                Ok(buf)
+            };
+            let (ok, ov) = (slot.as_ref().map(|c| &c.k), slot.as_ref().map(|c| &c.v));
+            *slot = Some(LayerCache { k: grow(ok, &k)?, v: grow(ov, &v)?, len });
+        }
+        let c = slot.as_mut().expect("allocated above");
+        c.k.slice_set(&k, 2, len)?;
+        c.v.slice_set(&v, 2, len)?;
+        c.len = len + t;
+        Ok((c.k.narrow(2, 0, c.len)?, c.v.narrow(2, 0, c.len)?))
+    }
 }
 
 impl KvCache {
@@ -450,7 +509,7 @@ impl KvCache {
 
     /// Positions already cached.
     pub fn len(&self) -> usize {
-        self.layers.first().and_then(|l| l.as_ref()).map(|(k, _)| k.dim(2).unwrap_or(0)).unwrap_or(0)
+        self.layers.first().and_then(|l| l.as_ref()).map_or(0, |c| c.len)
     }
 
     /// Whether nothing is cached.
@@ -464,10 +523,13 @@ impl KvCache {
     /// # Errors
     /// Tensor failures.
     pub fn select_rows(&mut self, rows: &[u32]) -> Result<()> {
-        let dev = self.layers.iter().flatten().next().map(|(k, _)| k.device().clone()).unwrap_or(Device::Cpu);
+        let dev = self.layers.iter().flatten().next().map(|c| c.k.device().clone()).unwrap_or(Device::Cpu);
         let index = Tensor::new(rows, &dev)?;
-        for l in self.layers.iter_mut().flatten() {
-            *l = (l.0.index_select(&index, 0)?, l.1.index_select(&index, 0)?);
+        for c in self.layers.iter_mut().flatten() {
+            // index_select copies into new buffers (same capacity), so no view of the old ones
+            // is written through afterwards.
+            c.k = c.k.index_select(&index, 0)?;
+            c.v = c.v.index_select(&index, 0)?;
         }
         if !self.pads.is_empty() {
             self.pads = rows.iter().map(|&r| self.pads[r as usize]).collect();
@@ -530,7 +592,7 @@ impl Attention {
         })
     }
 
-    fn forward(&self, x: &Tensor, rope: &Rope, offset: usize, cache: Option<&mut Option<(Tensor, Tensor)>>, mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    fn forward(&self, x: &Tensor, rope: &Rope, offset: usize, cache: Option<&mut Option<LayerCache>>, mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
         let (b, t, _d) = x.dims3()?;
         let (h, kvh, hd) = (self.heads, self.kv_heads, self.head_dim);
         // [b, t, heads*hd] -> [b, heads, t, hd]
@@ -542,14 +604,7 @@ impl Attention {
         let q = rope.apply(&q.transpose(1, 2)?.contiguous()?, offset)?;
         let k = rope.apply(&k.transpose(1, 2)?.contiguous()?, offset)?;
         let (k, v) = match cache {
-            Some(slot) => {
-                let kv = match slot.take() {
-                    Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
-                    None => (k, v),
-                };
-                *slot = Some(kv.clone());
-                kv
-            }
+            Some(slot) => LayerCache::append(slot, &k, &v)?,
             None => (k, v),
         };
         let s = k.dim(2)?;
@@ -635,7 +690,7 @@ impl Layer {
         })
     }
 
-    fn forward(&self, x: &Tensor, rope: &Rope, offset: usize, cache: Option<&mut Option<(Tensor, Tensor)>>, mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    fn forward(&self, x: &Tensor, rope: &Rope, offset: usize, cache: Option<&mut Option<LayerCache>>, mask: Option<&Tensor>) -> candle_core::Result<Tensor> {
         let h = (x + self.self_attn.forward(&self.input_layernorm.forward(x)?, rope, offset, cache, mask)?)?;
         &h + self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?
     }
@@ -722,6 +777,44 @@ impl Model {
         let h = self.hidden(tokens, offset, cache)?;
         let t = h.dim(1)?;
         self.lm_head.forward(&h.narrow(1, t - 1, 1)?.squeeze(1)?)
+    }
+
+    /// Every projection under its Hugging Face weight name (`lm_head.weight` for the head, even
+    /// when it is tied to the embeddings).
+    fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        let mut out: Vec<(String, &mut Linear)> = Vec::new();
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let p = format!("model.layers.{i}");
+            let a = &mut l.self_attn;
+            out.push((format!("{p}.self_attn.q_proj.weight"), &mut a.q_proj));
+            out.push((format!("{p}.self_attn.k_proj.weight"), &mut a.k_proj));
+            out.push((format!("{p}.self_attn.v_proj.weight"), &mut a.v_proj));
+            out.push((format!("{p}.self_attn.o_proj.weight"), &mut a.o_proj));
+            let m = &mut l.mlp;
+            out.push((format!("{p}.mlp.gate_proj.weight"), &mut m.gate_proj));
+            out.push((format!("{p}.mlp.up_proj.weight"), &mut m.up_proj));
+            out.push((format!("{p}.mlp.down_proj.weight"), &mut m.down_proj));
+        }
+        out.push(("lm_head.weight".into(), &mut self.lm_head));
+        out
+    }
+
+    /// How many projections (of 7 per layer plus the LM head) decode with a quantised copy.
+    pub fn quantized_projections(&mut self) -> usize {
+        self.linears_mut().iter().filter(|(_, l)| l.is_quantized()).count()
+    }
+
+    /// Gives each projection a quantised copy of its base weight for inference, from
+    /// `quantize(name, weight)` (`None` leaves it in f32). Training is unaffected: anything that
+    /// needs a gradient still multiplies by the f32 weight.
+    ///
+    /// # Errors
+    /// Whatever `quantize` returns.
+    pub fn quantize_for_inference(&mut self, mut quantize: impl FnMut(&str, &Tensor) -> Result<Option<Arc<Q8Matrix>>>) -> Result<()> {
+        for (name, lin) in self.linears_mut() {
+            lin.quantized = quantize(&name, &lin.weight)?;
+        }
+        Ok(())
     }
 
     /// Every weight with LoRA adapters merged in, under Hugging Face names (what

@@ -16,6 +16,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use super::load::Loaded;
 use super::model::{Config, Model, ParamBuilder, Tuning};
 use super::optim::AdamW;
+use super::quant::{self, SampleWeights};
 use super::sampler::LocalSampler;
 use super::state;
 use crate::backend::{AdamParams, Datum, DatumOutput, Error, ForwardBackwardOutput, LossFn, OptimStepOutput, Result};
@@ -30,11 +31,14 @@ pub struct TrainerOptions {
     pub seed: u64,
     /// Largest padded micro-batch (`batch × seq` tokens) per forward/backward pass.
     pub max_tokens_per_microbatch: usize,
+    /// The weights [`LocalTrainer::sampler`] snapshots sample with.
+    #[serde(default)]
+    pub sample_weights: SampleWeights,
 }
 
 impl Default for TrainerOptions {
     fn default() -> Self {
-        Self { tuning: Tuning::Full, seed: 0, max_tokens_per_microbatch: 4096 }
+        Self { tuning: Tuning::Full, seed: 0, max_tokens_per_microbatch: 4096, sample_weights: SampleWeights::F32 }
     }
 }
 
@@ -52,6 +56,8 @@ pub struct LocalTrainer {
     opt: AdamW,
     tokenizer: Option<Arc<tokenizers::Tokenizer>>,
     source: PathBuf,
+    /// Q8_0 copies of the frozen base weights, shared by every sampler snapshot.
+    quantized_base: quant::Cache,
 }
 
 impl std::fmt::Debug for LocalTrainer {
@@ -101,7 +107,7 @@ impl LocalTrainer {
         // tensors too would double the model's memory for nothing.
         drop(pb);
         let base = if options.tuning == Tuning::Full { Arc::new(HashMap::new()) } else { base };
-        Ok(Self { config, options, base, model, names, vars, grads: None, opt, tokenizer: tokenizer.map(Arc::new), source })
+        Ok(Self { config, options, base, model, names, vars, grads: None, opt, tokenizer: tokenizer.map(Arc::new), source, quantized_base: quant::Cache::default() })
     }
 
     /// The model being trained.
@@ -374,7 +380,14 @@ impl LocalTrainer {
             }
         }
         let pb = ParamBuilder::new(&weights, &Tuning::Frozen, &self.source, 0);
-        let model = Model::new(&self.config, &pb)?;
+        let mut model = Model::new(&self.config, &pb)?;
+        if self.options.sample_weights == SampleWeights::Q8_0 {
+            // Under LoRA the base never changes: quantise it once. Under full fine-tuning every
+            // weight (the tied head included) moves each step, so each snapshot quantises its own.
+            let frozen_base = matches!(self.options.tuning, Tuning::Lora(_));
+            let cache = &mut self.quantized_base;
+            model.quantize_for_inference(|name, w| if frozen_base { cache.get(name, w) } else { quant::q8_0(w) })?;
+        }
         Ok(LocalSampler::new(Arc::new(model), self.tokenizer.clone()))
     }
 }

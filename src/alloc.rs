@@ -1,0 +1,184 @@
+//! The process allocator: the system's, plus a bounded cache of large freed blocks.
+//!
+//! A training step allocates the same large tensors (activations, logits, gradients) every
+//! micro-batch and frees them at its end. glibc serves blocks of more than 32 MB (and, until its
+//! threshold adapts, more than 128 KB) with `mmap` and returns them with `munmap`, so every step
+//! faulted every page of them in again and the kernel zeroed each one: 14% of a LoRA step's
+//! samples were `clear_page_erms` and 17% of its CPU time was system time. Keeping freed blocks
+//! of 1 MB and more in size classes (eighths of a power of two, so a block fits the next request
+//! of about its size, not only of its exact size) and handing them out again removes those
+//! faults. jemalloc and mimalloc, preloaded into the same benchmark, were both slower than glibc
+//! (2.2× and 1.4× the step time; they return freed pages to the kernel eagerly) and mimalloc's
+//! peak RSS was 14% higher.
+//!
+//! The cache is bounded ([`CAP`]), so it adds at most that much to the peak resident size; a
+//! block that would exceed it goes back to the system.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Mutex;
+
+/// Smallest block the cache keeps: glibc's largest mmap threshold, above which it always maps.
+const MIN: usize = 32 << 20;
+/// Most bytes kept in the cache.
+const CAP: usize = 512 << 20;
+/// Cached blocks (a fixed array: the allocator must not allocate for itself).
+const SLOTS: usize = 256;
+
+/// See the module docs.
+pub struct ReuseLarge {
+    cache: Mutex<Cache>,
+}
+
+struct Cache {
+    blocks: [(usize, usize); SLOTS],
+    len: usize,
+    bytes: usize,
+}
+
+/// Makes glibc keep blocks below [`MIN`] in its heap: a fixed 32 MB mmap threshold (its dynamic
+/// one starts at 128 KB and only rises as mapped blocks are freed) and a trim threshold that
+/// does not hand the top of the heap back after every step.
+pub fn configure_glibc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator parameters; both values are in range.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MIN as libc::c_int);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, (256 << 20) as libc::c_int);
+    }
+}
+
+impl ReuseLarge {
+    /// An empty cache.
+    pub const fn new() -> Self {
+        Self { cache: Mutex::new(Cache { blocks: [(0, 0); SLOTS], len: 0, bytes: 0 }) }
+    }
+}
+
+impl Default for ReuseLarge {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The size class of a large request: rounded up to a multiple of an eighth of its power of two.
+fn class(size: usize) -> usize {
+    let step = (size.next_power_of_two() / 8).max(4096);
+    size.div_ceil(step) * step
+}
+
+/// Cached blocks are page-aligned whatever their first request asked for, so any later request
+/// of the class can take them.
+const PAGE: usize = 4096;
+
+fn cached(layout: &Layout) -> bool {
+    layout.size() >= MIN && layout.align() <= PAGE
+}
+
+impl ReuseLarge {
+    fn take(&self, size: usize) -> Option<*mut u8> {
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let i = c.blocks[..c.len].iter().rposition(|&(s, _)| s == size)?;
+        let (_, ptr) = c.blocks[i];
+        let last = c.len - 1;
+        c.blocks.swap(i, last);
+        c.len -= 1;
+        c.bytes -= size;
+        Some(ptr as *mut u8)
+    }
+
+    fn keep(&self, ptr: *mut u8, size: usize) -> bool {
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if c.len == SLOTS || c.bytes + size > CAP {
+            return false;
+        }
+        let n = c.len;
+        c.blocks[n] = (size, ptr as usize);
+        c.len += 1;
+        c.bytes += size;
+        true
+    }
+}
+
+// SAFETY: every large block handed out is either fresh from `System` with the class size and
+// page alignment (>= the caller's) or a cached block of the same class previously obtained that
+// way and no longer in use; `dealloc` returns large blocks to `System` with that same layout.
+unsafe impl GlobalAlloc for ReuseLarge {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !cached(&layout) {
+            // SAFETY: forwarded unchanged.
+            return unsafe { System.alloc(layout) };
+        }
+        let size = class(layout.size());
+        if let Some(p) = self.take(size) {
+            return p;
+        }
+        // SAFETY: size >= layout.size() > 0, PAGE a valid alignment >= layout.align().
+        unsafe { System.alloc(Layout::from_size_align_unchecked(size, PAGE)) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if !cached(&layout) {
+            // SAFETY: forwarded unchanged.
+            return unsafe { System.alloc_zeroed(layout) };
+        }
+        let size = class(layout.size());
+        if let Some(p) = self.take(size) {
+            // SAFETY: the block has at least `layout.size()` writable bytes.
+            unsafe { std::ptr::write_bytes(p, 0, layout.size()) };
+            return p;
+        }
+        // SAFETY: as in `alloc`.
+        unsafe { System.alloc_zeroed(Layout::from_size_align_unchecked(size, PAGE)) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if !cached(&layout) {
+            // SAFETY: forwarded unchanged.
+            return unsafe { System.dealloc(ptr, layout) };
+        }
+        let size = class(layout.size());
+        if !self.keep(ptr, size) {
+            // SAFETY: allocated by `System` with this size class and PAGE alignment.
+            unsafe { System.dealloc(ptr, Layout::from_size_align_unchecked(size, PAGE)) }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_round_up_by_at_most_an_eighth() {
+        for size in [MIN, MIN + 1, 3 << 20, (5 << 20) + 17, 100_000_000] {
+            let c = class(size);
+            assert!(c >= size && (c - size) * 8 <= size.next_power_of_two(), "{size} -> {c}");
+            assert_eq!(class(c), c, "a class is its own class");
+        }
+    }
+
+    #[test]
+    fn a_freed_block_is_reused_zeroed_and_the_cap_holds() {
+        let a = ReuseLarge::new();
+        let layout = Layout::from_size_align(40 << 20, 64).unwrap();
+        // SAFETY: layouts are non-zero; every block is freed with the layout it was made with.
+        unsafe {
+            let p = a.alloc(layout);
+            p.write_bytes(7, layout.size());
+            a.dealloc(p, layout);
+            // Same class, slightly smaller request: the cached block comes back, zeroed.
+            let smaller = Layout::from_size_align((40 << 20) - 100, 64).unwrap();
+            let q = a.alloc_zeroed(smaller);
+            assert_eq!(q, p);
+            assert!(std::slice::from_raw_parts(q, smaller.size()).iter().all(|&b| b == 0));
+            a.dealloc(q, smaller);
+            // Blocks past the cap go back to the system: the cache never holds more than CAP.
+            let big = Layout::from_size_align(300 << 20, 64).unwrap();
+            let (x, y) = (a.alloc(big), a.alloc(big));
+            a.dealloc(x, big);
+            a.dealloc(y, big);
+            assert!(a.cache.lock().unwrap().bytes <= CAP);
+            assert_eq!(a.cache.lock().unwrap().len, 2, "the 40 MB block and one 300 MB block");
+        }
+    }
+}
