@@ -18,8 +18,10 @@
 //!
 //! Warm workers preload the modules submissions commonly import (numpy among them, when the
 //! interpreter has it; see `PRELOAD` in `harness.py`) before they fork, so a submission that
-//! imports them finds them in `sys.modules`. Each submission is still a fresh fork: what one
-//! does to a preloaded module (mutating numpy, `sys.modules`, builtins) dies with its process.
+//! imports them finds them in `sys.modules`, and warm them up (`warm_up`: the forks inherit
+//! specialized bytecode; module globals are put back). Each submission is still a fresh fork:
+//! what one does to a preloaded module (mutating numpy, `sys.modules`, builtins) dies with its
+//! process. A request's files reach the worker as raw bytes after the job frame, not base64.
 //!
 //! Each slot runs programs under its own uid (when rlx is root): RLIMIT_NPROC counts per uid, so
 //! a fork bomb in one slot cannot starve another. Uids are `1_000_000 + (pid % 10_000)·65_536 +
@@ -229,11 +231,13 @@ impl LocalSandbox {
 
     /// Send one job to a worker once admitted, and wait for its reply. The exchange runs on its
     /// own task: it completes (and frees its slot) even if this future is dropped.
-    async fn call(&self, job: Value, expected: Option<Value>, deadline: Duration, memory_mb: u64) -> Result<Value, Error> {
+    ///
+    /// `files` are the bytes of the job's `file_names`, sent raw after the job frame.
+    async fn call(&self, job: Value, files: Vec<Vec<u8>>, expected: Option<Value>, deadline: Duration, memory_mb: u64) -> Result<Value, Error> {
         let guard = self.inner.admission.admit(memory_mb).await;
         let this = self.clone();
         tokio::spawn(async move {
-            let result = this.call_on(guard.slot, &job, expected.as_ref(), deadline).await;
+            let result = this.call_on(guard.slot, &job, &files, expected.as_ref(), deadline).await;
             drop(guard);
             result
         })
@@ -241,7 +245,7 @@ impl LocalSandbox {
         .map_err(|e| Error::Task(e.to_string()))?
     }
 
-    async fn call_on(&self, slot: usize, job: &Value, expected: Option<&Value>, deadline: Duration) -> Result<Value, Error> {
+    async fn call_on(&self, slot: usize, job: &Value, files: &[Vec<u8>], expected: Option<&Value>, deadline: Duration) -> Result<Value, Error> {
         let mut guard = self.inner.slots[slot].lock().await;
         if guard.is_none() {
             let (w, _, _) = spawn_worker(&self.inner.spawner, slot).await?;
@@ -254,6 +258,9 @@ impl LocalSandbox {
         let outer = deadline + Duration::from_secs(10);
         let exchange = async {
             write_frame(&mut worker.stdin, job).await?;
+            for bytes in files {
+                write_raw_frame(&mut worker.stdin, bytes).await?;
+            }
             if let Some(e) = expected {
                 write_frame(&mut worker.stdin, e).await?;
             }
@@ -402,6 +409,13 @@ async fn write_frame(w: &mut ChildStdin, v: &Value) -> std::io::Result<()> {
     w.write_all(&body).await
 }
 
+/// A file's bytes as they are, length-prefixed (see `read_files` in `harness.py`).
+async fn write_raw_frame(w: &mut ChildStdin, bytes: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(bytes.len()).map_err(|_| std::io::Error::other("file over 4 GiB"))?;
+    w.write_all(&len.to_be_bytes()).await?;
+    w.write_all(bytes).await
+}
+
 async fn read_frame(r: &mut ChildStdout) -> std::io::Result<Option<Value>> {
     let mut head = [0u8; 4];
     match r.read_exact(&mut head).await {
@@ -436,7 +450,7 @@ impl Grader for LocalSandbox {
         let total = problem.tests.len();
         let (job, expected) = harness::grade_job(problem, code, opts);
         let deadline = Duration::from_secs_f64(job["deadline_s"].as_f64().unwrap_or(60.0));
-        match self.call(job, expected, deadline, opts.limits.memory_mb).await {
+        match self.call(job, Vec::new(), expected, deadline, opts.limits.memory_mb).await {
             Ok(reply) => match parse_tests(&reply) {
                 Ok(tests) => Verdict::from_tests(&problem.id, total, tests),
                 Err(e) => Verdict::infra_error(&problem.id, total, &Error::Rejected(e)),
@@ -448,10 +462,10 @@ impl Grader for LocalSandbox {
 
 impl Sandbox for LocalSandbox {
     async fn run(&self, req: ExecRequest) -> Result<ExecOutput, Error> {
-        let files: BTreeMap<&String, String> = req.files.iter().map(|(k, v)| (k, B64.encode(v))).collect();
-        let job = harness::run_job(&req.code, req.stdin.as_deref(), json!(files), &req.fetch_files, &req.limits);
+        let (names, files): (Vec<String>, Vec<Vec<u8>>) = req.files.into_iter().unzip();
+        let job = harness::run_job(&req.code, req.stdin.as_deref(), &names, &req.fetch_files, &req.limits);
         let deadline = req.limits.timeout + Duration::from_secs(5);
-        let reply = self.call(job, None, deadline, req.limits.memory_mb).await?;
+        let reply = self.call(job, files, None, deadline, req.limits.memory_mb).await?;
         if let Some(e) = reply.get("error").and_then(Value::as_str) {
             return Err(Error::Rejected(e.to_owned()));
         }

@@ -1,9 +1,10 @@
 //! The warm workers of the local sandbox (issue 17): modules preloaded before the fork cannot
-//! carry one submission's state into the next nor be written to, bytecode cached for repeated
-//! request files cannot be planted by a submission, numpy comes from the interpreter's own
-//! environment with one BLAS thread and does not eat the memory limit, a virtualenv under /tmp
-//! stays visible, and submissions waiting off the CPU do not hold back the queue. Only programs
-//! written here; no ../shared data.
+//! carry one submission's state into the next nor be written to, and the worker's warm-up of
+//! them leaves them as a fresh interpreter has them; a request's files reach the program byte for
+//! byte; bytecode cached for repeated request files cannot be planted by a submission; numpy
+//! comes from the interpreter's own environment with one BLAS thread and does not eat the memory
+//! limit; a virtualenv under /tmp stays visible; and submissions waiting off the CPU do not hold
+//! back the queue. Only programs written here; no ../shared data.
 
 #![allow(clippy::print_stderr)] // skip notices are meant to be seen in test output
 
@@ -77,6 +78,12 @@ for t in targets:
     except OSError:
         pass
 print("mutated", "written:" + ",".join(written) if written else "nothing-written")
+# The state of unittest.mock and pkgutil that the worker's warm-up exercises before the fork
+# (harness.py `warm_up`): a patch left active, a rebound module global, a cache filled.
+import pkgutil, unittest.mock
+unittest.mock.file_spec = ["secret-A"]
+pkgutil.resolve_name("os.path")
+unittest.mock.patch("builtins.open", lambda *a, **k: "secret-A").start()
 "#;
 
 const CHECK: &str = r#"
@@ -95,6 +102,15 @@ if max(1, 2) != 2: bad.append("builtins.max")
 if os.environ.get("LEAK"): bad.append("environ")
 if "/tmp/evil" in sys.path: bad.append("sys.path")
 if sys.getrecursionlimit() == 4321: bad.append("recursion limit")
+# As in a fresh interpreter: the worker's warm-up put back what it touched, and the previous
+# submission's patch and globals died with it.
+import io, pkgutil, unittest.mock
+if unittest.mock.file_spec is not None: bad.append("mock.file_spec")
+if pkgutil._NAME_PATTERN is not None: bad.append("pkgutil._NAME_PATTERN")
+if builtins.open is not io.open: bad.append("builtins.open")
+if unittest.mock._patch._active_patches: bad.append("active patches")
+if "rlx_warm" in sys.modules: bad.append("warm-up module")
+if sys.stdin.__class__ is io.StringIO: bad.append("sys.stdin")
 print("clean" if not bad else "LEAKED " + ",".join(bad))
 "#;
 
@@ -121,6 +137,32 @@ async fn preloaded_modules_cannot_carry_state_between_submissions() {
     let sb = one_slot(Some(python)).await;
     assert!(sb.preload().modules.iter().any(|m| m == "numpy"), "{:?}", sb.preload());
     assert_no_leak(&sb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_reach_the_program_byte_for_byte() {
+    if !python_available() {
+        return;
+    }
+    // The files travel raw after the job frame, one length-prefixed frame each: every byte
+    // value, an empty file, a nested path, and each name paired with its own bytes.
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let files = BTreeMap::from([
+        ("data/big.bin".to_owned(), big),
+        ("empty".to_owned(), Vec::new()),
+        ("z.txt".to_owned(), vec![0, 159, 146, 150, b'\n']),
+    ]);
+    let code = "big = open('data/big.bin', 'rb').read()\n\
+                print(len(big), big == bytes(i % 251 for i in range(300000)))\n\
+                print(open('empty', 'rb').read().hex() or 'empty')\n\
+                print(open('z.txt', 'rb').read().hex())\n";
+    // Twice on one worker: the second job's frames are read in step after the first's files.
+    let sb = one_slot(None).await;
+    for _ in 0..2 {
+        let limits = Limits { timeout: Duration::from_secs(30), ..Limits::default() };
+        let out = sb.run(ExecRequest { code: code.into(), files: files.clone(), limits, ..Default::default() }).await.expect("the sandbox runs it");
+        assert_eq!(stdout(&out), "300000 True\nempty\n009f92960a", "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
