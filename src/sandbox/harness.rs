@@ -73,15 +73,16 @@ pub fn grade_job(problem: &Problem, code: &str, opts: &GradeOptions) -> (Value, 
     (job, expected)
 }
 
-/// A plain run (`/run_code`): one "test" in script mode.
-pub fn run_job(code: &str, stdin: Option<&str>, files: Value, fetch_files: &[String], limits: &Limits) -> Value {
+/// A plain run (`/run_code`): one "test" in script mode. The bytes of `file_names` follow the
+/// job frame raw, in that order.
+pub fn run_job(code: &str, stdin: Option<&str>, file_names: &[String], fetch_files: &[String], limits: &Limits) -> Value {
     let t = limits.timeout.as_secs_f64();
     json!({
         "kind": "run",
         "mode": "script",
         "code": code,
         "tests": [{"stdin": stdin.unwrap_or("")}],
-        "files": files,
+        "file_names": file_names,
         "fetch_files": fetch_files,
         "timeout_s": t,
         "deadline_s": t + 5.0,

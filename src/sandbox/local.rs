@@ -3,23 +3,29 @@
 //! Each slot owns one worker process running `harness.py worker` (see the process tree at the top
 //! of `harness.py`). The worker is started once with a scrubbed environment in its own process
 //! group, isolates itself (namespaces, read-only root, private `/tmp`), imports the harness, and
-//! then forks per submission; a submission costs about two forks (more only when a test times
-//! out or crashes the program) instead of an interpreter start-up (Sandbox Fusion pays ~9 ms of start-up and ~120 ms of numpy import per
-//! request, reference/sandbox-fusion.md §4).
+//! then forks per submission, from a zygote that never holds a job (no submission can find
+//! another's code, inputs or expected outputs in its memory); a submission costs about two forks
+//! (more only when a test times out or crashes the program) instead of an interpreter start-up
+//! (Sandbox Fusion pays ~9 ms of start-up and ~120 ms of numpy import per request,
+//! reference/sandbox-fusion.md §4).
 //!
 //! Concurrency ([`super::admission`]): up to `workers` submissions run at once, and more (up to
 //! `max_in_flight`, one worker process each) only while some in flight wait without using the
 //! CPU. The first `workers` workers start eagerly, the extra ones on first use. A worker that
 //! misses its deadline or breaks the protocol is killed (its whole process group; the
 //! submission's processes die with it through `PR_SET_PDEATHSIG` and the PID namespace) and
-//! restarted on the next use, so one bad submission never poisons a slot. An exchange with a
-//! worker runs on a task of its own and always completes, even when its caller gives up (an
+//! restarted on the next use, so one bad submission never poisons a slot; so is a worker that
+//! lost the zygote that forks its runners and says `retire` (it will not fork another from its
+//! own memory, which holds earlier jobs). An exchange with a worker runs on a task of its own and
+//! always completes, even when its caller gives up (an
 //! HTTP client that disconnects): a half-finished exchange would hand its reply to the next job.
 //!
 //! Warm workers preload the modules submissions commonly import (numpy among them, when the
 //! interpreter has it; see `PRELOAD` in `harness.py`) before they fork, so a submission that
-//! imports them finds them in `sys.modules`. Each submission is still a fresh fork: what one
-//! does to a preloaded module (mutating numpy, `sys.modules`, builtins) dies with its process.
+//! imports them finds them in `sys.modules`, and warm them up (`warm_up`: the forks inherit
+//! specialized bytecode; module globals are put back). Each submission is still a fresh fork:
+//! what one does to a preloaded module (mutating numpy, `sys.modules`, builtins) dies with its
+//! process. A request's files reach the worker as raw bytes after the job frame, not base64.
 //!
 //! Each slot runs programs under its own uid (when rlx is root): RLIMIT_NPROC counts per uid, so
 //! a fork bomb in one slot cannot starve another. Uids are `1_000_000 + (pid % 10_000)·65_536 +
@@ -229,11 +235,13 @@ impl LocalSandbox {
 
     /// Send one job to a worker once admitted, and wait for its reply. The exchange runs on its
     /// own task: it completes (and frees its slot) even if this future is dropped.
-    async fn call(&self, job: Value, expected: Option<Value>, deadline: Duration, memory_mb: u64) -> Result<Value, Error> {
+    ///
+    /// `files` are the bytes of the job's `file_names`, sent raw after the job frame.
+    async fn call(&self, job: Value, files: Vec<Vec<u8>>, expected: Option<Value>, deadline: Duration, memory_mb: u64) -> Result<Value, Error> {
         let guard = self.inner.admission.admit(memory_mb).await;
         let this = self.clone();
         tokio::spawn(async move {
-            let result = this.call_on(guard.slot, &job, expected.as_ref(), deadline).await;
+            let result = this.call_on(guard.slot, &job, &files, expected.as_ref(), deadline).await;
             drop(guard);
             result
         })
@@ -241,7 +249,7 @@ impl LocalSandbox {
         .map_err(|e| Error::Task(e.to_string()))?
     }
 
-    async fn call_on(&self, slot: usize, job: &Value, expected: Option<&Value>, deadline: Duration) -> Result<Value, Error> {
+    async fn call_on(&self, slot: usize, job: &Value, files: &[Vec<u8>], expected: Option<&Value>, deadline: Duration) -> Result<Value, Error> {
         let mut guard = self.inner.slots[slot].lock().await;
         if guard.is_none() {
             let (w, _, _) = spawn_worker(&self.inner.spawner, slot).await?;
@@ -254,6 +262,9 @@ impl LocalSandbox {
         let outer = deadline + Duration::from_secs(10);
         let exchange = async {
             write_frame(&mut worker.stdin, job).await?;
+            for bytes in files {
+                write_raw_frame(&mut worker.stdin, bytes).await?;
+            }
             if let Some(e) = expected {
                 write_frame(&mut worker.stdin, e).await?;
             }
@@ -262,6 +273,13 @@ impl LocalSandbox {
         };
         let outcome = tokio::time::timeout(outer, exchange).await;
         let failure = match outcome {
+            Ok(Ok(Some(v))) if v.get("retire").and_then(Value::as_bool) == Some(true) => {
+                // The worker lost the process that forks runners and will not fork another from
+                // its own memory, which holds earlier jobs (`RETIRE` in harness.py): its reply
+                // stands, and the next job on this slot starts a fresh worker.
+                guard.take().expect("present").kill();
+                return Ok(v);
+            }
             Ok(Ok(Some(v))) => return Ok(v),
             Ok(Ok(None)) => "worker closed its pipe".to_owned(),
             Ok(Err(e)) => format!("worker pipe: {e}"),
@@ -402,6 +420,13 @@ async fn write_frame(w: &mut ChildStdin, v: &Value) -> std::io::Result<()> {
     w.write_all(&body).await
 }
 
+/// A file's bytes as they are, length-prefixed (see `read_files` in `harness.py`).
+async fn write_raw_frame(w: &mut ChildStdin, bytes: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(bytes.len()).map_err(|_| std::io::Error::other("file over 4 GiB"))?;
+    w.write_all(&len.to_be_bytes()).await?;
+    w.write_all(bytes).await
+}
+
 async fn read_frame(r: &mut ChildStdout) -> std::io::Result<Option<Value>> {
     let mut head = [0u8; 4];
     match r.read_exact(&mut head).await {
@@ -436,7 +461,7 @@ impl Grader for LocalSandbox {
         let total = problem.tests.len();
         let (job, expected) = harness::grade_job(problem, code, opts);
         let deadline = Duration::from_secs_f64(job["deadline_s"].as_f64().unwrap_or(60.0));
-        match self.call(job, expected, deadline, opts.limits.memory_mb).await {
+        match self.call(job, Vec::new(), expected, deadline, opts.limits.memory_mb).await {
             Ok(reply) => match parse_tests(&reply) {
                 Ok(tests) => Verdict::from_tests(&problem.id, total, tests),
                 Err(e) => Verdict::infra_error(&problem.id, total, &Error::Rejected(e)),
@@ -448,10 +473,10 @@ impl Grader for LocalSandbox {
 
 impl Sandbox for LocalSandbox {
     async fn run(&self, req: ExecRequest) -> Result<ExecOutput, Error> {
-        let files: BTreeMap<&String, String> = req.files.iter().map(|(k, v)| (k, B64.encode(v))).collect();
-        let job = harness::run_job(&req.code, req.stdin.as_deref(), json!(files), &req.fetch_files, &req.limits);
+        let (names, files): (Vec<String>, Vec<Vec<u8>>) = req.files.into_iter().unzip();
+        let job = harness::run_job(&req.code, req.stdin.as_deref(), &names, &req.fetch_files, &req.limits);
         let deadline = req.limits.timeout + Duration::from_secs(5);
-        let reply = self.call(job, None, deadline, req.limits.memory_mb).await?;
+        let reply = self.call(job, files, None, deadline, req.limits.memory_mb).await?;
         if let Some(e) = reply.get("error").and_then(Value::as_str) {
             return Err(Error::Rejected(e.to_owned()));
         }

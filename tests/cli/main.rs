@@ -18,7 +18,7 @@
 //! - `runlog`: run directory files, atomic writes, torn lines.
 //! - `sandbox`: the local sandbox: dataset grading, LiveCodeBench conformance, adversarial programs.
 //! - `sandbox_warm`: the warm workers: preloaded modules (numpy) leak nothing between
-//!   submissions, cached bytecode, a virtualenv under /tmp, admission of waiting submissions.
+//!   submissions, nor does memory (a submission scanning its own), cached bytecode, a virtualenv under /tmp, admission of waiting submissions.
 //! - `schema`: `rlx schema` and the committed `schemas/experiment.schema.json` agree.
 //! - `sources`: spec data sources: parquet, `hf://` from a cache built in the test, filters,
 //!   `max_tests`, the seeded shuffle, fingerprints, LiveCodeBench private tests, TACO/HumanEval.
