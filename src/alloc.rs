@@ -16,6 +16,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Smallest block the cache keeps: glibc's largest mmap threshold, above which it always maps.
 const MIN: usize = 32 << 20;
@@ -35,10 +36,18 @@ struct Cache {
     bytes: usize,
 }
 
+/// Set when `RLX_ALLOC=system`: every request goes straight to the system allocator.
+static BYPASS: AtomicBool = AtomicBool::new(false);
+
 /// Makes glibc keep blocks below [`MIN`] in its heap: a fixed 32 MB mmap threshold (its dynamic
 /// one starts at 128 KB and only rises as mapped blocks are freed) and a trim threshold that
-/// does not hand the top of the heap back after every step.
-pub fn configure_glibc() {
+/// does not hand the top of the heap back after every step. `RLX_ALLOC=system` leaves glibc's
+/// defaults and turns the cache off (to rule the allocator out when chasing memory).
+pub fn configure() {
+    if std::env::var_os("RLX_ALLOC").is_some_and(|v| v == "system") {
+        BYPASS.store(true, Ordering::Relaxed);
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator parameters; both values are in range.
     unsafe {
@@ -71,7 +80,7 @@ fn class(size: usize) -> usize {
 const PAGE: usize = 4096;
 
 fn cached(layout: &Layout) -> bool {
-    layout.size() >= MIN && layout.align() <= PAGE
+    layout.size() >= MIN && layout.align() <= PAGE && !BYPASS.load(Ordering::Relaxed)
 }
 
 impl ReuseLarge {

@@ -8,6 +8,6 @@ static ALLOC: rlx::alloc::ReuseLarge = rlx::alloc::ReuseLarge::new();
 fn main() -> std::process::ExitCode {
     // SAFETY: first statement of `main`; no other thread exists yet.
     unsafe { rlx::backend::local::cpu::configure() };
-    rlx::alloc::configure_glibc();
+    rlx::alloc::configure();
     rlx::cli::main()
 }
