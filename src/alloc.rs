@@ -140,6 +140,28 @@ unsafe impl GlobalAlloc for ReuseLarge {
         unsafe { System.alloc_zeroed(Layout::from_size_align_unchecked(size, PAGE)) }
     }
 
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY (whole function): the caller guarantees `ptr` came from this allocator with
+        // `layout`, and `new_size` with `layout.align()` is a valid layout.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        let (was, will) = (cached(&layout), cached(&new_layout));
+        if !was && !will {
+            // Small blocks: glibc may grow them in place (the trait's default always copies).
+            return unsafe { System.realloc(ptr, layout, new_size) };
+        }
+        if was && will && class(layout.size()) == class(new_size) {
+            return ptr;
+        }
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        new
+    }
+
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if !cached(&layout) {
             // SAFETY: forwarded unchanged.
@@ -156,6 +178,29 @@ unsafe impl GlobalAlloc for ReuseLarge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn realloc_keeps_the_contents_across_small_and_large_blocks() {
+        let a = ReuseLarge::new();
+        // SAFETY: each block is reallocated and freed with the layout it currently has.
+        unsafe {
+            let small = Layout::from_size_align(1000, 8).unwrap();
+            let p = a.alloc(small);
+            for i in 0..1000 {
+                *p.add(i) = (i % 251) as u8;
+            }
+            let big_size = (40 << 20) + 12_345; // class 48 MB, like big_size + 4096
+            let q = a.realloc(p, small, big_size);
+            assert!((0..1000).all(|i| *q.add(i) == (i % 251) as u8), "small -> large copies");
+            let big = Layout::from_size_align(big_size, 8).unwrap();
+            // Within the same class the block stays put.
+            let r = a.realloc(q, big, big_size + 4096);
+            assert_eq!(r, q);
+            let s = a.realloc(r, Layout::from_size_align(big_size + 4096, 8).unwrap(), 500);
+            assert!((0..500).all(|i| *s.add(i) == (i % 251) as u8), "large -> small copies");
+            a.dealloc(s, Layout::from_size_align(500, 8).unwrap());
+        }
+    }
 
     #[test]
     fn classes_round_up_by_at_most_an_eighth() {

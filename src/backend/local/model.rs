@@ -25,7 +25,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-
 use std::sync::Arc;
 
 use candle_core::{D, DType, Device, Module, Tensor, Var};
@@ -448,7 +447,8 @@ impl Rope {
 /// GEMM reads through its strides. Appending with `Tensor::cat` instead copied the whole cache of
 /// every layer at every token (quadratic in the completion length: 55 MB per token for 8 rows of
 /// SmolLM2 at 150 positions).
-#[derive(Debug, Clone, Default)]
+// Not `Clone`: a clone would share the buffers that `append` writes in place.
+#[derive(Debug, Default)]
 pub struct KvCache {
     layers: Vec<Option<LayerCache>>,
     /// Left padding per batch row; empty means none.
@@ -458,7 +458,7 @@ pub struct KvCache {
 /// One layer's keys and values `[b, kv_heads, capacity, head_dim]`, the first `len` positions
 /// filled. The buffers are never shared with another cache: [`KvCache::select_rows`] and growth
 /// build new ones, so writing in place cannot reach a tensor someone else holds.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct LayerCache {
     k: Tensor,
     v: Tensor,
@@ -744,7 +744,7 @@ impl Model {
         }
         let mut x = self.embed_tokens.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, self.cfg.hidden_size))?;
         if let Some(c) = cache.as_deref_mut() {
-            c.layers.resize(self.layers.len(), None);
+            c.layers.resize_with(self.layers.len(), || None);
             if !c.pads.is_empty() && c.pads.len() != b {
                 candle_core::bail!("KV cache has {} padded rows, input has {b}", c.pads.len());
             }

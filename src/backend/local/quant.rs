@@ -123,6 +123,9 @@ impl Q8Matrix {
     /// `[m, n]` row-major. Work is split over columns: each task owns a column range and
     /// writes its `[cols, m]` slice of a column-major buffer, transposed at the end (m is small).
     fn product(&self, x: &Blocks, m: usize) -> Vec<f32> {
+        if m == 0 {
+            return Vec::new();
+        }
         // Tasks of about 2^20 multiply-adds: a decoding step's small projections (576 × 576 for
         // one row is a few microseconds of work) run on the calling thread, since waking a second
         // thread costs more than it saves; the LM head and batched rows split across cores.
