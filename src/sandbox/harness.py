@@ -659,6 +659,9 @@ def spawn_zygote(pidns):
     ZYGOTE["next"] = first
 
 
+ZYGOTE_GONE = "the sandbox zygote is gone (the worker restarts)"
+
+
 def next_runner():
     """(job pipe, pidfd) of the runner Z forked for the next job; None if Z is gone."""
     if "next" in ZYGOTE:
@@ -757,7 +760,7 @@ def supervise(job, wd):
     if fds is None:
         read_expected(job)  # keep in step with rlx
         kill_zygote()
-        return {"error": "the sandbox zygote is gone (the worker restarts)"}
+        return {"error": ZYGOTE_GONE}
     job_w, pidfd = fds
     settled = False
     try:
@@ -776,6 +779,10 @@ def supervise(job, wd):
             results, infra, clean, aborted, timed_out = collect(job, ZYGOTE["res_r"], expected, True)
         else:
             results, infra, clean, aborted, timed_out = [], "the sandbox runner died before reading its job", False, True, False
+        if infra == ZYGOTE_GONE:
+            kill_zygote()  # retire: a lost zygote is never re-forked from this worker's memory
+            settled = True
+            return finish(job, results, infra, aborted, timed_out, False)
         if not clean:
             # Kill this submission's runner (the pidfd names it, never the next one); Z then
             # kills what the program left and reports "done". Wait for it, briefly.
@@ -859,6 +866,12 @@ def collect(job, res_r, expected, zygote):
             break
         chunk = os.read(res_r, 1 << 20)
         if not chunk:
+            if zygote:
+                # Z holds the write end: end of file means Z is gone, whatever the runner got to
+                # do. An infrastructure failure, not the program's (reporting the missing tests
+                # as runtime errors would score the model for it).
+                infra = ZYGOTE_GONE
+                aborted = True
             break
         frames, buf = split_frames(buf + chunk)
         for raw in frames:
