@@ -246,7 +246,10 @@ pub struct OptimStepOutput {
 }
 
 /// Tinker's `AdamParams`: decoupled-weight-decay Adam (AdamW) with optional global-norm clipping.
+/// Also the wire type (`tinker::wire::AdamParams`): a request that leaves a field out gets the
+/// SDK default, as Tinker's server does.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct AdamParams {
     /// Step size.
     pub learning_rate: f64,

@@ -10,6 +10,10 @@
 
 use serde::Serialize;
 
+// The same generator `data::filter` shuffles with: a fixed stream, so a seed gives the same
+// intervals in every rlx version.
+use crate::data::filter::SplitMix64;
+
 /// Mean of `xs`; `NaN` when empty.
 pub fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len() as f64
@@ -217,7 +221,7 @@ pub fn paired_bootstrap(d: &[f64], resamples: usize, seed: u64) -> Bootstrap {
     let p = d.len();
     let mut rng = SplitMix64::new(seed);
     let mut means: Vec<f64> = (0..resamples.max(1))
-        .map(|_| (0..p).map(|_| d[rng.below(p)]).sum::<f64>() / p as f64)
+        .map(|_| (0..p).map(|_| d[rng.below(p as u64) as usize]).sum::<f64>() / p as f64)
         .collect();
     means.sort_by(f64::total_cmp);
     Bootstrap { mean: mean(d), ci: Interval { lo: quantile_sorted(&means, 0.025), hi: quantile_sorted(&means, 0.975) }, resamples, seed }
@@ -228,32 +232,6 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
     let pos = q * (sorted.len() - 1) as f64;
     let (i, frac) = (pos.floor() as usize, pos.fract());
     if i + 1 >= sorted.len() { sorted[sorted.len() - 1] } else { sorted[i] + frac * (sorted[i + 1] - sorted[i]) }
-}
-
-/// SplitMix64 (Steele, Lea & Flood 2014): a fixed, tiny generator, so a seed gives the same
-/// intervals in every rlx version.
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator seeded with `seed`.
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A uniform index below `n` (Lemire's multiply-shift; its bias, below n/2⁶⁴, is far under
-    /// anything a bootstrap can resolve).
-    pub fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
-    }
 }
 
 /// Upper tail P(T > t) of Student's t with `df` degrees of freedom (t ≥ 0), through the

@@ -421,7 +421,7 @@ fn forward_backward(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> Handle
 fn optim_step(state: &Arc<State>, b: &[u8]) -> Handled {
     let r: wire::OptimStepRequest = parse(b, "optim_step")?;
     let adam = match (&r.adam_params, &r.optimizer_params) {
-        (Some(a), _) => Ok(backend::AdamParams::from(*a)),
+        (Some(a), _) => Ok(*a),
         (None, Some(o)) => Err(format!("optimizer parameters `{o}` are not supported by rlx serve (only `adam_params`)")),
         (None, None) => Err("`adam_params` is missing".to_string()),
     };

@@ -289,21 +289,6 @@ pub fn forward_backward_output_from_proto(p: &proto::ForwardBackwardOutput) -> R
     Ok(backend::ForwardBackwardOutput { loss, outputs, stats: Default::default() })
 }
 
-// ---------------------------------------------------------------------------------------------
-// Optimizer
-
-impl From<backend::AdamParams> for wire::AdamParams {
-    fn from(a: backend::AdamParams) -> Self {
-        wire::AdamParams { learning_rate: a.learning_rate, beta1: a.beta1, beta2: a.beta2, eps: a.eps, weight_decay: a.weight_decay, grad_clip_norm: a.grad_clip_norm }
-    }
-}
-
-impl From<wire::AdamParams> for backend::AdamParams {
-    fn from(a: wire::AdamParams) -> Self {
-        backend::AdamParams { learning_rate: a.learning_rate, beta1: a.beta1, beta2: a.beta2, eps: a.eps, weight_decay: a.weight_decay, grad_clip_norm: a.grad_clip_norm }
-    }
-}
-
 /// `optim_step` metrics in Tinker's `name:reduction` form from rlx's result.
 pub fn optim_metrics(out: &backend::OptimStepOutput) -> BTreeMap<String, f64> {
     BTreeMap::from([

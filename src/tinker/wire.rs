@@ -427,30 +427,8 @@ pub struct GetInfoResponse {
     pub model_name: Option<String>,
 }
 
-/// Tinker's `AdamParams` (all fields written; SDK defaults in `Default`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct AdamParams {
-    /// Step size.
-    pub learning_rate: f64,
-    /// First-moment decay.
-    pub beta1: f64,
-    /// Second-moment decay.
-    pub beta2: f64,
-    /// Denominator epsilon.
-    pub eps: f64,
-    /// Decoupled weight decay.
-    pub weight_decay: f64,
-    /// Global-norm clip (0 = off).
-    pub grad_clip_norm: f64,
-}
-
-impl Default for AdamParams {
-    fn default() -> Self {
-        let d = crate::backend::AdamParams::default();
-        d.into()
-    }
-}
+/// Tinker's `AdamParams`: the backend's own type (missing fields take the SDK defaults).
+pub use crate::backend::AdamParams;
 
 /// `POST /api/v1/optim_step` (a future). The SDK's serializer moves `optim_params` to the end
 /// as `adam_params` (Adam) or `optimizer_params` (other families).

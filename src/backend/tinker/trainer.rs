@@ -195,7 +195,7 @@ impl Submitter {
 
     async fn optim_step(&mut self, adam: AdamParams, reply: oneshot::Sender<Result<OptimStepOutput>>) {
         let model_id = self.model_id.clone();
-        let body = |seq: i64| Body::json(&wire::OptimStepRequest { model_id, seq_id: Some(seq as u64), r#type: literal::OptimStep, adam_params: Some(adam.into()), optimizer_params: None });
+        let body = |seq: i64| Body::json(&wire::OptimStepRequest { model_id, seq_id: Some(seq as u64), r#type: literal::OptimStep, adam_params: Some(adam), optimizer_params: None });
         let submitted = self.submit("/api/v1/optim_step", body, "TrainingClient.optim_step").await;
         self.steps += 1;
         let step = self.steps;
