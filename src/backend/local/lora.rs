@@ -53,6 +53,16 @@ impl Lora {
         self.vars.clone()
     }
 
+    /// `A` `[r, in]`.
+    pub fn a(&self) -> &Tensor {
+        &self.a
+    }
+
+    /// `B` `[out, r]`.
+    pub fn b(&self) -> &Tensor {
+        &self.b
+    }
+
     /// `α / r`.
     pub fn scale(&self) -> f64 {
         self.scale

@@ -7,7 +7,8 @@
 //! - [`load`]: Hugging Face directories and GGUF files (chat templates render with `prompt::chat`).
 //! - [`sampler`]: [`LocalSampler`], batched KV-cache generation (its docs define the logprobs);
 //!   [`quant`]: the Q8_0 weight copies it can decode with.
-//! - [`trainer`]: [`LocalTrainer`], forward/backward, AdamW ([`optim`]), state ([`state`]).
+//! - [`trainer`]: [`LocalTrainer`], forward/backward, AdamW ([`optim`]), state ([`state`]);
+//!   [`train_pass`]: its hand-written f32 forward and backward (candle's autograd stays for f64).
 //!
 //! - [`handle`]: the backend behind the async seams: [`open`] loads the model on a thread that
 //!   owns the trainer; requests queue to it ([`worker`]) in submission order.
@@ -27,6 +28,7 @@ pub mod rng;
 pub mod sampler;
 pub mod state;
 pub mod target_logprob;
+pub mod train_pass;
 pub mod trainer;
 mod worker;
 

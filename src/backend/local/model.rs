@@ -281,9 +281,9 @@ impl<'a> ParamBuilder<'a> {
 /// A projection `y = x Wᵀ + b`, optionally with a LoRA adapter.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    weight: Tensor,
-    bias: Option<Tensor>,
-    lora: Option<Lora>,
+    pub(super) weight: Tensor,
+    pub(super) bias: Option<Tensor>,
+    pub(super) lora: Option<Lora>,
     /// A quantised copy of `weight` for inference (see [`super::quant`]); used only when nothing
     /// needs a gradient.
     quantized: Option<Arc<Q8Matrix>>,
@@ -380,6 +380,11 @@ impl RmsNorm {
     /// The scale.
     pub fn weight(&self) -> &Tensor {
         &self.weight
+    }
+
+    /// The epsilon under the square root.
+    pub fn eps(&self) -> f64 {
+        self.eps
     }
 }
 
@@ -560,15 +565,15 @@ fn attention_mask(b: usize, t: usize, s: usize, offset: usize, pads: &[usize], d
 /// Grouped-query self-attention.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
-    q_norm: Option<RmsNorm>,
-    k_norm: Option<RmsNorm>,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
+    pub(super) q_proj: Linear,
+    pub(super) k_proj: Linear,
+    pub(super) v_proj: Linear,
+    pub(super) o_proj: Linear,
+    pub(super) q_norm: Option<RmsNorm>,
+    pub(super) k_norm: Option<RmsNorm>,
+    pub(super) heads: usize,
+    pub(super) kv_heads: usize,
+    pub(super) head_dim: usize,
 }
 
 impl Attention {
@@ -640,9 +645,9 @@ fn causal_mask(t: usize, s: usize, offset: usize, dtype: DType, dev: &Device) ->
 /// SwiGLU MLP.
 #[derive(Debug, Clone)]
 pub struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
+    pub(super) gate_proj: Linear,
+    pub(super) up_proj: Linear,
+    pub(super) down_proj: Linear,
 }
 
 impl Mlp {
@@ -670,10 +675,10 @@ impl Module for Mlp {
 /// One decoder block.
 #[derive(Debug, Clone)]
 pub struct Layer {
-    self_attn: Attention,
-    mlp: Mlp,
-    input_layernorm: RmsNorm,
-    post_attention_layernorm: RmsNorm,
+    pub(super) self_attn: Attention,
+    pub(super) mlp: Mlp,
+    pub(super) input_layernorm: RmsNorm,
+    pub(super) post_attention_layernorm: RmsNorm,
 }
 
 impl Layer {
@@ -730,6 +735,36 @@ impl Model {
     /// Hyper-parameters.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// The embedding matrix `[vocab, hidden]`.
+    pub fn embed_tokens(&self) -> &Tensor {
+        &self.embed_tokens
+    }
+
+    /// The decoder blocks.
+    pub fn layers(&self) -> &[Layer] {
+        &self.layers
+    }
+
+    /// The norm before the LM head.
+    pub fn final_norm(&self) -> &RmsNorm {
+        &self.norm
+    }
+
+    /// The LM head (the embedding matrix when tied).
+    pub fn lm_head(&self) -> &Linear {
+        &self.lm_head
+    }
+
+    /// Rotary tables `[max_positions, head_dim / 2]`: cosines.
+    pub fn rope_cos(&self) -> &Tensor {
+        &self.rope.cos
+    }
+
+    /// Rotary tables: sines.
+    pub fn rope_sin(&self) -> &Tensor {
+        &self.rope.sin
     }
 
     /// Final hidden states `[b, t, hidden]` for `tokens` `[b, t]` (u32) at positions

@@ -19,6 +19,7 @@ use super::optim::AdamW;
 use super::quant::{self, SampleWeights};
 use super::sampler::LocalSampler;
 use super::state;
+use super::train_pass;
 use crate::backend::{AdamParams, Datum, DatumOutput, Error, ForwardBackwardOutput, LossFn, OptimStepOutput, Result};
 use crate::rl::loss::{self, TokenInputs};
 
@@ -166,10 +167,21 @@ impl LocalTrainer {
         let mut outputs = Vec::with_capacity(data.len());
         for chunk in self.microbatches(data, &LossFn::CrossEntropy)? {
             let batch = Batch::new(chunk, self.vars[0].dtype())?;
-            let logp = self.target_logprobs(&batch.tokens.detach(), &batch.targets)?.detach();
+            let logp = if self.hand_written_pass() {
+                let (logp, _) = train_pass::forward(&self.model, batch.pass(), false)?;
+                Tensor::from_vec(logp, (batch.b, batch.t), &Device::Cpu)?
+            } else {
+                self.target_logprobs(&batch.tokens.detach(), &batch.targets)?.detach()
+            };
             outputs.extend(batch.outputs(&logp)?);
         }
         Ok(outputs)
+    }
+
+    /// Whether forward/backward run through [`train_pass`] (f32, unless `RLX_TRAIN_PASS=autograd`)
+    /// rather than candle's autograd (f64 gradient checks, and a reference to compare against).
+    fn hand_written_pass(&self) -> bool {
+        self.vars[0].dtype() == DType::F32 && !matches!(std::env::var("RLX_TRAIN_PASS").as_deref(), Ok("autograd"))
     }
 
     fn microbatches<'a>(&self, data: &'a [Datum], loss: &LossFn) -> Result<Vec<&'a [Datum]>> {
@@ -219,6 +231,10 @@ impl LocalTrainer {
 /// Datums padded into tensors.
 struct Batch<'a> {
     data: &'a [Datum],
+    b: usize,
+    t: usize,
+    token_ids: Vec<u32>,
+    target_ids: Vec<u32>,
     tokens: Tensor,
     targets: Tensor,
     inputs: TokenInputs,
@@ -253,10 +269,18 @@ impl<'a> Batch<'a> {
         let f = |v: Vec<f32>| -> candle_core::Result<Tensor> { Tensor::from_vec(v, (b, t), &dev)?.to_dtype(dtype) };
         Ok(Self {
             data,
-            tokens: Tensor::from_vec(tokens, (b, t), &dev)?,
-            targets: Tensor::from_vec(targets, (b, t), &dev)?,
+            b,
+            t,
+            tokens: Tensor::from_slice(&tokens, (b, t), &dev)?,
+            targets: Tensor::from_slice(&targets, (b, t), &dev)?,
+            token_ids: tokens,
+            target_ids: targets,
             inputs: TokenInputs { weights: f(w)?, logprobs: f(q)?, advantages: f(a)?, valid: f(valid)? },
         })
+    }
+
+    fn pass(&self) -> train_pass::Batch<'_> {
+        train_pass::Batch { tokens: &self.token_ids, targets: &self.target_ids, b: self.b, t: self.t }
     }
 
     fn outputs(&self, logp: &Tensor) -> Result<Vec<DatumOutput>> {
@@ -266,25 +290,42 @@ impl<'a> Batch<'a> {
 }
 
 impl LocalTrainer {
+    /// The summed gradient of `loss` over `chunks` through [`train_pass`]; adds each chunk's loss
+    /// to `total` and its log-probabilities to `outputs`.
+    fn gradients_hand_written(&self, chunks: &[&[Datum]], loss: &LossFn, total: &mut f64, outputs: &mut Vec<DatumOutput>) -> Result<Vec<Option<Tensor>>> {
+        let mut grads = train_pass::Grads::zeros(self.vars.iter().map(|v| v.as_tensor()));
+        for chunk in chunks {
+            let batch = Batch::new(chunk, DType::F32)?;
+            let (logp, tape) = train_pass::forward(&self.model, batch.pass(), true)?;
+            // The loss itself is a handful of element-wise ops on `[b, t]`: candle's autograd
+            // differentiates it (one definition for both paths, rl/loss.rs), the pass the rest.
+            let logp = Var::from_tensor(&Tensor::from_vec(logp, (batch.b, batch.t), &Device::Cpu)?)?;
+            let l = loss::loss_tensor(loss, logp.as_tensor(), &batch.inputs)?;
+            *total += l.to_dtype(DType::F64)?.to_vec0::<f64>()?;
+            let dlogp = match l.backward()?.get(logp.as_tensor()) {
+                Some(g) => g.flatten_all()?.to_vec1::<f32>()?,
+                None => vec![0.0; batch.b * batch.t],
+            };
+            train_pass::backward(&self.model, batch.pass(), tape.expect("forward kept its tape"), &dlogp, &mut grads)?;
+            outputs.extend(batch.outputs(logp.as_tensor())?);
+        }
+        self.vars
+            .iter()
+            .map(|v| {
+                let g = grads.take(v.as_tensor()).expect("a buffer per var");
+                Ok(Some(Tensor::from_vec(g, v.shape(), &Device::Cpu)?))
+            })
+            .collect()
+    }
 
-    /// Computes the loss over `data` and adds its gradient to the accumulated gradient.
-    ///
-    /// # Errors
-    /// An invalid datum, or a tensor failure. Nothing is accumulated on error.
-    pub fn forward_backward(&mut self, data: &[Datum], loss: &LossFn) -> Result<ForwardBackwardOutput> {
-        loss.validate().map_err(|e| Error::InvalidArgument { what: "loss_fn", reason: e.to_string() })?;
-        let chunks = self.microbatches(data, loss)?;
-        let dtype = self.vars[0].dtype();
-        let mut total = 0.0f64;
-        let mut outputs = Vec::with_capacity(data.len());
-        // Accumulate into a fresh buffer and commit only on success ("nothing is accumulated on
-        // error").
+    /// As [`Self::gradients_hand_written`], through candle's autograd.
+    fn gradients_autograd(&self, chunks: &[&[Datum]], loss: &LossFn, total: &mut f64, outputs: &mut Vec<DatumOutput>) -> Result<Vec<Option<Tensor>>> {
         let mut acc: Vec<Option<Tensor>> = vec![None; self.vars.len()];
         for chunk in chunks {
-            let batch = Batch::new(chunk, dtype)?;
+            let batch = Batch::new(chunk, self.vars[0].dtype())?;
             let logp = self.target_logprobs(&batch.tokens, &batch.targets)?;
             let l = loss::loss_tensor(loss, &logp, &batch.inputs)?;
-            total += l.to_dtype(DType::F64)?.to_vec0::<f64>()?;
+            *total += l.to_dtype(DType::F64)?.to_vec0::<f64>()?;
             let grads = l.backward()?;
             for (slot, var) in acc.iter_mut().zip(&self.vars) {
                 if let Some(g) = grads.get(var.as_tensor()) {
@@ -296,6 +337,25 @@ impl LocalTrainer {
             }
             outputs.extend(batch.outputs(&logp.detach())?);
         }
+        Ok(acc)
+    }
+
+    /// Computes the loss over `data` and adds its gradient to the accumulated gradient.
+    ///
+    /// # Errors
+    /// An invalid datum, or a tensor failure. Nothing is accumulated on error.
+    pub fn forward_backward(&mut self, data: &[Datum], loss: &LossFn) -> Result<ForwardBackwardOutput> {
+        loss.validate().map_err(|e| Error::InvalidArgument { what: "loss_fn", reason: e.to_string() })?;
+        let chunks = self.microbatches(data, loss)?;
+        let mut total = 0.0f64;
+        let mut outputs = Vec::with_capacity(data.len());
+        // Accumulate into fresh buffers and commit only on success ("nothing is accumulated on
+        // error").
+        let acc = if self.hand_written_pass() {
+            self.gradients_hand_written(&chunks, loss, &mut total, &mut outputs)?
+        } else {
+            self.gradients_autograd(&chunks, loss, &mut total, &mut outputs)?
+        };
         if !total.is_finite() {
             return Err(Error::InvalidArgument { what: "data", reason: format!("the loss is {total}; no gradient accumulated") });
         }
