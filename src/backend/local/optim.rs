@@ -6,7 +6,7 @@
 //! `torch.nn.utils.clip_grad_norm_` (scale `max_norm / (norm + 1e-6)` when the norm exceeds it),
 //! which is what Tinker's `AdamParams` describe (tinker-protocol.md §5.4).
 
-use candle_core::{Tensor, Var};
+use candle_core::{CpuStorage, InplaceOp1, Layout, Tensor, Var};
 
 use crate::backend::{AdamParams, Error, Result};
 
@@ -71,9 +71,13 @@ impl AdamW {
     /// Invalid hyper-parameters, a non-finite gradient norm, tensor failures.
     pub fn step(&mut self, params: &[Var], grads: &[Tensor], p: &AdamParams) -> Result<StepReport> {
         Self::check(p)?;
+        // Fixed chunks summed in order: the same norm whatever the thread count.
         let mut sq = 0.0f64;
         for g in grads {
-            sq += g.to_dtype(candle_core::DType::F64)?.sqr()?.sum_all()?.to_vec0::<f64>()?;
+            sq += match g.dtype() {
+                candle_core::DType::F32 => with_ref::<f32, _>(g, sum_sq)?,
+                _ => with_ref::<f64, _>(&g.to_dtype(candle_core::DType::F64)?, sum_sq)?,
+            };
         }
         let grad_norm = sq.sqrt();
         if !grad_norm.is_finite() {
@@ -85,26 +89,17 @@ impl AdamW {
         let t = self.step as i32;
         let bc1 = 1.0 - p.beta1.powi(t);
         let bc2 = 1.0 - p.beta2.powi(t);
+        let h = Hyper { lr: p.learning_rate, b1: p.beta1, b2: p.beta2, eps: p.eps, wd: p.weight_decay, bc1, bc2, gscale };
         for (i, (var, g)) in params.iter().zip(grads).enumerate() {
-            // One fused pass per parameter instead of ~15 tensor ops that each allocate a
-            // parameter-sized temporary (measured: 10 s -> see README.trainer.md for SmolLM2).
-            let h = Hyper { lr: p.learning_rate, b1: p.beta1, b2: p.beta2, eps: p.eps, wd: p.weight_decay, bc1, bc2, gscale };
-            let shape = var.shape().clone();
-            let dev = var.device().clone();
-            let (np, nm, nv) = match var.dtype() {
-                candle_core::DType::F32 => {
-                    let (a, b, c) = fused::<f32>(var.as_tensor(), g, &self.m[i], &self.v[i], &h)?;
-                    (Tensor::from_vec(a, &shape, &dev)?, Tensor::from_vec(b, &shape, &dev)?, Tensor::from_vec(c, &shape, &dev)?)
-                }
-                candle_core::DType::F64 => {
-                    let (a, b, c) = fused::<f64>(var.as_tensor(), g, &self.m[i], &self.v[i], &h)?;
-                    (Tensor::from_vec(a, &shape, &dev)?, Tensor::from_vec(b, &shape, &dev)?, Tensor::from_vec(c, &shape, &dev)?)
-                }
+            // One pass per parameter, in place and across the cores, instead of ~15 tensor ops
+            // that each allocate a parameter-sized temporary (10 s for SmolLM2), or copying the
+            // parameter, gradient and moments out and back (1.4 s a step and 650 MB more peak
+            // RSS for SmolLM2's full fine-tune, against 0.5 s in place).
+            match var.dtype() {
+                candle_core::DType::F32 => update::<f32>(var.as_tensor(), g, &self.m[i], &self.v[i], &h)?,
+                candle_core::DType::F64 => update::<f64>(var.as_tensor(), g, &self.m[i], &self.v[i], &h)?,
                 other => return Err(Error::InvalidArgument { what: "parameter dtype", reason: format!("{other:?} is not supported (f32, f64)") }),
-            };
-            var.set(&np)?;
-            self.m[i] = nm;
-            self.v[i] = nv;
+            }
         }
         Ok(StepReport { grad_norm, clipped })
     }
@@ -121,23 +116,107 @@ struct Hyper {
     gscale: f64,
 }
 
-/// PyTorch AdamW for one parameter, element by element, in f64 arithmetic.
-fn fused<T>(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: &Hyper) -> Result<(Vec<T>, Vec<T>, Vec<T>)>
-where
-    T: candle_core::WithDType,
-{
-    let flat = |t: &Tensor| t.detach().flatten_all()?.to_vec1::<T>();
-    let (mut p, g, mut m, mut v) = (flat(p)?, flat(g)?, flat(m)?, flat(v)?);
-    for j in 0..p.len() {
-        let gj = g[j].to_f64() * h.gscale;
-        let mj = h.b1 * m[j].to_f64() + (1.0 - h.b1) * gj;
-        let vj = h.b2 * v[j].to_f64() + (1.0 - h.b2) * gj * gj;
-        let pj = p[j].to_f64() * (1.0 - h.lr * h.wd);
-        p[j] = T::from_f64(pj - h.lr * (mj / h.bc1) / ((vj / h.bc2).sqrt() + h.eps));
-        m[j] = T::from_f64(mj);
-        v[j] = T::from_f64(vj);
+fn sum_sq<T: Float>(g: &[T]) -> f64 {
+    use rayon::prelude::*;
+    let parts: Vec<f64> = g.par_chunks(1 << 16).map(|c| c.iter().map(|x| x.f64() * x.f64()).sum()).collect();
+    parts.iter().sum()
+}
+
+/// The two parameter types, with mutable access to candle's CPU storage.
+trait Float: candle_core::WithDType + Send + Sync {
+    fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]>;
+    fn f64(self) -> f64;
+    fn of(x: f64) -> Self;
+}
+
+impl Float for f32 {
+    fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]> {
+        if let CpuStorage::F32(v) = s { Some(v) } else { None }
     }
-    Ok((p, m, v))
+    fn f64(self) -> f64 {
+        f64::from(self)
+    }
+    fn of(x: f64) -> Self {
+        x as f32
+    }
+}
+
+impl Float for f64 {
+    fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]> {
+        if let CpuStorage::F64(v) = s { Some(v) } else { None }
+    }
+    fn f64(self) -> f64 {
+        self
+    }
+    fn of(x: f64) -> Self {
+        x
+    }
+}
+
+/// Runs `f` on the data of `t` in place (gradients are parameter-sized: no copy).
+fn with_ref<T: Float, R>(t: &Tensor, f: impl FnOnce(&[T]) -> R) -> candle_core::Result<R> {
+    let (storage, layout) = t.storage_and_layout();
+    let candle_core::Storage::Cpu(cpu) = &*storage else { candle_core::bail!("adamw: tensors must be on the CPU") };
+    let data = T::cpu_storage_as_slice(cpu)?;
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(f(&data[start..end])),
+        None => {
+            drop(storage);
+            Ok(f(&t.flatten_all()?.to_vec1::<T>()?))
+        }
+    }
+}
+
+/// Runs `f` on the contiguous data of `t`, mutably, through candle's in-place op hook.
+fn with_mut<T: Float>(t: &Tensor, f: impl FnOnce(&mut [T]) -> candle_core::Result<()>) -> candle_core::Result<()> {
+    struct Op<T, F>(std::sync::Mutex<Option<F>>, std::marker::PhantomData<T>);
+    impl<T: Float, F: FnOnce(&mut [T]) -> candle_core::Result<()>> InplaceOp1 for Op<T, F> {
+        fn name(&self) -> &'static str {
+            "adamw-in-place"
+        }
+        fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+            let (start, end) = layout.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("adamw: non-contiguous tensor".into()))?;
+            let data = T::slice_mut(storage).ok_or_else(|| candle_core::Error::Msg("adamw: unexpected dtype".into()))?;
+            let f = self.0.lock().map_err(|_| candle_core::Error::Msg("adamw: poisoned".into()))?.take();
+            f.map_or(Ok(()), |f| f(&mut data[start..end]))
+        }
+    }
+    t.inplace_op1(&Op(std::sync::Mutex::new(Some(f)), std::marker::PhantomData::<T>))
+}
+
+/// PyTorch AdamW for one parameter, element by element in f64 arithmetic, updating the parameter
+/// and both moments in place (the moments are the optimizer's own tensors; parameters are Vars,
+/// which `LocalTrainer::sampler` copies, so no snapshot sees the update).
+fn update<T: Float>(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: &Hyper) -> Result<()> {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 14;
+    let step = |p: &mut [T], m: &mut [T], v: &mut [T], g: &[T]| {
+        for j in 0..p.len() {
+            let gj = g[j].f64() * h.gscale;
+            let mj = h.b1 * m[j].f64() + (1.0 - h.b1) * gj;
+            let vj = h.b2 * v[j].f64() + (1.0 - h.b2) * gj * gj;
+            let pj = p[j].f64() * (1.0 - h.lr * h.wd);
+            p[j] = T::of(pj - h.lr * (mj / h.bc1) / ((vj / h.bc2).sqrt() + h.eps));
+            m[j] = T::of(mj);
+            v[j] = T::of(vj);
+        }
+    };
+    let run = |g: &[T]| {
+        with_mut::<T>(p, |p| {
+            with_mut::<T>(m, |m| {
+                with_mut::<T>(v, |v| {
+                    if p.len() != g.len() || m.len() != g.len() || v.len() != g.len() {
+                        candle_core::bail!("adamw: parameter, gradient and moments differ in size");
+                    }
+                    let chunks = p.par_chunks_mut(CHUNK).zip(m.par_chunks_mut(CHUNK)).zip(v.par_chunks_mut(CHUNK)).zip(g.par_chunks(CHUNK));
+                    chunks.for_each(|(((p, m), v), g)| step(p, m, v, g));
+                    Ok(())
+                })
+            })
+        })
+    };
+    with_ref::<T, _>(g, run)??;
+    Ok(())
 }
 
 #[cfg(test)]
