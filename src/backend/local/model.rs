@@ -522,6 +522,22 @@ impl KvCache {
         self.len() == 0
     }
 
+    /// A new cache holding the batch rows `rows` of this one, in that order (copied).
+    ///
+    /// # Errors
+    /// Tensor failures.
+    pub fn with_rows(&self, rows: &[u32]) -> Result<KvCache> {
+        let dev = self.layers.iter().flatten().next().map(|c| c.k.device().clone()).unwrap_or(Device::Cpu);
+        let index = Tensor::new(rows, &dev)?;
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| l.as_ref().map(|c| Ok::<_, Error>(LayerCache { k: c.k.index_select(&index, 0)?, v: c.v.index_select(&index, 0)?, len: c.len })).transpose())
+            .collect::<Result<Vec<_>>>()?;
+        let pads = if self.pads.is_empty() { Vec::new() } else { rows.iter().map(|&r| self.pads[r as usize]).collect() };
+        Ok(KvCache { layers, pads })
+    }
+
     /// Keep only the batch rows `rows`, in that order (finished sequences drop out of the batch;
     /// a row listed `n` times is repeated, one prefill shared by `n` samples).
     ///

@@ -49,6 +49,23 @@ impl LocalSampler {
     }
 }
 
+/// Rows a decoding group needs before the rows are split across cores: below it, one group uses
+/// every core within each product.
+const MIN_GROUP_ROWS: usize = 2;
+
+/// Contiguous row ranges, one per core while each keeps [`MIN_GROUP_ROWS`] rows.
+fn row_groups(rows: usize, cores: usize) -> Vec<std::ops::Range<usize>> {
+    let n = cores.min(rows / MIN_GROUP_ROWS).max(1);
+    (0..n).map(|g| g * rows / n..(g + 1) * rows / n).collect()
+}
+
+/// One group's rows: each row's random stream and first logits, and the group's own cache.
+struct Group {
+    rngs: Vec<Rng>,
+    logits: Vec<Vec<f32>>,
+    cache: KvCache,
+}
+
 /// Rows decoded together at most: the KV cache grows with rows × tokens, and past a few dozen
 /// rows a CPU step is compute-bound anyway, so larger batches stop paying.
 const MAX_ROWS: usize = 32;
@@ -176,18 +193,51 @@ impl LocalSampler {
                 rngs.push(Rng::stream(seed, k as u64));
             }
         }
-        let mut logits: Vec<Vec<f32>> = prefill_rows.iter().map(|&c| first[c as usize].clone()).collect();
-        cache.select_rows(&prefill_rows)?;
-        // `active[r]` = which slot batch row `r` decodes.
-        let mut active: Vec<usize> = (0..slots.len()).collect();
+        // Rows split into one group per core, each decoding on its own with its own copy of the
+        // prefilled cache rows: a step of a few rows is a chain of small products and
+        // element-wise ops that one core runs back to back, where splitting every product across
+        // the cores left them waiting on each other (8 rows: about 1.4 of 2 cores busy, each
+        // product waking the pool). The prefill above stays one batch across every core.
+        let groups = row_groups(slots.len(), rayon::current_num_threads());
+        let mut jobs = Vec::with_capacity(groups.len());
+        for range in &groups {
+            let rows = &prefill_rows[range.clone()];
+            jobs.push(Group {
+                rngs: rngs[range.clone()].to_vec(),
+                logits: rows.iter().map(|&c| first[c as usize].clone()).collect(),
+                cache: cache.with_rows(rows)?,
+            });
+        }
+        drop(cache);
         let max_new = params.max_tokens.min(cfg.max_position_embeddings - width);
+        let decoded: Vec<Result<Vec<SampledSequence>>> = if jobs.len() == 1 {
+            jobs.into_iter().map(|g| self.decode_group(g, width, max_new, params, (stop_tokens, stop_texts))).collect()
+        } else {
+            use rayon::prelude::*;
+            jobs.into_par_iter().map(|g| self.decode_group(g, width, max_new, params, (stop_tokens, stop_texts))).collect()
+        };
+        for (range, seqs) in groups.into_iter().zip(decoded) {
+            for (slot, seq) in range.zip(seqs?) {
+                let (i, k) = slots[slot];
+                out[i][k] = seq;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes one group of rows to the end; returns its sequences in row order.
+    fn decode_group(&self, g: Group, width: usize, max_new: usize, params: &SamplingParams, (stop_tokens, stop_texts): (&[u32], &[&str])) -> Result<Vec<SampledSequence>> {
+        let Group { mut rngs, mut logits, mut cache } = g;
+        let dev = Device::Cpu;
+        let mut seqs: Vec<SampledSequence> = vec![SampledSequence { tokens: vec![], logprobs: vec![], stop_reason: StopReason::Length }; logits.len()];
+        // `active[r]` = which row of the group batch row `r` decodes.
+        let mut active: Vec<usize> = (0..logits.len()).collect();
         let mut scratch = Vec::new();
         for step in 0..max_new {
             let mut keep = Vec::with_capacity(active.len());
             for (row, &slot) in active.iter().enumerate() {
-                let (i, k) = slots[slot];
                 let (tok, lp) = pick(&logits[row], params, &mut rngs[slot], &mut scratch);
-                let seq = &mut out[i][k];
+                let seq = &mut seqs[slot];
                 seq.tokens.push(tok);
                 seq.logprobs.push(lp);
                 let stopped = stop_tokens.contains(&tok) || (!stop_texts.is_empty() && self.hits_stop_text(&seq.tokens, stop_texts)?);
@@ -205,14 +255,11 @@ impl LocalSampler {
                 cache.select_rows(&rows)?;
                 active = keep.iter().map(|&r| active[r]).collect();
             }
-            let last: Vec<u32> = active.iter().map(|&s| {
-                let (i, k) = slots[s];
-                *out[i][k].tokens.last().expect("one token per step")
-            }).collect();
+            let last: Vec<u32> = active.iter().map(|&s| *seqs[s].tokens.last().expect("one token per step")).collect();
             let input = Tensor::new(last.as_slice(), &dev)?.unsqueeze(1)?; // [rows, 1]
             logits = self.model.forward_last(&input, width + step, Some(&mut cache))?.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
         }
-        Ok(())
+        Ok(seqs)
     }
 
     fn hits_stop_text(&self, tokens: &[u32], stops: &[&str]) -> Result<bool> {
@@ -294,6 +341,15 @@ fn log_softmax_at(logits: &[f32], i: usize, temp: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_groups_cover_every_row_once_one_group_per_core() {
+        assert_eq!(row_groups(8, 2), vec![0..4, 4..8]);
+        assert_eq!(row_groups(7, 2), vec![0..3, 3..7]);
+        assert_eq!(row_groups(3, 4), vec![0..3]);
+        assert_eq!(row_groups(1, 2), vec![0..1]);
+        assert_eq!(row_groups(16, 1), vec![0..16]);
+    }
 
     fn params(t: f64, top_p: f64, top_k: Option<usize>) -> SamplingParams {
         SamplingParams { temperature: t, top_p, top_k, ..Default::default() }
