@@ -399,8 +399,27 @@ pub fn backward(model: &Model, batch: Batch, tape: Tape, dlogp: &[f32], grads: &
     let c = Ctx { b: batch.b, t: batch.t, cos: cos.s(), sin: sin.s() };
     let Tape { mut layers, x_last, rstd_last, xf, lora_head, mut logits, lse } = tape;
     kernels::target_logprobs_backward(&mut logits, vocab, batch.targets, &lse, dlogp);
+    // Positions the loss ignores (prompt tokens, padding: zero weight or advantage) have a zero
+    // row; the head's backward GEMMs, the largest of the pass (2·hidden·vocab per row each), run
+    // on the others only, moved to the front of the buffers.
+    let live: Vec<usize> = (0..n).filter(|&i| dlogp[i] != 0.0).collect();
+    let d = cfg.hidden_size;
     let mut dxf = vec![0f32; xf.len()];
-    proj_backward(model.lm_head(), &xf, lora_head.as_deref(), &logits, n, &mut dxf, false, grads)?;
+    if live.len() == n {
+        proj_backward(model.lm_head(), &xf, lora_head.as_deref(), &logits, n, &mut dxf, false, grads)?;
+    } else if !live.is_empty() {
+        for (j, &i) in live.iter().enumerate() {
+            logits.copy_within(i * vocab..(i + 1) * vocab, j * vocab);
+        }
+        let rows = |x: &[f32], w: usize| -> Vec<f32> { live.iter().flat_map(|&i| x[i * w..(i + 1) * w].iter().copied()).collect() };
+        let xf_live = rows(&xf, d);
+        let xa_live = lora_head.as_deref().map(|xa| rows(xa, xa.len() / n));
+        let mut dxf_live = vec![0f32; live.len() * d];
+        proj_backward(model.lm_head(), &xf_live, xa_live.as_deref(), &logits[..live.len() * vocab], live.len(), &mut dxf_live, false, grads)?;
+        for (j, &i) in live.iter().enumerate() {
+            dxf[i * d..(i + 1) * d].copy_from_slice(&dxf_live[j * d..(j + 1) * d]);
+        }
+    }
     drop((logits, xf));
     let norm = model.final_norm();
     let w = view(norm.weight())?;
@@ -414,7 +433,6 @@ pub fn backward(model: &Model, batch: Batch, tape: Tape, dlogp: &[f32], grads: &
         let tape = layers.pop().expect("one tape per layer");
         dx = layer_backward(layer, tape, dx, &c, grads)?;
     }
-    let d = cfg.hidden_size;
     if let Some(ge) = grads.get(model.embed_tokens()) {
         // Sequential: a token repeated in the batch adds its rows in a fixed order.
         for (row, &tok) in dx.chunks_exact(d).zip(batch.tokens) {
