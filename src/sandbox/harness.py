@@ -489,7 +489,8 @@ def handle(job):
         wd = os.path.join(tmp_root(), "s%d" % SEQ[0])
         os.mkdir(wd, 0o700)
     try:
-        if os.geteuid() == 0 and not PROTECTION.get("user_namespace") and not private:
+        chown = os.geteuid() == 0 and not PROTECTION.get("user_namespace")
+        if chown and not private:
             os.chown(wd, uid, gid)
         for rel, data in (job.get("files") or {}).items():
             if "IGNORE_THIS_FILE" in rel:
@@ -497,11 +498,21 @@ def handle(job):
             path = os.path.normpath(os.path.join(wd, rel))
             if not path.startswith(wd + "/"):
                 return {"error": f"file path `{rel}` leaves the working directory"}
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(data)
-            if os.geteuid() == 0 and not PROTECTION.get("user_namespace"):
-                os.chown(path, uid, gid)
+            folder = os.path.dirname(path)
+            if folder != wd:
+                os.makedirs(folder, exist_ok=True)
+            # os.open rather than open(): the same flags and mode as open(path, "wb"), without
+            # the buffered file object's fstat, isatty ioctl and lseek (strace: 9 of W's 91
+            # system calls per LiveCodeBench request).
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                if chown:
+                    os.fchown(fd, uid, gid)
+            finally:
+                os.close(fd)
             if path.endswith(".py"):
                 try:
                     write_cached_pyc(path, data, uid, gid)
