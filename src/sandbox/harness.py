@@ -1558,6 +1558,7 @@ def preload(statm_fd):
             missing[name] = f"{type(e).__name__}: {e}"[:200]
     # Inside the measurement: what the warm-up leaves allocated counts as preloaded too.
     warm_up()
+    FILLER[:] = fill_pools()
     added = max(0, pages() - before) * os.sysconf("SC_PAGE_SIZE")
     return {"modules": done, "missing": missing, "as_bytes": added}
 
@@ -1660,6 +1661,63 @@ def warm_up(rounds=WARM_ROUNDS):
                 if now.get(key, missing) is not value:
                     now[key] = value
         gc.collect()
+
+
+# Objects that fill the free blocks of the worker's partly used pymalloc pools (`fill_pools`).
+FILLER = []
+
+
+def pool_stats():
+    """(size class in bytes, free blocks in partly used pools) from `sys._debugmallocstats()`,
+    which writes to the C stderr; empty when pymalloc is not in use or the format is unknown."""
+    r, w = os.pipe()
+    saved = os.dup(2)
+    try:
+        os.dup2(w, 2)
+        sys._debugmallocstats()
+    except Exception:
+        return []
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(w)
+    chunks = []
+    while True:
+        chunk = os.read(r, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(r)
+    rows = []
+    for line in b"".join(chunks).decode("ascii", "replace").splitlines():
+        f = line.split()
+        if len(f) == 5 and all(x.isdigit() for x in f):
+            rows.append((int(f[1]), int(f[4])))
+    return rows
+
+
+def fill_pools(rounds=2):
+    """Fill the free blocks of the worker's partly used pymalloc pools with objects it keeps, so
+    that what a fork allocates goes to fresh pools instead.
+
+    Why: after the imports and the warm-up (and its collection), pymalloc's pools are full of
+    holes, and an allocation takes a hole of its size class first. In a fork, every hole it fills
+    lies in a page still shared with the zygote: a copy-on-write fault for a few dozen bytes,
+    spread over hundreds of pools. Filled here, the fork's objects are packed into fresh pools,
+    a page fault per 4 KiB of them. Measured on Sandbox Fusion's LiveCodeBench request: ~7,000
+    holes, the program's process 2,045 -> 1,951 page faults. The objects are bytes of the
+    class's exact size (ints for the 32-byte class; the 16-byte class, which holds no object, is
+    left): plain data, nothing of any job, never freed."""
+    keep = []
+    for _ in range(rounds):
+        for size, avail in pool_stats():
+            if avail <= 0:
+                continue
+            if size == 32:
+                keep.append([(1 << 20) + i for i in range(avail)])
+            elif size >= 48:
+                keep.append([bytes(size - 33) for _ in range(avail)])
+    return keep
 
 
 def worker_main():
