@@ -4,8 +4,8 @@
 //! of `harness.py`). The worker is started once with a scrubbed environment in its own process
 //! group, isolates itself (namespaces, read-only root, private `/tmp`), imports the harness, and
 //! then forks per submission, from a zygote that never holds a job (no submission can find
-//! another's code, inputs or expected outputs in its memory); a submission costs about two forks
-//! (more only when a test times out or crashes the program) instead of an interpreter start-up
+//! another's code, inputs or expected outputs in its memory); a submission costs one fork (more
+//! only when a test times out or crashes the program) instead of an interpreter start-up
 //! (Sandbox Fusion pays ~9 ms of start-up and ~120 ms of numpy import per request,
 //! reference/sandbox-fusion.md §4).
 //!
