@@ -1674,8 +1674,9 @@ def pool_stats():
     saved = os.dup(2)
     try:
         os.dup2(w, 2)
-        sys._debugmallocstats()
+        sys._debugmallocstats()  # a few KB: fits in the pipe, read below
     except Exception:
+        os.close(r)
         return []
     finally:
         os.dup2(saved, 2)
