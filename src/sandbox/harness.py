@@ -802,6 +802,9 @@ def supervise(job, wd):
         return bool(job.get("fail_fast") and results[-1]["status"] != "passed")
 
     while len(results) < n and not aborted and not timed_out:
+        if not first and time.monotonic() >= deadline:
+            timed_out = True  # the whole submission's deadline: no fresh G for the rest
+            break
         fds = next_program() if ZYGOTE else None
         if fds is None:
             if first:
@@ -847,8 +850,10 @@ def supervise(job, wd):
                 kill_zygote()
                 return finish(job, results, ZYGOTE_GONE, True, False)
             if watch is not None and not aborted and not timed_out and watch.i < n:
-                # The current test ended its process: charge it, and go on with a fresh one.
-                watch.final(status, exited, done["status"])
+                # The current test ended its process: charge it, and go on with a fresh one
+                # (unless that failure stops a fail-fast job).
+                if watch.final(status, exited, done["status"]):
+                    aborted = True
         finally:
             for fd in (out_r, err_r, ctl_r, ack_w, pidfd):
                 os.close(fd)

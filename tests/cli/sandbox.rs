@@ -495,6 +495,10 @@ async fn fail_fast_stops_at_the_first_failure_and_the_worker_goes_on() {
     assert_eq!(statuses(&v), [TestStatus::Passed, TestStatus::WrongAnswer]);
     assert_eq!((v.passed, v.tests_total), (false, 4));
     assert_nothing_left(&sb);
+    // Also when the first failure ends the program's process (a timeout): nothing after it runs.
+    let v = grade(&sb, &p, "import time\nn = int(input())\nif n == 1:\n    time.sleep(1000)\nprint(n)\n", &o).await;
+    assert_eq!(statuses(&v), [TestStatus::Timeout]);
+    assert_nothing_left(&sb);
     let v = grade(&sb, &p, "print(input())", &opts(1.0)).await;
     assert_eq!(statuses(&v), [TestStatus::Passed, TestStatus::WrongAnswer, TestStatus::Passed, TestStatus::Passed]);
 }
