@@ -4,8 +4,8 @@
 //! of `harness.py`). The worker is started once with a scrubbed environment in its own process
 //! group, isolates itself (namespaces, read-only root, private `/tmp`), imports the harness, and
 //! then forks per submission, from a zygote that never holds a job (no submission can find
-//! another's code, inputs or expected outputs in its memory); a submission costs about two forks
-//! (more only when a test times out or crashes the program) instead of an interpreter start-up
+//! another's code, inputs or expected outputs in its memory); a submission costs one fork (more
+//! only when a test times out or crashes the program) instead of an interpreter start-up
 //! (Sandbox Fusion pays ~9 ms of start-up and ~120 ms of numpy import per request,
 //! reference/sandbox-fusion.md §4).
 //!
@@ -15,10 +15,10 @@
 //! misses its deadline or breaks the protocol is killed (its whole process group; the
 //! submission's processes die with it through `PR_SET_PDEATHSIG` and the PID namespace) and
 //! restarted on the next use, so one bad submission never poisons a slot; so is a worker that
-//! lost the zygote that forks its runners and says `retire` (it will not fork another from its
-//! own memory, which holds earlier jobs). An exchange with a worker runs on a task of its own and
-//! always completes, even when its caller gives up (an
-//! HTTP client that disconnects): a half-finished exchange would hand its reply to the next job.
+//! lost the zygote that forks the programs' processes and says `retire` (it will not fork
+//! another from its own memory, which holds earlier jobs). An exchange with a worker runs on a
+//! task of its own and always completes, even when its caller gives up (an HTTP client that
+//! disconnects): a half-finished exchange would hand its reply to the next job.
 //!
 //! Warm workers preload the modules submissions commonly import (numpy among them, when the
 //! interpreter has it; see `PRELOAD` in `harness.py`) before they fork, so a submission that
@@ -274,9 +274,10 @@ impl LocalSandbox {
         let outcome = tokio::time::timeout(outer, exchange).await;
         let failure = match outcome {
             Ok(Ok(Some(v))) if v.get("retire").and_then(Value::as_bool) == Some(true) => {
-                // The worker lost the process that forks runners and will not fork another from
-                // its own memory, which holds earlier jobs (`RETIRE` in harness.py): its reply
-                // stands, and the next job on this slot starts a fresh worker.
+                // The worker lost the process that forks the programs' processes and will not
+                // fork another from its own memory, which holds earlier jobs (`RETIRE` in
+                // harness.py): its reply stands, and the next job on this slot starts a fresh
+                // worker.
                 guard.take().expect("present").kill();
                 return Ok(v);
             }

@@ -317,6 +317,9 @@ async fn adversarial(sb: &LocalSandbox, name: &str, code: &str, expected_out: &s
     v
 }
 
+/// A program that writes the frame a program process sends when its set-up failed, and exits.
+const FORGED_INFRA: &str = "import os, struct, json\nb = json.dumps({'infra': 'forged'}).encode()\nos.write(3, struct.pack('>I', len(b)) + b)\nos._exit(0)\n";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adversarial_resource_abuse() {
     if !python_available() {
@@ -429,6 +432,12 @@ async fn adversarial_escapes() {
     let forge = "import os, struct, json\nb = json.dumps({'res': {'ok': 4}, 'exit': 0}).encode()\nos.write(3, struct.pack('>I', len(b)) + b)\nos._exit(0)\n";
     let v = grade(&sb, &p, forge, &opts(10.0)).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
+    // The worker reads the program's process's pipes itself; the first frame on its control
+    // pipe is the process's own (ready, or why its set-up failed: an infrastructure error),
+    // written before any program code runs. A frame the program writes there, whatever it says,
+    // only ends a test: never a sandbox failure, which would keep the program's failure unscored.
+    let v = adversarial(&sb, "forged_infra", FORGED_INFRA, "42", 10.0).await;
+    assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
     // A value whose __eq__ always says yes is not plain data and equals nothing.
     let v = grade(&sb, &p, "class Y:\n    def __eq__(self, o):\n        return True\ndef f(a):\n    return Y()\n", &opts(10.0)).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer]);
@@ -447,6 +456,8 @@ async fn run_reports_output_exit_and_signals() {
     assert_eq!(out.stderr, b"err");
     let out = sb.run(run("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)")).await.unwrap();
     assert_eq!(out.status, ExecStatus::Signaled(15));
+    let out = sb.run(run(FORGED_INFRA)).await.expect("a frame the program forges is no sandbox failure");
+    assert_eq!(out.status, ExecStatus::Exited(0));
     let out = sb.run(run("raise ValueError('boom')")).await.unwrap();
     assert_eq!(out.status, ExecStatus::Exited(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("ValueError: boom"));
@@ -483,6 +494,10 @@ async fn fail_fast_stops_at_the_first_failure_and_the_worker_goes_on() {
     let v = grade(&sb, &p, code, &o).await;
     assert_eq!(statuses(&v), [TestStatus::Passed, TestStatus::WrongAnswer]);
     assert_eq!((v.passed, v.tests_total), (false, 4));
+    assert_nothing_left(&sb);
+    // Also when the first failure ends the program's process (a timeout): nothing after it runs.
+    let v = grade(&sb, &p, "import time\nn = int(input())\nif n == 1:\n    time.sleep(1000)\nprint(n)\n", &o).await;
+    assert_eq!(statuses(&v), [TestStatus::Timeout]);
     assert_nothing_left(&sb);
     let v = grade(&sb, &p, "print(input())", &opts(1.0)).await;
     assert_eq!(statuses(&v), [TestStatus::Passed, TestStatus::WrongAnswer, TestStatus::Passed, TestStatus::Passed]);
