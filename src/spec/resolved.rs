@@ -117,7 +117,7 @@ impl ChatTemplateChoice {
 }
 
 /// `backend.max_tokens_per_microbatch` when the spec leaves it out (see its docs in `types`).
-pub const DEFAULT_MAX_TOKENS_PER_MICROBATCH: u32 = 256;
+pub const DEFAULT_MAX_TOKENS_PER_MICROBATCH: u32 = 512;
 
 /// The backend and its own settings.
 #[derive(Debug, Clone, PartialEq)]
