@@ -335,11 +335,7 @@ fn on_policy_check(tr: &mut LocalTrainer) {
     let s = tr.sampler().unwrap();
     let prompt = [4u32, 5, 6];
     let seq = s.sample(&prompt, 1, &SamplingParams { max_tokens: 8, seed: Some(1), ..Default::default() }).unwrap().remove(0);
-    let mut input = prompt.to_vec();
-    input.extend(&seq.tokens[..seq.tokens.len() - 1]);
-    let mut targets = prompt[1..].to_vec();
-    targets.extend(&seq.tokens);
-    let d = Datum { model_input: input, loss_fn_inputs: LossFnInputs { target_tokens: targets, ..Default::default() } };
+    let d = rlx::rl::datum::make_datum(&[&prompt[..], &seq.tokens].concat(), &seq.logprobs, prompt.len(), 0.0);
     let out = tr.forward(&[d]).unwrap().remove(0);
     for (i, lp) in seq.logprobs.iter().enumerate() {
         assert!((out.logprobs[prompt.len() - 1 + i] - lp).abs() < 1e-4, "token {i}");

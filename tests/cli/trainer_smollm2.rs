@@ -59,7 +59,6 @@ fn smollm2_gguf_writes_a_correct_add_function() {
 #[test]
 fn q8_0_sampler_logprobs_stay_close_to_the_f32_trainer() {
     use rlx::backend::local::{LocalTrainer, LoraConfig, SampleWeights, TrainerOptions};
-    use rlx::backend::{Datum, LossFnInputs};
     let path = match fetch::smollm2_gguf() {
         Ok(p) => p,
         Err(why) => {
@@ -78,11 +77,7 @@ fn q8_0_sampler_logprobs_stay_close_to_the_f32_trainer() {
     let (mut diffs, mut n) = (Vec::new(), 0);
     for seed in 0..2 {
         let seq = s.sample(&prompt, 1, &SamplingParams { max_tokens: 24, temperature: 1.0, seed: Some(seed), ..Default::default() }).unwrap().remove(0);
-        let mut input = prompt.clone();
-        input.extend(&seq.tokens[..seq.tokens.len() - 1]);
-        let mut targets = prompt[1..].to_vec();
-        targets.extend(&seq.tokens);
-        let d = Datum { model_input: input, loss_fn_inputs: LossFnInputs { target_tokens: targets, ..Default::default() } };
+        let d = rlx::rl::datum::make_datum(&[&prompt[..], &seq.tokens].concat(), &seq.logprobs, prompt.len(), 0.0);
         let exact = tr.forward(&[d]).unwrap().remove(0);
         for (i, lp) in seq.logprobs.iter().enumerate() {
             diffs.push((exact.logprobs[prompt.len() - 1 + i] - lp).abs());

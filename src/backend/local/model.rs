@@ -544,17 +544,9 @@ impl KvCache {
     /// # Errors
     /// Tensor failures.
     pub fn select_rows(&mut self, rows: &[u32]) -> Result<()> {
-        let dev = self.layers.iter().flatten().next().map(|c| c.k.device().clone()).unwrap_or(Device::Cpu);
-        let index = Tensor::new(rows, &dev)?;
-        for c in self.layers.iter_mut().flatten() {
-            // index_select copies into new buffers (same capacity), so no view of the old ones
-            // is written through afterwards.
-            c.k = c.k.index_select(&index, 0)?;
-            c.v = c.v.index_select(&index, 0)?;
-        }
-        if !self.pads.is_empty() {
-            self.pads = rows.iter().map(|&r| self.pads[r as usize]).collect();
-        }
+        // `with_rows` copies into new buffers (same capacity), so no view of the old ones is
+        // written through afterwards.
+        *self = self.with_rows(rows)?;
         Ok(())
     }
 }

@@ -118,38 +118,25 @@ struct Hyper {
 
 fn sum_sq<T: Float>(g: &[T]) -> f64 {
     use rayon::prelude::*;
-    let parts: Vec<f64> = g.par_chunks(1 << 16).map(|c| c.iter().map(|x| x.f64() * x.f64()).sum()).collect();
+    let parts: Vec<f64> = g.par_chunks(1 << 16).map(|c| c.iter().map(|x| x.to_f64() * x.to_f64()).sum()).collect();
     parts.iter().sum()
 }
 
-/// The two parameter types, with mutable access to candle's CPU storage.
+/// The two parameter types, with the mutable access to candle's CPU storage that `WithDType`
+/// (whose `to_f64`/`from_f64` the update uses) lacks.
 trait Float: candle_core::WithDType + Send + Sync {
     fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]>;
-    fn f64(self) -> f64;
-    fn of(x: f64) -> Self;
 }
 
 impl Float for f32 {
     fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]> {
         if let CpuStorage::F32(v) = s { Some(v) } else { None }
     }
-    fn f64(self) -> f64 {
-        f64::from(self)
-    }
-    fn of(x: f64) -> Self {
-        x as f32
-    }
 }
 
 impl Float for f64 {
     fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]> {
         if let CpuStorage::F64(v) = s { Some(v) } else { None }
-    }
-    fn f64(self) -> f64 {
-        self
-    }
-    fn of(x: f64) -> Self {
-        x
     }
 }
 
@@ -192,13 +179,13 @@ fn update<T: Float>(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: &Hyper) -
     const CHUNK: usize = 1 << 14;
     let step = |p: &mut [T], m: &mut [T], v: &mut [T], g: &[T]| {
         for j in 0..p.len() {
-            let gj = g[j].f64() * h.gscale;
-            let mj = h.b1 * m[j].f64() + (1.0 - h.b1) * gj;
-            let vj = h.b2 * v[j].f64() + (1.0 - h.b2) * gj * gj;
-            let pj = p[j].f64() * (1.0 - h.lr * h.wd);
-            p[j] = T::of(pj - h.lr * (mj / h.bc1) / ((vj / h.bc2).sqrt() + h.eps));
-            m[j] = T::of(mj);
-            v[j] = T::of(vj);
+            let gj = g[j].to_f64() * h.gscale;
+            let mj = h.b1 * m[j].to_f64() + (1.0 - h.b1) * gj;
+            let vj = h.b2 * v[j].to_f64() + (1.0 - h.b2) * gj * gj;
+            let pj = p[j].to_f64() * (1.0 - h.lr * h.wd);
+            p[j] = T::from_f64(pj - h.lr * (mj / h.bc1) / ((vj / h.bc2).sqrt() + h.eps));
+            m[j] = T::from_f64(mj);
+            v[j] = T::from_f64(vj);
         }
     };
     let run = |g: &[T]| {

@@ -171,7 +171,8 @@ impl LocalTrainer {
                 let (logp, _) = train_pass::forward(&self.model, batch.pass(), false)?;
                 Tensor::from_vec(logp, (batch.b, batch.t), &Device::Cpu)?
             } else {
-                self.target_logprobs(&batch.tokens.detach(), &batch.targets)?.detach()
+                let (tokens, targets) = batch.tensors()?;
+                self.target_logprobs(&tokens, &targets)?.detach()
             };
             outputs.extend(batch.outputs(&logp)?);
         }
@@ -233,10 +234,8 @@ struct Batch<'a> {
     data: &'a [Datum],
     b: usize,
     t: usize,
-    token_ids: Vec<u32>,
-    target_ids: Vec<u32>,
-    tokens: Tensor,
-    targets: Tensor,
+    tokens: Vec<u32>,
+    targets: Vec<u32>,
     inputs: TokenInputs,
 }
 
@@ -271,16 +270,20 @@ impl<'a> Batch<'a> {
             data,
             b,
             t,
-            tokens: Tensor::from_slice(&tokens, (b, t), &dev)?,
-            targets: Tensor::from_slice(&targets, (b, t), &dev)?,
-            token_ids: tokens,
-            target_ids: targets,
+            tokens,
+            targets,
             inputs: TokenInputs { weights: f(w)?, logprobs: f(q)?, advantages: f(a)?, valid: f(valid)? },
         })
     }
 
     fn pass(&self) -> train_pass::Batch<'_> {
-        train_pass::Batch { tokens: &self.token_ids, targets: &self.target_ids, b: self.b, t: self.t }
+        train_pass::Batch { tokens: &self.tokens, targets: &self.targets, b: self.b, t: self.t }
+    }
+
+    /// Tokens and targets as `[b, t]` tensors, for candle's autograd path.
+    fn tensors(&self) -> candle_core::Result<(Tensor, Tensor)> {
+        let dev = Device::Cpu;
+        Ok((Tensor::from_slice(&self.tokens, (self.b, self.t), &dev)?, Tensor::from_slice(&self.targets, (self.b, self.t), &dev)?))
     }
 
     fn outputs(&self, logp: &Tensor) -> Result<Vec<DatumOutput>> {
@@ -323,7 +326,8 @@ impl LocalTrainer {
         let mut acc: Vec<Option<Tensor>> = vec![None; self.vars.len()];
         for chunk in chunks {
             let batch = Batch::new(chunk, self.vars[0].dtype())?;
-            let logp = self.target_logprobs(&batch.tokens, &batch.targets)?;
+            let (tokens, targets) = batch.tensors()?;
+            let logp = self.target_logprobs(&tokens, &targets)?;
             let l = loss::loss_tensor(loss, &logp, &batch.inputs)?;
             *total += l.to_dtype(DType::F64)?.to_vec0::<f64>()?;
             let grads = l.backward()?;

@@ -119,6 +119,8 @@ unsafe fn gemm_raw(m: usize, n: usize, k: usize, dst: *mut f32, ldd: usize, accu
 pub fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23
+    // Not `clamp`: `max` maps a NaN to the floor (and so to 0) as before, without a branch.
+    #[allow(clippy::manual_clamp)]
     let x = x.max(-87.3).min(88.7);
     let k = (x * LOG2E + ROUND) - ROUND;
     let r = x - k * 0.693_359_4 - k * -2.121_944_4e-4;
@@ -127,7 +129,7 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5; // Cephes' 5.0000001e-1, which is 0.5 in f32
     let y = p * r * r + r + 1.0;
     // 2^k by building the exponent bits (k ∈ [-126, 128] after the clamp; 2^128 is folded in two).
     let ki = k as i32;
@@ -138,7 +140,8 @@ pub fn exp(x: f32) -> f32 {
     if x <= -87.3 { 0.0 } else { out }
 }
 
-/// Sums `f(chunk_index, rows)` partials of width `width` over fixed row chunks, in order.
+/// Sums the partials `f(rows, part)` adds into `part` (width `width`) over fixed chunks of the
+/// `n` rows, in chunk order.
 fn chunked_sum(n: usize, width: usize, f: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync) -> Vec<f32> {
     let chunks: Vec<Vec<f32>> = (0..n.div_ceil(ROW_CHUNK * 4))
         .into_par_iter()

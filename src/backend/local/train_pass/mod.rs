@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use candle_core::{CpuStorage, Storage, Tensor, TensorId};
 
 use self::kernels::{AttnShape, Mat, gemm};
-use super::model::{Layer, Linear, Model};
+use super::model::{Layer, Linear, Model, RmsNorm};
 
 /// Gradient buffers of the trainable tensors, by tensor id; a tensor absent here is frozen.
 #[derive(Debug, Default)]
@@ -50,19 +50,28 @@ impl Grads {
         self.map.get_mut(&t.id()).map(Vec::as_mut_slice)
     }
 
-    /// Adds `v` to the buffer of `t`, if it is trainable.
-    fn add(&mut self, t: &Tensor, v: &[f32]) {
-        if let Some(g) = self.get(t) {
-            for (g, x) in g.iter_mut().zip(v) {
-                *g += x;
-            }
-        }
-    }
-
     /// Takes the buffer of `t` out (`None` if `t` is not trainable).
     pub fn take(&mut self, t: &Tensor) -> Option<Vec<f32>> {
         self.map.remove(&t.id())
     }
+}
+
+/// `acc += v`, element-wise.
+fn add(acc: &mut [f32], v: &[f32]) {
+    for (a, x) in acc.iter_mut().zip(v) {
+        *a += x;
+    }
+}
+
+/// The backward of an [`RmsNorm`] at input `x` (row `rstd`s saved by the forward): adds `dL/dx`
+/// to `dx` and, when its weight is trainable, `dL/dw` to the weight's gradient.
+fn norm_backward(norm: &RmsNorm, dy: &[f32], x: &[f32], rstd: &[f32], dx: &mut [f32], grads: &mut Grads) -> candle_core::Result<()> {
+    let w = view(norm.weight())?;
+    let gw = grads.get(norm.weight());
+    if let (Some(dw), Some(gw)) = (kernels::rms_norm_backward(dy, x, rstd, w.s(), dx, gw.is_some()), gw) {
+        add(gw, &dw);
+    }
+    Ok(())
 }
 
 /// A read view of a contiguous f32 tensor's data, held for the length of a pass.
@@ -188,10 +197,8 @@ fn proj_backward(lin: &Linear, x: &[f32], xa: Option<&[f32]>, dy: &[f32], n: usi
     if let Some(gw) = grads.get(&lin.weight) {
         gemm(out, inn, n, gw, inn, true, Mat::t(dy, out), Mat::rows(x, inn), 1.0, true);
     }
-    if let Some(b) = &lin.bias
-        && grads.get(b).is_some()
-    {
-        grads.add(b, &kernels::column_sums(dy, out));
+    if let Some(gb) = lin.bias.as_ref().and_then(|b| grads.get(b)) {
+        add(gb, &kernels::column_sums(dy, out));
     }
     gemm(n, inn, out, dx, inn, accumulate, Mat::rows(dy, out), Mat::rows(w.s(), inn), 1.0, true);
     if let Some(l) = &lin.lora {
@@ -309,12 +316,7 @@ fn layer_backward(layer: &Layer, tape: LayerTape, dout: Vec<f32>, c: &Ctx, grads
     proj_backward(&m.up_proj, &hn2, lu.as_deref(), &up, n, &mut dhn2, true, grads)?;
     drop((gate, up, hn2));
     let mut dh = dout;
-    let post = &layer.post_attention_layernorm;
-    let w_post = view(post.weight())?;
-    let want = grads.get(post.weight()).is_some();
-    if let Some(dw) = kernels::rms_norm_backward(&dhn2, &h, &rstd2, w_post.s(), &mut dh, want) {
-        grads.add(post.weight(), &dw);
-    }
+    norm_backward(&layer.post_attention_layernorm, &dhn2, &h, &rstd2, &mut dh, grads)?;
     drop((dhn2, h));
 
     // Attention: h = x + o_proj(attn(rope(q), rope(k), v)).
@@ -327,12 +329,8 @@ fn layer_backward(layer: &Layer, tape: LayerTape, dout: Vec<f32>, c: &Ctx, grads
     kernels::rope(&mut dk, c.t, kvh, hd, c.cos, c.sin, true);
     if let (Some(QkPre { q: q_pre, rstd_q, k: k_pre, rstd_k }), Some(qn), Some(kn)) = (qk_pre, &a.q_norm, &a.k_norm) {
         for (dx, pre, r, norm) in [(&mut dq, q_pre, rstd_q, qn), (&mut dk, k_pre, rstd_k, kn)] {
-            let w = view(norm.weight())?;
             let mut dpre = vec![0f32; pre.len()];
-            let want = grads.get(norm.weight()).is_some();
-            if let Some(dw) = kernels::rms_norm_backward(dx, &pre, &r, w.s(), &mut dpre, want) {
-                grads.add(norm.weight(), &dw);
-            }
+            norm_backward(norm, dx, &pre, &r, &mut dpre, grads)?;
             *dx = dpre;
         }
     }
@@ -342,12 +340,7 @@ fn layer_backward(layer: &Layer, tape: LayerTape, dout: Vec<f32>, c: &Ctx, grads
     proj_backward(&a.k_proj, &xn1, lk.as_deref(), &dk, n, &mut dxn1, true, grads)?;
     proj_backward(&a.v_proj, &xn1, lv.as_deref(), &dv, n, &mut dxn1, true, grads)?;
     drop((dq, dk, dv, xn1));
-    let inp = &layer.input_layernorm;
-    let w_in = view(inp.weight())?;
-    let want = grads.get(inp.weight()).is_some();
-    if let Some(dw) = kernels::rms_norm_backward(&dxn1, &x, &rstd1, w_in.s(), &mut dh, want) {
-        grads.add(inp.weight(), &dw);
-    }
+    norm_backward(&layer.input_layernorm, &dxn1, &x, &rstd1, &mut dh, grads)?;
     Ok(dh)
 }
 
@@ -421,14 +414,8 @@ pub fn backward(model: &Model, batch: Batch, tape: Tape, dlogp: &[f32], grads: &
         }
     }
     drop((logits, xf));
-    let norm = model.final_norm();
-    let w = view(norm.weight())?;
     let mut dx = vec![0f32; x_last.len()];
-    let want = grads.get(norm.weight()).is_some();
-    if let Some(dw) = kernels::rms_norm_backward(&dxf, &x_last, &rstd_last, w.s(), &mut dx, want) {
-        grads.add(norm.weight(), &dw);
-    }
-    drop(w);
+    norm_backward(model.final_norm(), &dxf, &x_last, &rstd_last, &mut dx, grads)?;
     for layer in model.layers().iter().rev() {
         let tape = layers.pop().expect("one tape per layer");
         dx = layer_backward(layer, tape, dx, &c, grads)?;
