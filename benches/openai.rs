@@ -24,9 +24,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rlx::backend::openai::{self, Config};
-use rlx::backend::{Finetune, SampleRequest, Sampler, SamplingParams};
+use rlx::backend::Sampler;
+use rlx::seam::{Finetune, SampleRequest, SamplingParams};
 use rlx::prompt::Message;
-use rlx::spec::resolved::ChatTemplateChoice;
+use rlx::prompt::chat::ChatTemplateChoice;
 
 #[path = "../tests/cli/smollm2_fetch.rs"]
 mod fetch;

@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use rlx::backend::local::model::{ParamBuilder, Tuning};
 use rlx::backend::local::{LocalSampler, LocalTrainer, LoraConfig, Model, TrainerOptions};
-use rlx::backend::{AdamParams, Datum, LossFn, LossFnInputs, SamplingParams};
+use rlx::seam::{AdamParams, Datum, LossFn, LossFnInputs, SamplingParams};
 
 #[path = "../tests/cli/smollm2_fetch.rs"]
 mod fetch;
@@ -106,7 +106,7 @@ fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
 /// Tokens per forward/backward micro-batch: `$RLX_BENCH_MICROBATCH`, else the spec's default
 /// (what `rlx run` does; PyTorch takes the 4 × 128 batch in one pass).
 fn microbatch() -> usize {
-    std::env::var("RLX_BENCH_MICROBATCH").ok().and_then(|v| v.parse().ok()).unwrap_or(rlx::spec::resolved::DEFAULT_MAX_TOKENS_PER_MICROBATCH as usize)
+    std::env::var("RLX_BENCH_MICROBATCH").ok().and_then(|v| v.parse().ok()).unwrap_or(rlx::spec::defaults::MAX_TOKENS_PER_MICROBATCH as usize)
 }
 
 /// The interpreter with torch/transformers/peft: `$RLX_TORCH_PYTHON` (a virtualenv's python),

@@ -11,7 +11,7 @@ pub fn causes(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for e in std::iter::successors(Some(err), |e| e.source()) {
         let msg = match e.downcast_ref::<candle_core::Error>() {
-            Some(c) => crate::prompt::gguf::candle_reason(c),
+            Some(c) => candle_reason(c),
             None => e.to_string(),
         };
         if out.last() != Some(&msg) {
@@ -19,6 +19,19 @@ pub fn causes(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
         }
     }
     out
+}
+
+/// A candle error's message without the backtrace candle appends when `RUST_BACKTRACE` is set
+/// (`Error::bt`, used by its `bail!`): a truncated GGUF file is the user's problem, told in one
+/// line, not thirteen frames of candle internals. Rejected: cutting the text at its first line,
+/// which also cuts candle's multi-line context messages.
+pub fn candle_reason(e: &candle_core::Error) -> String {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => candle_reason(inner),
+        candle_core::Error::Context { inner, context } => format!("{context}: {}", candle_reason(inner)),
+        candle_core::Error::WithPath { inner, path } => format!("`{}`: {}", path.display(), candle_reason(inner)),
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]

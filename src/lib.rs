@@ -11,8 +11,10 @@
 //!                 data ─► prompt ─► sampler ─► sandbox ─► rl (rewards, advantages) ─► trainer
 //! ```
 //!
-//! - [`spec`]: the experiment spec: YAML loading with source locations, JSON Schema validation,
-//!   `key=value` overrides and aliases, sweep grammar, semantic checks, run ids.
+//! - [`spec`]: the experiment spec as written: YAML loading with source locations, JSON Schema
+//!   validation, `key=value` overrides and aliases, diagnostics. Imports nothing of rlx.
+//! - [`plan`]: the spec resolved: semantic checks, every default applied once, run ids, sweeps.
+//! - [`seam`]: the data that crosses the `Sampler`/`Trainer` seam (datums, sampling, optimizer).
 //! - [`runlog`]: the run directory (`runs/<id>/`) and its files; the only module that knows the
 //!   layout.
 //! - [`data`]: problems and their tests; adapters for the common code-RL dataset formats.
@@ -32,16 +34,20 @@
 pub mod alloc;
 pub mod backend;
 mod calendar;
+pub mod quantile;
+pub mod rng;
 pub(crate) mod causes;
 pub mod cli;
 pub mod compare;
 pub mod data;
 pub mod engine;
+pub mod plan;
 pub(crate) mod hub;
 pub mod prompt;
 pub mod rl;
 pub mod runlog;
 pub mod sandbox;
+pub mod seam;
 pub mod serve;
 pub mod spec;
 pub mod tinker;

@@ -10,7 +10,8 @@
 
 use std::sync::Arc;
 
-use super::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, SampledSequence, Sampler, SamplingParams, Stop, StopReason, Trainer};
+use super::{Sampler, Trainer};
+use crate::seam::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, SampledSequence, SamplingParams, Stop, StopReason};
 
 /// A broken clause of the contract.
 #[derive(Debug, thiserror::Error)]

@@ -1,11 +1,8 @@
 //! Backends: the `Sampler` and `Trainer` seams of design §3, the wire-level data they exchange,
 //! and [`open`], the one place that turns a resolved spec into a backend.
 //!
-//! The data types mirror Tinker's so that a spec means the same objective on every backend
-//! (reference/tinker-protocol.md §5.3–5.6): [`Datum`] is Tinker's datum (`model_input` tokens +
-//! `loss_fn_inputs`), [`LossFn`] is its `loss_fn` + `loss_fn_config` (the formulas live in
-//! [`crate::rl::loss`]), [`AdamParams`] is its `adam_params`, [`SamplingParams`]/[`SampledSequence`]
-//! are its `asample` request and response.
+//! The data the seams exchange ([`crate::seam`]) mirror Tinker's, so that a spec means the same
+//! objective on every backend.
 //!
 //! Implementations: [`local`] (candle, in-process, CPU), [`openai`] (an OpenAI-compatible
 //! server, sampling only). Each is one module and one arm of [`open`].
@@ -19,7 +16,6 @@
 //! be submitted in whatever order the executor polls them, and `dyn Trainer` would not be
 //! object-safe. The local backend is a handle to a thread that owns the model (style.md §e).
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -32,9 +28,10 @@ pub mod tinker;
 mod open;
 pub mod openai;
 
-pub use open::{Context, open};
+pub use open::{BackendChoice, Context, OpenOptions, open};
 
-pub use crate::rl::loss::{LossFn, LossStats};
+use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef};
+
 
 /// Errors of every backend.
 #[derive(Debug, thiserror::Error)]
@@ -91,9 +88,10 @@ pub enum Error {
     /// The chat template failed to compile or render.
     #[error("chat template: {0}")]
     Template(String),
-    /// A tensor operation failed (shape bug or out of memory).
+    /// A tensor operation failed (shape bug or out of memory). The cause is the tensor library's
+    /// error, boxed so that the seam's error names no tensor library (the HTTP backends have none).
     #[error("tensor operation failed")]
-    Tensor(#[from] candle_core::Error),
+    Tensor(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The spec asks for a backend this build cannot use (yet).
     #[error("backend `{kind}` is not available: {reason}")]
     Unavailable {
@@ -143,292 +141,22 @@ impl Error {
     }
 }
 
+impl From<crate::seam::Invalid> for Error {
+    fn from(e: crate::seam::Invalid) -> Self {
+        match e {
+            crate::seam::Invalid::Datum { index, reason } => Error::InvalidDatum { index, reason },
+            crate::seam::Invalid::Argument { what, reason } => Error::InvalidArgument { what, reason },
+        }
+    }
+}
+
 /// Convenience alias for backend results.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// One training example: Tinker's `Datum`.
-///
-/// Position `i` of `model_input` predicts `loss_fn_inputs.target_tokens[i]`; every per-token input
-/// has the same length as `model_input` (tinker-protocol.md §5.3, §10.7).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Datum {
-    /// The input tokens (prompt followed by all sampled tokens but the last).
-    pub model_input: Vec<u32>,
-    /// The per-token loss inputs.
-    pub loss_fn_inputs: LossFnInputs,
-}
-
-/// Tinker's `loss_fn_inputs` for one datum. Which fields a loss needs: see [`LossFn`].
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LossFnInputs {
-    /// The token each position must predict.
-    pub target_tokens: Vec<u32>,
-    /// Per-token weights (cross_entropy); absent means all ones.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weights: Option<Vec<f32>>,
-    /// Sampler log-probabilities of the targets (policy-gradient losses); 0 on prompt tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logprobs: Option<Vec<f32>>,
-    /// Per-token advantages (policy-gradient losses); 0 on prompt tokens masks them out.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub advantages: Option<Vec<f32>>,
-}
-
-impl Datum {
-    /// Check lengths and the inputs `loss` needs; `index` is used in the error.
-    ///
-    /// # Errors
-    /// [`Error::InvalidDatum`] naming the first problem found.
-    pub fn validate(&self, index: usize, loss: &LossFn) -> Result<()> {
-        let bad = |reason: String| Err(Error::InvalidDatum { index, reason });
-        let n = self.model_input.len();
-        if n == 0 {
-            return bad("`model_input` is empty".into());
-        }
-        let inp = &self.loss_fn_inputs;
-        if inp.target_tokens.len() != n {
-            return bad(format!(
-                "`target_tokens` has {} entries, `model_input` has {n}",
-                inp.target_tokens.len()
-            ));
-        }
-        for (name, v) in [("weights", &inp.weights), ("logprobs", &inp.logprobs), ("advantages", &inp.advantages)] {
-            if let Some(v) = v {
-                if v.len() != n {
-                    return bad(format!("`{name}` has {} entries, `model_input` has {n}", v.len()));
-                }
-                if let Some(x) = v.iter().find(|x| !x.is_finite()) {
-                    return bad(format!("`{name}` contains the non-finite value {x}"));
-                }
-            }
-        }
-        if loss.is_policy_gradient() {
-            if inp.advantages.is_none() {
-                return bad(format!("loss `{}` needs `advantages`", loss.name()));
-            }
-            if inp.logprobs.is_none() {
-                return bad(format!("loss `{}` needs `logprobs`", loss.name()));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Per-datum output of `forward_backward`: Tinker's `loss_fn_outputs[i]`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct DatumOutput {
-    /// Learner log-probabilities of the targets (temperature 1, full distribution).
-    pub logprobs: Vec<f32>,
-}
-
-/// Result of one `forward_backward` call.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ForwardBackwardOutput {
-    /// The loss as a token-level sum over the batch (`loss:sum` in Tinker's metrics).
-    pub loss: f64,
-    /// Per-datum learner log-probabilities.
-    pub outputs: Vec<DatumOutput>,
-    /// Diagnostics: ratio statistics, clip fraction, token count (see [`LossStats`]).
-    pub stats: LossStats,
-}
-
-/// Result of one `optim_step`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct OptimStepOutput {
-    /// Global L2 norm of the accumulated gradient before clipping.
-    pub grad_norm: f64,
-    /// Whether clipping scaled the gradient down.
-    pub clipped: bool,
-    /// Optimizer steps taken so far, this one included.
-    pub step: u64,
-    /// Flat metrics (`optim/grad_norm`, ...) for the run log.
-    pub metrics: BTreeMap<String, f64>,
-}
-
-/// Tinker's `AdamParams`: decoupled-weight-decay Adam (AdamW) with optional global-norm clipping.
-/// Also the wire type (`tinker::wire::AdamParams`): a request that leaves a field out gets the
-/// SDK default, as Tinker's server does.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct AdamParams {
-    /// Step size.
-    pub learning_rate: f64,
-    /// First-moment decay.
-    pub beta1: f64,
-    /// Second-moment decay.
-    pub beta2: f64,
-    /// Added to the root of the second moment.
-    pub eps: f64,
-    /// Decoupled weight decay, applied as `p -= lr * weight_decay * p` (PyTorch AdamW).
-    pub weight_decay: f64,
-    /// Clip the global gradient L2 norm to this value; 0 disables clipping.
-    pub grad_clip_norm: f64,
-}
-
-impl Default for AdamParams {
-    /// Tinker SDK defaults (tinker-protocol.md §5.4).
-    fn default() -> Self {
-        Self { learning_rate: 1e-4, beta1: 0.9, beta2: 0.95, eps: 1e-12, weight_decay: 0.0, grad_clip_norm: 0.0 }
-    }
-}
-
-/// Which projections get LoRA adapters, and their size (Tinker's `lora_config`).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LoraConfig {
-    /// Rank `r`.
-    pub rank: usize,
-    /// Scale numerator `α` (the update is scaled by `α / r`).
-    pub alpha: f64,
-    /// Short module names: any of `q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`,
-    /// `up_proj`, `down_proj`, `lm_head`.
-    pub targets: Vec<String>,
-}
-
-impl LoraConfig {
-    /// Rank `rank`, `α = 2r`, on all attention and MLP projections (PEFT's "all-linear" minus the
-    /// head).
-    pub fn all_linear(rank: usize) -> Self {
-        let targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
-        Self { rank, alpha: 2.0 * rank as f64, targets: targets.iter().map(|s| s.to_string()).collect() }
-    }
-
-    /// `α / r`.
-    pub fn scale(&self) -> f64 {
-        self.alpha / self.rank as f64
-    }
-}
-
-/// Which weights a trainer updates.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub enum Finetune {
-    /// Every weight.
-    Full,
-    /// Low-rank adapters on a frozen base.
-    Lora(LoraConfig),
-}
-
-/// A stop condition for sampling.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(untagged)]
-pub enum Stop {
-    /// Stop after this token is sampled (it is included in the output, as in Tinker).
-    Token(u32),
-    /// Stop once the decoded completion contains this text (the completion keeps the token that
-    /// completed it). Needs a sampler with a tokenizer.
-    Text(String),
-}
-
-/// Tinker's `SamplingParams`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct SamplingParams {
-    /// Upper bound on generated tokens per completion.
-    pub max_tokens: usize,
-    /// Softmax temperature; 0 means greedy decoding.
-    pub temperature: f64,
-    /// Nucleus sampling mass in (0, 1]; 1 disables it.
-    pub top_p: f64,
-    /// Keep only the k most likely tokens; `None` (Tinker's -1) disables it.
-    pub top_k: Option<usize>,
-    /// Stop conditions; empty means run to `max_tokens` (use the model's EOS tokens explicitly).
-    pub stop: Vec<Stop>,
-    /// Seed: the same seed, prompt, params and weights give the same completions. `None` draws one.
-    pub seed: Option<u64>,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        Self { max_tokens: 256, temperature: 1.0, top_p: 1.0, top_k: None, stop: Vec::new(), seed: None }
-    }
-}
-
-impl SamplingParams {
-    /// Check ranges.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a negative or non-finite temperature, `top_p` outside (0, 1],
-    /// or `top_k == Some(0)`.
-    pub fn validate(&self) -> Result<()> {
-        let bad = |what, reason: String| Err(Error::InvalidArgument { what, reason });
-        if !self.temperature.is_finite() || self.temperature < 0.0 {
-            return bad("temperature", format!("expected a finite value >= 0, found {}", self.temperature));
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return bad("top_p", format!("expected a value in (0, 1], found {}", self.top_p));
-        }
-        if self.top_k == Some(0) {
-            return bad("top_k", "expected at least 1 (or none to disable)".into());
-        }
-        Ok(())
-    }
-}
-
-/// Why a completion ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StopReason {
-    /// A stop token or string was produced.
-    Stop,
-    /// `max_tokens` (or the model's context) was reached.
-    Length,
-}
-
-/// One sampled completion: Tinker's `SampledSequence`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct SampledSequence {
-    /// Generated tokens (the prompt is not repeated).
-    pub tokens: Vec<u32>,
-    /// Log-probability of each generated token; which distribution is backend-specific and
-    /// documented by each backend (local: [`local::sampler`]).
-    pub logprobs: Vec<f32>,
-    /// Why it ended.
-    pub stop_reason: StopReason,
-}
-
-/// One prompt of a [`Sampler::sample`] call.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SampleRequest {
-    /// Prompt token ids.
-    pub prompt: Vec<u32>,
-    /// Completions wanted.
-    pub num_samples: usize,
-    /// This prompt's seed (overrides `SamplingParams::seed`).
-    pub seed: Option<u64>,
-}
 
 /// A reply on its way: the request was submitted when the seam method returned; awaiting this
 /// gives its result. Dropping it does not cancel the request (the backend still runs it, in
 /// order), it only discards the reply.
 pub type Pending<T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'static>>;
-
-/// A saved training state (weights + optimizer moments), named the way its backend names it: a
-/// local path (`/…/runs/<id>/checkpoints/step-000004`) or a remote URI (`tinker://…`). The engine
-/// stores it in `checkpoints.jsonl` and hands it back to [`Trainer::load_state`]; only the
-/// backend that wrote it interprets it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(transparent)]
-pub struct StateRef(pub String);
-
-impl StateRef {
-    /// A local state at `path`.
-    pub fn local(path: &std::path::Path) -> Self {
-        StateRef(path.display().to_string())
-    }
-    /// Whether it names a remote state (`scheme://…`) rather than a local path.
-    pub fn is_remote(&self) -> bool {
-        self.0.contains("://")
-    }
-    /// The local path, for a local state.
-    pub fn as_path(&self) -> Option<&std::path::Path> {
-        (!self.is_remote()).then(|| std::path::Path::new(&self.0))
-    }
-}
-
-impl std::fmt::Display for StateRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 /// Generates completions: design §3 `Sampler`. Cheap to share (`Arc<dyn Sampler>`); requests
 /// may be submitted from several tasks at once.
 pub trait Sampler: Send + Sync {

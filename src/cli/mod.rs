@@ -55,8 +55,8 @@ pub mod exit {
     /// `Some(true)` for the user's errors, `Some(false)` for rlx's or a service's, `None` for an
     /// error this function does not know (context text, foreign errors).
     fn user_error(e: &(dyn StdError + 'static)) -> Option<bool> {
-        use crate::{backend, compare, data, engine, prompt, runlog, sandbox, spec};
-        if e.is::<super::UserError>() || e.is::<spec::Error>() {
+        use crate::{backend, compare, data, engine, prompt, runlog, sandbox};
+        if e.is::<super::UserError>() || e.is::<crate::plan::Error>() {
             return Some(true);
         }
         if let Some(e) = e.downcast_ref::<data::Error>() {
@@ -304,7 +304,7 @@ mod tests {
         assert_eq!(for_error(&anyhow::Error::new(crate::engine::Error::Backend(model)).context("run failed")), USAGE);
         let gone = crate::backend::Error::Gone { what: "local trainer", reason: "it panicked".into() };
         assert_eq!(for_error(&anyhow::Error::new(crate::engine::Error::Backend(gone))), INTERNAL);
-        let tensor = crate::backend::Error::Tensor(candle_core::Error::Msg("shape mismatch".into()));
+        let tensor = crate::backend::Error::from(candle_core::Error::Msg("shape mismatch".into()));
         assert_eq!(for_error(&anyhow::Error::new(tensor)), INTERNAL);
         let strict = crate::sandbox::Error::Incomplete { missing: vec!["no user namespaces".into()] };
         assert_eq!(for_error(&anyhow::Error::new(strict).context("cannot start the sandbox")), USAGE);

@@ -144,7 +144,15 @@ pub fn load(path: &Path) -> Result<Run, Error> {
     let status = dir.status().map_err(err)?.expect("open checked status.json");
     let mut notes = vec![];
     let config = match dir.read_json::<serde_json::Value>(files::RESOLVED).map_err(err)? {
-        Some(v) => super::configdiff::flatten(&v),
+        // Read as the current version, so that runs written before the plan module (version 1:
+        // defaults left `null`) compare equal to today's runs of the same configuration.
+        Some(v) => match crate::plan::record::upgrade(v.clone()) {
+            Ok(current) => super::configdiff::flatten(&current),
+            Err(e) => {
+                notes.push(format!("{}: {e}; compared as written", files::RESOLVED));
+                super::configdiff::flatten(&v)
+            }
+        },
         None => {
             notes.push(format!("no {}: its config is unknown", files::RESOLVED));
             BTreeMap::new()

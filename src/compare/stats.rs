@@ -12,7 +12,8 @@ use serde::Serialize;
 
 // The same generator `data::filter` shuffles with: a fixed stream, so a seed gives the same
 // intervals in every rlx version.
-use crate::data::filter::SplitMix64;
+use crate::quantile::quantile_sorted;
+use crate::rng::SplitMix64;
 
 /// Mean of `xs`; `NaN` when empty.
 pub fn mean(xs: &[f64]) -> f64 {
@@ -227,12 +228,6 @@ pub fn paired_bootstrap(d: &[f64], resamples: usize, seed: u64) -> Bootstrap {
     Bootstrap { mean: mean(d), ci: Interval { lo: quantile_sorted(&means, 0.025), hi: quantile_sorted(&means, 0.975) }, resamples, seed }
 }
 
-/// The `q` quantile of sorted values, interpolating linearly at position q·(n − 1).
-pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
-    let pos = q * (sorted.len() - 1) as f64;
-    let (i, frac) = (pos.floor() as usize, pos.fract());
-    if i + 1 >= sorted.len() { sorted[sorted.len() - 1] } else { sorted[i] + frac * (sorted[i + 1] - sorted[i]) }
-}
 
 /// Upper tail P(T > t) of Student's t with `df` degrees of freedom (t ≥ 0), through the
 /// regularized incomplete beta function: P(T > t) = ½ · I_{df/(df+t²)}(df/2, ½).

@@ -8,6 +8,7 @@
 //! Order of operations for one source (see [`apply`]): `ids` → `difficulty` → `date_from`/`date_to`
 //! → `limit` (the first N survivors in file order) → `max_tests` on each kept problem.
 
+use crate::rng::SplitMix64;
 use std::collections::BTreeSet;
 
 use serde_json::Value;
@@ -217,43 +218,9 @@ pub fn cap_tests(tests: &mut Tests, n: usize) -> usize {
     }
 }
 
-/// SplitMix64 (Steele, Lea & Flood 2014): a 64-bit generator defined by three lines of
-/// arithmetic, so its stream is fixed forever and identical on every platform, unlike a crate's
-/// `StdRng` whose algorithm may change between releases.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator whose stream is determined by `seed`.
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A uniform integer in `0..bound` (`bound` > 0), by Lemire's multiply-and-reject method, which
-    /// has no modulo bias.
-    pub fn below(&mut self, bound: u64) -> u64 {
-        debug_assert!(bound > 0);
-        let threshold = bound.wrapping_neg() % bound;
-        loop {
-            let m = u128::from(self.next_u64()) * u128::from(bound);
-            if (m as u64) >= threshold {
-                return (m >> 64) as u64;
-            }
-        }
-    }
-}
 
 /// Shuffle `items` in place with `seed`: Fisher–Yates (Durstenfeld), `i` from the last index down
-/// to 1 swapping with `j = below(i + 1)` drawn from [`SplitMix64`]. The permutation depends only on
+/// to 1 swapping with `j = below(i + 1)` drawn from [`crate::rng::SplitMix64`]. The permutation depends only on
 /// `seed` and `items.len()`.
 pub fn shuffle<T>(items: &mut [T], seed: u64) {
     let mut rng = SplitMix64::new(seed);

@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 
-use crate::backend::{Sampler, SamplingParams};
+use crate::backend::Sampler;
+use crate::seam::SamplingParams;
 use crate::data::Problem;
 use crate::rl::passk::pass_at_k;
 use crate::sandbox::VerdictStatus;
 use crate::runlog::metrics::{eval as names, time};
 use crate::runlog::{EvalResultRecord, PassAtK};
-use crate::spec::Spec;
+use crate::plan::Plan;
 
 use super::rollout::{self, Ctx};
 use super::{Error, problems};
@@ -32,13 +33,13 @@ pub struct EvalResult {
 ///
 /// # Errors
 /// Sampler or prompt failures.
-pub async fn run(sampler: &dyn Sampler, step: i64, spec: &Spec, eval: &[Arc<Problem>], params: &SamplingParams, cx: &Ctx<'_>) -> Result<Option<EvalResult>, Error> {
+pub async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &[Arc<Problem>], params: &SamplingParams, cx: &Ctx<'_>) -> Result<Option<EvalResult>, Error> {
     let t = Instant::now();
-    let n = spec.eval.samples.unwrap_or_else(|| spec.eval.k.iter().copied().max().unwrap_or(1));
+    let n = plan.eval.samples;
     let mut prompts = vec![];
     for (i, p) in eval.iter().enumerate() {
         // Eval seeds do not depend on the step, so differences between evals are the weights'.
-        prompts.push((p.clone(), cx.prompting.first_turn(p)?, problems::derive_seed(spec.seed ^ 0xE7A1, -1, i as u64)));
+        prompts.push((p.clone(), cx.prompting.first_turn(p)?, problems::derive_seed(plan.seed ^ 0xE7A1, -1, i as u64)));
     }
     // Single attempts: pass@k means what it means in every leaderboard.
     let (groups, timing) = rollout::run(sampler, prompts, n as usize, params, cx, "eval", step, 1).await?;
@@ -55,7 +56,7 @@ pub async fn run(sampler: &dyn Sampler, step: i64, spec: &Spec, eval: &[Arc<Prob
         formatted += graded.iter().filter(|x| x.verdict.status != VerdictStatus::FormatError).count();
         total += graded.len();
         let mut per = vec![];
-        for &k in &spec.eval.k {
+        for &k in &plan.eval.k {
             // Infra-failed samples are left out of n rather than counted as wrong.
             let p = pass_at_k(graded_n, c, k);
             *sums.entry(k).or_default() += p;

@@ -1,11 +1,11 @@
-//! The run's sandbox and grading options, from the spec. Starting the sandbox and the grading
+//! The run's sandbox and grading options, from the plan. Starting the sandbox and the grading
 //! loop (with infrastructure retries) are the sandbox module's, shared with `rlx grade`:
 //! [`crate::sandbox::start()`] and [`crate::sandbox::grade_loop`].
 
 use std::time::Duration;
 
 use crate::sandbox::{AnyGrader, GradeOptions, Limits};
-use crate::spec::types::Spec;
+use crate::plan::Plan;
 
 use super::{Error, Event, EventSink};
 
@@ -21,8 +21,8 @@ impl Sandboxes {
     ///
     /// # Errors
     /// [`Error::Sandbox`]: a strict sandbox missing isolation layers, no Python, a bad Fusion URL.
-    pub async fn start(spec: &Spec, sink: &dyn EventSink) -> Result<(AnyGrader, serde_json::Value), Error> {
-        let started = crate::sandbox::start(&spec.sandbox).await.map_err(Error::Sandbox)?;
+    pub async fn start(plan: &Plan, sink: &dyn EventSink) -> Result<(AnyGrader, serde_json::Value), Error> {
+        let started = crate::sandbox::start(&plan.sandbox).await.map_err(Error::Sandbox)?;
         for w in started.warnings {
             tracing::warn!("{w}");
             sink.event(Event::Warning(format!("{w} (set `sandbox.strict: true` to refuse to run instead)")));
@@ -31,9 +31,9 @@ impl Sandboxes {
     }
 
     /// Grading options from the spec.
-    pub fn options(spec: &Spec) -> GradeOptions {
+    pub fn options(plan: &Plan) -> GradeOptions {
         GradeOptions {
-            limits: Limits { timeout: Duration::from_secs_f64(spec.reward.test_timeout_s), memory_mb: u64::from(spec.sandbox.memory_mb), ..Limits::default() },
+            limits: Limits { timeout: Duration::from_secs_f64(plan.reward.test_timeout_s), memory_mb: u64::from(plan.sandbox.memory_mb), ..Limits::default() },
             fail_fast: false,
         }
     }

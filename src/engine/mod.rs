@@ -32,11 +32,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use event::{Event, EventSink};
 
-use crate::backend::{self, Policy, SamplingParams, StateRef, Stop as StopCond, Trainer};
+use crate::seam;
+use crate::backend::{self, Policy, Trainer};
+use crate::seam::{SamplingParams, StateRef, Stop as StopCond};
 use crate::runlog::sinks::{End, RunInfo, Sinks};
 use crate::runlog::{self, CheckpointRecord, Data, DataSet, EventRecord, JsonlWriter, MetricsLine, PromptTokens, RunDir, State, Status, files, metrics};
-use crate::spec::Plan;
-use crate::spec::types::Loss;
+use crate::plan::Plan;
 
 /// Why a run could not proceed.
 #[derive(Debug, thiserror::Error)]
@@ -102,10 +103,10 @@ pub(crate) fn record_status(s: crate::sandbox::VerdictStatus) -> runlog::Verdict
 }
 
 /// A stop reason as the run log records it.
-pub(crate) fn record_stop(s: backend::StopReason) -> runlog::StopReason {
+pub(crate) fn record_stop(s: seam::StopReason) -> runlog::StopReason {
     match s {
-        backend::StopReason::Stop => runlog::StopReason::Stop,
-        backend::StopReason::Length => runlog::StopReason::Length,
+        seam::StopReason::Stop => runlog::StopReason::Stop,
+        seam::StopReason::Length => runlog::StopReason::Length,
     }
 }
 
@@ -159,7 +160,7 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn Even
     let _lock = dir.lock()?;
     if let Some(s) = dir.status()?
         && s.state == State::Finished
-        && s.steps_done >= plan.spec.schedule.max_steps
+        && s.steps_done >= plan.schedule.max_steps
     {
         // Re-running a finished experiment (a re-launched sweep) is a no-op.
         return Ok(Outcome::Finished { steps: s.steps_done });
@@ -167,8 +168,8 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn Even
     let _ = runlog::logfile::attach(&dir.file(files::LOG));
     // Trackers follow metrics.jsonl: the engine only pokes them after each line it writes and
     // passes their warnings on; none of them can stop or slow the run.
-    let info = RunInfo { run_id: plan.run_id.clone(), name: plan.spec.name.clone(), config: serde_json::to_value(&plan.spec).unwrap_or_default() };
-    let mut sinks = Sinks::for_spec(&dir, &info, &plan.spec.log.sinks);
+    let info = RunInfo { run_id: plan.run_id.clone(), name: plan.name.clone(), config: crate::plan::record::to_json(plan) };
+    let mut sinks = Sinks::for_spec(&dir, &info, &plan.log.sinks);
     let result = run_in(plan, policy, &dir, stop, sink, &mut sinks).await;
     let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     let mut events = dir.jsonl(files::EVENTS)?;
@@ -229,43 +230,43 @@ fn record_data(dir: &RunDir, dataset: &crate::data::Dataset) -> Result<(), Error
     Ok(())
 }
 
-async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, sink: &dyn EventSink, sinks: &mut Sinks) -> Result<Outcome, Error> {
-    let spec = &plan.spec;
-    let r = &plan.resolved;
-    // One step of overlap is all one machine can use: the sampler and the trainer share its
-    // cores, so a deeper queue would only make samples staler.
-    let pipelined = spec.grpo.max_steps_off_policy >= 1;
-    let trains = spec.schedule.max_steps > 0 && !spec.schedule.dry_run;
-    if trains && spec.sampling.temperature != 1.0 && matches!(spec.grpo.loss, Loss::ImportanceSampling) {
-        // The sampler reports log-probabilities of the tempered distribution it drew from, the
-        // trainer scores the untempered policy: on-policy ratios are not 1 (the quickstart saw
-        // up to 15 at 0.7), and the unclipped loss follows them.
-        let msg = format!(
-            "sampling.temperature is {} with the unclipped importance_sampling loss: importance ratios will be far from 1 on rare tokens; consider temperature 1 or `grpo.loss: {{kind: ppo}}`",
-            spec.sampling.temperature
-        );
-        tracing::warn!("{msg}");
-        sink.event(Event::Warning(msg));
-    }
+/// Everything a run's steps use, loaded and started once by [`set_up`].
+struct Setup {
+    policy: Policy,
+    /// `None` for a dry run or an evaluation-only run.
+    trainer: Option<Arc<dyn Trainer>>,
+    train: Vec<Arc<crate::data::Problem>>,
+    eval_set: Vec<Arc<crate::data::Problem>>,
+    prompting: Arc<prompting::Prompting>,
+    grader: Arc<crate::sandbox::AnyGrader>,
+    opts: crate::sandbox::GradeOptions,
+    /// Training and evaluation sampling with the tokenizer's stop tokens.
+    sampling: SamplingParams,
+    eval_sampling: SamplingParams,
+    advantage: Box<dyn crate::rl::advantage::AdvantageStrategy>,
+    reward: Box<dyn crate::rl::reward::RewardStrategy>,
+}
 
-    // The policy first: a backend this build cannot use, or a model that is not there, stops the
-    // run before anything else is loaded.
+/// Opens the policy, loads problems and prompts, starts the sandbox: what must work before the
+/// first sample. The policy comes first: a backend this build cannot use, or a model that is not
+/// there, stops the run before anything else is loaded.
+async fn set_up(plan: &Plan, policy: PolicySource, dir: &RunDir, sink: &dyn EventSink) -> Result<Setup, Error> {
+    warn_tempered_importance_sampling(plan, sink);
     let policy = match policy {
         PolicySource::Given(p) => p,
-        PolicySource::Open => backend::open(plan, &backend::Context { state_dir: dir.path().join(files::CHECKPOINT_DIR) }).await?,
+        PolicySource::Open => backend::open(&plan.backend_options(), &backend::Context { state_dir: dir.path().join(files::CHECKPOINT_DIR) }).await?,
     };
-    let max_steps = spec.schedule.max_steps;
-    let dry_run = spec.schedule.dry_run;
+    let max_steps = plan.schedule.max_steps;
+    let dry_run = plan.schedule.dry_run;
     // A dry run trains nothing, whatever the backend can do.
     let trainer: Option<Arc<dyn Trainer>> = if dry_run { None } else { policy.trainer().cloned() };
     if max_steps > 0 && trainer.is_none() && !dry_run {
-        return Err(Error::CannotTrain { steps: max_steps, source: backend::Error::CannotTrain { kind: spec.backend.kind() } });
+        return Err(Error::CannotTrain { steps: max_steps, source: backend::Error::CannotTrain { kind: plan.backend.kind() } });
     }
 
     // Problems: filters, the seeded train order and fingerprints are data's.
-    let data_spec = spec.data.clone();
-    let seed = spec.seed;
-    let dataset = tokio::task::spawn_blocking(move || crate::data::load_data(&data_spec, seed, &crate::data::source::Options::from_env())).await?.map_err(Error::Data)?;
+    let (data, seed) = (plan.data.clone(), plan.seed);
+    let dataset = tokio::task::spawn_blocking(move || crate::data::load_data(&data, seed, &crate::data::source::Options::from_env())).await?.map_err(Error::Data)?;
     if dataset.train.problems.is_empty() && max_steps > 0 {
         return Err(Error::NoProblems);
     }
@@ -278,25 +279,11 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         let plan = plan.clone();
         Arc::new(tokio::task::spawn_blocking(move || prompting::Prompting::load(&plan)).await??)
     };
-    {
-        // Prompt lengths over every training problem, as `rlx render` reports them.
-        let mut lens = Vec::with_capacity(train.len());
-        for p in &train {
-            lens.push(prompting.first_turn(p)?.tokens.len());
-        }
-        let mean = lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64;
-        let tokens = PromptTokens { min: lens.iter().min().copied(), mean, max: lens.iter().max().copied(), problems: lens.len() };
-        dir.update_provenance(|p| p.prompt_tokens = Some(tokens))?;
-    }
+    record_prompt_tokens(dir, &prompting, &train)?;
 
-    // Sandbox.
-    let (grader, protection) = grading::Sandboxes::start(spec, sink).await?;
-    let grader = Arc::new(grader);
-    let opts = grading::Sandboxes::options(spec);
-    {
-        // Record the isolation actually in force.
-        dir.update_provenance(|p| p.sandbox = Some(protection))?;
-    }
+    let (grader, protection) = grading::Sandboxes::start(plan, sink).await?;
+    // Record the isolation actually in force.
+    dir.update_provenance(|p| p.sandbox = Some(protection))?;
 
     // The spec's stop strings plus the tokenizer's stop tokens, which the spec cannot know.
     let with_stops = |p: &SamplingParams| {
@@ -306,147 +293,260 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         p.stop = stops;
         p
     };
-    let sampling = with_stops(&r.sampling);
-    let eval_sampling = with_stops(&r.eval_sampling);
-    let advantage = crate::rl::advantage::strategy(&spec.grpo.advantage);
-    let reward = crate::rl::reward::strategy(&spec.reward);
+    Ok(Setup {
+        sampling: with_stops(&plan.sampling),
+        eval_sampling: with_stops(&plan.eval.sampling),
+        advantage: crate::rl::advantage::strategy(&plan.grpo.advantage),
+        reward: crate::rl::reward::strategy(&plan.reward),
+        opts: grading::Sandboxes::options(plan),
+        grader: Arc::new(grader),
+        policy,
+        trainer,
+        train,
+        eval_set,
+        prompting,
+    })
+}
 
-    // Resume.
-    let mut events = dir.jsonl(files::EVENTS)?;
-    let (first_step, mut cursor) = match (dir.last_checkpoint()?, &trainer) {
+/// The sampler reports log-probabilities of the tempered distribution it drew from, the trainer
+/// scores the untempered policy: on-policy ratios are not 1 (the quickstart saw up to 15 at 0.7),
+/// and the unclipped loss follows them.
+fn warn_tempered_importance_sampling(plan: &Plan, sink: &dyn EventSink) {
+    if plan.trains() && plan.sampling.temperature != 1.0 && matches!(plan.grpo.loss, seam::LossFn::ImportanceSampling) {
+        let msg = format!(
+            "sampling.temperature is {} with the unclipped importance_sampling loss: importance ratios will be far from 1 on rare tokens; consider temperature 1 or `grpo.loss: {{kind: ppo}}`",
+            plan.sampling.temperature
+        );
+        tracing::warn!("{msg}");
+        sink.event(Event::Warning(msg));
+    }
+}
+
+/// Prompt lengths over every training problem, as `rlx render` reports them.
+fn record_prompt_tokens(dir: &RunDir, prompting: &prompting::Prompting, train: &[Arc<crate::data::Problem>]) -> Result<(), Error> {
+    let mut lens = Vec::with_capacity(train.len());
+    for p in train {
+        lens.push(prompting.first_turn(p)?.tokens.len());
+    }
+    let mean = lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64;
+    let tokens = PromptTokens { min: lens.iter().min().copied(), mean, max: lens.iter().max().copied(), problems: lens.len() };
+    dir.update_provenance(|p| p.prompt_tokens = Some(tokens))?;
+    Ok(())
+}
+
+/// Where a run starts: after its last checkpoint (whose state the trainer loads), else at step
+/// 0. Whatever a crashed attempt wrote for later steps is dropped first, so every step appears
+/// exactly once. Returns the first step and the data cursor.
+async fn resume_point(dir: &RunDir, trainer: Option<&Arc<dyn Trainer>>, events: &mut JsonlWriter) -> Result<(u32, u64), Error> {
+    let logs = [files::METRICS, files::ROLLOUTS, files::EVAL_RESULTS];
+    match (dir.last_checkpoint()?, trainer) {
         (Some(ck), Some(trainer)) => {
             let state = StateRef(ck.state_path.clone().expect("last_checkpoint has a state"));
             trainer.load_state(&state).await?;
             let keep = |s: i64| s <= i64::from(ck.step);
-            let dropped: usize = [files::METRICS, files::ROLLOUTS, files::EVAL_RESULTS].iter().map(|f| dir.retain_steps(f, keep)).sum::<Result<usize, _>>()?;
+            let dropped: usize = logs.iter().map(|f| dir.retain_steps(f, keep)).sum::<Result<usize, _>>()?;
             events.append(&EventRecord::resume(&ck.name, ck.step + 1, dropped))?;
             tracing::info!(checkpoint = %ck.name, next_step = ck.step + 1, dropped, "resuming");
-            (ck.step + 1, ck.data_cursor)
+            Ok((ck.step + 1, ck.data_cursor))
         }
         _ => {
             // Nothing to resume from: start clean, even if a crashed attempt left records.
-            let dropped: usize = [files::METRICS, files::ROLLOUTS, files::EVAL_RESULTS].iter().map(|f| dir.retain_steps(f, |_| false)).sum::<Result<usize, _>>()?;
+            let dropped: usize = logs.iter().map(|f| dir.retain_steps(f, |_| false)).sum::<Result<usize, _>>()?;
             events.append(&EventRecord::start(dropped))?;
-            (0, 0)
+            Ok((0, 0))
         }
-    };
+    }
+}
+
+async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, sink: &dyn EventSink, sinks: &mut Sinks) -> Result<Outcome, Error> {
+    let setup = set_up(plan, policy, dir, sink).await?;
+    let mut events = dir.jsonl(files::EVENTS)?;
+    let (first_step, cursor) = resume_point(dir, setup.trainer.as_ref(), &mut events).await?;
     let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     status.state = State::Running;
     status.steps_done = first_step;
     status.pid = Some(std::process::id());
     status.reason = None;
     dir.set_status(&status)?;
-    sink.event(Event::Started { run_id: plan.run_id.clone(), dir: dir.path().to_path_buf(), first_step, max_steps, problems: (train.len(), eval_set.len()) });
+    let max_steps = plan.schedule.max_steps;
+    sink.event(Event::Started { run_id: plan.run_id.clone(), dir: dir.path().to_path_buf(), first_step, max_steps, problems: (setup.train.len(), setup.eval_set.len()) });
     warn(sink, sinks.started().await);
 
-    let mut metrics_log = dir.jsonl(files::METRICS)?;
-    let mut rollouts_log = dir.jsonl(files::ROLLOUTS)?;
-    let mut eval_log = dir.jsonl(files::EVAL_RESULTS)?;
-    let mut checkpoints = dir.jsonl(files::CHECKPOINTS)?;
-    let cx = rollout::Ctx { prompting: &prompting, grader: &grader, opts: &opts, retries: spec.rollout.infra_retries, sink, stop };
-    let cfg = step::StepConfig { spec, train: &train, advantage: advantage.as_ref(), reward: reward.as_ref(), loss: &r.loss, adam: &r.adam, sampling: &sampling };
+    let mut logs = Logs {
+        metrics: dir.jsonl(files::METRICS)?,
+        rollouts: dir.jsonl(files::ROLLOUTS)?,
+        eval: dir.jsonl(files::EVAL_RESULTS)?,
+        checkpoints: dir.jsonl(files::CHECKPOINTS)?,
+    };
+    let cx = rollout::Ctx { prompting: &setup.prompting, grader: &setup.grader, opts: &setup.opts, retries: plan.rollout.infra_retries, sink, stop };
+    let cfg = step::StepConfig {
+        plan,
+        train: &setup.train,
+        advantage: setup.advantage.as_ref(),
+        reward: setup.reward.as_ref(),
+        sampling: &setup.sampling,
+    };
 
     // Baseline.
-    if first_step == 0 && (spec.schedule.eval_at_start || max_steps == 0) && !eval_set.is_empty() {
-        let sampler = policy.sampler().await?;
-        let Some(res) = eval::run(&*sampler, -1, spec, &eval_set, &eval_sampling, &cx).await? else { return Ok(Outcome::Interrupted { steps: 0 }) };
-        write_eval(&mut metrics_log, &mut eval_log, -1, &res)?;
+    if first_step == 0 && (plan.schedule.eval_at_start || max_steps == 0) && !setup.eval_set.is_empty() {
+        let sampler = setup.policy.sampler().await?;
+        let Some(res) = eval::run(&*sampler, -1, plan, &setup.eval_set, &setup.eval_sampling, &cx).await? else { return Ok(Outcome::Interrupted { steps: 0 }) };
+        write_eval(&mut logs.metrics, &mut logs.eval, -1, &res)?;
         warn(sink, sinks.poke());
         sink.event(Event::Eval { step: -1, metrics: res.metrics });
     }
-    if trainer.is_none() && !dry_run {
+    if setup.trainer.is_none() && !plan.schedule.dry_run {
         return Ok(Outcome::Finished { steps: 0 });
     }
-    let trainer: Option<&dyn Trainer> = trainer.as_deref();
+    let mut driver = Driver { plan, setup: &setup, cfg: &cfg, cx: &cx, dir, sinks, status, logs, cursor, last_saved: first_step.checked_sub(1), ahead: None };
+    driver.drive(first_step).await
+}
 
-    let mut last_saved: Option<u32> = first_step.checked_sub(1);
-    let pps = u64::from(spec.grpo.prompts_per_step);
-    // Pipelined: the groups of the next step, sampled (on the weights before this step's update)
-    // while this step trained. Whatever is here at a stop or crash is discarded: the data cursor
-    // in a checkpoint counts trained steps only, so a resumed run samples those problems again.
-    let mut ahead: Option<(Vec<rollout::Group>, rollout::Timing)> = None;
-    let pipelined = pipelined && trainer.is_some();
-    for s in first_step..max_steps {
-        if stop.requested() {
-            return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await;
-        }
-        let t_step = std::time::Instant::now();
-        let res = if let (true, Some(trainer)) = (pipelined, trainer) {
-            let (groups, timing, off_policy) = match ahead.take() {
-                Some((g, t)) => (g, t, 1),
-                None => {
-                    let sampler = trainer.sampler().await?;
-                    match step::rollouts(&*sampler, s, cursor, &cfg, &cx).await? {
-                        Some((g, t)) => (g, t, 0),
-                        None => return interrupted(Some(trainer), s, cursor, last_saved, dir, &mut checkpoints, sink).await,
-                    }
-                }
-            };
-            if s + 1 < max_steps && !stop.requested() {
-                // Sample step s+1 on the current weights while step s trains on its groups: the
-                // snapshot is requested before this step's update, and the trainer serves its
-                // requests in order.
-                let sampler = trainer.sampler().await?;
-                let (learned, next) = tokio::join!(step::learn(Some(trainer), s, &groups, timing, off_policy, &cfg, &cx), step::rollouts(&*sampler, s + 1, cursor + pps, &cfg, &cx));
-                ahead = next?;
-                learned?
-            } else {
-                step::learn(Some(trainer), s, &groups, timing, off_policy, &cfg, &cx).await?
+/// The run's append-only logs.
+struct Logs {
+    metrics: JsonlWriter,
+    rollouts: JsonlWriter,
+    eval: JsonlWriter,
+    checkpoints: JsonlWriter,
+}
+
+/// The step loop: one [`Driver::step`] after another, each followed by its eval, log lines and
+/// checkpoint ([`Driver::finish_step`]).
+struct Driver<'a> {
+    plan: &'a Plan,
+    setup: &'a Setup,
+    cfg: &'a step::StepConfig<'a>,
+    cx: &'a rollout::Ctx<'a>,
+    dir: &'a RunDir,
+    sinks: &'a mut Sinks,
+    status: Status,
+    logs: Logs,
+    /// Problems consumed by trained steps.
+    cursor: u64,
+    last_saved: Option<u32>,
+    /// Pipelined: the groups of the next step, sampled (on the weights before this step's
+    /// update) while this step trained. Whatever is here at a stop or crash is discarded: the
+    /// data cursor in a checkpoint counts trained steps only, so a resumed run samples those
+    /// problems again.
+    ahead: Option<(Vec<rollout::Group>, rollout::Timing)>,
+}
+
+impl<'a> Driver<'a> {
+    /// The trainer, borrowed from the setup (not from `self`, whose logs the steps write).
+    fn trainer(&self) -> Option<&'a dyn Trainer> {
+        self.setup.trainer.as_deref()
+    }
+
+    async fn drive(&mut self, first_step: u32) -> Result<Outcome, Error> {
+        let max_steps = self.plan.schedule.max_steps;
+        for s in first_step..max_steps {
+            if self.cx.stop.requested() {
+                return self.interrupted(s).await;
             }
-        } else {
-            let res = match trainer {
-                Some(trainer) => step::run(trainer, s, cursor, &cfg, &cx).await?,
-                None => {
-                    // Dry run: the step without its optimizer update.
-                    let sampler = policy.sampler().await?;
-                    match step::rollouts(&*sampler, s, cursor, &cfg, &cx).await? {
-                        Some((groups, timing)) => Some(step::learn(None, s, &groups, timing, 0, &cfg, &cx).await?),
-                        None => None,
-                    }
+            let t_step = std::time::Instant::now();
+            let Some(mut res) = self.step(s).await? else { return self.interrupted(s).await };
+            self.cursor += u64::from(self.plan.grpo.prompts_per_step);
+            res.metrics.insert(metrics::time::STEP_S.into(), t_step.elapsed().as_secs_f64());
+            self.finish_step(s, res).await?;
+            if self.cx.stop.requested() {
+                return self.interrupted(s + 1).await;
+            }
+        }
+        Ok(Outcome::Finished { steps: max_steps })
+    }
+
+    /// Step `s`: sampled and trained, pipelined or not; a dry run's without its update. `None`
+    /// when a stop was requested before it completed.
+    async fn step(&mut self, s: u32) -> Result<Option<step::StepResult>, Error> {
+        let (cfg, cx) = (self.cfg, self.cx);
+        // One step of overlap is all one machine can use: the sampler and the trainer share its
+        // cores, so a deeper queue would only make samples staler.
+        let pipelined = self.plan.grpo.max_steps_off_policy >= 1;
+        match self.trainer() {
+            Some(trainer) if pipelined => self.pipelined_step(trainer, s).await,
+            Some(trainer) => step::run(trainer, s, self.cursor, cfg, cx).await,
+            None => {
+                // Dry run: the step without its optimizer update.
+                let sampler = self.setup.policy.sampler().await?;
+                match step::rollouts(&*sampler, s, self.cursor, cfg, cx).await? {
+                    Some((groups, timing)) => Ok(Some(step::learn(None, s, &groups, timing, 0, cfg, cx).await?)),
+                    None => Ok(None),
                 }
-            };
-            match res {
-                Some(res) => res,
-                None => return interrupted(trainer, s, cursor, last_saved, dir, &mut checkpoints, sink).await,
+            }
+        }
+    }
+
+    async fn pipelined_step(&mut self, trainer: &dyn Trainer, s: u32) -> Result<Option<step::StepResult>, Error> {
+        let (cfg, cx) = (self.cfg, self.cx);
+        let (groups, timing, off_policy) = match self.ahead.take() {
+            Some((g, t)) => (g, t, 1),
+            None => {
+                let sampler = trainer.sampler().await?;
+                match step::rollouts(&*sampler, s, self.cursor, cfg, cx).await? {
+                    Some((g, t)) => (g, t, 0),
+                    None => return Ok(None),
+                }
             }
         };
-        cursor += pps;
-        let mut res = res;
-        res.metrics.insert(metrics::time::STEP_S.into(), t_step.elapsed().as_secs_f64());
-        for r in &res.rollouts {
-            rollouts_log.append(r)?;
+        if s + 1 < self.plan.schedule.max_steps && !cx.stop.requested() {
+            // Sample step s+1 on the current weights while step s trains on its groups: the
+            // snapshot is requested before this step's update, and the trainer serves its
+            // requests in order.
+            let sampler = trainer.sampler().await?;
+            let next_cursor = self.cursor + u64::from(self.plan.grpo.prompts_per_step);
+            let (learned, next) = tokio::join!(step::learn(Some(trainer), s, &groups, timing, off_policy, cfg, cx), step::rollouts(&*sampler, s + 1, next_cursor, cfg, cx));
+            self.ahead = next?;
+            Ok(Some(learned?))
+        } else {
+            Ok(Some(step::learn(Some(trainer), s, &groups, timing, off_policy, cfg, cx).await?))
         }
-        let last = s + 1 == max_steps;
-        let due_eval = !eval_set.is_empty() && (last || (spec.schedule.eval_every > 0 && (s + 1) % spec.schedule.eval_every == 0));
+    }
+
+    /// After step `s`: its rollouts, the eval due at it, its metrics line, status and checkpoint.
+    async fn finish_step(&mut self, s: u32, res: step::StepResult) -> Result<(), Error> {
+        let (plan, sink) = (self.plan, self.cx.sink);
+        for r in &res.rollouts {
+            self.logs.rollouts.append(r)?;
+        }
+        let last = s + 1 == plan.schedule.max_steps;
+        let due = |every: u32| last || (every > 0 && (s + 1) % every == 0);
         let mut metrics = res.metrics;
-        if due_eval {
-            let sampler = policy.sampler().await?;
+        if !self.setup.eval_set.is_empty() && due(plan.schedule.eval_every) {
+            let sampler = self.setup.policy.sampler().await?;
             // `None`: stopped during the eval; the step itself is complete and is kept.
-            if let Some(ev) = eval::run(&*sampler, i64::from(s), spec, &eval_set, &eval_sampling, &cx).await? {
+            if let Some(ev) = eval::run(&*sampler, i64::from(s), plan, &self.setup.eval_set, &self.setup.eval_sampling, self.cx).await? {
                 for r in &ev.records {
-                    eval_log.append(r)?;
+                    self.logs.eval.append(r)?;
                 }
                 sink.event(Event::Eval { step: i64::from(s), metrics: ev.metrics.clone() });
                 metrics.extend(ev.metrics);
             }
         }
-        metrics_log.append(&MetricsLine::new(i64::from(s), metrics.clone()))?;
-        metrics_log.sync()?;
-        rollouts_log.sync()?;
-        warn(sink, sinks.poke());
+        self.logs.metrics.append(&MetricsLine::new(i64::from(s), metrics.clone()))?;
+        self.logs.metrics.sync()?;
+        self.logs.rollouts.sync()?;
+        warn(sink, self.sinks.poke());
         sink.event(Event::Step { step: s, metrics });
-        status.steps_done = s + 1;
-        dir.set_status(&status)?;
-        let due_save = last || (spec.schedule.save_every > 0 && (s + 1) % spec.schedule.save_every == 0);
-        if let (true, Some(trainer)) = (due_save, trainer) {
-            checkpoint(trainer, s, cursor, if last { "final" } else { "periodic" }, dir, &mut checkpoints, sink).await?;
-            last_saved = Some(s);
+        self.status.steps_done = s + 1;
+        self.dir.set_status(&self.status)?;
+        if let (true, Some(trainer)) = (due(plan.schedule.save_every), self.trainer()) {
+            checkpoint(trainer, s, self.cursor, if last { "final" } else { "periodic" }, self.dir, &mut self.logs.checkpoints, sink).await?;
+            self.last_saved = Some(s);
         }
-        if stop.requested() {
-            return interrupted(trainer, s + 1, cursor, last_saved, dir, &mut checkpoints, sink).await;
-        }
+        Ok(())
     }
-    Ok(Outcome::Finished { steps: max_steps })
+
+    /// Saves what the run has (unless the last completed step is already saved) and reports an
+    /// interruption after `done` completed steps.
+    async fn interrupted(&mut self, done: u32) -> Result<Outcome, Error> {
+        if let Some(trainer) = self.trainer()
+            && done > 0
+            && self.last_saved != Some(done - 1)
+        {
+            checkpoint(trainer, done - 1, self.cursor, "interrupt", self.dir, &mut self.logs.checkpoints, self.cx.sink).await?;
+        }
+        Ok(Outcome::Interrupted { steps: done })
+    }
 }
 
 /// The baseline eval's records and its own metrics line (later evals join their step's line).
@@ -478,14 +578,3 @@ async fn checkpoint(trainer: &dyn Trainer, step: u32, cursor: u64, kind: &str, d
     Ok(())
 }
 
-/// Saves what the run has (unless the last completed step is already saved) and reports an
-/// interruption after `done` completed steps.
-async fn interrupted(trainer: Option<&dyn Trainer>, done: u32, cursor: u64, last_saved: Option<u32>, dir: &RunDir, log: &mut JsonlWriter, sink: &dyn EventSink) -> Result<Outcome, Error> {
-    if let Some(trainer) = trainer
-        && done > 0
-        && last_saved != Some(done - 1)
-    {
-        checkpoint(trainer, done - 1, cursor, "interrupt", dir, log, sink).await?;
-    }
-    Ok(Outcome::Interrupted { steps: done })
-}

@@ -2,7 +2,7 @@
 //! what it would have sampled and no two problems share a stream. Loading, filtering and the
 //! seeded train order are `data::load_data`'s.
 
-use crate::data::filter::SplitMix64;
+use crate::rng::SplitMix64;
 
 /// A sampling seed for (run seed, step, slot), distinct across steps and problems.
 pub fn derive_seed(seed: u64, step: i64, slot: u64) -> u64 {

@@ -4,7 +4,7 @@
 use crate::data::Problem;
 use crate::prompt::model_files::ModelPrompt;
 use crate::prompt::{ChatTemplate, Message, PromptTemplates, Tokenizer};
-use crate::spec::Plan;
+use crate::plan::Plan;
 
 use super::Error;
 
@@ -31,16 +31,15 @@ pub struct Rendered {
 impl Prompting {
     /// Builds the pipeline from the plan: its prompt templates, and the tokenizer and chat
     /// template of its model, read from the model's files without its weights (the one loader,
-    /// [`crate::prompt::model_files::load`], that `rlx render` uses too).
+    /// [`crate::backend::model_source::prompt_files`], that the backends and `rlx render` use too).
     ///
     /// # Errors
     /// A model that cannot be located, no tokenizer, no chat template, templates that fail to
     /// compile.
+    /// Blocking (it may fetch the model's files): call it where blocking is allowed.
     pub fn load(plan: &Plan) -> Result<Self, Error> {
-        let r = &plan.resolved;
-        let model = crate::backend::model_source::locate_prompt_files(&r.model)?;
-        let tokenizer = r.tokenizer.as_ref().map(crate::backend::model_source::locate_prompt_files).transpose()?;
-        let files = crate::prompt::model_files::load(&model, tokenizer.as_deref(), &r.chat_template)?;
+        let m = &plan.model;
+        let files = crate::backend::model_source::prompt_files(&m.source, m.tokenizer.as_ref(), &m.chat_template)?;
         Self::new(plan, files)
     }
 
@@ -50,7 +49,7 @@ impl Prompting {
     /// # Errors
     /// Templates that fail to compile.
     pub fn new(plan: &Plan, model: ModelPrompt) -> Result<Self, Error> {
-        let templates = PromptTemplates::from_plan(plan)?;
+        let templates = plan.prompt_templates()?;
         Ok(Prompting { templates, chat: model.chat, tokenizer: model.tokenizer })
     }
 

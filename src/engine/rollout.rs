@@ -9,7 +9,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{ChatRequest, Pending, SampleRequest, SampledSequence, Sampler, SamplingParams, StopReason};
+use crate::backend::{ChatRequest, Pending, Sampler};
+use crate::seam::{SampleRequest, SampledSequence, SamplingParams, StopReason};
 use crate::data::Problem;
 use crate::sandbox::{AnyGrader, GradeOptions, VerdictStatus};
 
@@ -323,12 +324,3 @@ pub fn truncation_rate(groups: &[Group]) -> f64 {
     if all == 0 { 0.0 } else { len as f64 / all as f64 }
 }
 
-/// p-th percentile (0..=100) of values, nearest rank; 0 for none.
-pub fn percentile(values: &mut [f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * values.len() as f64).ceil().max(1.0) as usize;
-    values[rank.min(values.len()) - 1]
-}

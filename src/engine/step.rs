@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 
-use crate::backend::{AdamParams, Datum, LossFn, Sampler, SamplingParams, Trainer};
+use crate::backend::{Sampler, Trainer};
+use crate::quantile::quantile;
 use crate::rl::advantage::{AdvantageStrategy, should_skip};
-use crate::rl::datum::{make_multiturn_datum, train_step};
+use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SamplingParams, make_multiturn_datum};
 use crate::rl::reward::{Outcome, RewardStrategy};
 use crate::sandbox::VerdictStatus;
 use crate::runlog::metrics::{optim, sandbox, time, train};
@@ -16,7 +17,7 @@ use crate::runlog::{Attempt, RolloutRecord};
 use crate::spec::types::RolloutLog;
 
 use super::grading::Graded;
-use super::rollout::{self, Ctx, Group, GroupPrompt, Timing, Trajectory, percentile, truncation_rate};
+use super::rollout::{self, Ctx, Group, GroupPrompt, Timing, Trajectory, truncation_rate};
 use super::{Error, problems};
 
 /// What a finished step produced.
@@ -29,18 +30,14 @@ pub struct StepResult {
 
 /// Inputs of a step that do not change between steps.
 pub struct StepConfig<'a> {
-    /// The run's spec.
-    pub spec: &'a crate::spec::Spec,
+    /// The run's plan (batch shape, loss, optimizer, logging).
+    pub plan: &'a crate::plan::Plan,
     /// Training problems (already in run order).
     pub train: &'a [Arc<crate::data::Problem>],
     /// Advantage strategy.
     pub advantage: &'a dyn AdvantageStrategy,
     /// Reward strategy.
     pub reward: &'a dyn RewardStrategy,
-    /// Loss.
-    pub loss: &'a LossFn,
-    /// Optimizer.
-    pub adam: &'a AdamParams,
     /// Sampling parameters (seed set per problem).
     pub sampling: &'a SamplingParams,
 }
@@ -60,13 +57,13 @@ pub fn outcome(g: &Graded) -> Outcome {
 /// # Errors
 /// Template or tokenizer failures.
 pub fn prompts(step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Vec<GroupPrompt>, Error> {
-    let spec = cfg.spec;
+    let plan = cfg.plan;
     let n_problems = cfg.train.len() as u64;
     let mut prompts = vec![];
-    for j in 0..u64::from(spec.grpo.prompts_per_step) {
+    for j in 0..u64::from(plan.grpo.prompts_per_step) {
         let problem = cfg.train[((cursor + j) % n_problems) as usize].clone();
         let rendered = cx.prompting.first_turn(&problem)?;
-        prompts.push((problem, rendered, problems::derive_seed(spec.seed, i64::from(step), j)));
+        prompts.push((problem, rendered, problems::derive_seed(plan.seed, i64::from(step), j)));
     }
     Ok(prompts)
 }
@@ -77,8 +74,8 @@ pub fn prompts(step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Re
 /// Sampler, template or tokenizer failures.
 pub async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<(Vec<Group>, Timing)>, Error> {
     let prompts = prompts(step, cursor, cfg, cx)?;
-    let spec = cfg.spec;
-    let (groups, timing) = rollout::run(sampler, prompts, spec.grpo.group_size as usize, cfg.sampling, cx, "sample", i64::from(step), spec.rollout.max_attempts).await?;
+    let plan = cfg.plan;
+    let (groups, timing) = rollout::run(sampler, prompts, plan.grpo.group_size as usize, cfg.sampling, cx, "sample", i64::from(step), plan.rollout.max_attempts).await?;
     Ok(groups.map(|g| (g, timing)))
 }
 
@@ -141,7 +138,7 @@ fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Datum> {
 /// # Errors
 /// Trainer failures.
 pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], timing: Timing, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
-    let spec = cfg.spec;
+    let plan = cfg.plan;
     let mut datums = vec![];
     let mut rollouts = vec![];
     let (mut rewards_all, mut correct, mut first_correct, mut formatted, mut total) = (vec![], 0usize, 0usize, 0usize, 0usize);
@@ -164,7 +161,7 @@ pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], t
             continue;
         };
         let adv = cfg.advantage.advantages(&rewards);
-        let skip = spec.grpo.skip_degenerate && should_skip(&adv);
+        let skip = plan.grpo.skip_degenerate && should_skip(&adv);
         skipped += u32::from(skip);
         if let Some(t) = g.trajectories.first() {
             prompt_tokens += t.turns[0].prompt.tokens.len();
@@ -181,7 +178,7 @@ pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], t
             if !skip {
                 datums.extend(trajectory_datums(t, a));
             }
-            let log = match spec.log.rollouts {
+            let log = match plan.log.rollouts {
                 RolloutLog::All => true,
                 RolloutLog::Sample => gi == 0,
                 RolloutLog::None => false,
@@ -229,7 +226,7 @@ pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], t
     let mut m = BTreeMap::new();
     if let Some(trainer) = trainer.filter(|_| !datums.is_empty()) {
         let n = datums.len();
-        let (fb, opt) = train_step(trainer, datums, *cfg.loss, *cfg.adam).await?;
+        let (fb, opt) = train_step(trainer, datums, plan.grpo.loss, plan.adam).await?;
         m.insert(train::LOSS.into(), fb.loss);
         m.insert(train::LOSS_PER_TOKEN.into(), if fb.stats.tokens > 0 { fb.loss / fb.stats.tokens as f64 } else { 0.0 });
         m.insert(train::RATIO_MEAN.into(), fb.stats.ratio_mean);
@@ -253,7 +250,7 @@ pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], t
     m.insert(train::REWARD_MEAN.into(), mean(&rewards_all));
     m.insert(train::CORRECT_MEAN.into(), frac(correct));
     m.insert(train::FORMAT_RATE.into(), frac(formatted));
-    if spec.rollout.max_attempts > 1 {
+    if plan.rollout.max_attempts > 1 {
         m.insert(train::CORRECT_FIRST_ATTEMPT.into(), frac(first_correct));
         m.insert(train::ATTEMPTS_MEAN.into(), frac(turns_all));
     }
@@ -267,18 +264,33 @@ pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], t
     m.insert(train::PROMPT_TOKENS_MEAN.into(), if groups.is_empty() { 0.0 } else { prompt_tokens as f64 / groups_total });
     m.insert(train::COMPLETION_TOKENS.into(), completion_tokens as f64);
     m.insert(sandbox::INFRA_ERRORS.into(), f64::from(infra_errors));
-    m.insert(sandbox::P50_MS.into(), percentile(&mut latencies.clone(), 50.0));
-    m.insert(sandbox::P95_MS.into(), percentile(&mut latencies, 95.0));
+    m.insert(sandbox::P50_MS.into(), quantile(&mut latencies.clone(), 0.5));
+    m.insert(sandbox::P95_MS.into(), quantile(&mut latencies, 0.95));
     m.insert(time::SAMPLE_S.into(), timing.sample_s);
     m.insert(time::GRADE_S.into(), timing.grade_s);
     m.insert(time::TRAIN_S.into(), train_s);
     Ok(StepResult { metrics: m, rollouts })
 }
 
+/// One optimizer step over `datums`: `forward_backward` and `optim_step` submitted back to back
+/// (a remote backend runs them without a round trip in between), then both replies awaited.
+///
+/// # Errors
+/// Backend failures. When `forward_backward` fails nothing is accumulated, so the `optim_step`
+/// behind it finds no gradient and applies nothing; its error is the forward/backward one.
+async fn train_step(trainer: &dyn Trainer, datums: Vec<Datum>, loss: LossFn, adam: AdamParams) -> crate::backend::Result<(ForwardBackwardOutput, OptimStepOutput)> {
+    let fb = trainer.forward_backward(datums, loss);
+    let opt = trainer.optim_step(adam);
+    let fb = fb.await;
+    let opt = opt.await;
+    Ok((fb?, opt?))
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{SampledSequence, StopReason};
+    use crate::seam::{SampledSequence, StopReason};
     use crate::engine::prompting::Rendered;
     use crate::engine::rollout::Turn;
     use crate::sandbox::Verdict;

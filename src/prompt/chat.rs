@@ -13,6 +13,8 @@
 //! alias `chatml`) is ChatML without think blocks, as Qwen3-Instruct-2507 and the tinker-cookbook
 //! `Qwen3InstructRenderer` format conversations.
 
+use std::path::PathBuf;
+
 use minijinja::value::{Kwargs, Value};
 use serde::{Deserialize, Serialize};
 
@@ -246,6 +248,41 @@ fn strftime_now(fmt: &str) -> String {
         .replace("%M", &format!("{mm:02}"))
 }
 
+/// Which chat template renders conversations (`model.chat_template`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChatTemplateChoice {
+    /// The model's own: `tokenizer_config.json`'s `chat_template` (its `default` entry when it
+    /// is a list) or GGUF's `tokenizer.chat_template`.
+    Auto,
+    /// A renderer built into rlx, by name (one of [`BUILTINS`]).
+    Builtin(String),
+    /// A Jinja file (absolute after checking).
+    File(PathBuf),
+}
+
+impl std::fmt::Display for ChatTemplateChoice {
+    /// As `model.chat_template` says it (a file by its absolute path).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChatTemplateChoice::Auto => f.write_str("auto"),
+            ChatTemplateChoice::Builtin(name) => f.write_str(name),
+            ChatTemplateChoice::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+impl ChatTemplateChoice {
+    /// Reads `model.chat_template` as the checks accepted it.
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "auto" => ChatTemplateChoice::Auto,
+            b if BUILTINS.contains(&b) => ChatTemplateChoice::Builtin(b.to_string()),
+            path => ChatTemplateChoice::File(PathBuf::from(path)),
+        }
+    }
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,5 +313,17 @@ mod tests {
         assert_eq!(t.render(&[Message::new("user", " hi ")], false).unwrap(), "HI");
         let err = t.render(&[Message::new("system", "x")], false).unwrap_err();
         assert!(format!("{err:?}").contains("first must be user"));
+    }
+}
+
+#[cfg(test)]
+mod choice_tests {
+    use super::*;
+
+    #[test]
+    fn chat_template_choices() {
+        assert_eq!(ChatTemplateChoice::parse("auto"), ChatTemplateChoice::Auto);
+        assert_eq!(ChatTemplateChoice::parse("chatml"), ChatTemplateChoice::Builtin("chatml".into()));
+        assert_eq!(ChatTemplateChoice::parse("/t/x.j2"), ChatTemplateChoice::File("/t/x.j2".into()));
     }
 }

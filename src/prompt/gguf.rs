@@ -39,11 +39,11 @@ pub(crate) fn tokens(md: &HashMap<String, gguf_file::Value>, path: &Path) -> Res
     md.get("tokenizer.ggml.tokens")
         .ok_or_else(|| bad(path, "missing metadata `tokenizer.ggml.tokens`"))?
         .to_vec()
-        .map_err(|e| bad(path, format!("`tokenizer.ggml.tokens`: {}", candle_reason(&e))))?
+        .map_err(|e| bad(path, format!("`tokenizer.ggml.tokens`: {}", crate::causes::candle_reason(&e))))?
         .iter()
         .map(|v| v.to_string().cloned())
         .collect::<candle_core::Result<_>>()
-        .map_err(|e| bad(path, format!("`tokenizer.ggml.tokens`: {}", candle_reason(&e))))
+        .map_err(|e| bad(path, format!("`tokenizer.ggml.tokens`: {}", crate::causes::candle_reason(&e))))
 }
 
 /// Builds a `tokenizers` BPE tokenizer from GGUF metadata (byte-level BPE, `tokenizer.ggml.model =
@@ -117,18 +117,6 @@ pub(crate) fn chat_metadata(md: &HashMap<String, gguf_file::Value>, tokens: &[St
 /// [`Error::ModelFile`] when the file cannot be opened or is not GGUF (a truncated download).
 pub(crate) fn read_header(path: &Path) -> Result<gguf_file::Content, Error> {
     let mut file = std::fs::File::open(path).map_err(|e| bad(path, format!("cannot open: {e}")))?;
-    gguf_file::Content::read(&mut file).map_err(|e| bad(path, format!("not a readable GGUF file: {}", candle_reason(&e))))
+    gguf_file::Content::read(&mut file).map_err(|e| bad(path, format!("not a readable GGUF file: {}", crate::causes::candle_reason(&e))))
 }
 
-/// A candle error's message without the backtrace candle appends when `RUST_BACKTRACE` is set
-/// (`Error::bt`, used by its `bail!`): a truncated GGUF file is the user's problem, told in one
-/// line, not thirteen frames of candle internals. Rejected: cutting the text at its first line,
-/// which also cuts candle's multi-line context messages.
-pub(crate) fn candle_reason(e: &candle_core::Error) -> String {
-    match e {
-        candle_core::Error::WithBacktrace { inner, .. } => candle_reason(inner),
-        candle_core::Error::Context { inner, context } => format!("{context}: {}", candle_reason(inner)),
-        candle_core::Error::WithPath { inner, path } => format!("`{}`: {}", path.display(), candle_reason(inner)),
-        other => other.to_string(),
-    }
-}

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::chat::{ChatTemplate, SpecialTokens};
 use super::{Error, Tokenizer};
-use crate::spec::resolved::ChatTemplateChoice;
+use super::chat::ChatTemplateChoice;
 
 /// What prompting needs from a model, read without its weights.
 #[derive(Debug, Clone, Default)]

@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 use super::Error;
 use super::chat::{Message, hf_environment};
 use crate::data::{Problem, Tests};
-use crate::spec::Plan;
 
 /// How many tests a prompt may show (`problem.tests_preview`): MBPP shows its asserts, which
 /// also tell the model the function's name.
@@ -26,16 +25,17 @@ pub struct PromptTemplates {
 }
 
 impl PromptTemplates {
-    /// Compiles the templates a plan names (their text was read and checked when planning).
+    /// Compiles a plan's templates, `(key, path, text)` with keys `prompt.system`, `prompt.user`
+    /// and `prompt.feedback` (their text was read and checked when planning).
     ///
     /// # Errors
     /// [`Error::Template`] when a template does not compile.
-    pub fn from_plan(plan: &Plan) -> Result<Self, Error> {
+    pub fn compile<'a>(templates: impl IntoIterator<Item = (&'a str, &'a std::path::Path, &'a str)>, vars: Value) -> Result<Self, Error> {
         let mut env = hf_environment();
         let mut has_system = false;
         let mut has_feedback = false;
-        for t in &plan.templates {
-            let name = match t.role.as_str() {
+        for (role, path, text) in templates {
+            let name = match role {
                 "prompt.system" => {
                     has_system = true;
                     "system"
@@ -47,10 +47,9 @@ impl PromptTemplates {
                 }
                 _ => continue,
             };
-            env.add_template_owned(name.to_string(), t.text.clone())
-                .map_err(|e| Error::Template { what: format!("template `{}`", t.path.display()), source: e })?;
+            env.add_template_owned(name.to_string(), text.to_string())
+                .map_err(|e| Error::Template { what: format!("template `{}`", path.display()), source: e })?;
         }
-        let vars = serde_json::to_value(&plan.spec.prompt.vars).unwrap_or(Value::Null);
         Ok(PromptTemplates { env, has_system, has_feedback, vars })
     }
 

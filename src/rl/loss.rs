@@ -14,14 +14,12 @@
 //! | `cispo` | `-Σ sg(clip(r, lo, hi))·logp·A` (defaults lo 0.0, hi 4.0) |
 //! | `dro` | `-Σ (logp·A − ½β(logp − q)²)` (default β 0.05) |
 //!
-//! [`loss_tensor`] builds the differentiable value from candle tensors (the local backend);
-//! [`token_loss`] is the same formula on plain numbers, used by tests and as executable
-//! documentation. Padding that a backend adds to batch datums is excluded with the `valid` mask;
+//! [`token_loss`] is the formula on plain numbers: the reference definition, used by tests and as
+//! executable documentation. The local backend's differentiable version on candle tensors is
+//! `backend::local::loss_tensor`, tested against it. Padding that a backend adds to batch datums is excluded with the `valid` mask;
 //! it is not part of the definition.
 
 use std::collections::BTreeMap;
-
-use candle_core::Tensor;
 
 /// Errors in a loss configuration.
 #[derive(Debug, thiserror::Error)]
@@ -188,19 +186,6 @@ pub fn token_loss(loss: &LossFn, logp: f64, q: f64, advantage: f64, weight: f64)
     }
 }
 
-/// Per-token inputs as tensors of one shape (typically `[batch, seq]`, f32).
-#[derive(Debug, Clone)]
-pub struct TokenInputs {
-    /// `weights` (cross_entropy), ones where absent.
-    pub weights: Tensor,
-    /// Sampler log-probs `q`, zeros where absent.
-    pub logprobs: Tensor,
-    /// Advantages `A`, zeros where absent.
-    pub advantages: Tensor,
-    /// 1 on real tokens, 0 on padding a backend added to batch datums.
-    pub valid: Tensor,
-}
-
 /// Diagnostics of one loss evaluation, over "action" tokens (valid tokens with a non-zero
 /// advantage for policy-gradient losses, a non-zero weight for cross_entropy).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -217,32 +202,6 @@ pub struct LossStats {
     pub logp_mean: f64,
     /// Mean `q − logp` over action tokens (Tinker's `kl_sample_train_v1`).
     pub kl_sample_train: f64,
-}
-
-/// The differentiable loss (a scalar tensor) of `loss` for learner log-probs `logp`.
-///
-/// # Errors
-/// Shape mismatches between `logp` and `inputs`.
-pub fn loss_tensor(loss: &LossFn, logp: &Tensor, inputs: &TokenInputs) -> candle_core::Result<Tensor> {
-    let TokenInputs { weights, logprobs: q, advantages: a, valid } = inputs;
-    let per_token = match *loss {
-        LossFn::CrossEntropy => (logp * weights)?,
-        LossFn::ImportanceSampling => ((logp - q)?.exp()? * a)?,
-        LossFn::Ppo { clip_low_threshold: lo, clip_high_threshold: hi } => {
-            let r = (logp - q)?.exp()?;
-            let clipped = r.clamp(lo as f32, hi as f32)?;
-            (r * a)?.minimum(&(clipped * a)?)?
-        }
-        LossFn::Cispo { clip_low_threshold: lo, clip_high_threshold: hi } => {
-            let w = (logp - q)?.exp()?.clamp(lo as f32, hi as f32)?.detach();
-            ((w * logp)? * a)?
-        }
-        LossFn::Dro { beta } => {
-            let d = (logp - q)?;
-            ((logp * a)? - (d.sqr()? * (0.5 * beta))?)?
-        }
-    };
-    (per_token * valid)?.sum_all()?.neg()
 }
 
 /// Diagnostics for `loss` given flat per-token values (valid tokens only).
@@ -284,7 +243,6 @@ pub fn stats(loss: &LossFn, logp: &[f32], q: &[f32], advantages: &[f32], weights
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{Device, Var};
 
     // Hand-computed example: two action tokens and one prompt token (A = 0).
     // logp = [-1.0, -0.5, -2.0], q = [0.0, -0.7, -1.5], A = [0, 2, -1], w = [0, 1, 1].
@@ -293,87 +251,6 @@ mod tests {
     const Q: [f32; 3] = [0.0, -0.7, -1.5];
     const A: [f32; 3] = [0.0, 2.0, -1.0];
     const W: [f32; 3] = [0.0, 1.0, 1.0];
-
-    fn eval(loss: &LossFn) -> (f64, Vec<f32>) {
-        let dev = Device::Cpu;
-        let logp = Var::from_slice(&LOGP, 3, &dev).unwrap();
-        let t = |v: &[f32]| Tensor::from_slice(v, 3, &dev).unwrap();
-        let inputs = TokenInputs { weights: t(&W), logprobs: t(&Q), advantages: t(&A), valid: t(&[1.0, 1.0, 1.0]) };
-        let l = loss_tensor(loss, logp.as_tensor(), &inputs).unwrap();
-        let g = l.backward().unwrap();
-        let grad = g.get(logp.as_tensor()).unwrap().to_vec1::<f32>().unwrap();
-        (f64::from(l.to_vec0::<f32>().unwrap()), grad)
-    }
-
-    fn close(a: f64, b: f64) {
-        assert!((a - b).abs() < 1e-5, "{a} != {b}");
-    }
-
-    #[test]
-    fn cross_entropy_by_hand() {
-        // -(0·-1 + 1·-0.5 + 1·-2) = 2.5; d/dlogp = -w.
-        let (l, g) = eval(&LossFn::CrossEntropy);
-        close(l, 2.5);
-        assert_eq!(g, vec![0.0, -1.0, -1.0]);
-    }
-
-    #[test]
-    fn importance_sampling_by_hand() {
-        // -(1.221403·2 + 0.606531·-1) = -1.836275; d/dlogp = -r·A.
-        let (l, g) = eval(&LossFn::ImportanceSampling);
-        close(l, -1.836275);
-        close(g[1].into(), -2.442806);
-        close(g[2].into(), 0.606531);
-        assert_eq!(g[0], 0.0);
-    }
-
-    #[test]
-    fn ppo_by_hand() {
-        // Token 1: r=1.2214 > 1.2, A>0 -> min(2.4428, 1.2·2=2.4) = 2.4 (clipped, no gradient).
-        // Token 2: r=0.6065 < 0.8, A<0 -> min(-0.6065, -0.8) = -0.8 (clipped, no gradient).
-        let (l, g) = eval(&LossFn::PPO);
-        close(l, -(2.4 - 0.8));
-        assert_eq!(g, vec![0.0, 0.0, 0.0]);
-        // Wider thresholds: unclipped, equals importance sampling.
-        let wide = LossFn::Ppo { clip_low_threshold: 0.5, clip_high_threshold: 1.5 };
-        let (l, g) = eval(&wide);
-        close(l, -1.836275);
-        close(g[1].into(), -2.442806);
-    }
-
-    #[test]
-    fn cispo_by_hand() {
-        // -(clip(r)·logp·A): token 1: 1.221403·-0.5·2 = -1.221403; token 2: 0.606531·-2·-1 = 1.213061.
-        // Sum = -0.008342 -> loss 0.008342. Gradient: -sg(clip(r))·A = [-, -2.442806, 0.606531].
-        let (l, g) = eval(&LossFn::CISPO);
-        close(l, 0.008342);
-        close(g[1].into(), -2.442806);
-        close(g[2].into(), 0.606531);
-        // Clipping the weight at 1.0 changes token 1 only.
-        let tight = LossFn::Cispo { clip_low_threshold: 0.0, clip_high_threshold: 1.0 };
-        let (l, _) = eval(&tight);
-        close(l, -(-1.0 + 1.213061));
-    }
-
-    #[test]
-    fn dro_by_hand() {
-        // -Σ(logp·A − ½β(logp−q)²), β=0.1: token0: −(0 − 0.05·1) = 0.05; token1: −(−1 − 0.05·0.04) = 1.002;
-        // token2: −(2 − 0.05·0.25) = −1.9875. Sum = −0.9355.
-        let (l, g) = eval(&LossFn::Dro { beta: 0.1 });
-        close(l, -0.9355);
-        // d/dlogp = −A + β(logp − q): [−0.1, −2 + 0.02, 1 − 0.05].
-        close(g[0].into(), -0.1);
-        close(g[1].into(), -1.98);
-        close(g[2].into(), 0.95);
-    }
-
-    #[test]
-    fn tensor_matches_scalar_reference() {
-        for loss in [LossFn::CrossEntropy, LossFn::ImportanceSampling, LossFn::PPO, LossFn::CISPO, LossFn::Dro { beta: 0.3 }] {
-            let want: f64 = (0..3).map(|i| token_loss(&loss, LOGP[i].into(), Q[i].into(), A[i].into(), W[i].into())).sum();
-            close(eval(&loss).0, want);
-        }
-    }
 
     #[test]
     fn wire_form_round_trips_and_rejects_unknowns() {

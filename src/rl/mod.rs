@@ -5,7 +5,6 @@
 //! Everything here is a pure function of numbers: no problems, no models, no I/O.
 
 pub mod advantage;
-pub mod datum;
 pub mod loss;
 pub mod passk;
 pub mod reward;

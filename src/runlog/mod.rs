@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! spec.yaml          the spec file as written
-//! resolved.json      the spec after overrides and defaults (absolute paths)
+//! resolved.json      the plan: the spec after overrides with every default applied (absolute paths)
 //! provenance.json    Provenance: rlx version, git state, overrides, template and data hashes
 //! status.json        Status: running | finished | failed | interrupted, steps done, why it ended
 //! metrics.jsonl      MetricsLine per step: `step` plus flat `train/...`, `eval/...` keys
@@ -28,7 +28,8 @@
 //! with a higher one is refused with [`Error::NewerFormat`] before anything else is read. The
 //! JSONL files carry none: [`RunDir::open`] reads `status.json` first, so its version covers
 //! them. Adding a key or an event kind does not bump the version (readers skip what they do not
-//! know); changing what an existing key means does.
+//! know); changing what an existing key means does. Version 2: `resolved.json` holds the plan's
+//! values (every default applied; `crate::plan::record`, which also reads version 1's).
 
 mod error;
 mod events;
@@ -55,7 +56,7 @@ pub use run_dir::RunDir;
 pub use status::{State, Status, now};
 
 /// Version of the run-directory format; bumped when a file changes incompatibly.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// File names inside a run directory.
 pub mod files {

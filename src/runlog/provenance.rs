@@ -10,8 +10,7 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::Plan;
-use crate::spec::plan::sha256_hex;
+use crate::plan::{Plan, sha256_hex};
 
 /// Where a run came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,7 +165,7 @@ pub struct PromptTokens {
 impl Provenance {
     /// The provenance of a run of `plan`, as known before it starts.
     pub(crate) fn of(plan: &Plan) -> Provenance {
-        let spec = &plan.spec;
+        let spec = &plan.written.spec;
         let mut datasets = vec![];
         for (split, sources) in [(Split::Train, &spec.data.train), (Split::Eval, &spec.data.eval)] {
             for s in sources {
@@ -185,12 +184,12 @@ impl Provenance {
             rlx_version: env!("CARGO_PKG_VERSION").to_string(),
             run_id: plan.run_id.clone(),
             spec_hash: plan.hash.clone(),
-            spec_path: plan.spec_path.display().to_string(),
-            spec_sha256: sha256_hex(plan.spec_text.as_bytes()),
-            overrides: plan.overrides.clone(),
+            spec_path: plan.written.path.display().to_string(),
+            spec_sha256: sha256_hex(plan.written.text.as_bytes()),
+            overrides: plan.written.overrides.clone(),
             argv: std::env::args().collect(),
-            git: plan.spec_path.parent().and_then(git_state),
-            templates: plan.templates.iter().map(|t| Template { role: t.role.clone(), path: t.path.clone(), sha256: t.sha256.clone() }).collect(),
+            git: plan.written.path.parent().and_then(git_state),
+            templates: plan.written.templates.iter().map(|t| Template { role: t.role.clone(), path: t.path.clone(), sha256: t.sha256.clone() }).collect(),
             datasets,
             model: ModelIds {
                 base: spec.model.base.clone(),

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 
 use super::jsonl::{self, JsonlWriter, Read, read_jsonl};
 use super::{CheckpointRecord, Error, EvalResultRecord, EventRecord, MetricsLine, Provenance, RolloutRecord, Status, files, io, json, now};
-use crate::spec::Plan;
+use crate::plan::Plan;
 
 /// An open run directory.
 #[derive(Debug, Clone)]
@@ -17,11 +17,6 @@ pub struct RunDir {
 }
 
 impl RunDir {
-    /// The directory a plan's run lives in: `<log.root>/<run-id>`.
-    pub fn path_for(plan: &Plan) -> PathBuf {
-        plan.spec.log.root.join(&plan.run_id)
-    }
-
     /// Creates the run directory of `plan` and writes its spec, resolved spec and provenance; or
     /// reopens it if it exists (a re-run of the same experiment resumes it).
     ///
@@ -29,7 +24,7 @@ impl RunDir {
     /// I/O errors; [`Error::Mismatch`] if the directory holds another run;
     /// [`Error::NewerFormat`] if a newer rlx wrote it.
     pub fn create(plan: &Plan) -> Result<RunDir, Error> {
-        let path = Self::path_for(plan);
+        let path = plan.run_dir();
         let dir = RunDir { path };
         if let Some(status) = dir.status()? {
             if status.run_id != plan.run_id {
@@ -38,8 +33,8 @@ impl RunDir {
             return Ok(dir);
         }
         fs::create_dir_all(&dir.path).map_err(io("cannot create run directory", &dir.path))?;
-        json::atomic_write(&dir.file(files::SPEC), plan.spec_text.as_bytes())?;
-        dir.write_json(files::RESOLVED, &plan.spec)?;
+        json::atomic_write(&dir.file(files::SPEC), plan.written.text.as_bytes())?;
+        dir.write_json(files::RESOLVED, &crate::plan::record::to_json(plan))?;
         dir.write_json(files::PROVENANCE, &Provenance::of(plan))?;
         dir.set_status(&Status::new(plan))?;
         Ok(dir)

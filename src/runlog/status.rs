@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::SCHEMA_VERSION;
-use crate::spec::Plan;
+use crate::plan::Plan;
 
 /// Lifecycle of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,7 +54,7 @@ impl Status {
             run_id: plan.run_id.clone(),
             state: State::Running,
             steps_done: 0,
-            max_steps: plan.spec.schedule.max_steps,
+            max_steps: plan.schedule.max_steps,
             reason: None,
             pid: Some(std::process::id()),
             started_at: now.clone(),

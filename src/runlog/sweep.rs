@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Error, RunDir, SCHEMA_VERSION, io, json, now};
-use crate::spec::sweep::{AxisRecord, Sweep};
+use super::{Error, SCHEMA_VERSION, io, json, now};
+use crate::plan::sweep::{AxisRecord, Sweep};
 
 /// The directory of every sweep, beside the runs root.
 pub const SWEEPS_DIR: &str = "sweeps";
@@ -82,7 +82,7 @@ impl SweepRecord {
                 .zip(states)
                 .map(|(m, state)| MemberRecord {
                     run_id: m.plan.run_id.clone(),
-                    dir: RunDir::path_for(&m.plan),
+                    dir: m.plan.run_dir(),
                     assignment: m.assignment.clone(),
                     overrides: m.overrides.iter().map(|o| o.canonical()).collect(),
                     state: state.clone(),
@@ -115,7 +115,7 @@ pub struct SweepDir {
 impl SweepDir {
     /// Where `sweep` lives: `sweeps/<id>/` beside the runs root of its members.
     pub(crate) fn path_for(sweep: &Sweep) -> PathBuf {
-        let root = sweep.members.first().map_or(PathBuf::from("runs"), |m| m.plan.spec.log.root.clone());
+        let root = sweep.members.first().map_or(PathBuf::from("runs"), |m| m.plan.log.root.clone());
         let parent = root.parent().map(Path::to_path_buf).unwrap_or_default();
         parent.join(SWEEPS_DIR).join(&sweep.id)
     }

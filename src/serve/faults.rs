@@ -15,7 +15,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::backend::local::rng::Rng;
+use crate::rng::SplitMix64 as Rng;
 
 /// The fault settings.
 #[derive(Debug, Clone, PartialEq, Default)]

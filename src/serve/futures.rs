@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::backend::{ForwardBackwardOutput, SampledSequence};
+use crate::seam::{ForwardBackwardOutput, SampledSequence};
 use crate::tinker::RequestType;
 use crate::tinker::wire::ErrorCategory;
 

@@ -30,7 +30,9 @@ use super::faults::Fault;
 use super::futures::{Outcome, Submitted};
 use super::models::{Meta, Start};
 use super::sessions::SamplingSession;
-use crate::backend::{self, SampleRequest};
+use crate::seam;
+use crate::backend;
+use crate::seam::SampleRequest;
 use crate::tinker::wire::{self, ErrorCategory};
 use crate::tinker::{self, RequestType, TinkerPath, content_type, convert, header, path as p, proto};
 
@@ -259,7 +261,7 @@ async fn route(state: &Arc<State>, method: &Method, path: &str, headers: &Header
 type Handled = Result<Reply, Reply>;
 
 /// One sampler reply: the completions of each request.
-type SampleReply = Vec<Vec<backend::SampledSequence>>;
+type SampleReply = Vec<Vec<seam::SampledSequence>>;
 
 fn capabilities(state: &Arc<State>) -> Reply {
     let models: Vec<Value> = state.registry.base.names.iter().map(|n| json!({"model_name": n, "trainable": true, "sampleable": true})).collect();
@@ -529,7 +531,7 @@ fn load_weights(state: &Arc<State>, b: &[u8]) -> Handled {
             let shown = path.to_string();
             submit_training(state, RequestType::LoadWeights, &model_id.clone(), r.seq_id, move |t, completion| match exists {
                 Err(e) => completion.fail(ErrorCategory::User, e),
-                Ok(_) => finish_with(completion, t.load_state(&backend::StateRef::local(&dir)), move |()| Outcome::Json(json!({"path": shown, "model_id": model_id, "type": "load_weights"}))),
+                Ok(_) => finish_with(completion, t.load_state(&seam::StateRef::local(&dir)), move |()| Outcome::Json(json!({"path": shown, "model_id": model_id, "type": "load_weights"}))),
             })
         }
         _ => Err(bad("`load_weights` needs `session_id` + `model_seq_id` (create from state) or `model_id` + `seq_id`")),

@@ -1,27 +1,21 @@
-//! The experiment spec: what users write and what the rest of rlx reads.
+//! The experiment spec: what users write, and nothing of rlx above it (docs/architecture.md).
 //!
 //! - [`types`]: the spec sections (serde + schemars); their doc comments are the user reference.
 //! - [`source`], [`node`]: YAML text to a tree whose every value knows its file:line:column.
 //! - [`schema`]: the generated JSON Schema and a validator that reports every problem at once.
 //! - [`overrides`]: `key.path=value` arguments, aliases, sweep axes.
-//! - [`check`]: semantic rules (batch arithmetic, ranges, files, templates).
-//! - [`plan`]: the pipeline from file + overrides to a [`Plan`] with its run id.
-//! - [`resolved`]: the values the program uses ([`Resolved`]), derived once from the checked spec.
-//! - [`sweep`]: grids of plans.
+//! - [`defaults`]: the named defaults the plan applies and the schema quotes.
+//! - [`diagnostic`]: problems with their spans, drawn by `cli::diagnostics`.
+//!
+//! What the spec means (checks across fields, defaults applied, run ids) is `crate::plan`'s.
 
-pub(crate) mod check;
+pub mod defaults;
 pub mod diagnostic;
-pub(crate) mod explain;
 pub mod node;
 pub mod overrides;
-pub mod plan;
-pub mod resolved;
 pub mod schema;
 pub mod source;
-pub(crate) mod sweep;
 pub mod types;
 
 pub use diagnostic::{Diagnostic, Diagnostics};
-pub use plan::{Error, Plan, plan};
-pub use resolved::Resolved;
 pub use types::Spec;

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 use super::proto::{self, DType};
 use super::wire;
-use crate::backend::{self, Datum, DatumOutput, LossFn, LossFnInputs, SampledSequence, Stop, StopReason};
+use crate::seam;
+use crate::seam::{Datum, DatumOutput, LossFn, LossFnInputs, SampledSequence, Stop, StopReason};
 
 /// A wire value rlx cannot use, with where it is.
 #[derive(Debug, thiserror::Error)]
@@ -248,7 +249,7 @@ pub const LOSS_SUM: &str = "loss:sum";
 
 /// rlx's forward/backward result as the protobuf `retrieve_future` returns: one `ArrayRecord`
 /// whose `logprobs` field holds every datum's learner log-probabilities, and `loss:sum`.
-pub fn forward_backward_output_to_proto(out: &backend::ForwardBackwardOutput) -> proto::ForwardBackwardOutput {
+pub fn forward_backward_output_to_proto(out: &seam::ForwardBackwardOutput) -> proto::ForwardBackwardOutput {
     let mut data = Vec::new();
     let mut offsets = vec![0i64];
     for o in &out.outputs {
@@ -269,7 +270,7 @@ pub fn forward_backward_output_to_proto(out: &backend::ForwardBackwardOutput) ->
 ///
 /// # Errors
 /// A missing `logprobs` field, bad offsets, a missing `loss:sum`.
-pub fn forward_backward_output_from_proto(p: &proto::ForwardBackwardOutput) -> Result<backend::ForwardBackwardOutput, Error> {
+pub fn forward_backward_output_from_proto(p: &proto::ForwardBackwardOutput) -> Result<seam::ForwardBackwardOutput, Error> {
     let mut outputs = Vec::new();
     for (r, record) in p.loss_fn_outputs.iter().enumerate() {
         let f = |reason: String| field(format!("loss_fn_outputs[{r}]"), reason);
@@ -286,11 +287,11 @@ pub fn forward_backward_output_from_proto(p: &proto::ForwardBackwardOutput) -> R
         }
     }
     let loss = *p.metrics.get(LOSS_SUM).ok_or_else(|| field("metrics", format!("has no `{LOSS_SUM}`")))?;
-    Ok(backend::ForwardBackwardOutput { loss, outputs, stats: Default::default() })
+    Ok(seam::ForwardBackwardOutput { loss, outputs, stats: Default::default() })
 }
 
 /// `optim_step` metrics in Tinker's `name:reduction` form from rlx's result.
-pub fn optim_metrics(out: &backend::OptimStepOutput) -> BTreeMap<String, f64> {
+pub fn optim_metrics(out: &seam::OptimStepOutput) -> BTreeMap<String, f64> {
     BTreeMap::from([
         ("grad_norm:mean".to_string(), out.grad_norm),
         ("clipped:mean".to_string(), if out.clipped { 1.0 } else { 0.0 }),
@@ -321,8 +322,8 @@ pub const DEFAULT_MAX_TOKENS: usize = 256;
 /// `[]` means no stop at all.
 ///
 /// # Errors
-/// `top_k` of 0 or below -1, out-of-range values (see [`backend::SamplingParams::validate`]).
-pub fn sampling_params_from_wire(p: &wire::SamplingParams, eos: &[u32]) -> Result<backend::SamplingParams, Error> {
+/// `top_k` of 0 or below -1, out-of-range values (see [`seam::SamplingParams::validate`]).
+pub fn sampling_params_from_wire(p: &wire::SamplingParams, eos: &[u32]) -> Result<seam::SamplingParams, Error> {
     let top_k = match p.top_k {
         -1 => None,
         k if k > 0 => Some(k as usize),
@@ -337,7 +338,7 @@ pub fn sampling_params_from_wire(p: &wire::SamplingParams, eos: &[u32]) -> Resul
             .map(|&t| u32::try_from(t).map(Stop::Token).map_err(|_| field("sampling_params.stop", format!("contains the token id {t}"))))
             .collect::<Result<_, _>>()?,
     };
-    let out = backend::SamplingParams {
+    let out = seam::SamplingParams {
         max_tokens: p.max_tokens.map_or(DEFAULT_MAX_TOKENS, |m| m as usize),
         temperature: p.temperature,
         top_p: p.top_p,
@@ -354,7 +355,7 @@ pub fn sampling_params_from_wire(p: &wire::SamplingParams, eos: &[u32]) -> Resul
 ///
 /// # Errors
 /// A stop list mixing tokens and strings (Tinker takes one kind per request).
-pub fn sampling_params_to_wire(p: &backend::SamplingParams) -> Result<wire::SamplingParams, Error> {
+pub fn sampling_params_to_wire(p: &seam::SamplingParams) -> Result<wire::SamplingParams, Error> {
     let tokens: Vec<i64> = p.stop.iter().filter_map(|s| if let Stop::Token(t) = s { Some(i64::from(*t)) } else { None }).collect();
     let texts: Vec<String> = p.stop.iter().filter_map(|s| if let Stop::Text(t) = s { Some(t.clone()) } else { None }).collect();
     let stop = match (tokens.is_empty(), texts.is_empty()) {
@@ -469,7 +470,7 @@ mod tests {
 
     #[test]
     fn outputs_round_trip() {
-        let out = backend::ForwardBackwardOutput {
+        let out = seam::ForwardBackwardOutput {
             loss: 1.5,
             outputs: vec![DatumOutput { logprobs: vec![-0.5, -1.0] }, DatumOutput { logprobs: vec![-2.0] }],
             stats: Default::default(),

@@ -428,7 +428,7 @@ pub struct GetInfoResponse {
 }
 
 /// Tinker's `AdamParams`: the backend's own type (missing fields take the SDK defaults).
-pub use crate::backend::AdamParams;
+pub use crate::seam::AdamParams;
 
 /// `POST /api/v1/optim_step` (a future). The SDK's serializer moves `optim_params` to the end
 /// as `adam_params` (Adam) or `optimizer_params` (other families).

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use rlx::backend::contract::{Fixture, check_sampler};
 use rlx::backend::openai::{self, Config};
 use rlx::prompt::Message;
-use rlx::spec::resolved::ChatTemplateChoice;
-use rlx::spec::types::PromptEncoding;
+use rlx::prompt::chat::ChatTemplateChoice;
+use rlx::backend::openai::PromptEncoding;
 use serde_json::Value;
 
 use crate::common::{TestContext, jsonl, python_env, repo};

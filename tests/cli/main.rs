@@ -1,6 +1,7 @@
 //! The single integration-test binary (one link step, one place to look). Each module covers one
 //! area through the real `rlx` binary or the library's public API:
 //!
+//! - `architecture`: the layers of docs/architecture.md and no import cycles, checked on `src/`.
 //! - `backend_contract`: the backend contract suite (`rlx::backend::contract`) on the local
 //!   backend, through the async seams.
 //! - `chat`: chat templates and tokenization against real Qwen3 files and HF's Python reference.
@@ -40,6 +41,7 @@
 //! - `trackers`: `log.sinks` and `rlx sync` against W&B (offline), TensorBoard and a real MLflow
 //!   server, read back by each tracker's own reader; kill and resume; trackers down or missing.
 
+mod architecture;
 mod backend_contract;
 mod chat;
 mod common;

@@ -202,3 +202,34 @@ schedule: {{max_steps: 1, eval_at_start: false}}
     let prov: serde_json::Value = serde_json::from_slice(&std::fs::read(runs[0].path().join("provenance.json")).unwrap()).unwrap();
     assert_eq!(prov["sandbox"]["network_namespace"], false, "{prov}");
 }
+
+/// A malformed `tokenizer.json` is the user's error on every backend: exit 2, naming the file.
+/// (Before the one prompt-file loader the same file exited 3 through `tinker` and `local`.)
+/// The remote backends point at a closed port: the tokenizer is read before any connection
+/// (stop strings need it), so nothing is contacted.
+#[test]
+fn a_malformed_tokenizer_exits_2_with_its_path_on_every_backend() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let tokenizer = cx.path().join("tiny/tokenizer.json");
+    std::fs::write(&tokenizer, "{\"version\": \"1.0\", \"model\": [").unwrap();
+    let base = crate::engine::spec_with(1, 1, "");
+    let sampling = "sampling: {max_tokens: 12, temperature: 1.0, stop: [\"```\"]}";
+    for (backend, steps) in [
+        ("backend: {kind: local, threads: 1}", 1),
+        ("backend: {kind: openai, base_url: \"http://127.0.0.1:9/v1\"}", 0),
+        ("backend: {kind: tinker, base_url: \"http://127.0.0.1:9\"}", 1),
+    ] {
+        let spec = base
+            .replace("backend: {kind: local, threads: 1}", backend)
+            .replace("sampling: {max_tokens: 12, temperature: 1.0}", sampling)
+            .replace("schedule: {max_steps: 1,", &format!("schedule: {{max_steps: {steps},"));
+        // Tinker trains LoRA adapters only.
+        let spec = if backend.contains("tinker") { spec.replace("finetune: full", "finetune: lora") } else { spec };
+        cx.write("spec.yaml", &spec);
+        let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
+        assert_eq!(r.code, 2, "{backend}: {}", r.stderr);
+        assert!(r.stderr.contains(&tokenizer.display().to_string()), "{backend}: the message names the file:\n{}", r.stderr);
+        assert_no_backtrace(&r.stderr);
+    }
+}

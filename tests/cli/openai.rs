@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rlx::backend::openai::{self, Config, Error};
-use rlx::backend::{SampleRequest, Sampler, SamplingParams, Stop};
+use rlx::backend::Sampler;
+use rlx::seam::{SampleRequest, SamplingParams, Stop};
 use rlx::prompt::Tokenizer;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -157,7 +158,7 @@ async fn a_healthy_server_samples_with_seeds_switches_and_token_accounting() {
     let seq = &out[0][0];
     assert_eq!(tok.decode(&seq.tokens, false).unwrap(), "ab c");
     assert_eq!(seq.logprobs, vec![-0.25; 4]);
-    assert_eq!(seq.stop_reason, rlx::backend::StopReason::Stop);
+    assert_eq!(seq.stop_reason, rlx::seam::StopReason::Stop);
     let usage = sampler.usage();
     assert_eq!((usage.requests, usage.prompt_tokens, usage.completion_tokens, usage.retries), (3, 5 + 5 + 3, 12, 0));
     // One request per completion, each with its own seed; llama.cpp's sampling switches off.
@@ -192,7 +193,7 @@ async fn server_errors_and_rate_limits_are_retried_with_back_off() {
     .await;
     let sampler = openai::open(config(server.url()), tok.clone()).await.unwrap();
     let out = sampler.sample(vec![req(&tok.encode("hi").unwrap(), 1, 1)], &params()).await.unwrap();
-    assert_eq!(out[0][0].stop_reason, rlx::backend::StopReason::Length);
+    assert_eq!(out[0][0].stop_reason, rlx::seam::StopReason::Length);
     assert_eq!(sampler.usage().retries, 2);
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
@@ -205,7 +206,7 @@ async fn the_chat_api_sends_the_conversation_and_encodes_the_reply() {
         _ => Reply::Json(200, json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ab c"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 11, "completion_tokens": 3}})),
     }))
     .await;
-    let sampler = openai::open(Config { api: rlx::spec::types::OpenaiApi::Chat, ..config(server.url()) }, tok.clone()).await.unwrap();
+    let sampler = openai::open(Config { api: rlx::backend::openai::Api::Chat, ..config(server.url()) }, tok.clone()).await.unwrap();
     // Tokens alone cannot be sent to a chat endpoint.
     let err = sampler.sample(vec![req(&tok.encode("hi").unwrap(), 1, 1)], &params()).await.unwrap_err();
     assert!(err.to_string().contains("samples conversations") && err.is_user_error(), "{err}");
@@ -314,7 +315,7 @@ async fn tokens_that_disagree_with_our_tokenizer_are_refused() {
         _ => Reply::Json(200, json!({"choices": [{"text": "ab", "finish_reason": "stop", "logprobs": {"tokens": ["a", "b"], "token_logprobs": [-0.1, -0.2]}}], "usage": {"prompt_tokens": 2}})),
     }))
     .await;
-    let sampler = openai::open(Config { prompt: rlx::spec::types::PromptEncoding::Text, ..config(server.url()) }, tok.clone()).await.unwrap();
+    let sampler = openai::open(Config { prompt: rlx::backend::openai::PromptEncoding::Text, ..config(server.url()) }, tok.clone()).await.unwrap();
     let out = sampler.sample(vec![req(&t.encode("hi").unwrap(), 1, 1)], &params()).await.unwrap();
     assert_eq!(out[0][0].tokens, t.encode("ab").unwrap());
     assert_eq!(out[0][0].logprobs, vec![-0.1, -0.2]);

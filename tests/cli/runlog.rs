@@ -6,9 +6,9 @@ use rlx::runlog::metrics::{eval, time, train};
 use rlx::runlog::{self, EventRecord, MetricsLine, PromptTokens, RunDir, State, files};
 use serde_json::json;
 
-fn plan(cx: &TestContext) -> rlx::spec::Plan {
-    let mut p = rlx::spec::plan(&cx.path().join("spec.yaml"), &[rlx::spec::overrides::parse("lr=2e-5").unwrap()]).unwrap();
-    p.spec.log.root = cx.path().join("runs");
+fn plan(cx: &TestContext) -> rlx::plan::Plan {
+    let mut p = rlx::plan::plan(&cx.path().join("spec.yaml"), &[rlx::spec::overrides::parse("lr=2e-5").unwrap()]).unwrap();
+    p.log.root = cx.path().join("runs");
     p
 }
 

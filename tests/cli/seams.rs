@@ -8,10 +8,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rlx::backend::{
-    AdamParams, Datum, ForwardBackwardOutput, LossFn, LossStats, OptimStepOutput, Pending, Policy, SampleRequest, SampledSequence, Sampler, SamplingParams,
-    StateRef, StopReason, Trainer,
-};
+use rlx::backend::{Pending, Policy, Sampler, Trainer};
+use rlx::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, LossStats, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef, StopReason};
 use rlx::engine::{self, PolicySource};
 use serde_json::Value;
 
@@ -98,7 +96,7 @@ impl Trainer for Recorder {
         Box::pin(async move {
             tokio::task::yield_now().await;
             in_flight.leave();
-            let outputs = data.iter().map(|d| rlx::backend::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
+            let outputs = data.iter().map(|d| rlx::seam::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
             Ok(ForwardBackwardOutput { loss: 1.0, outputs, stats: LossStats::default() })
         })
     }
@@ -154,7 +152,7 @@ fn scripted(cx: &TestContext) -> Arc<Scripted> {
 
 /// The test spec; `eval_limit` caps the eval problems (40 in the file), `schedule` adds keys to
 /// the `schedule` section (`save_every`, `eval_at_start`).
-fn plan(cx: &TestContext, max_steps: u32, eval_limit: u32, schedule: &str) -> rlx::spec::Plan {
+fn plan(cx: &TestContext, max_steps: u32, eval_limit: u32, schedule: &str) -> rlx::plan::Plan {
     let data = repo().join("experiments/data");
     let spec = format!(
         "name: seams
@@ -178,7 +176,7 @@ schedule: {{max_steps: {max_steps}, eval_every: 0, {schedule}}}",
         root = cx.path().join("runs").display(),
     );
     let path = cx.write("spec.yaml", &spec);
-    rlx::spec::plan(&path, &[]).unwrap()
+    rlx::plan::plan(&path, &[]).unwrap()
 }
 
 fn jsonl(path: &std::path::Path) -> Vec<Value> {
@@ -284,6 +282,6 @@ async fn evaluation_needs_only_a_sampler() {
     assert!(err.to_string().contains("cannot train"), "{err}");
 }
 
-fn plan_steps(cx: &TestContext) -> rlx::spec::Plan {
+fn plan_steps(cx: &TestContext) -> rlx::plan::Plan {
     plan(cx, 1, 40, "save_every: 1")
 }

@@ -415,8 +415,8 @@ fn spec_data_loads_with_a_seeded_shuffle() {
     };
     let dir = tempfile::tempdir().unwrap();
     let load = |shuffle: bool, seed: u64| {
-        let plan = rlx::spec::plan(&write_spec(dir.path(), [&lcb, &sanitized, &cc], shuffle, seed), &[]).unwrap();
-        rlx::data::load_data(&plan.spec.data, plan.spec.seed, &no_hub()).unwrap()
+        let plan = rlx::plan::plan(&write_spec(dir.path(), [&lcb, &sanitized, &cc], shuffle, seed), &[]).unwrap();
+        rlx::data::load_data(&plan.data, plan.seed, &no_hub()).unwrap()
     };
     let ordered = load(false, 1);
     assert_eq!(ordered.train.problems.len(), 50 + 427);

@@ -47,10 +47,10 @@ fn finished_runs_are_skipped_and_the_sweep_is_recorded() {
     // Mark the first member finished, as a completed run would.
     let spec = cx.path().join("spec.yaml");
     let ov = rlx::spec::overrides::parse("lr=1e-5").unwrap();
-    let plan = rlx::spec::plan(&spec, &[ov]).unwrap();
+    let plan = rlx::plan::plan(&spec, &[ov]).unwrap();
     assert_eq!(plan.run_id, members[0]);
     let mut plan_in_cx = plan.clone();
-    plan_in_cx.spec.log.root = cx.path().join("runs");
+    plan_in_cx.log.root = cx.path().join("runs");
     let dir = RunDir::create(&plan_in_cx).unwrap();
     let mut st = dir.status().unwrap().unwrap();
     st.state = State::Finished;

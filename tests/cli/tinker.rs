@@ -10,7 +10,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use rlx::backend::contract::{Fixture, check_sampler, check_trainer};
-use rlx::backend::{Finetune, LoraConfig, Policy, tinker};
+use rlx::backend::{Policy, tinker};
+use rlx::seam::{Finetune, LoraConfig};
 use serde_json::Value;
 
 use crate::common::{Run, TestContext, jsonl, only_run};

@@ -7,7 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use rlx::backend::{AdamParams, Datum, LossFn, LossFnInputs, Policy, SampleRequest, SamplingParams, Stop, tinker};
+use rlx::backend::{Policy, tinker};
+use rlx::seam::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, SamplingParams, Stop};
 use serde_json::Value;
 
 use crate::common::{TestContext, repo};

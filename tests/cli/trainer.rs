@@ -13,7 +13,7 @@ use std::process::Command;
 use candle_core::{DType, Device, Tensor};
 use rlx::backend::local::model::{Arch, Config, Model, ParamBuilder, Tuning, random_weights};
 use rlx::backend::local::{LocalTrainer, LoraConfig, TrainerOptions};
-use rlx::backend::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, SamplingParams, Stop, StopReason};
+use rlx::seam::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, SamplingParams, Stop, StopReason};
 
 pub fn tiny_config(arch: Arch) -> Config {
     Config {
@@ -335,7 +335,7 @@ fn on_policy_check(tr: &mut LocalTrainer) {
     let s = tr.sampler().unwrap();
     let prompt = [4u32, 5, 6];
     let seq = s.sample(&prompt, 1, &SamplingParams { max_tokens: 8, seed: Some(1), ..Default::default() }).unwrap().remove(0);
-    let d = rlx::rl::datum::make_datum(&[&prompt[..], &seq.tokens].concat(), &seq.logprobs, prompt.len(), 0.0);
+    let d = rlx::seam::make_datum(&[&prompt[..], &seq.tokens].concat(), &seq.logprobs, prompt.len(), 0.0);
     let out = tr.forward(&[d]).unwrap().remove(0);
     for (i, lp) in seq.logprobs.iter().enumerate() {
         assert!((out.logprobs[prompt.len() - 1 + i] - lp).abs() < 1e-4, "token {i}");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rlx::prompt::chat::{ChatTemplate, Message};
 use rlx::backend::local::model::{ParamBuilder, Tuning};
 use rlx::backend::local::{LocalSampler, Model};
-use rlx::backend::{SamplingParams, Stop};
+use rlx::seam::{SamplingParams, Stop};
 
 #[path = "smollm2_fetch.rs"]
 pub mod fetch;
@@ -77,7 +77,7 @@ fn q8_0_sampler_logprobs_stay_close_to_the_f32_trainer() {
     let (mut diffs, mut n) = (Vec::new(), 0);
     for seed in 0..2 {
         let seq = s.sample(&prompt, 1, &SamplingParams { max_tokens: 24, temperature: 1.0, seed: Some(seed), ..Default::default() }).unwrap().remove(0);
-        let d = rlx::rl::datum::make_datum(&[&prompt[..], &seq.tokens].concat(), &seq.logprobs, prompt.len(), 0.0);
+        let d = rlx::seam::make_datum(&[&prompt[..], &seq.tokens].concat(), &seq.logprobs, prompt.len(), 0.0);
         let exact = tr.forward(&[d]).unwrap().remove(0);
         for (i, lp) in seq.logprobs.iter().enumerate() {
             diffs.push((exact.logprobs[prompt.len() - 1 + i] - lp).abs());

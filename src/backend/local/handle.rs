@@ -10,10 +10,8 @@ use super::model::Tuning;
 use super::sampler::LocalSampler;
 use super::trainer::{LocalTrainer, TrainerOptions};
 use super::worker::Worker;
-use crate::backend::{
-    AdamParams, Datum, Error, Finetune, ForwardBackwardOutput, LossFn, OptimStepOutput, Pending, Policy, Result, SampleRequest, SampledSequence, Sampler,
-    SamplingParams, StateRef, Trainer,
-};
+use crate::backend::{Error, Pending, Policy, Result, Sampler, Trainer};
+use crate::seam::{AdamParams, Datum, Finetune, ForwardBackwardOutput, LossFn, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef};
 
 /// Settings of the local backend that are not part of the spec's model or optimizer.
 #[derive(Debug, Clone, PartialEq)]

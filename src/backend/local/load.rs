@@ -55,12 +55,6 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
 }
 
 /// Prompt-file errors while loading a model are model errors (the model's files are bad).
-fn prompt_err(e: crate::prompt::Error) -> Error {
-    match e {
-        crate::prompt::Error::ModelFile { path, message } => Error::Model { path, reason: message },
-        other => Error::Tokenizer(other.to_string()),
-    }
-}
 
 fn model_err(path: &Path, reason: impl Into<String>) -> Error {
     Error::Model { path: path.to_path_buf(), reason: reason.into() }
@@ -85,12 +79,12 @@ pub fn load_hf_dir(dir: &Path) -> Result<Loaded> {
     }
     let mut weights = HashMap::new();
     for f in &files {
-        let ts = candle_core::safetensors::load(f, &Device::Cpu).map_err(|e| model_err(f, format!("not a readable safetensors file: {}", crate::prompt::gguf::candle_reason(&e))))?;
+        let ts = candle_core::safetensors::load(f, &Device::Cpu).map_err(|e| model_err(f, format!("not a readable safetensors file: {}", crate::causes::candle_reason(&e))))?;
         for (k, t) in ts {
             weights.insert(k, t.to_dtype(DType::F32)?);
         }
     }
-    let files = crate::prompt::model_files::read(dir).map_err(prompt_err)?;
+    let files = crate::prompt::model_files::read(dir).map_err(|e| crate::backend::model_source::prompt_error(&e, dir))?;
     if let (Some(eos), Some(tok)) = (&files.special.eos_token, &files.tokenizer)
         && let Some(id) = tok.token_to_id(eos)
         && !config.eos_token_ids.contains(&id)
@@ -115,11 +109,11 @@ fn meta_f64(v: &gguf_file::Value) -> Option<f64> {
 /// # Errors
 /// I/O failures, an unsupported architecture or tokenizer, missing metadata or tensors.
 pub fn load_gguf(path: &Path) -> Result<Loaded> {
-    let content = crate::prompt::gguf::read_header(path).map_err(prompt_err)?;
+    let content = crate::prompt::gguf::read_header(path).map_err(|e| crate::backend::model_source::prompt_error(&e, path))?;
     let mut file = std::fs::File::open(path).map_err(io("open", path))?;
     let md = &content.metadata;
     let get = |k: &str| md.get(k).ok_or_else(|| model_err(path, format!("missing metadata `{k}`")));
-    let arch_name = get("general.architecture")?.to_string().map_err(|e| model_err(path, crate::prompt::gguf::candle_reason(&e)))?.clone();
+    let arch_name = get("general.architecture")?.to_string().map_err(|e| model_err(path, crate::causes::candle_reason(&e)))?.clone();
     let arch = match arch_name.as_str() {
         "llama" => Arch::Llama,
         "qwen2" => Arch::Qwen2,
@@ -131,7 +125,7 @@ pub fn load_gguf(path: &Path) -> Result<Loaded> {
         crate::prompt::gguf::meta_u64(get(&key)?).map(|x| x as usize).ok_or_else(|| model_err(path, format!("metadata `{key}` is not an integer")))
     };
     let float = |k: &str, d: f64| md.get(&format!("{arch_name}.{k}")).and_then(meta_f64).unwrap_or(d);
-    let tokens = crate::prompt::gguf::tokens(md, path).map_err(prompt_err)?;
+    let tokens = crate::prompt::gguf::tokens(md, path).map_err(|e| crate::backend::model_source::prompt_error(&e, path))?;
     let heads = int("attention.head_count")?;
     let hidden = int("embedding_length")?;
     let kv_heads = int("attention.head_count_kv").unwrap_or(heads);
@@ -159,7 +153,7 @@ pub fn load_gguf(path: &Path) -> Result<Loaded> {
     let mut weights = HashMap::new();
     for name in content.tensor_infos.keys() {
         let Some(hf) = hf_name(name) else { continue };
-        let q = content.tensor(&mut file, name, &Device::Cpu).map_err(|e| model_err(path, format!("tensor `{name}`: {} (is the file truncated?)", crate::prompt::gguf::candle_reason(&e))))?;
+        let q = content.tensor(&mut file, name, &Device::Cpu).map_err(|e| model_err(path, format!("tensor `{name}`: {} (is the file truncated?)", crate::causes::candle_reason(&e))))?;
         let mut t = q.dequantize(&Device::Cpu)?.to_dtype(DType::F32)?;
         if arch == Arch::Llama && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight")) {
             let n = if name.ends_with("attn_q.weight") { heads } else { kv_heads };
@@ -167,7 +161,7 @@ pub fn load_gguf(path: &Path) -> Result<Loaded> {
         }
         weights.insert(hf, t);
     }
-    let tokenizer = Some(crate::prompt::gguf::tokenizer(md, &tokens, path).map_err(prompt_err)?);
+    let tokenizer = Some(crate::prompt::gguf::tokenizer(md, &tokens, path).map_err(|e| crate::backend::model_source::prompt_error(&e, path))?);
     Ok(Loaded { config, weights, tokenizer, source: path.to_path_buf() })
 }
 

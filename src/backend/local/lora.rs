@@ -7,10 +7,10 @@
 
 use candle_core::{DType, Device, Tensor, Var};
 
-use super::rng::Rng;
+use crate::rng::SplitMix64 as Rng;
 use crate::backend::Result;
 
-pub use crate::backend::LoraConfig;
+pub use crate::seam::LoraConfig;
 
 /// One adapter.
 #[derive(Debug, Clone)]

@@ -3,7 +3,8 @@
 //!
 //! - [`model`]: the differentiable transformer (parameters as `Var`s, KV-cache inference path).
 //! - [`lora`]: low-rank adapters; [`frozen`]: the gradient-free product for frozen base weights;
-//!   [`target_logprob`]: the fused log-prob-of-target op with its own backward.
+//!   [`target_logprob`]: the fused log-prob-of-target op with its own backward; [`loss_tensor`]:
+//!   the losses of `rl::loss` as differentiable tensors.
 //! - [`load`]: Hugging Face directories and GGUF files (chat templates render with `prompt::chat`).
 //! - [`sampler`]: [`LocalSampler`], batched KV-cache generation (its docs define the logprobs);
 //!   [`quant`]: the Q8_0 weight copies it can decode with.
@@ -20,11 +21,12 @@ pub mod cpu;
 pub mod frozen;
 pub mod handle;
 pub mod load;
+pub(crate) mod loss_tensor;
 pub mod lora;
 pub mod model;
 pub mod optim;
+pub mod options;
 pub mod quant;
-pub mod rng;
 pub mod sampler;
 pub mod state;
 pub mod target_logprob;
@@ -37,5 +39,13 @@ pub use load::{Loaded, load};
 pub use lora::LoraConfig;
 pub use model::{Arch, Config, Model, Tuning};
 pub use quant::SampleWeights;
+
+/// Tensor failures become the seam's error with the candle error as its cause (`causes` still
+/// finds it there to word it).
+impl From<candle_core::Error> for crate::backend::Error {
+    fn from(e: candle_core::Error) -> Self {
+        crate::backend::Error::Tensor(Box::new(e))
+    }
+}
 pub use sampler::LocalSampler;
 pub use trainer::{LocalTrainer, TrainerOptions};

@@ -31,7 +31,7 @@ use candle_core::{D, DType, Device, Module, Tensor, Var};
 
 use super::lora::{Lora, LoraConfig};
 use super::quant::{self, Q8Matrix};
-use super::rng::Rng;
+use crate::rng::SplitMix64 as Rng;
 use crate::backend::{Error, Result};
 
 /// The model family, from `config.json`'s `model_type`.

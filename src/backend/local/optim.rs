@@ -8,7 +8,8 @@
 
 use candle_core::{CpuStorage, InplaceOp1, Layout, Tensor, Var};
 
-use crate::backend::{AdamParams, Error, Result};
+use crate::backend::{Error, Result};
+use crate::seam::AdamParams;
 
 /// Optimizer state for a fixed list of parameters.
 #[derive(Debug, Clone)]

@@ -277,7 +277,7 @@ mod tests {
     /// quantisation (each operand within half a step of 1/127 of its block's largest value).
     #[test]
     fn close_to_the_f32_product_for_every_row_count() {
-        let mut rng = super::super::rng::Rng::new(5);
+        let mut rng = crate::rng::SplitMix64::new(5);
         let (n, k) = (70, 96); // a partial last column chunk is not needed; odd n exercises the transpose
         let w: Vec<f32> = (0..n * k).map(|_| rng.normal() as f32).collect();
         let wt = Tensor::from_vec(w.clone(), (n, k), &Device::Cpu).unwrap();
@@ -300,7 +300,7 @@ mod tests {
     /// The SIMD kernel computes the same integer sums as the portable loop.
     #[test]
     fn simd_kernel_matches_the_portable_loop() {
-        let mut rng = super::super::rng::Rng::new(9);
+        let mut rng = crate::rng::SplitMix64::new(9);
         let k = 128;
         let w: Vec<f32> = (0..k).map(|_| rng.normal() as f32).collect();
         let x: Vec<f32> = (0..4 * k).map(|_| rng.normal() as f32 * 3.0).collect();

@@ -27,8 +27,9 @@ use std::sync::Arc;
 use candle_core::{Device, Tensor};
 
 use super::model::{KvCache, Model};
-use super::rng::Rng;
-use crate::backend::{Error, Result, SampleRequest, SampledSequence, SamplingParams, Stop, StopReason};
+use crate::rng::SplitMix64 as Rng;
+use crate::backend::{Error, Result};
+use crate::seam::{SampleRequest, SampledSequence, SamplingParams, Stop, StopReason};
 
 /// Samples from a fixed snapshot of a [`Model`].
 #[derive(Clone)]

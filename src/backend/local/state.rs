@@ -14,7 +14,7 @@ use candle_core::{Tensor, Var};
 
 use super::model::Config;
 use super::optim::AdamW;
-use super::trainer::TrainerOptions;
+use super::options::TrainerOptions;
 use crate::backend::{Error, Result};
 
 /// Bumped when the layout changes.

@@ -20,28 +20,11 @@ use super::quant::{self, SampleWeights};
 use super::sampler::LocalSampler;
 use super::state;
 use super::train_pass;
-use crate::backend::{AdamParams, Datum, DatumOutput, Error, ForwardBackwardOutput, LossFn, OptimStepOutput, Result};
-use crate::rl::loss::{self, TokenInputs};
+use crate::backend::{Error, Result};
+use crate::seam::{AdamParams, Datum, DatumOutput, ForwardBackwardOutput, LossFn, OptimStepOutput};
+use super::loss_tensor::{self as loss, TokenInputs};
 
-/// Knobs of the local trainer that are not part of the model.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TrainerOptions {
-    /// Full fine-tuning or LoRA.
-    pub tuning: Tuning,
-    /// Seed for new LoRA adapters.
-    pub seed: u64,
-    /// Largest padded micro-batch (`batch × seq` tokens) per forward/backward pass.
-    pub max_tokens_per_microbatch: usize,
-    /// The weights [`LocalTrainer::sampler`] snapshots sample with.
-    #[serde(default)]
-    pub sample_weights: SampleWeights,
-}
-
-impl Default for TrainerOptions {
-    fn default() -> Self {
-        Self { tuning: Tuning::Full, seed: 0, max_tokens_per_microbatch: 4096, sample_weights: SampleWeights::F32 }
-    }
-}
+pub use super::options::TrainerOptions;
 
 /// Trains a [`Model`] in-process on the CPU.
 pub struct LocalTrainer {
@@ -374,7 +357,7 @@ impl LocalTrainer {
         let q = flat(&|d| d.loss_fn_inputs.logprobs.clone().unwrap_or_else(|| vec![0.0; n(d)]));
         let a = flat(&|d| d.loss_fn_inputs.advantages.clone().unwrap_or_else(|| vec![0.0; n(d)]));
         let w = flat(&|d| d.loss_fn_inputs.weights.clone().unwrap_or_else(|| vec![1.0; n(d)]));
-        let stats = loss::stats(loss, &logp_flat, &q, &a, &w);
+        let stats = crate::rl::loss::stats(loss, &logp_flat, &q, &a, &w);
         Ok(ForwardBackwardOutput { loss: total, outputs, stats })
     }
 

@@ -25,7 +25,24 @@ use std::time::Duration;
 pub use sampler::OpenaiSampler;
 
 use crate::prompt::Tokenizer;
-use crate::spec::types::{OpenaiApi, PromptEncoding};
+
+/// Which endpoint of the server samples (the plan's reading of `backend.api`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `/v1/completions`: rlx renders the prompt and the server reports tokens and logprobs.
+    Completions,
+    /// `/v1/chat/completions`: the server renders the conversation and returns text.
+    Chat,
+}
+
+/// How `/v1/completions` receives the prompt (`backend.prompt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptEncoding {
+    /// Token ids, exactly the prompt rlx rendered.
+    Tokens,
+    /// The rendered prompt as text, which the server tokenizes again.
+    Text,
+}
 
 /// Errors of the OpenAI-compatible backend.
 #[derive(Debug, thiserror::Error)]
@@ -120,7 +137,7 @@ pub struct Config {
     /// The model name the server knows.
     pub model: String,
     /// Completions or chat.
-    pub api: OpenaiApi,
+    pub api: Api,
     /// Token ids or text prompts.
     pub prompt: PromptEncoding,
     /// Requests in flight at once.
@@ -141,7 +158,7 @@ impl Config {
             base_url: base_url.into().trim_end_matches('/').to_string(),
             api_key: None,
             model: model.into(),
-            api: OpenaiApi::Completions,
+            api: Api::Completions,
             prompt: PromptEncoding::Tokens,
             concurrency: 8,
             timeout: Duration::from_secs(300),

@@ -15,9 +15,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::backend::{ChatRequest, Pending, SampleRequest, SampledSequence, Sampler, SamplingParams, Stop};
+use crate::backend::{ChatRequest, Pending, Sampler};
+use crate::seam::{SampleRequest, SampledSequence, SamplingParams, Stop};
 use crate::prompt::{Message, Tokenizer};
-use crate::spec::types::{OpenaiApi, PromptEncoding};
+use super::{Api, PromptEncoding};
 
 use super::client::Client;
 use super::tokens::Vocab;
@@ -85,9 +86,9 @@ impl OpenaiSampler {
 
     fn submit(&self, batch: Vec<(SampleRequest, Option<Vec<Message>>)>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
         if let Err(e) = params.validate() {
-            return Box::pin(async move { Err(e) });
+            return Box::pin(async move { Err(e.into()) });
         }
-        let chat = self.inner.config.api == OpenaiApi::Chat;
+        let chat = self.inner.config.api == Api::Chat;
         let mut groups: Vec<Vec<Job>> = Vec::with_capacity(batch.len());
         for (req, messages) in batch {
             if req.prompt.is_empty() {
@@ -145,10 +146,9 @@ enum Spawned {
 /// The seed of completion `i` of a prompt seeded `seed` (splitmix64), in 31 bits: servers
 /// store seeds as C `int`s or `uint32`s.
 fn completion_seed(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) & 0x7FFF_FFFF
+    // The first draw of the generator at `seed + i·γ` (γ its increment): the output for index i
+    // of the stream seeded `seed`.
+    crate::rng::SplitMix64::new(seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15))).next_u64() & 0x7FFF_FFFF
 }
 
 impl Inner {
@@ -163,7 +163,7 @@ impl Inner {
                 Stop::Token(id) => stop_ids.push(*id),
             }
         }
-        let chat = cfg.api == OpenaiApi::Chat;
+        let chat = cfg.api == Api::Chat;
         let (path, body) = if chat {
             let messages = job.messages.as_deref().unwrap_or_default();
             ("chat/completions", wire::chat_body(&cfg.model, messages, params, job.seed, &stop_texts, self.dialect))

@@ -13,7 +13,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::backend::{SamplingParams, StopReason};
+use crate::seam::{SamplingParams, StopReason};
 
 /// Which server answers: decides the extension fields sent and how tokens come back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +79,7 @@ fn common(model: &str, params: &SamplingParams, seed: Option<u64>, stop_texts: &
     }
     // No stop token asked for means "run to `max_tokens`" (the seam's meaning); servers that
     // can be told not to stop at end-of-generation are told so.
-    let ignore_eos = !params.stop.iter().any(|s| matches!(s, crate::backend::Stop::Token(_)));
+    let ignore_eos = !params.stop.iter().any(|s| matches!(s, crate::seam::Stop::Token(_)));
     if ignore_eos && matches!(dialect, Dialect::Vllm | Dialect::LlamaServer) {
         b.insert("ignore_eos".into(), json!(true));
     }

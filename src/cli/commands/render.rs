@@ -8,7 +8,6 @@ use anyhow::Context;
 use super::{report_plan_error, split_args};
 use crate::cli::{RenderArgs, exit, printer};
 use crate::engine::prompting::Prompting;
-use crate::spec;
 
 pub fn render(args: RenderArgs) -> anyhow::Result<u8> {
     let (specs, ovs) = match split_args(&args.args) {
@@ -19,12 +18,11 @@ pub fn render(args: RenderArgs) -> anyhow::Result<u8> {
         printer::error_message("`rlx render` takes one spec file, then overrides", &[]);
         return Ok(exit::USAGE);
     };
-    let plan = match spec::plan(Path::new(spec_path), &ovs) {
+    let plan = match crate::plan::plan(Path::new(spec_path), &ovs) {
         Ok(p) => p,
         Err(e) => return Ok(report_plan_error(&e)),
     };
-    let s = &plan.spec;
-    let dataset = crate::data::load_data(&s.data, s.seed, &crate::data::source::Options::from_env()).context("cannot load the problems")?;
+    let dataset = crate::data::load_data(&plan.data, plan.seed, &crate::data::source::Options::from_env()).context("cannot load the problems")?;
     let set = if args.eval { dataset.eval } else { dataset.train };
     let list = set.problems;
     let prompting = Prompting::load(&plan).context("cannot load the model's tokenizer and chat template")?;
@@ -40,10 +38,10 @@ pub fn render(args: RenderArgs) -> anyhow::Result<u8> {
         }
     }
     printer::out("──");
-    for t in &plan.templates {
+    for t in &plan.written.templates {
         printer::out(format!("template {:<16} {}  sha256:{}", t.role, t.path.display(), &t.sha256[..16]));
     }
-    printer::out(format!("chat template    {}", s.model.chat_template));
+    printer::out(format!("chat template    {}", plan.model.chat_template));
     if let (Some(min), Some(max)) = (lengths.iter().min(), lengths.iter().max()) {
         let mean = lengths.iter().sum::<usize>() as f64 / lengths.len() as f64;
         printer::out(format!("prompt tokens    min {min}  mean {mean:.1}  max {max}  over {} problems", lengths.len()));

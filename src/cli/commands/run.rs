@@ -50,8 +50,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         }
     };
     let planned = match text {
-        Some(t) => spec::plan::plan_text(&spec_path, t, &ovs),
-        None => spec::plan(&spec_path, &ovs),
+        Some(t) => crate::plan::plan_text(&spec_path, t, &ovs),
+        None => crate::plan::plan(&spec_path, &ovs),
     };
     let plan = match planned {
         Ok(p) => p,
@@ -69,12 +69,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let outcome = execute(&plan)?;
     match outcome {
         Ok(engine::Outcome::Finished { steps }) => {
-            let what = if plan.spec.schedule.dry_run { " (dry run: nothing trained)" } else { "" };
-            printer::status(format!("finished {} ({steps} steps){what} → {}", plan.run_id, RunDir::path_for(&plan).display()));
+            let what = if plan.schedule.dry_run { " (dry run: nothing trained)" } else { "" };
+            printer::status(format!("finished {} ({steps} steps){what} → {}", plan.run_id, plan.run_dir().display()));
             Ok(exit::OK)
         }
         Ok(engine::Outcome::Interrupted { steps }) => {
-            printer::status(format!("interrupted after {steps} steps; `rlx run --resume {}` continues", RunDir::path_for(&plan).display()));
+            printer::status(format!("interrupted after {steps} steps; `rlx run --resume {}` continues", plan.run_dir().display()));
             Ok(exit::INTERRUPTED)
         }
         // `cli::main` renders the cause chain and picks the exit code (2 for the user's errors).
@@ -87,8 +87,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
 ///
 /// # Errors
 /// The runtime cannot start (the engine's own errors are the inner result).
-pub(super) fn execute(plan: &spec::Plan) -> anyhow::Result<Result<engine::Outcome, engine::Error>> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+pub(super) fn execute(plan: &crate::plan::Plan) -> anyhow::Result<Result<engine::Outcome, engine::Error>> {
+    let rt = super::runtime()?;
     let stop = engine::Stop::default();
     let console = Console::new();
     Ok(rt.block_on(async {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Subcommand;
 
+use crate::quantile::quantile_sorted;
 use crate::cli::{exit, printer};
 use crate::data::{IoCase, Problem, Tests};
 use crate::sandbox::local::LocalConfig;
@@ -54,7 +55,7 @@ pub enum SandboxCommand {
 
 /// Run `rlx sandbox ...`.
 pub fn run(cmd: SandboxCommand) -> anyhow::Result<u8> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let runtime = super::runtime()?;
     runtime.block_on(async {
         match cmd {
             SandboxCommand::Serve { bind, concurrency, max_in_flight, strict } => serve(bind, concurrency, max_in_flight, strict).await,
@@ -119,12 +120,6 @@ fn lcb10(wrong_on: Option<usize>) -> Problem {
 
 const LCB10_SOLUTION: &str = "n = int(input())\nxs = list(map(int, input().split()))\nprint(sum(xs))\nprint(max(xs))\n";
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
 
 /// CPU seconds of the workers, their long-lived helpers (the PID-namespace holders) and
 /// everything those reaped, plus rlx itself.
@@ -160,7 +155,7 @@ async fn bench(workers: Option<usize>, requests: usize, inflight: &[usize]) -> a
         anchor.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     anchor.sort_by(f64::total_cmp);
-    let anchor_ms = percentile(&anchor, 0.5);
+    let anchor_ms = quantile_sorted(&anchor, 0.5);
     printer::out(format!("machine: {} cores; sandbox: {} workers; python: {}", std::thread::available_parallelism().map_or(0, |n| n.get()), sandbox.workers(), python.display()));
     printer::out(format!("protection: {}", serde_json::to_string(sandbox.protection())?));
     printer::out(format!("anchor: `python -c pass` p50 {anchor_ms:.1} ms"));
@@ -225,13 +220,13 @@ async fn bench(workers: Option<usize>, requests: usize, inflight: &[usize]) -> a
             let cpu = cpu_seconds(&sandbox.worker_pids()) - cpu0;
             lat.sort_by(f64::total_cmp);
             let left = processes_of(&uids);
-            let p50 = percentile(&lat, 0.5);
+            let p50 = quantile_sorted(&lat, 0.5);
             printer::out(format!(
                 "| {name}{} | {c} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1}x | {left} |",
                 if bad > 0 { format!(" ({bad} unexpected)") } else { String::new() },
                 lat.len() as f64 / wall,
                 p50,
-                percentile(&lat, 0.95),
+                quantile_sorted(&lat, 0.95),
                 cpu * 1000.0 / lat.len().max(1) as f64,
                 p50 / anchor_ms,
             ));

@@ -13,7 +13,7 @@ use clap::Args;
 
 use crate::cli::{exit, printer};
 use crate::serve::{Options, State, faults::Faults};
-use crate::spec::resolved::ModelSource;
+use crate::seam::ModelSource;
 
 /// `rlx serve`.
 #[derive(Debug, Args)]
@@ -85,7 +85,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
         threads: args.threads,
         long_poll: Duration::from_secs_f64(args.long_poll_s),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let runtime = super::runtime()?;
     runtime.block_on(async {
         let state = State::new(options).context("cannot start the server")?;
         let listener = tokio::net::TcpListener::bind(args.bind).await.with_context(|| format!("cannot listen on `{}`", args.bind))?;

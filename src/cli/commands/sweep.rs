@@ -17,15 +17,16 @@ use crate::runlog::sweep::{SweepDir, SweepRecord};
 use crate::runlog::{RunDir, State};
 use crate::spec::overrides::{self, SweepArg};
 use crate::spec::schema::Validator;
-use crate::spec::sweep::{self, Sweep};
-use crate::spec::{Diagnostic, Plan};
+use crate::plan::sweep::{self, Sweep};
+use crate::plan::Plan;
+use crate::spec::Diagnostic;
 
 /// The spec used when `rlx sweep` is given none.
 pub const DEFAULT_SPEC: &str = "experiments/default.yaml";
 
 /// What a member's run directory says before the sweep starts it.
 fn prior_state(plan: &Plan) -> (String, bool) {
-    match RunDir::open(&RunDir::path_for(plan)).ok().and_then(|d| d.status().ok().flatten()) {
+    match RunDir::open(&plan.run_dir()).ok().and_then(|d| d.status().ok().flatten()) {
         None => ("new".into(), false),
         Some(s) if s.state == State::Finished => ("finished".into(), true),
         Some(s) => (format!("resume ({}/{} steps, {:?})", s.steps_done, s.max_steps, s.state).to_lowercase(), false),

@@ -88,7 +88,8 @@ fn open(path: &Path) -> anyhow::Result<Run> {
     if status.state == State::Running && dir.lock().is_err() {
         return Err(UserError::msg(format!("`{}` is still running; sync it once it has stopped", path.display())));
     }
-    let config: serde_json::Value = dir.read_json(files::RESOLVED)?.unwrap_or_default();
+    let written: serde_json::Value = dir.read_json(files::RESOLVED)?.unwrap_or_default();
+    let config = crate::plan::record::upgrade(written.clone()).unwrap_or(written);
     let name = config["name"].as_str().unwrap_or(&status.run_id).to_string();
     // Another rlx version's spec may not read as this one's; its trackers then are the flags'.
     let sinks: Sinks = serde_json::from_value(config["log"]["sinks"].clone()).unwrap_or_default();
@@ -140,7 +141,7 @@ pub fn run(cmd: SyncCommand) -> anyhow::Result<u8> {
     {
         return Err(UserError::msg(format!("`--tracking-uri` must be an http(s) URL, found `{uri}`")));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let rt = super::runtime()?;
     let mut incomplete = 0;
     for path in dirs {
         let run = open(path)?;

@@ -4,8 +4,8 @@ use std::path::Path;
 
 use super::{report_plan_error, split_args};
 use crate::cli::{ValidateArgs, exit, printer};
-use crate::runlog::RunDir;
-use crate::spec::{self, Plan, explain};
+use crate::plan::{self, Plan, explain};
+use crate::seam::Finetune;
 
 pub fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
     let (specs, ovs) = match split_args(&args.args) {
@@ -19,7 +19,7 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
     let mut code = exit::OK;
     let mut plans = vec![];
     for s in &specs {
-        match spec::plan(Path::new(s), &ovs) {
+        match plan::plan(Path::new(s), &ovs) {
             Ok(plan) => {
                 printer::status(format!("ok: `{s}` is valid (run `{}`)", plan.run_id));
                 plans.push(plan);
@@ -41,22 +41,21 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
 
 fn explain_plan(plan: &Plan, pilot: Option<f64>) {
     let e = explain::estimate(plan, pilot);
-    let s = &plan.spec;
-    let backend = serde_json::to_value(&s.backend).ok().and_then(|v| v["kind"].as_str().map(str::to_string)).unwrap_or_default();
-    let adapt = match s.model.finetune {
-        spec::types::Finetune::Lora => format!("LoRA rank {}", s.model.lora.rank),
-        spec::types::Finetune::Full => "full fine-tune".into(),
+    let backend = plan.backend.kind();
+    let adapt = match &plan.model.finetune {
+        Finetune::Lora(l) => format!("LoRA rank {}", l.rank),
+        Finetune::Full => "full fine-tune".into(),
     };
     let mut lines = vec![
         format!("run {}", plan.run_id),
-        format!("  directory       {}", RunDir::path_for(plan).display()),
-        format!("  spec            {}", plan.spec_path.display()),
+        format!("  directory       {}", plan.run_dir().display()),
+        format!("  spec            {}", plan.written.path.display()),
     ];
-    if !plan.overrides.is_empty() {
-        lines.push(format!("  overrides       {}", plan.overrides.join(" ")));
+    if !plan.written.overrides.is_empty() {
+        lines.push(format!("  overrides       {}", plan.written.overrides.join(" ")));
     }
     lines.extend([
-        format!("  model           {} ({adapt}) on `{backend}`", s.model.base),
+        format!("  model           {} ({adapt}) on `{backend}`", plan.model.base),
         format!("  steps           {}", e.steps),
         format!(
             "  per step        {} problems × {} completions = {} completions",
@@ -65,7 +64,7 @@ fn explain_plan(plan: &Plan, pilot: Option<f64>) {
         format!(
             "  sampled tokens  ≤ {} per step (× max_tokens {}), ≤ {} over the run",
             thousands(e.max_tokens_per_step),
-            s.sampling.max_tokens,
+            plan.sampling.max_tokens,
             thousands(e.max_train_tokens)
         ),
     ]);
@@ -76,11 +75,11 @@ fn explain_plan(plan: &Plan, pilot: Option<f64>) {
             "  evaluation      {} evals × {} sample(s) per problem, pass@{:?}; ≤ {} tokens per eval problem",
             e.evals,
             e.eval_samples,
-            s.eval.k,
+            plan.eval.k,
             thousands(e.max_eval_tokens_per_problem)
         ));
     }
-    lines.push(format!("  checkpoints     every {} steps and at the end", s.schedule.save_every));
+    lines.push(format!("  checkpoints     every {} steps and at the end", plan.schedule.save_every));
     if let (Some(z), Some(useful), Some(p)) = (e.zero_advantage_share, e.expected_useful_groups, pilot) {
         lines.push(format!(
             "  pilot           p = {p}: zero-advantage groups p^G + (1-p)^G = {:.2}% → ~{useful:.2} of {} groups per step carry signal",

@@ -50,25 +50,25 @@ pub fn zero_advantage_share(p: f64, group_size: u32) -> f64 {
 
 /// Computes the estimate of a plan, optionally with a pilot pass rate.
 pub fn estimate(plan: &Plan, pilot_pass_rate: Option<f64>) -> Estimate {
-    let s = &plan.spec;
-    let completions = s.completions_per_step();
-    let max_tokens = u64::from(s.sampling.max_tokens);
-    let evals = if s.data.eval.is_empty() { 0 } else { eval_count(s.schedule.max_steps, s.schedule.eval_every, s.schedule.eval_at_start) };
-    let eval_samples = s.eval.samples.unwrap_or_else(|| s.eval.k.iter().copied().max().unwrap_or(1));
-    let eval_max_tokens = u64::from(s.eval.max_tokens.unwrap_or(s.sampling.max_tokens));
-    let share = pilot_pass_rate.map(|p| zero_advantage_share(p, s.grpo.group_size));
+    let (g, sched) = (&plan.grpo, &plan.schedule);
+    let completions = u64::from(g.prompts_per_step) * u64::from(g.group_size);
+    let max_tokens = plan.sampling.max_tokens as u64;
+    let evals = if plan.data.eval.is_empty() { 0 } else { eval_count(sched.max_steps, sched.eval_every, sched.eval_at_start) };
+    let eval_samples = plan.eval.samples;
+    let eval_max_tokens = plan.eval.sampling.max_tokens as u64;
+    let share = pilot_pass_rate.map(|p| zero_advantage_share(p, g.group_size));
     Estimate {
-        steps: s.schedule.max_steps,
-        prompts_per_step: s.grpo.prompts_per_step,
-        group_size: s.grpo.group_size,
+        steps: sched.max_steps,
+        prompts_per_step: g.prompts_per_step,
+        group_size: g.group_size,
         completions_per_step: completions,
         max_tokens_per_step: completions * max_tokens,
-        max_train_tokens: completions * max_tokens * u64::from(s.schedule.max_steps),
+        max_train_tokens: completions * max_tokens * u64::from(sched.max_steps),
         evals,
         eval_samples,
         max_eval_tokens_per_problem: u64::from(evals) * u64::from(eval_samples) * eval_max_tokens,
         zero_advantage_share: share,
-        expected_useful_groups: share.map(|z| f64::from(s.grpo.prompts_per_step) * (1.0 - z)),
+        expected_useful_groups: share.map(|z| f64::from(g.prompts_per_step) * (1.0 - z)),
     }
 }
 

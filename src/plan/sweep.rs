@@ -11,9 +11,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::diagnostic::{Diagnostic, Diagnostics};
-use super::overrides::{Axis, Override, SweepArg};
-use super::plan::{self, Error, Plan};
+use crate::spec::diagnostic::{Diagnostic, Diagnostics};
+use crate::spec::overrides::{Axis, Override, SweepArg};
+use super::{self as plan, Error, Plan};
 
 /// One point of the grid.
 #[derive(Debug, Clone)]
@@ -126,7 +126,7 @@ pub fn expand(spec_path: &Path, args: &[SweepArg]) -> Result<Sweep, Error> {
     if !diags.is_empty() {
         return Err(invalid(diags));
     }
-    let name = members.first().map_or("sweep", |m| m.plan.spec.name.as_str());
+    let name = members.first().map_or("sweep", |m| m.plan.name.as_str());
     let mut h = Sha256::new();
     for m in &members {
         h.update(m.plan.run_id.as_bytes());
@@ -183,7 +183,7 @@ mod tests {
         assert_eq!(s.members[0].assignment["seed"], "0");
         assert_eq!(s.members[1].assignment["seed"], "1");
         assert_eq!(s.members[3].assignment["optimizer.learning_rate"], "4e-5");
-        assert!(s.members.iter().all(|m| m.plan.spec.schedule.max_steps == 5));
+        assert!(s.members.iter().all(|m| m.plan.schedule.max_steps == 5));
         assert!(s.axes[1].replicate);
         let ids: std::collections::BTreeSet<_> = s.members.iter().map(|m| m.plan.run_id.clone()).collect();
         assert_eq!(ids.len(), 6);

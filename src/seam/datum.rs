@@ -1,7 +1,7 @@
-//! The origin pipeline's `make_datum` and `train_step`: a sampled trajectory becomes a training
-//! datum, and a batch of datums becomes one optimizer step.
+//! The origin pipeline's `make_datum`: a sampled trajectory becomes a training datum. (Its
+//! `train_step`, a batch of datums becoming one optimizer step, is the engine's.)
 
-use crate::backend::{AdamParams, Datum, ForwardBackwardOutput, LossFn, LossFnInputs, OptimStepOutput, Result, Trainer};
+use super::{Datum, LossFnInputs};
 
 /// Builds the datum of one trajectory.
 ///
@@ -48,23 +48,10 @@ pub fn make_multiturn_datum(tokens: &[u32], segments: &[(usize, &[f32])], advant
     }
 }
 
-/// One optimizer step over `datums`: `forward_backward` and `optim_step` submitted back to back
-/// (a remote backend runs them without a round trip in between), then both replies awaited.
-///
-/// # Errors
-/// Backend failures. When `forward_backward` fails nothing is accumulated, so the `optim_step`
-/// behind it finds no gradient and applies nothing; its error is the forward/backward one.
-pub async fn train_step(trainer: &dyn Trainer, datums: Vec<Datum>, loss: LossFn, adam: AdamParams) -> Result<(ForwardBackwardOutput, OptimStepOutput)> {
-    let fb = trainer.forward_backward(datums, loss);
-    let opt = trainer.optim_step(adam);
-    let fb = fb.await;
-    let opt = opt.await;
-    Ok((fb?, opt?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seam::LossFn;
 
     #[test]
     fn shift_and_masks() {

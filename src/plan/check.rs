@@ -6,13 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-use super::diagnostic::Diagnostic;
-use super::node::Node;
-use super::source::{Source, Span};
-use super::types::{Finetune, RewardKind, SandboxKind, Spec};
 use crate::data::filter::is_day;
-
-use super::resolved::{BUILTIN_CHAT_TEMPLATES, ModelSource, SourceError, looks_like_path};
+use crate::prompt::chat::BUILTINS as BUILTIN_CHAT_TEMPLATES;
+use crate::seam::{ModelSource, SourceError, looks_like_path};
+use crate::spec::diagnostic::Diagnostic;
+use crate::spec::node::Node;
+use crate::spec::source::{Source, Span};
+use crate::spec::types::{Finetune, RewardKind, SandboxKind, Spec};
 
 /// A template file named by the spec, with its role (`prompt.user`, ...).
 #[derive(Debug, Clone)]
@@ -321,7 +321,7 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
         } else {
             let names = std::iter::once("auto").chain(BUILTIN_CHAT_TEMPLATES.iter().copied()).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
             let d = cx.err("model.chat_template", format!("unknown chat template `{ct}`; expected {names} or a path to a Jinja file"));
-            if let Some(m) = super::diagnostic::did_you_mean(&ct, std::iter::once("auto").chain(BUILTIN_CHAT_TEMPLATES.iter().copied())) {
+            if let Some(m) = crate::spec::diagnostic::did_you_mean(&ct, std::iter::once("auto").chain(BUILTIN_CHAT_TEMPLATES.iter().copied())) {
                 d.hints.push(format!("did you mean `{m}`?"));
             }
         }

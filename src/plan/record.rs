@@ -1,0 +1,111 @@
+//! `resolved.json`: the plan's values in the shape of the spec (the same section and key names,
+//! so `rlx compare` and the trackers show `optimizer.learning_rate`, not an internal name), with
+//! every default the plan applied filled in, and `schema_version`.
+//!
+//! Version 1 (rlx before the plan module) held the spec after overrides, with `null` where the
+//! plan later applies a default. [`upgrade`] reads either version into the current one by
+//! resolving a version-1 spec the way [`super::plan`] does, so that two runs of the same
+//! configuration compare equal whichever rlx wrote them.
+
+use serde_json::{Value, json};
+
+use super::{Plan, Written};
+use crate::backend::BackendChoice;
+use crate::backend::local::SampleWeights;
+use crate::spec::Spec;
+
+/// The version [`to_json`] writes.
+pub const SCHEMA_VERSION: u64 = 2;
+
+/// `resolved.json` of `plan`.
+pub fn to_json(plan: &Plan) -> Value {
+    let mut v = serde_json::to_value(&plan.written.spec).unwrap_or_else(|_| json!({}));
+    let Some(obj) = v.as_object_mut() else { return v };
+    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    let eval = obj.entry("eval").or_insert_with(|| json!({}));
+    eval["samples"] = json!(plan.eval.samples);
+    eval["max_tokens"] = json!(plan.eval.sampling.max_tokens);
+    let backend = obj.entry("backend").or_insert_with(|| json!({}));
+    match &plan.backend {
+        BackendChoice::Local { max_tokens_per_microbatch, sample_weights, .. } => {
+            backend["max_tokens_per_microbatch"] = json!(max_tokens_per_microbatch);
+            backend["sample_weights"] = json!(match sample_weights {
+                SampleWeights::F32 => "f32",
+                SampleWeights::Q8_0 => "q8_0",
+            });
+        }
+        BackendChoice::Tinker { max_in_flight, .. } => backend["max_in_flight"] = json!(max_in_flight),
+        BackendChoice::Openai { served_model, concurrency, timeout, max_retries, .. } => {
+            backend["served_model"] = json!(served_model);
+            backend["concurrency"] = json!(concurrency);
+            backend["timeout_s"] = json!(timeout.as_secs_f64());
+            backend["max_retries"] = json!(max_retries);
+        }
+    }
+    v
+}
+
+/// Why a `resolved.json` cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A version this rlx does not know (written by a newer one).
+    #[error("`resolved.json` has schema_version {0}; this rlx reads versions 1 to {SCHEMA_VERSION}")]
+    Newer(u64),
+    /// A version-1 file that is not a spec this rlx can read.
+    #[error("`resolved.json` (version 1) is not a spec this rlx can read")]
+    NotASpec(#[source] serde_json::Error),
+    /// A version-1 spec whose model names no source.
+    #[error("`resolved.json` (version 1): {0}")]
+    Model(#[from] crate::seam::SourceError),
+}
+
+/// Reads a `resolved.json` of any known version as the current version.
+///
+/// # Errors
+/// A newer version, or a version-1 file that is not a spec.
+pub fn upgrade(v: Value) -> Result<Value, Error> {
+    match v.get("schema_version").and_then(Value::as_u64) {
+        Some(SCHEMA_VERSION) => Ok(v),
+        Some(n) if n > SCHEMA_VERSION => Err(Error::Newer(n)),
+        _ => {
+            let spec: Spec = serde_json::from_value(v).map_err(Error::NotASpec)?;
+            let written = Written { spec, path: Default::default(), text: String::new(), overrides: vec![], templates: vec![] };
+            Ok(to_json(&super::resolve::resolve(written, String::new())?))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v1() -> Value {
+        let spec: Spec = serde_json::from_value(json!({
+            "name": "t", "model": {"base": "/m"}, "backend": {"kind": "local"},
+            "data": {"train": [{"path": "/d.jsonl", "format": "mbpp"}]}, "prompt": {"user": "/u.j2"},
+            "eval": {"k": [1, 4]}
+        }))
+        .unwrap();
+        serde_json::to_value(spec).unwrap()
+    }
+
+    #[test]
+    fn version_1_gets_the_defaults_the_plan_applies() {
+        let old = v1();
+        assert!(old.get("schema_version").is_none());
+        assert!(old["eval"].get("samples").is_none_or(Value::is_null));
+        let new = upgrade(old).unwrap();
+        assert_eq!(new["schema_version"], json!(2));
+        assert_eq!(new["eval"]["samples"], json!(4));
+        assert_eq!(new["backend"]["max_tokens_per_microbatch"], json!(crate::spec::defaults::MAX_TOKENS_PER_MICROBATCH));
+        assert_eq!(new["backend"]["sample_weights"], json!("q8_0"));
+        // Reading the current version changes nothing.
+        assert_eq!(upgrade(new.clone()).unwrap(), new);
+    }
+
+    #[test]
+    fn newer_and_foreign_files_are_refused() {
+        assert!(matches!(upgrade(json!({"schema_version": 3})), Err(Error::Newer(3))));
+        assert!(matches!(upgrade(json!({"name": 5})), Err(Error::NotASpec(_))));
+    }
+}

@@ -1,0 +1,147 @@
+//! A checked spec to a [`Plan`]: the one place where defaults are applied and strings become the
+//! sum types the program uses (`model.base` a [`ModelSource`], `model.chat_template` a
+//! [`ChatTemplateChoice`], LoRA targets module names, the loss, optimizer and sampling settings
+//! the backends' own types).
+//!
+//! Why two representations (style.md §a.3, ripgrep's low/high args, uv's `OptionsWire`): the
+//! YAML types mirror what users write (for the schema, the diagnostics and the run id), while
+//! the program wants values with no string left to interpret and no default left to apply.
+
+use std::time::Duration;
+
+use super::{EvalPlan, GrpoPlan, ModelPlan, Plan, Written};
+use crate::backend::BackendChoice;
+use crate::backend::local::SampleWeights;
+use crate::backend::openai;
+use crate::prompt::chat::ChatTemplateChoice;
+use crate::seam::{AdamParams, Finetune, LoraConfig, LossFn, ModelSource, SamplingParams, SourceError, Stop};
+use crate::spec::defaults;
+use crate::spec::types::{self, Backend, Loss, Spec};
+
+/// Resolves a spec that passed [`super::check::check`].
+///
+/// # Errors
+/// A `model.base` or `model.tokenizer` that names no source (the checks report these first, with
+/// locations; this is the backstop for specs built in code).
+pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceError> {
+    let spec = &written.spec;
+    let sampling = sampling(&spec.sampling);
+    let eval = EvalPlan {
+        k: spec.eval.k.clone(),
+        samples: defaults::eval_samples(spec.eval.samples, &spec.eval.k),
+        sampling: SamplingParams {
+            temperature: spec.eval.temperature,
+            max_tokens: spec.eval.max_tokens.unwrap_or(spec.sampling.max_tokens) as usize,
+            ..sampling.clone()
+        },
+    };
+    let g = &spec.grpo;
+    let o = &spec.optimizer;
+    Ok(Plan {
+        name: spec.name.clone(),
+        seed: spec.seed,
+        run_id: format!("{}-{hash}", spec.name),
+        hash,
+        model: model(&spec.model)?,
+        backend: backend(spec),
+        data: spec.data.clone(),
+        prompt: spec.prompt.clone(),
+        sampling,
+        grpo: GrpoPlan {
+            prompts_per_step: g.prompts_per_step,
+            group_size: g.group_size,
+            advantage: g.advantage.clone(),
+            skip_degenerate: g.skip_degenerate,
+            loss: loss_fn(&g.loss),
+            max_steps_off_policy: g.max_steps_off_policy,
+        },
+        rollout: spec.rollout.clone(),
+        reward: spec.reward.clone(),
+        sandbox: spec.sandbox.clone(),
+        adam: AdamParams {
+            learning_rate: o.learning_rate,
+            beta1: o.beta1,
+            beta2: o.beta2,
+            eps: o.eps,
+            weight_decay: o.weight_decay,
+            grad_clip_norm: o.grad_clip_norm,
+        },
+        schedule: spec.schedule.clone(),
+        eval,
+        log: spec.log.clone(),
+        written,
+    })
+}
+
+fn model(m: &types::Model) -> Result<ModelPlan, SourceError> {
+    let finetune = match m.finetune {
+        types::Finetune::Full => Finetune::Full,
+        types::Finetune::Lora => Finetune::Lora(LoraConfig {
+            rank: m.lora.rank as usize,
+            alpha: m.lora.alpha,
+            targets: m.lora.targets.iter().map(|t| t.module_name().to_string()).collect(),
+        }),
+    };
+    Ok(ModelPlan {
+        base: m.base.clone(),
+        source: ModelSource::parse(&m.base, m.revision.as_deref())?,
+        tokenizer: m.tokenizer.as_deref().map(|t| ModelSource::parse(t, None)).transpose()?,
+        chat_template: ChatTemplateChoice::parse(&m.chat_template),
+        finetune,
+    })
+}
+
+fn backend(spec: &Spec) -> BackendChoice {
+    match &spec.backend {
+        Backend::Local { threads, max_tokens_per_microbatch, sample_weights } => BackendChoice::Local {
+            threads: threads.map(|t| t as usize),
+            max_tokens_per_microbatch: max_tokens_per_microbatch.unwrap_or(defaults::MAX_TOKENS_PER_MICROBATCH) as usize,
+            sample_weights: match sample_weights {
+                Some(types::SampleWeights::F32) => SampleWeights::F32,
+                Some(types::SampleWeights::Q8_0) | None => SampleWeights::Q8_0,
+            },
+        },
+        Backend::Tinker { base_url, api_key_env, max_in_flight, model_path } => BackendChoice::Tinker {
+            base_url: base_url.clone(),
+            api_key_env: api_key_env.clone(),
+            max_in_flight: max_in_flight.unwrap_or(defaults::TINKER_MAX_IN_FLIGHT) as usize,
+            model_path: model_path.clone(),
+        },
+        Backend::Openai { base_url, api_key_env, served_model, api, prompt, concurrency, timeout_s, max_retries } => BackendChoice::Openai {
+            base_url: base_url.trim_end_matches('/').to_string(),
+            api_key_env: api_key_env.clone(),
+            served_model: served_model.clone().unwrap_or_else(|| spec.model.base.clone()),
+            api: match api {
+                types::OpenaiApi::Completions => openai::Api::Completions,
+                types::OpenaiApi::Chat => openai::Api::Chat,
+            },
+            prompt: match prompt {
+                types::PromptEncoding::Tokens => openai::PromptEncoding::Tokens,
+                types::PromptEncoding::Text => openai::PromptEncoding::Text,
+            },
+            concurrency: concurrency.unwrap_or(defaults::OPENAI_CONCURRENCY).max(1) as usize,
+            timeout: Duration::from_secs_f64(timeout_s.filter(|t| t.is_finite() && *t > 0.0).unwrap_or(defaults::OPENAI_TIMEOUT_S)),
+            max_retries: max_retries.unwrap_or(defaults::OPENAI_MAX_RETRIES),
+        },
+    }
+}
+
+fn sampling(s: &types::Sampling) -> SamplingParams {
+    SamplingParams {
+        max_tokens: s.max_tokens as usize,
+        temperature: s.temperature,
+        top_p: s.top_p,
+        top_k: (s.top_k > 0).then_some(s.top_k as usize),
+        stop: s.stop.iter().cloned().map(Stop::Text).collect(),
+        seed: None,
+    }
+}
+
+fn loss_fn(loss: &Loss) -> LossFn {
+    match *loss {
+        Loss::ImportanceSampling => LossFn::ImportanceSampling,
+        Loss::Ppo { clip_low_threshold, clip_high_threshold } => LossFn::Ppo { clip_low_threshold, clip_high_threshold },
+        Loss::Cispo { clip_low_threshold, clip_high_threshold } => LossFn::Cispo { clip_low_threshold, clip_high_threshold },
+        Loss::Dro { beta } => LossFn::Dro { beta },
+    }
+}
