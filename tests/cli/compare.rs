@@ -322,7 +322,7 @@ fn bad_input_gets_clear_errors() {
     std::fs::write(&newer, s.to_string()).unwrap();
     let r = cx.run(&["compare", "runs/fx-a0", "runs/fx-a1"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("written by a newer rlx (format version 99; this rlx reads up to 1); upgrade rlx"), "{}", r.stderr);
+    assert!(r.stderr.contains("written by a newer rlx (format version 99; this rlx reads up to 2); upgrade rlx"), "{}", r.stderr);
 }
 
 /// The quickstart's result, replayed: 40 problems, 17 solved at the baseline and 22 after

@@ -287,3 +287,12 @@ fn failed_attempts_get_feedback_and_every_turn_is_trained() {
     assert!(fb.contains("did not pass the tests") && fb.contains("attempt 2 of 2"), "{fb}");
     assert_eq!(two["text"], turns[1]["text"], "the final attempt is the one scored");
 }
+
+/// Writes the tiny model of these tests to `$RLX_TINY_OUT`: how `tests/fixtures/run-v1` was made
+/// (see `compat.rs`). `cargo test --test cli engine::write_tiny_model -- --ignored`.
+#[test]
+#[ignore = "a tool for regenerating fixtures, not a test"]
+fn write_tiny_model() {
+    let out = std::env::var_os("RLX_TINY_OUT").expect("RLX_TINY_OUT names the directory to write");
+    tiny_model(Path::new(&out));
+}

@@ -5,6 +5,8 @@
 //! - `backend_contract`: the backend contract suite (`rlx::backend::contract`) on the local
 //!   backend, through the async seams.
 //! - `chat`: chat templates and tokenization against real Qwen3 files and HF's Python reference.
+//! - `compat`: a run directory written before the plan module (`tests/fixtures/run-v1`), read by
+//!   `rlx compare` and resumed by `rlx run --resume`.
 //! - `compare`: `rlx compare` on run directories the tests write (arms × seeds, failed and torn
 //!   runs, another problem set), its statistics, formats, HTML (headless Chromium) and PNGs.
 //! - `common`: `TestContext` (temp work dir, clean env, `rlx` command) and helpers.
@@ -45,6 +47,7 @@ mod architecture;
 mod backend_contract;
 mod chat;
 mod common;
+mod compat;
 mod compare;
 mod data;
 mod engine;
