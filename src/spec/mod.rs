@@ -4,6 +4,7 @@
 //! - [`source`], [`node`]: YAML text to a tree whose every value knows its file:line:column.
 //! - [`schema`]: the generated JSON Schema and a validator that reports every problem at once.
 //! - [`overrides`]: `key.path=value` arguments, aliases, sweep axes.
+//! - [`sample`]: sweep ranges (`loguniform(1e-6,1e-4)`, `range(0,3)`) for grids and `--sample`.
 //! - [`check`]: semantic rules (batch arithmetic, ranges, files, templates).
 //! - [`plan`]: the pipeline from file + overrides to a [`Plan`] with its run id.
 //! - [`resolved`]: the values the program uses ([`Resolved`]), derived once from the checked spec.
@@ -16,6 +17,7 @@ pub mod node;
 pub mod overrides;
 pub mod plan;
 pub mod resolved;
+pub mod sample;
 pub mod schema;
 pub mod source;
 pub(crate) mod sweep;
