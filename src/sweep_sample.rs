@@ -10,7 +10,7 @@
 //! sweep finds its finished runs like a grid does. A larger N keeps the first configurations of a
 //! smaller one.
 //!
-//! Drawn numbers are written with 4 significant digits (`3.162e-5`, `0.7071`), the text that
+//! Drawn numbers are written with 4 significant digits (`3.162e-5`, `0.618`), the text that
 //! is recorded, shown and hashed; they stay within the range's bounds. A configuration drawn
 //! twice is drawn again, so the N are distinct.
 
@@ -54,7 +54,7 @@ impl Dimension {
             Dimension::List(a) => Some(a.values.len()),
             Dimension::Ranged(r) => match &r.dist {
                 Distribution::Choice(v) => Some(v.len()),
-                Distribution::Range { .. } => Some(r.dist.range_values().len()),
+                Distribution::Range { .. } => Some(usize::try_from(r.dist.range_len()).unwrap_or(usize::MAX)),
                 _ => None,
             },
         }
@@ -80,10 +80,7 @@ impl Dimension {
                     let n = &nodes[pick(rng, nodes.len())];
                     Override { path: r.path.clone(), value: n.clone(), key_span: r.key_span.clone(), raw: r.raw.clone() }
                 }
-                Distribution::Range { .. } => {
-                    let values = r.dist.range_values();
-                    r.with_value(&values[pick(rng, values.len())].to_string())
-                }
+                Distribution::Range { .. } => r.with_value(&r.dist.range_value(rng.below(r.dist.range_len())).to_string()),
                 Distribution::Uniform { low, high } => r.with_value(&number_text(low + (high - low) * unit(rng), *low, *high)),
                 Distribution::LogUniform { low, high } => {
                     let (a, b) = (low.ln(), high.ln());
@@ -104,7 +101,7 @@ fn unit(rng: &mut SplitMix64) -> f64 {
 }
 
 /// `v` with 4 significant digits, kept within `[low, high]`: plain decimals between 1e-3 and 1e4
-/// (`0.7071`, `12.5`), scientific notation otherwise (`3.162e-5`), both YAML numbers.
+/// (`0.618`, `12.5`), scientific notation otherwise (`3.162e-5`), both YAML numbers.
 pub fn number_text(v: f64, low: f64, high: f64) -> String {
     let rounded: f64 = format!("{v:.3e}").parse().unwrap_or(v);
     let r = rounded.clamp(low, high);
@@ -205,7 +202,7 @@ mod tests {
     #[test]
     fn numbers_keep_four_digits_within_bounds() {
         assert_eq!(number_text(3.1622776e-5, 1e-6, 1e-4), "3.162e-5");
-        assert_eq!(number_text(0.70710678, 0.0, 1.0), "0.7071");
+        assert_eq!(number_text(0.61803398, 0.0, 1.0), "0.618");
         assert_eq!(number_text(2.00001, 1.0, 3.0), "2.0");
         assert_eq!(number_text(9.99996e-5, 1e-6, 1e-4), "1e-4");
         assert_eq!(number_text(12345.6, 0.0, 1e5), "1.235e4");

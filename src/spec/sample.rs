@@ -54,25 +54,22 @@ pub enum Distribution {
     Choice(Vec<Node>),
 }
 
+/// The most values a grid lists from one `range(...)` (a sweep has at most 4096 runs anyway).
+pub const MAX_LISTED: u64 = 4096;
+
 impl Distribution {
-    /// The integers of a `range`, in order (empty for the other kinds).
-    pub fn range_values(&self) -> Vec<i64> {
-        let Distribution::Range { start, stop, step } = *self else { return vec![] };
-        let mut out = vec![];
-        let mut v = start;
-        while (step > 0 && v < stop) || (step < 0 && v > stop) {
-            out.push(v);
-            match v.checked_add(step) {
-                Some(n) => v = n,
-                None => break,
-            }
-        }
-        out
+    /// How many integers a `range` holds (0 for the other kinds), counted, not listed.
+    pub fn range_len(&self) -> u64 {
+        let Distribution::Range { start, stop, step } = *self else { return 0 };
+        let (start, stop, step) = (i128::from(start), i128::from(stop), i128::from(step));
+        let (span, by) = if step > 0 { (stop - start, step) } else { (start - stop, -step) };
+        if span <= 0 { 0 } else { u64::try_from((span + by - 1) / by).unwrap_or(u64::MAX) }
     }
 
-    /// True for `uniform` and `loguniform`: values can only be drawn, not listed.
-    pub fn is_continuous(&self) -> bool {
-        matches!(self, Distribution::Uniform { .. } | Distribution::LogUniform { .. })
+    /// The `i`-th integer of a `range` (`i < range_len()`; 0 for the other kinds).
+    pub fn range_value(&self, i: u64) -> i64 {
+        let Distribution::Range { start, step, .. } = *self else { return 0 };
+        i64::try_from(i128::from(start) + i128::from(step) * i128::from(i)).unwrap_or(start)
     }
 }
 
@@ -110,7 +107,14 @@ impl Ranged {
     pub fn to_axis(&self) -> Result<Axis, Diagnostic> {
         let values = match &self.dist {
             Distribution::Choice(nodes) => nodes.clone(),
-            Distribution::Range { .. } => self.dist.range_values().into_iter().map(|v| value_node(&v.to_string())).collect(),
+            Distribution::Range { .. } => {
+                let n = self.dist.range_len();
+                if n > MAX_LISTED {
+                    return Err(Diagnostic::new(format!("`{}` holds {n} values; a grid lists at most {MAX_LISTED}", self.expression()), Some(self.span.clone()))
+                        .hint("draw from it with `--sample N`"));
+                }
+                (0..n).map(|i| value_node(&self.dist.range_value(i).to_string())).collect()
+            }
             Distribution::Uniform { .. } | Distribution::LogUniform { .. } => {
                 return Err(Diagnostic::new(format!("`{}` is a continuous range: a grid cannot list its values", self.expression()), Some(self.span.clone()))
                     .label("drawn from, not listed")
@@ -234,7 +238,7 @@ pub fn parse(arg: &str) -> Result<Option<Ranged>, Vec<Diagnostic>> {
                 return Err(vec![Diagnostic::new("`range` step cannot be 0", Some(nodes[2].span.clone()))]);
             }
             let d = Distribution::Range { start, stop, step };
-            if d.range_values().is_empty() {
+            if d.range_len() == 0 {
                 return Err(vec![
                     Diagnostic::new(format!("`{}` holds no value", whole.text()), Some(whole))
                         .label("the stop is excluded, as in Python")
@@ -294,8 +298,14 @@ mod tests {
         assert!(matches!(r.dist, Distribution::LogUniform { low, high } if low == 1e-6 && high == 1e-4));
         assert_eq!(r.expression(), "loguniform(1e-6, 1e-4)");
         assert!(matches!(ok("temperature=uniform(0,1.5)").dist, Distribution::Uniform { low: 0.0, high: 1.5 }));
-        assert_eq!(ok("seed=range(0,3)").dist.range_values(), vec![0, 1, 2]);
-        assert_eq!(ok("seed=range(10,0,-4)").dist.range_values(), vec![10, 6, 2]);
+        let values = |d: &Distribution| (0..d.range_len()).map(|i| d.range_value(i)).collect::<Vec<_>>();
+        assert_eq!(values(&ok("seed=range(0,3)").dist), vec![0, 1, 2]);
+        assert_eq!(values(&ok("seed=range(10,0,-4)").dist), vec![10, 6, 2]);
+        assert_eq!(values(&ok("seed=range(0,10,3)").dist), vec![0, 3, 6, 9]);
+        let huge = ok("seed=range(-9223372036854775808,9223372036854775807)");
+        assert_eq!(huge.dist.range_len(), u64::MAX);
+        assert_eq!(huge.dist.range_value(u64::MAX - 1), 9223372036854775806);
+        assert!(huge.to_axis().unwrap_err().message.contains("a grid lists at most 4096"));
         let Distribution::Choice(v) = ok("eval.k=choice([1],[1,5])").dist else { panic!() };
         assert_eq!(v.len(), 2);
         assert_eq!(v[1].span.text(), "[1,5]");

@@ -4,10 +4,17 @@
 use std::path::Path;
 
 use crate::cli::{exit, printer};
-use crate::runlog::sweep::SweepDir;
+use crate::runlog::sweep::{RECORD, SweepDir};
 use crate::sweep_slurm::status::{self, SchedulerView};
 
 pub(super) fn status(dir: &Path) -> anyhow::Result<u8> {
+    if !dir.join(RECORD).is_file() {
+        printer::error_message(
+            &format!("`{}` is not a sweep directory (no {RECORD})", dir.display()),
+            &["`rlx sweep` prints where a sweep is: `sweeps/<sweep-id>` beside the runs root".into()],
+        );
+        return Ok(exit::USAGE);
+    }
     let sweep = SweepDir::open(dir)?;
     let record = sweep.record()?;
     let view = SchedulerView::query(&record);
@@ -18,11 +25,12 @@ pub(super) fn status(dir: &Path) -> anyhow::Result<u8> {
     let width = members.iter().map(|m| m.run_id.len()).max().unwrap_or(0);
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for m in &members {
-        let run = match (m.run_state, m.steps) {
-            (Some(s), Some((done, max))) => format!("{} {done}/{max}", format!("{s:?}").to_lowercase()),
-            _ => "not started".to_string(),
+        let state = m.run_state.map_or_else(|| "not started".to_string(), |s| format!("{s:?}").to_lowercase());
+        let run = match m.steps {
+            Some((done, max)) => format!("{state} {done}/{max}"),
+            None => state.clone(),
         };
-        *counts.entry(run.split(' ').next().unwrap_or("").to_string()).or_default() += 1;
+        *counts.entry(state).or_default() += 1;
         let mut line = format!("  {:width$}  {run:<18}", m.run_id, width = width);
         if let Some(task) = &m.task {
             line.push_str(&format!("  task {task:<10}"));
