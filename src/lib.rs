@@ -25,6 +25,8 @@
 //! - [`rl`]: losses, advantages, rewards, pass@k: the math shared by every backend.
 //! - [`engine`]: the step loop that joins the pieces.
 //! - [`compare`]: `rlx compare`: tables, statistics and charts over run directories.
+//! - [`sweep_sample`]: `rlx sweep --sample N`: configurations drawn from ranges, seeded.
+//! - [`sweep_slurm`]: `rlx sweep --launcher slurm`: a sweep as a Slurm job array, and its status.
 //! - [`cli`]: the command line; the only module that prints.
 //! - [`alloc`]: the process allocator (large freed blocks reused instead of unmapped).
 //! - [`serve`]: `rlx serve`, Tinker's REST protocol over the embedded trainer.
@@ -50,4 +52,6 @@ pub mod sandbox;
 pub mod seam;
 pub mod serve;
 pub mod spec;
+pub mod sweep_sample;
+pub mod sweep_slurm;
 pub mod tinker;

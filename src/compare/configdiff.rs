@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 /// Keys that never define an arm: `seed` is the replicate axis (runs that differ only in it are
-/// one arm), and `name`, `description` and `log.*` name and file a run without changing what it
-/// computes (the run id's hash leaves `description` and `log` out for the same reason).
+/// one arm), `name`, `description` and `log.*` name and file a run, and `sweep.*` says where it
+/// executes, without changing what it computes (the run id's hash leaves `description`, `log` and
+/// `sweep` out for the same reason).
 pub fn is_hidden(key: &str) -> bool {
-    key == "seed" || key == "name" || key == "description" || key == "log" || key.starts_with("log.")
+    key == "seed" || key == "name" || key == "description" || key == "log" || key.starts_with("log.") || key == "sweep" || key.starts_with("sweep.")
 }
 
 /// Flattens a resolved spec: objects by `.`, arrays of objects by index (`data.train.0.path`);

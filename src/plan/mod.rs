@@ -112,6 +112,8 @@ pub struct Plan {
     pub eval: EvalPlan,
     /// Run directory root, rollout logging, trackers.
     pub log: Log,
+    /// How `rlx sweep` launches the runs of this spec (local processes or Slurm).
+    pub sweep: crate::spec::types::SweepLaunch,
     /// What the user wrote, for provenance and the run id.
     pub written: Written,
 }

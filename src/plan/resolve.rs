@@ -69,6 +69,7 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
         schedule: spec.schedule.clone(),
         eval,
         log: spec.log.clone(),
+        sweep: spec.sweep.clone(),
         written,
     })
 }

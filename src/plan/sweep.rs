@@ -79,11 +79,7 @@ pub fn expand(spec_path: &Path, args: &[SweepArg]) -> Result<Sweep, Error> {
     if size > MAX_MEMBERS {
         return Err(invalid(vec![Diagnostic::new(format!("the grid has {size} runs; at most {MAX_MEMBERS} are allowed"), None)]));
     }
-    let text = std::fs::read_to_string(spec_path).map_err(|source| Error::Read { path: spec_path.to_path_buf(), source })?;
-
-    let mut members = vec![];
-    let mut diags: Vec<Diagnostic> = vec![];
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut points = vec![];
     for point in 0..size {
         // Mixed-radix decomposition: the last axis varies fastest.
         let mut rem = point;
@@ -99,6 +95,28 @@ pub fn expand(spec_path: &Path, args: &[SweepArg]) -> Result<Sweep, Error> {
             assignment.insert(a.dotted(), o.value.span.text().trim().to_string());
             overrides.push(o);
         }
+        points.push((overrides, assignment));
+    }
+    let records = axes
+        .iter()
+        .map(|a| AxisRecord { key: a.dotted(), values: a.values.iter().map(|v| v.span.text().trim().to_string()).collect(), replicate: a.is_replicate() })
+        .collect();
+    from_points(spec_path, records, &fixed, points)
+}
+
+/// Plans the given points (each point's overrides, fixed ones first, and its assignment of axis
+/// values for display) into a [`Sweep`]: the grid of [`expand`], or the configurations that
+/// `rlx sweep --sample` draws. All problems are reported together, once each.
+///
+/// # Errors
+/// [`Error::Read`] for the spec file; [`Error::Invalid`] with every distinct problem across points.
+pub(crate) fn from_points(spec_path: &Path, axes: Vec<AxisRecord>, fixed: &[Override], points: Vec<(Vec<Override>, BTreeMap<String, String>)>) -> Result<Sweep, Error> {
+    let invalid = |d: Vec<Diagnostic>| Error::Invalid { path: spec_path.to_path_buf(), diagnostics: Diagnostics(d) };
+    let text = std::fs::read_to_string(spec_path).map_err(|source| Error::Read { path: spec_path.to_path_buf(), source })?;
+    let mut members = vec![];
+    let mut diags: Vec<Diagnostic> = vec![];
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (overrides, assignment) in points {
         match plan::plan_text(spec_path, text.clone(), &overrides) {
             Ok(plan) => {
                 if let Some(&other) = seen.get(&plan.run_id) {
@@ -133,19 +151,7 @@ pub fn expand(spec_path: &Path, args: &[SweepArg]) -> Result<Sweep, Error> {
         h.update(b"\n");
     }
     let hash: String = h.finalize().iter().take(4).map(|b| format!("{b:02x}")).collect();
-    Ok(Sweep {
-        id: format!("{name}-sweep-{hash}"),
-        axes: axes
-            .iter()
-            .map(|a| AxisRecord {
-                key: a.dotted(),
-                values: a.values.iter().map(|v| v.span.text().trim().to_string()).collect(),
-                replicate: a.is_replicate(),
-            })
-            .collect(),
-        fixed: fixed.iter().map(Override::canonical).collect(),
-        members,
-    })
+    Ok(Sweep { id: format!("{name}-sweep-{hash}"), axes, fixed: fixed.iter().map(Override::canonical).collect(), members })
 }
 
 impl Sweep {

@@ -3,6 +3,8 @@
 //! ```text
 //! sweeps/<sweep-id>/sweep.json   the SweepRecord: axes, members, each member's state
 //! sweeps/<sweep-id>/<run-id>.out a member's console output (parallel sweeps only)
+//! sweeps/<sweep-id>/slurm-<k>.sh  the batch script of the sweep's k-th Slurm submission
+//! sweeps/<sweep-id>/slurm-<job>_<index>.out   a Slurm task's console output
 //! ```
 //!
 //! `sweeps/` sits beside the runs root (`runs/` and `sweeps/` share a parent), so a sweep and its
@@ -42,6 +44,50 @@ pub struct SweepRecord {
     pub created_at: String,
     /// RFC 3339 time of the last change.
     pub updated_at: String,
+    /// `--sample N`: the configurations were drawn, not listed. Absent for a grid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<SampleRecord>,
+    /// The Slurm job arrays submitted for this sweep (`--launcher slurm`), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slurm_jobs: Vec<SlurmJobRecord>,
+}
+
+/// How a sampled sweep drew its configurations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleRecord {
+    /// Configurations drawn.
+    pub n: usize,
+    /// The seed of the draws (`--sample-seed`).
+    pub seed: u64,
+}
+
+/// One `sbatch` of a sweep: a job array with one task per member it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmJobRecord {
+    /// The job id `sbatch` answered (the array's job id).
+    pub job_id: String,
+    /// The `--array` value: the members' indices, and `%K` when throttled (`0-3,5%2`).
+    pub array: String,
+    /// The batch script submitted.
+    pub script: PathBuf,
+    /// RFC 3339 time of the submission.
+    pub submitted_at: String,
+}
+
+/// The Slurm task that last ran a member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmTaskRecord {
+    /// The job array's id.
+    pub job_id: String,
+    /// The task's array index (the member's index in the sweep).
+    pub array_index: usize,
+}
+
+impl SlurmTaskRecord {
+    /// `<job>_<index>`, as `squeue`, `sacct` and `scancel` name the task.
+    pub fn task_id(&self) -> String {
+        format!("{}_{}", self.job_id, self.array_index)
+    }
 }
 
 /// One member of a sweep.
@@ -62,6 +108,9 @@ pub struct MemberRecord {
     /// The member process's exit code, once it exited (not when a signal killed it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// The Slurm task that last ran it (`--launcher slurm`); its state is in `squeue`/`sacct`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmTaskRecord>,
 }
 
 impl SweepRecord {
@@ -87,11 +136,46 @@ impl SweepRecord {
                     overrides: m.overrides.iter().map(|o| o.canonical()).collect(),
                     state: state.clone(),
                     exit_code: None,
+                    slurm: None,
                 })
                 .collect(),
             created_at: t.clone(),
             updated_at: t,
+            sample: None,
+            slurm_jobs: vec![],
         }
+    }
+
+    /// Keeps what an earlier launch of the same sweep recorded that this one does not redo:
+    /// the launch time, the Slurm jobs, and each member's last Slurm task and outcome.
+    pub(crate) fn carry_over(&mut self, earlier: &SweepRecord) {
+        self.created_at = earlier.created_at.clone();
+        self.slurm_jobs = earlier.slurm_jobs.clone();
+        for m in &mut self.members {
+            if let Some(e) = earlier.members.iter().find(|e| e.run_id == m.run_id) {
+                m.slurm = e.slurm.clone();
+                if m.exit_code.is_none() {
+                    m.exit_code = e.exit_code;
+                }
+            }
+        }
+    }
+
+    /// Records a Slurm submission: the job, and for each member index it runs, its task and
+    /// state (`queued (job 12_0)`).
+    ///
+    /// # Panics
+    /// When an index is not a member.
+    pub(crate) fn add_slurm_job(&mut self, job: SlurmJobRecord, indices: &[usize]) {
+        for &i in indices {
+            let task = SlurmTaskRecord { job_id: job.job_id.clone(), array_index: i };
+            let m = &mut self.members[i];
+            m.state = format!("queued (job {})", task.task_id());
+            m.exit_code = None;
+            m.slurm = Some(task);
+        }
+        self.slurm_jobs.push(job);
+        self.updated_at = now();
     }
 
     /// Records how member `index`'s process ended, stamping `updated_at`.
@@ -193,9 +277,12 @@ mod tests {
                 overrides: vec!["optimizer.learning_rate=1e-5".into()],
                 state: "new".into(),
                 exit_code: None,
+                slurm: None,
             }],
             created_at: "2025-01-01T00:00:00Z".into(),
             updated_at: "2025-01-01T00:00:00Z".into(),
+            sample: None,
+            slurm_jobs: vec![],
         }
     }
 
@@ -215,6 +302,35 @@ mod tests {
         let back = dir.record().unwrap();
         assert_eq!((back.members[0].state.as_str(), back.members[0].exit_code), ("failed (exit 3)", Some(3)));
         assert_eq!(dir.member_output("quick-1"), dir.path().join("quick-1.out"));
+    }
+
+    #[test]
+    fn slurm_submissions_are_recorded_and_carried_over() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = SweepDir { path: d.path().to_path_buf() };
+        let mut r = record();
+        let job = SlurmJobRecord { job_id: "12".into(), array: "0".into(), script: "/w/sweeps/x/slurm-1.sh".into(), submitted_at: now() };
+        r.add_slurm_job(job.clone(), &[0]);
+        assert_eq!(r.members[0].state, "queued (job 12_0)");
+        assert_eq!(r.members[0].slurm.as_ref().unwrap().task_id(), "12_0");
+        dir.write_record(&r).unwrap();
+        let back = dir.record().unwrap();
+        assert_eq!(back, r);
+        // A re-launch starts a fresh record and keeps the history.
+        let mut again = record();
+        again.created_at = "2026-01-01T00:00:00Z".into();
+        again.carry_over(&back);
+        assert_eq!(again.slurm_jobs, vec![job]);
+        assert_eq!(again.members[0].slurm, r.members[0].slurm);
+        assert_eq!(again.created_at, r.created_at);
+        assert_eq!(again.members[0].state, "new", "the state is this launch's");
+        // A record without the new fields (an older rlx's) still reads.
+        let text = std::fs::read_to_string(dir.record_path()).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v.as_object_mut().unwrap().remove("slurm_jobs");
+        v["members"][0].as_object_mut().unwrap().remove("slurm");
+        let old: SweepRecord = serde_json::from_value(v).unwrap();
+        assert!(old.slurm_jobs.is_empty() && old.members[0].slurm.is_none() && old.sample.is_none());
     }
 
     #[test]

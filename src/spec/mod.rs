@@ -4,6 +4,7 @@
 //! - [`source`], [`node`]: YAML text to a tree whose every value knows its file:line:column.
 //! - [`schema`]: the generated JSON Schema and a validator that reports every problem at once.
 //! - [`overrides`]: `key.path=value` arguments, aliases, sweep axes.
+//! - [`sample`]: sweep ranges (`loguniform(1e-6,1e-4)`, `range(0,3)`) for grids and `--sample`.
 //! - [`defaults`]: the named defaults the plan applies and the schema quotes.
 //! - [`diagnostic`]: problems with their spans, drawn by `cli::diagnostics`.
 //!
@@ -13,6 +14,7 @@ pub mod defaults;
 pub mod diagnostic;
 pub mod node;
 pub mod overrides;
+pub mod sample;
 pub mod schema;
 pub mod source;
 pub mod types;

@@ -90,8 +90,9 @@ pub fn looks_like_override(arg: &str) -> bool {
     }
 }
 
-/// Splits `PATH=VALUE`, checks the path's syntax, expands aliases.
-fn split(arg: &str) -> Result<(Arc<Source>, Vec<String>, Span, usize), Diagnostic> {
+/// Splits `PATH=VALUE`, checks the path's syntax, expands aliases: the source, the path, the
+/// key's span and where the value starts.
+pub(crate) fn split(arg: &str) -> Result<(Arc<Source>, Vec<String>, Span, usize), Diagnostic> {
     let source = Source::cli(arg);
     let Some(eq) = arg.find('=') else {
         return Err(Diagnostic::new(format!("expected `KEY=VALUE`, found `{arg}`"), Some(Span::new(&source, 0..arg.len())))
@@ -172,7 +173,7 @@ pub fn parse_sweep(arg: &str, validator: &Validator) -> Result<SweepArg, Vec<Dia
 
 /// Byte ranges of the comma-separated pieces of `s`, ignoring commas inside brackets, braces
 /// and quotes. One piece means no top-level comma.
-fn split_top_level_commas(s: &str) -> Vec<std::ops::Range<usize>> {
+pub(crate) fn split_top_level_commas(s: &str) -> Vec<std::ops::Range<usize>> {
     let mut out = vec![];
     let (mut depth, mut quote, mut start) = (0i32, None::<char>, 0);
     let mut chars = s.char_indices().peekable();

@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["backend"],
     &["plan"],
     &["runlog"],
-    &["engine", "compare", "serve"],
+    &["engine", "compare", "serve", "sweep_sample", "sweep_slurm"],
     &["cli"],
 ];
 

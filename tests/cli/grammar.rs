@@ -1,5 +1,5 @@
-//! Property tests of the override and sweep grammars: arbitrary input never panics, and what
-//! parses means what it says.
+//! Property tests of the override, sweep and range grammars: arbitrary input never panics, and
+//! what parses means what it says.
 
 use proptest::prelude::*;
 use rlx::spec::node::Value;
@@ -29,6 +29,38 @@ proptest! {
         let arg = format!("{key}={value}");
         let _ = overrides::parse(&arg);
         let _ = overrides::parse_sweep(&arg, validator());
+    }
+
+    #[test]
+    fn ranges_never_panic(
+        key in "[a-z_.]{0,12}",
+        name in "(uniform|loguniform|range|choice|unifrom|rnge|f)",
+        args in r#"[\[\]{},'"a-z0-9.:eE+\- ()]{0,30}"#,
+    ) {
+        let arg = format!("{key}={name}({args})");
+        if let Ok(Some(r)) = rlx::spec::sample::parse(&arg) {
+            let _ = r.to_axis();
+        }
+        let _ = rlx::spec::sample::parse(&format!("{key}={name}({args}"));
+    }
+
+    #[test]
+    fn python_ranges(start in -50i64..50, stop in -50i64..50, step in -7i64..7) {
+        prop_assume!(step != 0);
+        let expected: Vec<i64> = if step > 0 {
+            (start..stop).step_by(step as usize).collect()
+        } else {
+            std::iter::successors(Some(start), |v| Some(v + step)).take_while(|v| *v > stop).collect()
+        };
+        match rlx::spec::sample::parse(&format!("seed=range({start},{stop},{step})")) {
+            Ok(Some(r)) => {
+                let axis = r.to_axis().unwrap();
+                let got: Vec<i64> = axis.values.iter().map(|v| match v.value { Value::Int(i) => i, _ => panic!("{v:?}") }).collect();
+                prop_assert_eq!(got, expected);
+            }
+            Err(e) => prop_assert!(expected.is_empty(), "{:?}", e),
+            Ok(None) => prop_assert!(false, "not a range"),
+        }
     }
 
     #[test]

@@ -28,7 +28,10 @@
 //! - `seams`: the engine's entry point with a test-only scripted backend: requests in flight,
 //!   remote state references, evaluation with a sampler alone.
 //! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
-//! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records.
+//! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records, `--sample`.
+//! - `slurm`: `rlx sweep --launcher slurm` against a real single-node Slurm started by the test
+//!   (munged, slurmctld, slurmd): a two-member sweep, a cancelled member resumed on
+//!   resubmission, a member requeued before its time limit, `rlx sweep status`; batch scripts.
 //! - `tinker`: the Tinker backend against `rlx serve`: the contract suite, runs with faults
 //!   injected checked against the server's request record, resume from `tinker://` states.
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
@@ -62,6 +65,7 @@ mod sandbox_warm;
 mod schema;
 mod seams;
 mod server;
+mod slurm;
 mod sources;
 mod sweep;
 mod tinker;

@@ -1,8 +1,13 @@
-//! `rlx sweep [SPEC] KEY=VALUES... [--dry-run] [--max-parallel N]`.
+//! `rlx sweep [SPEC] KEY=VALUES... [--dry-run] [--max-parallel N] [--sample N] [--launcher L]`
+//! and `rlx sweep status SWEEP_DIR`.
 //!
 //! Each member runs as its own `rlx run` process: a run owns its process (signals, the tracing
 //! log file, memory), so a crash or a Ctrl-C in one member cannot corrupt another's run
-//! directory, and `--max-parallel` is a plain bound on child processes.
+//! directory, and `--max-parallel` is a plain bound on child processes. With `--launcher slurm`
+//! the processes are Slurm's array tasks instead ([`slurm`]).
+
+mod slurm;
+mod status;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -12,17 +17,23 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 
 use super::report_plan_error;
-use crate::cli::{SweepArgs, exit, printer};
-use crate::runlog::sweep::{SweepDir, SweepRecord};
+use crate::cli::{LauncherArg, SweepArgs, SweepCommand, exit, printer};
+use crate::runlog::sweep::{SampleRecord, SweepDir, SweepRecord};
 use crate::runlog::{RunDir, State};
 use crate::spec::overrides::{self, SweepArg};
+use crate::spec::sample::{self, Ranged};
 use crate::spec::schema::Validator;
-use crate::plan::sweep::{self, Sweep};
 use crate::plan::Plan;
+use crate::plan::sweep::{self, Sweep};
 use crate::spec::Diagnostic;
+use crate::spec::types::Launcher;
+use crate::sweep_sample::{self, Dimension, Sampling};
 
 /// The spec used when `rlx sweep` is given none.
 pub const DEFAULT_SPEC: &str = "experiments/default.yaml";
+
+/// The most member processes at once on this machine.
+const MAX_LOCAL_PARALLEL: u32 = 64;
 
 /// What a member's run directory says before the sweep starts it.
 fn prior_state(plan: &Plan) -> (String, bool) {
@@ -33,7 +44,16 @@ fn prior_state(plan: &Plan) -> (String, bool) {
     }
 }
 
+/// One `KEY=...` argument, in command-line order.
+enum Item {
+    Arg(SweepArg),
+    Ranged(Ranged),
+}
+
 pub fn sweep(args: SweepArgs) -> anyhow::Result<u8> {
+    if let Some(SweepCommand::Status { dir }) = &args.command {
+        return status::status(dir);
+    }
     let validator = Validator::new();
     let mut rest = args.args.as_slice();
     let spec_path = match rest.first() {
@@ -47,41 +67,94 @@ pub fn sweep(args: SweepArgs) -> anyhow::Result<u8> {
         printer::error_message(&format!("spec `{}` does not exist", spec_path.display()), &["run from the repository root, or name a spec: `rlx sweep SPEC lr=[1e-5,4e-5]`".into()]);
         return Ok(exit::USAGE);
     }
-    let mut parsed = vec![];
+    let mut items = vec![];
     let mut diags: Vec<Diagnostic> = vec![];
     for a in rest {
         if !overrides::looks_like_override(a) {
             diags.push(Diagnostic::new(format!("`{a}` is not `KEY=VALUES`; the spec comes first, once"), None));
             continue;
         }
-        match overrides::parse_sweep(a, &validator) {
-            Ok(p) => parsed.push(p),
+        let parsed = match sample::parse(a) {
+            Ok(Some(r)) => Ok(Item::Ranged(r)),
+            Ok(None) => overrides::parse_sweep(a, &validator).map(Item::Arg),
+            Err(d) => Err(d),
+        };
+        match parsed {
+            Ok(i) => items.push(i),
             Err(d) => diags.extend(d),
         }
+    }
+    let sampling = args.sample.map(|n| Sampling { n: n as usize, seed: args.sample_seed });
+    // A grid lists the values of ranges; `--sample` draws from lists and ranges alike.
+    let mut grid: Vec<SweepArg> = vec![];
+    let mut fixed = vec![];
+    let mut dims = vec![];
+    for item in items {
+        match (item, sampling.is_some()) {
+            (Item::Arg(SweepArg::Fixed(o)), _) => {
+                fixed.push(o.clone());
+                grid.push(SweepArg::Fixed(o));
+            }
+            (Item::Arg(SweepArg::Axis(a)), false) => grid.push(SweepArg::Axis(a)),
+            (Item::Arg(SweepArg::Axis(a)), true) => dims.push(Dimension::List(a)),
+            (Item::Ranged(r), false) => match r.to_axis() {
+                Ok(a) => grid.push(SweepArg::Axis(a)),
+                Err(d) => diags.push(d),
+            },
+            (Item::Ranged(r), true) => dims.push(Dimension::Ranged(r)),
+        }
+    }
+    if sampling.is_some() && dims.is_empty() && diags.is_empty() {
+        diags.push(Diagnostic::new("`--sample` needs something to draw from", None).hint("give a range or a list: `lr=loguniform(1e-6,1e-4)`, `seed=range(0,3)`, `group_size=[4,8]`"));
     }
     if !diags.is_empty() {
         printer::diagnostics(&diags, "invalid sweep arguments");
         return Ok(exit::USAGE);
     }
-    if !parsed.iter().any(|p| matches!(p, SweepArg::Axis(_))) {
+    if sampling.is_none() && !grid.iter().any(|p| matches!(p, SweepArg::Axis(_))) {
         printer::status("note: no axis given (`key=[a,b]` or `key=a,b`); the sweep has one run");
     }
-    let sw = match sweep::expand(&spec_path, &parsed) {
+    let expanded = match sampling {
+        Some(s) => sweep_sample::expand(&spec_path, fixed, &dims, s),
+        None => sweep::expand(&spec_path, &grid),
+    };
+    let sw = match expanded {
         Ok(s) => s,
         Err(e) => return Ok(report_plan_error(&e)),
     };
+    let sample = sampling.map(|s| SampleRecord { n: s.n, seed: s.seed });
     let states: Vec<(String, bool)> = sw.members.iter().map(|m| prior_state(&m.plan)).collect();
-    print_table(&sw, &states);
+    print_table(&sw, &states, sample);
+    let launch = sw.members.first().map(|m| m.plan.sweep.clone()).unwrap_or_default();
+    let launcher = match args.launcher {
+        Some(LauncherArg::Local) => Launcher::Local,
+        Some(LauncherArg::Slurm) => Launcher::Slurm,
+        None => launch.launcher,
+    };
+    let max_parallel = args.max_parallel.or(launch.max_parallel);
+    if launcher == Launcher::Slurm {
+        let options = slurm::options(&args, &launch.slurm, max_parallel)?;
+        return slurm::launch(&sw, &spec_path, &states, &options, args.dry_run, sample);
+    }
+    let max_parallel = max_parallel.unwrap_or(1);
+    if max_parallel > MAX_LOCAL_PARALLEL {
+        printer::error_message(
+            &format!("--max-parallel {max_parallel}: at most {MAX_LOCAL_PARALLEL} member processes run at once on this machine"),
+            &["with `--launcher slurm` it bounds the job array instead".into()],
+        );
+        return Ok(exit::USAGE);
+    }
     if args.dry_run {
         return Ok(exit::OK);
     }
-    execute(&sw, &spec_path, &states, args.max_parallel as usize)
+    execute(&sw, &spec_path, &states, max_parallel as usize, sample)
 }
 
-fn print_table(sw: &Sweep, states: &[(String, bool)]) {
+fn print_table(sw: &Sweep, states: &[(String, bool)], sample: Option<SampleRecord>) {
     let replicate = sw.axes.iter().any(|a| a.replicate);
+    let drawn = sample.map(|s| format!(" drawn with seed {}", s.seed)).unwrap_or_default();
     printer::out(format!(
-        "sweep {}: {} run(s){} → {}",
+        "sweep {}: {} run(s){drawn}{} → {}",
         sw.id,
         sw.members.len(),
         if replicate { " (seed is a replicate axis)" } else { "" },
@@ -94,10 +167,15 @@ fn print_table(sw: &Sweep, states: &[(String, bool)]) {
     }
 }
 
-fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel: usize) -> anyhow::Result<u8> {
+fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel: usize, sample: Option<SampleRecord>) -> anyhow::Result<u8> {
     let dir = SweepDir::create(sw)?;
     let before: Vec<String> = states.iter().map(|(s, _)| s.clone()).collect();
-    let record = Arc::new(Mutex::new(SweepRecord::new(sw, spec_path, std::env::args().collect(), &before)));
+    let mut record = SweepRecord::new(sw, spec_path, std::env::args().collect(), &before);
+    record.sample = sample;
+    if let Ok(earlier) = dir.record() {
+        record.carry_over(&earlier);
+    }
+    let record = Arc::new(Mutex::new(record));
     dir.write_record(&record.lock().expect("no panics while locked"))?;
 
     let exe = std::env::current_exe().context("cannot find the rlx executable")?;
