@@ -23,6 +23,7 @@
 //! - [`rl`]: losses, advantages, rewards, pass@k: the math shared by every backend.
 //! - [`engine`]: the step loop that joins the pieces.
 //! - [`compare`]: `rlx compare`: tables, statistics and charts over run directories.
+//! - `export`: `rlx export`: checkpoints as Hugging Face directories, PEFT adapters, GGUF.
 //! - [`cli`]: the command line; the only module that prints.
 //! - [`alloc`]: the process allocator (large freed blocks reused instead of unmapped).
 //! - [`serve`]: `rlx serve`, Tinker's REST protocol over the embedded trainer.
@@ -37,6 +38,7 @@ pub mod cli;
 pub mod compare;
 pub mod data;
 pub mod engine;
+pub(crate) mod export;
 pub(crate) mod hub;
 pub mod prompt;
 pub mod rl;

@@ -24,7 +24,7 @@ pub struct Context {
 pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
     let r = &plan.resolved;
     match &r.backend {
-        BackendChoice::Local { threads, max_tokens_per_microbatch, sample_weights } => {
+        BackendChoice::Local { threads, max_tokens_per_microbatch, sample_weights, model_path } => {
             let path = super::model_source::locate(&r.model)?;
             let options = local::Options {
                 threads: *threads,
@@ -33,7 +33,13 @@ pub async fn open(plan: &Plan, cx: &Context) -> Result<Policy> {
                 seed: plan.spec.seed,
                 state_dir: cx.state_dir.clone(),
             };
-            local::open(path, &r.finetune, options).await
+            let policy = local::open(path, &r.finetune, options).await?;
+            if let (Some(state), Some(trainer)) = (model_path, policy.trainer()) {
+                // The checkpoint's parameters onto the base: samplers snapshot the trainer, so
+                // every evaluation samples from them.
+                trainer.load_state(&super::StateRef::local(state)).await?;
+            }
+            Ok(policy)
         }
         BackendChoice::Tinker { base_url, api_key_env, max_in_flight, model_path } => {
             let (base_url, api_key) = tinker::Options::credentials(base_url.as_deref(), api_key_env)?;

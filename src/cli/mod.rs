@@ -178,6 +178,12 @@ pub enum Command {
     /// `rlx eval --model M --data FILE` builds the spec from flags. Either way the run directory
     /// holds the per-problem results (`eval_results.jsonl`), like any run's.
     Eval(commands::eval::EvalArgs),
+    /// Export a checkpoint for other tools: merged weights as a Hugging Face directory
+    /// (transformers, vLLM) or a GGUF file (llama.cpp), or a PEFT LoRA adapter.
+    ///
+    /// `rlx export runs/<id> --out model/`, `rlx export runs/<id>@11 --format gguf --dtype q8_0
+    /// --out gguf/`, `rlx export runs/<id> --adapter-only --out adapter/`. See docs/export.md.
+    Export(commands::export::ExportArgs),
     /// Mirror run directories into an experiment tracker after the fact:
     /// `rlx sync {wandb|tensorboard|mlflow} RUN_DIR...`.
     ///

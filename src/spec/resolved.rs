@@ -130,6 +130,8 @@ pub enum BackendChoice {
         max_tokens_per_microbatch: usize,
         /// The weights the sampler decodes with.
         sample_weights: crate::backend::local::SampleWeights,
+        /// A checkpoint (trainer state directory) to sample from instead of the base weights.
+        model_path: Option<std::path::PathBuf>,
     },
     /// The Tinker service.
     Tinker {
@@ -204,13 +206,14 @@ impl Resolved {
             }),
         };
         let backend = match &spec.backend {
-            Backend::Local { threads, max_tokens_per_microbatch, sample_weights } => BackendChoice::Local {
+            Backend::Local { threads, max_tokens_per_microbatch, sample_weights, model_path } => BackendChoice::Local {
                 threads: threads.map(|t| t as usize),
                 max_tokens_per_microbatch: max_tokens_per_microbatch.unwrap_or(DEFAULT_MAX_TOKENS_PER_MICROBATCH) as usize,
                 sample_weights: match sample_weights {
                     Some(types::SampleWeights::F32) => crate::backend::local::SampleWeights::F32,
                     Some(types::SampleWeights::Q8_0) | None => crate::backend::local::SampleWeights::Q8_0,
                 },
+                model_path: model_path.as_ref().map(std::path::PathBuf::from),
             },
             Backend::Tinker { base_url, api_key_env, max_in_flight, model_path } => BackendChoice::Tinker {
                 base_url: base_url.clone(),
