@@ -258,3 +258,95 @@ fn a_full_fine_tune_has_no_adapter_to_export() {
     assert!(r.stderr.contains("full fine-tune"), "{}", r.stderr);
     assert!(!cx.path().join("a").exists());
 }
+
+/// The quickstart's first `n` evaluation prompts, as `rlx render` shows them (chat template
+/// applied), so the comparison runs on exactly what an evaluation sends.
+fn quickstart_eval_prompts(n: usize) -> Vec<String> {
+    let cx = TestContext::new();
+    let spec = repo().join("experiments/quickstart.yaml");
+    let r = cx.run(&["render", spec.to_str().unwrap(), "--eval", "--n", &n.to_string()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut prompts = vec![];
+    let mut current: Option<Vec<&str>> = None;
+    for line in r.stdout.lines() {
+        if line.starts_with("──") {
+            if let Some(lines) = current.take() {
+                prompts.push(lines.join("\n"));
+            }
+            if line.starts_with("── problem") {
+                current = Some(vec![]);
+            }
+        } else if let Some(lines) = current.as_mut() {
+            lines.push(line);
+        }
+    }
+    assert_eq!(prompts.len(), n, "{}", r.stdout);
+    prompts
+}
+
+/// SmolLM2 (the quickstart's model, a Q4_1 GGUF) with a trained LoRA adapter: the HF export in
+/// transformers (logits, tokenizer, chat template), and the GGUF export in llama.cpp, whose greedy
+/// completions of the quickstart's eval prompts equal rlx's (f32; Q8_0's agreement reported).
+#[test]
+fn smollm2_exports_match_transformers_and_llama_cpp() {
+    let gguf = match crate::trainer_smollm2::fetch::smollm2_gguf() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("SKIPPED smollm2_exports_match_transformers_and_llama_cpp: {why}");
+            return;
+        }
+    };
+    let cx = TestContext::new();
+    let loaded = rlx::backend::local::load(&gguf).unwrap();
+    let tok = loaded.tokenizer.clone().unwrap();
+    let prompts = quickstart_eval_prompts(4);
+    let ids: Vec<Vec<u32>> = prompts.iter().map(|p| tok.encode(p.as_str(), false).unwrap().get_ids().to_vec()).collect();
+    let state = cx.path().join("ck/step-000001");
+    let mut tr = trained(&gguf, Tuning::Lora(LoraConfig::all_linear(8)), 2, 2e-3, &ids[0][..40], &state);
+    let sampler = tr.sampler().unwrap();
+    let stop: Vec<rlx::backend::Stop> = loaded.config.eos_token_ids.iter().map(|&t| rlx::backend::Stop::Token(t)).collect();
+    let params = rlx::backend::SamplingParams { max_tokens: 48, temperature: 0.0, stop, seed: Some(0), ..Default::default() };
+    let ours: Vec<Vec<u32>> = ids
+        .iter()
+        .map(|p| {
+            let mut t = sampler.sample(p, 1, &params).unwrap().remove(0).tokens;
+            if t.last().is_some_and(|x| loaded.config.eos_token_ids.contains(x)) {
+                t.pop();
+            }
+            t
+        })
+        .collect();
+
+    if let Some(python) = hf_python() {
+        let r = cx.run(&["export", state.to_str().unwrap(), "--out", "hf"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let hf = cx.path().join("hf");
+        let short = serde_json::to_string(&ids[1][..32]).unwrap();
+        let d = max_diff(&rlx_logits(tr.model(), &ids[1][..32]), &reference(&python, &["hf", hf.to_str().unwrap(), &short]));
+        eprintln!("SmolLM2 LoRA: transformers vs rlx max |Δlogit| = {d:.2e} over 32 tokens × 49152");
+        assert!(d < 1e-3, "transformers' logits differ from rlx's by {d}");
+        let t = reference(&python, &["tok", hf.to_str().unwrap(), "Write a function `half(n)`.\n  def f(): return 12345"]);
+        let want = tok.encode("Write a function `half(n)`.\n  def f(): return 12345", false).unwrap().get_ids().to_vec();
+        assert_eq!(serde_json::from_value::<Vec<u32>>(t["ids"].clone()).unwrap(), want, "AutoTokenizer on the export tokenizes as rlx does");
+        assert!(t["chat"].as_str().unwrap().ends_with("<|im_start|>assistant\n"), "{t}");
+    }
+
+    let Some(llama) = python_env("llama-cpp", &[crate::llama_cpp::LLAMA_CPP_PYTHON]) else { return };
+    let prompt_json = serde_json::to_string(&ids).unwrap();
+    for dtype in ["f32", "q8_0"] {
+        let out = cx.path().join(format!("gguf-{dtype}"));
+        let r = cx.run(&["export", state.to_str().unwrap(), "--format", "gguf", "--dtype", dtype, "--out", out.to_str().unwrap()]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let file = out.join(format!("model-{dtype}.gguf"));
+        let theirs: Vec<Vec<u32>> = serde_json::from_value(reference(&llama, &["gguf", file.to_str().unwrap(), &prompt_json, "48"])).unwrap();
+        let same = ours.iter().zip(&theirs).filter(|(a, b)| a == b).count();
+        let prefix: Vec<usize> = ours.iter().zip(&theirs).map(|(a, b)| a.iter().zip(b).take_while(|(x, y)| x == y).count()).collect();
+        eprintln!("SmolLM2 GGUF {dtype}: llama.cpp's greedy completions equal rlx's on {same}/{} prompts (common prefixes {prefix:?} of {:?} tokens)", ours.len(), ours.iter().map(Vec::len).collect::<Vec<_>>());
+        for (o, t) in ours.iter().zip(&theirs) {
+            eprintln!("  rlx:   {:?}\n  llama: {:?}", tok.decode(o, false).unwrap(), tok.decode(t, false).unwrap());
+        }
+        if dtype == "f32" {
+            assert_eq!(same, ours.len(), "llama.cpp's f32 greedy completions differ from rlx's");
+        }
+    }
+}
