@@ -27,6 +27,7 @@
 //! - [`compare`]: `rlx compare`: tables, statistics and charts over run directories.
 //! - [`sweep_sample`]: `rlx sweep --sample N`: configurations drawn from ranges, seeded.
 //! - [`sweep_slurm`]: `rlx sweep --launcher slurm`: a sweep as a Slurm job array, and its status.
+//! - `export`: `rlx export`: checkpoints as Hugging Face directories, PEFT adapters, GGUF.
 //! - [`cli`]: the command line; the only module that prints.
 //! - [`alloc`]: the process allocator (large freed blocks reused instead of unmapped).
 //! - [`serve`]: `rlx serve`, Tinker's REST protocol over the embedded trainer.
@@ -44,6 +45,7 @@ pub mod compare;
 pub mod data;
 pub mod engine;
 pub mod plan;
+pub(crate) mod export;
 pub(crate) mod hub;
 pub mod prompt;
 pub mod rl;

@@ -29,6 +29,8 @@ pub enum BackendChoice {
         max_tokens_per_microbatch: usize,
         /// The weights the sampler decodes with.
         sample_weights: super::local::SampleWeights,
+        /// A checkpoint (trainer state directory) to sample from instead of the base weights.
+        model_path: Option<PathBuf>,
     },
     /// The Tinker service.
     Tinker {
@@ -108,7 +110,7 @@ pub struct OpenOptions {
 /// A model that cannot be found or loaded, a backend this version cannot use.
 pub async fn open(o: &OpenOptions, cx: &Context) -> Result<Policy> {
     match &o.backend {
-        BackendChoice::Local { threads, max_tokens_per_microbatch, sample_weights } => {
+        BackendChoice::Local { threads, max_tokens_per_microbatch, sample_weights, model_path } => {
             let path = blocking(o.model.clone(), |m| super::model_source::locate(&m)).await?;
             let options = local::Options {
                 threads: *threads,
@@ -117,7 +119,13 @@ pub async fn open(o: &OpenOptions, cx: &Context) -> Result<Policy> {
                 seed: o.seed,
                 state_dir: cx.state_dir.clone(),
             };
-            local::open(path, &o.finetune, options).await
+            let policy = local::open(path, &o.finetune, options).await?;
+            if let (Some(state), Some(trainer)) = (model_path, policy.trainer()) {
+                // The checkpoint's parameters onto the base: samplers snapshot the trainer, so
+                // every evaluation samples from them.
+                trainer.load_state(&crate::seam::StateRef::local(state)).await?;
+            }
+            Ok(policy)
         }
         BackendChoice::Tinker { base_url, api_key_env, max_in_flight, model_path } => {
             let (base_url, api_key) = tinker::Options::credentials(base_url.as_deref(), api_key_env)?;

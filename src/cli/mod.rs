@@ -178,9 +178,16 @@ pub enum Command {
     /// Evaluate a model: pass@k (unbiased estimator) with confidence intervals on a problem set.
     ///
     /// `rlx eval SPEC [KEY=VALUE...]` evaluates a spec's policy on its `data.eval`;
-    /// `rlx eval --model M --data FILE` builds the spec from flags. Either way the run directory
-    /// holds the per-problem results (`eval_results.jsonl`), like any run's.
+    /// `rlx eval --model M --data FILE` builds the spec from flags; `rlx eval RUN_DIR[@STEP]`
+    /// evaluates a run's checkpoint under the run's spec (`RUN_DIR@base`: its base model). Every
+    /// way the run directory holds the per-problem results (`eval_results.jsonl`), like any run's.
     Eval(commands::eval::EvalArgs),
+    /// Export a checkpoint for other tools: merged weights as a Hugging Face directory
+    /// (transformers, vLLM) or a GGUF file (llama.cpp), or a PEFT LoRA adapter.
+    ///
+    /// `rlx export runs/<id> --out model/`, `rlx export runs/<id>@11 --format gguf --dtype q8_0
+    /// --out gguf/`, `rlx export runs/<id> --adapter-only --out adapter/`. See docs/export.md.
+    Export(commands::export::ExportArgs),
     /// Mirror run directories into an experiment tracker after the fact:
     /// `rlx sync {wandb|tensorboard|mlflow} RUN_DIR...`.
     ///

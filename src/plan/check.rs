@@ -181,6 +181,10 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
                 .push("set `schedule.max_steps: 0` to evaluate them, or remove `backend.model_path` to train from `model.base`".into());
         }
     }
+    let max_steps = spec.schedule.max_steps;
+    if let crate::spec::types::Backend::Local { model_path: Some(path), .. } = &mut spec.backend {
+        check_local_model_path(&mut cx, path, max_steps);
+    }
     if matches!(spec.backend, crate::spec::types::Backend::Tinker { .. }) && spec.model.finetune == Finetune::Lora {
         // Tinker's `lora_config` has one switch for all attention projections and one for all
         // MLP projections; a subset cannot be expressed, and silently widening it would train
@@ -357,6 +361,23 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
 
 /// Compiles a template with the same environment rendering uses; reports a syntax error with its
 /// location in the template file. Returns whether it compiled.
+/// `backend.model_path` of the local backend: a trainer state directory (made absolute), for
+/// evaluation-only runs.
+fn check_local_model_path(cx: &mut Ctx<'_>, path: &mut String, max_steps: u32) {
+    let abs = cx.resolve_path("backend.model_path", Path::new(path.as_str()));
+    if abs.join("state.json").is_file() {
+        *path = abs.display().to_string();
+    } else {
+        let what = if abs.is_dir() { "has no `state.json`: it is not an rlx checkpoint" } else { "does not exist" };
+        cx.err("backend.model_path", format!("checkpoint `{path}` {what}")).label = format!("resolved to {}", abs.display());
+    }
+    if max_steps > 0 {
+        cx.err("backend.model_path", format!("`backend.model_path` names a checkpoint to evaluate, but `schedule.max_steps` is {max_steps}"))
+            .hints
+            .push("set `schedule.max_steps: 0` to evaluate it (`rlx eval RUN_DIR[@STEP]` does), or `rlx run --resume RUN_DIR` to go on training".into());
+    }
+}
+
 fn compile_template(cx: &mut Ctx<'_>, key: &str, path: &Path, text: &str) -> bool {
     // The same environment rendering uses, so what compiles here renders there.
     let env = crate::prompt::chat::hf_environment();

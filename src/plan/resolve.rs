@@ -94,13 +94,14 @@ fn model(m: &types::Model) -> Result<ModelPlan, SourceError> {
 
 fn backend(spec: &Spec) -> BackendChoice {
     match &spec.backend {
-        Backend::Local { threads, max_tokens_per_microbatch, sample_weights } => BackendChoice::Local {
+        Backend::Local { threads, max_tokens_per_microbatch, sample_weights, model_path } => BackendChoice::Local {
             threads: threads.map(|t| t as usize),
             max_tokens_per_microbatch: max_tokens_per_microbatch.unwrap_or(defaults::MAX_TOKENS_PER_MICROBATCH) as usize,
             sample_weights: match sample_weights {
                 Some(types::SampleWeights::F32) => SampleWeights::F32,
                 Some(types::SampleWeights::Q8_0) | None => SampleWeights::Q8_0,
             },
+            model_path: model_path.as_ref().map(std::path::PathBuf::from),
         },
         Backend::Tinker { base_url, api_key_env, max_in_flight, model_path } => BackendChoice::Tinker {
             base_url: base_url.clone(),

@@ -217,6 +217,13 @@ pub enum Backend {
         /// the trainer's own weights, so on-policy importance ratios are exactly 1.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sample_weights: Option<SampleWeights>,
+        /// Sample from this checkpoint (a trainer state directory,
+        /// `runs/<id>/checkpoints/step-000011`) instead of `model.base`'s own weights; the
+        /// state is put onto `model.base` with this spec's `model.finetune` and `model.lora`,
+        /// which must be the ones it was trained with. Evaluation-only runs
+        /// (`schedule.max_steps: 0`); `rlx eval RUN_DIR[@STEP]` sets it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_path: Option<String>,
     },
     /// The Tinker training service (remote sampling and training).
     Tinker {

@@ -12,6 +12,8 @@
 //! - `common`: `TestContext` (temp work dir, clean env, `rlx` command) and helpers.
 //! - `data`: dataset files and format adapters.
 //! - `engine`: `rlx run` end to end on a tiny model: run directory, kill -9 and resume, SIGINT.
+//! - `export`: `rlx export` (Hugging Face directories loaded by transformers, PEFT adapters, GGUF)
+//!   and `rlx eval` of checkpoints; bad input.
 //! - `grade`: `rlx grade` and `rlx sandbox serve` through the binary.
 //! - `grammar`: property tests: override and sweep grammars never panic.
 //! - `messages`: errors (`error:`/`Caused by:`/`help:`), exit codes 2 and 3, no backtraces,
@@ -54,6 +56,7 @@ mod compat;
 mod compare;
 mod data;
 mod engine;
+mod export;
 mod grade;
 mod grammar;
 mod messages;

