@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use crate::common::{TestContext, jsonl, python_env, repo};
 
 /// transformers + PEFT on CPU, pinned.
-pub const HF_REQUIREMENTS: &[&str] = &["torch==2.15.0", "transformers==5.23.0", "peft==0.21.2", "safetensors==0.8.0", "numpy==2.4.6"];
+pub(crate) const HF_REQUIREMENTS: &[&str] = &["torch==2.15.0", "transformers==5.23.0", "peft==0.21.2", "safetensors==0.8.0", "numpy==2.4.6"];
 
 fn hf_python() -> Option<PathBuf> {
     python_env("hf", HF_REQUIREMENTS)
@@ -37,7 +37,7 @@ fn reference(python: &Path, args: &[&str]) -> Value {
 }
 
 /// A tiny random model of `arch` as an HF directory (character tokenizer, ChatML template).
-pub fn tiny_hf(dir: &Path, arch: Arch) {
+pub(crate) fn tiny_hf(dir: &Path, arch: Arch) {
     let (tok_json, vocab) = crate::engine::char_tokenizer();
     let mut cfg = crate::trainer::tiny_config(arch);
     cfg.vocab_size = vocab;
@@ -60,7 +60,7 @@ fn pg_datum(tokens: &[u32], adv: f32) -> Datum {
 
 /// A trainer on the model at `base`, trained `steps` steps with learning rate `lr` so that its
 /// parameters (adapters) are far from where they started, and saved to `state`.
-pub fn trained(base: &Path, tuning: Tuning, steps: usize, lr: f64, tokens: &[u32], state: &Path) -> LocalTrainer {
+pub(crate) fn trained(base: &Path, tuning: Tuning, steps: usize, lr: f64, tokens: &[u32], state: &Path) -> LocalTrainer {
     let loaded = rlx::backend::local::load(base).unwrap();
     let opts = TrainerOptions { tuning, seed: 3, max_tokens_per_microbatch: 4096, ..Default::default() };
     let mut tr = LocalTrainer::new(loaded, opts).unwrap();
@@ -75,7 +75,7 @@ pub fn trained(base: &Path, tuning: Tuning, steps: usize, lr: f64, tokens: &[u32
 }
 
 /// rlx's own forward (adapters unmerged): logits `[tokens, vocab]`.
-pub fn rlx_logits(model: &Model, tokens: &[u32]) -> Vec<Vec<f32>> {
+pub(crate) fn rlx_logits(model: &Model, tokens: &[u32]) -> Vec<Vec<f32>> {
     let t = Tensor::new(tokens, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     model.forward(&t, 0, None).unwrap().squeeze(0).unwrap().to_dtype(DType::F32).unwrap().to_vec2().unwrap()
 }
@@ -349,4 +349,17 @@ fn smollm2_exports_match_transformers_and_llama_cpp() {
             assert_eq!(same, ours.len(), "llama.cpp's f32 greedy completions differ from rlx's");
         }
     }
+}
+
+#[test]
+fn a_local_model_path_must_be_a_checkpoint_of_an_eval_only_run() {
+    let cx = TestContext::new();
+    cx.write("spec.yaml", &crate::common::MINIMAL.replace("backend: {kind: local}", "backend: {kind: local, model_path: ck}"));
+    let r = cx.run(&["validate", "spec.yaml"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("checkpoint `ck` does not exist") && r.stderr.contains("`schedule.max_steps` is 3"), "{}", r.stderr);
+    std::fs::create_dir(cx.path().join("ck")).unwrap();
+    let r = cx.run(&["validate", "spec.yaml", "schedule.max_steps=0"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("has no `state.json`"), "{}", r.stderr);
 }
