@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["backend"],
     &["plan"],
     &["runlog"],
-    &["engine", "compare", "serve", "sweep_sample", "sweep_slurm"],
+    &["engine", "compare", "serve", "sweep_sample", "sweep_slurm", "export"],
     &["cli"],
 ];
 
