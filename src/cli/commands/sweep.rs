@@ -187,7 +187,10 @@ fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel
     let before: Vec<String> = states.iter().map(|(s, _)| s.clone()).collect();
     let mut record = SweepRecord::new(sw, spec_path, std::env::args().collect(), &before);
     record.sample = sample;
-    if let Ok(earlier) = dir.record() {
+    // A sweep that went to Slurm before keeps its jobs on record; a local one is recorded as ever.
+    if let Ok(earlier) = dir.record()
+        && !earlier.slurm_jobs.is_empty()
+    {
         record.carry_over(&earlier);
     }
     let record = Arc::new(Mutex::new(record));
