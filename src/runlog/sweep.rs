@@ -103,7 +103,8 @@ pub struct MemberRecord {
     pub overrides: Vec<String>,
     /// For people, not programs (read the member's `status.json` for its state): before launch
     /// `new`, `finished` or `resume (2/3 steps, interrupted)`; after its process exits
-    /// `finished`, `failed (exit 3)`, `failed (exit signal)` or `failed to start: ...`.
+    /// `finished`, `failed (exit 3)`, `failed (exit signal)` or `failed to start: ...`; once
+    /// submitted to Slurm, `queued (job 12_0)` (`rlx sweep status` asks the scheduler after that).
     pub state: String,
     /// The member process's exit code, once it exited (not when a signal killed it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -147,9 +148,8 @@ impl SweepRecord {
     }
 
     /// Keeps what an earlier launch of the same sweep recorded that this one does not redo:
-    /// the launch time, the Slurm jobs, and each member's last Slurm task and outcome.
+    /// the Slurm jobs, and each member's last Slurm task and outcome.
     pub(crate) fn carry_over(&mut self, earlier: &SweepRecord) {
-        self.created_at = earlier.created_at.clone();
         self.slurm_jobs = earlier.slurm_jobs.clone();
         for m in &mut self.members {
             if let Some(e) = earlier.members.iter().find(|e| e.run_id == m.run_id) {
@@ -322,7 +322,7 @@ mod tests {
         again.carry_over(&back);
         assert_eq!(again.slurm_jobs, vec![job]);
         assert_eq!(again.members[0].slurm, r.members[0].slurm);
-        assert_eq!(again.created_at, r.created_at);
+        assert_ne!(again.created_at, r.created_at, "the time of this launch");
         assert_eq!(again.members[0].state, "new", "the state is this launch's");
         // A record without the new fields (an older rlx's) still reads.
         let text = std::fs::read_to_string(dir.record_path()).unwrap();

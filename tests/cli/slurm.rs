@@ -276,6 +276,9 @@ fn the_batch_script_of_a_dry_run() {
     }
     let local_again = cx.run(&["sweep", "spec.yaml", "lr=[1e-5,4e-5]", "seed=0,1", "--dry-run", "--launcher", "local"]);
     assert!(!local_again.stdout.contains("#!/bin/bash"));
+    let r = cx.run(&["sweep", "spec.yaml", "lr=[1e-5,4e-5]", "--dry-run", "--launcher", "local", "--gres", "gpu:1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("--gres apply to Slurm sweeps only"), "{}", r.stderr);
     let bad = cx.write("bad.yaml", &format!("{spec_text}sweep: {{launcher: pbs}}\n"));
     let r = cx.run(&["sweep", bad.to_str().unwrap(), "lr=[1e-5,4e-5]", "--dry-run"]);
     assert_eq!(r.code, 2, "{}", r.stderr);

@@ -136,6 +136,22 @@ pub fn sweep(args: SweepArgs) -> anyhow::Result<u8> {
         let options = slurm::options(&args, &launch.slurm, max_parallel)?;
         return slurm::launch(&sw, &spec_path, &states, &options, args.dry_run, sample);
     }
+    let slurm_flags: Vec<&str> = [
+        ("--partition", args.partition.is_some()),
+        ("--time", args.time.is_some()),
+        ("--cpus-per-task", args.cpus_per_task.is_some()),
+        ("--mem", args.mem.is_some()),
+        ("--gres", args.gres.is_some()),
+        ("--sbatch-arg", !args.sbatch_arg.is_empty()),
+        ("--setup", args.setup.is_some()),
+        ("--stop-before", args.stop_before.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, set)| set.then_some(flag))
+    .collect();
+    if !slurm_flags.is_empty() {
+        printer::warning(&format!("{} apply to Slurm sweeps only; this sweep runs here", slurm_flags.join(", ")), &["add `--launcher slurm` (or `sweep.launcher: slurm` in the spec)".into()]);
+    }
     let max_parallel = max_parallel.unwrap_or(1);
     if max_parallel > MAX_LOCAL_PARALLEL {
         printer::error_message(
@@ -172,7 +188,10 @@ fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel
     let before: Vec<String> = states.iter().map(|(s, _)| s.clone()).collect();
     let mut record = SweepRecord::new(sw, spec_path, std::env::args().collect(), &before);
     record.sample = sample;
-    if let Ok(earlier) = dir.record() {
+    // A sweep that went to Slurm before keeps its jobs on record; a local one is recorded as ever.
+    if let Ok(earlier) = dir.record()
+        && !earlier.slurm_jobs.is_empty()
+    {
         record.carry_over(&earlier);
     }
     let record = Arc::new(Mutex::new(record));
