@@ -41,7 +41,7 @@ fn peak_rss_mb() -> f64 {
 
 /// Deterministic pseudo-random token ids (the content does not matter for speed).
 fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
-    let mut r = rlx::backend::local::rng::Rng::new(seed);
+    let mut r = rlx::rng::SplitMix64::new(seed);
     (0..n).map(|_| (r.next_u64() % vocab as u64) as u32).collect()
 }
 

@@ -485,13 +485,4 @@ mod tests {
         let c = paired_bootstrap(&[0.25; 12], 1000, 3);
         assert_eq!((c.ci.lo, c.ci.hi), (0.25, 0.25));
     }
-
-    #[test]
-    fn quantiles_interpolate() {
-        let v = [1.0, 2.0, 3.0, 4.0, 5.0];
-        assert_eq!(quantile_sorted(&v, 0.5), 3.0);
-        assert_eq!(quantile_sorted(&v, 0.25), 2.0);
-        assert!(close(quantile_sorted(&v, 0.1), 1.4, 1e-12));
-        assert_eq!(quantile_sorted(&v, 1.0), 5.0);
-    }
 }

@@ -509,7 +509,7 @@ impl<'a> Driver<'a> {
             self.logs.rollouts.append(r)?;
         }
         let last = s + 1 == plan.schedule.max_steps;
-        let due = |every: u32| last || (every > 0 && (s + 1) % every == 0);
+        let due = |every: u32| last || (every > 0 && (s + 1).is_multiple_of(every));
         let mut metrics = res.metrics;
         if !self.setup.eval_set.is_empty() && due(plan.schedule.eval_every) {
             let sampler = self.setup.policy.sampler().await?;

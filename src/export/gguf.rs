@@ -22,6 +22,7 @@ use serde_json::Value as Json;
 
 use super::merge::Merged;
 use super::{Dtype, Error};
+use crate::backend::local::load::gguf_name;
 use crate::backend::local::model::{Arch, Config};
 
 type Meta = gguf_file::Value;
@@ -86,34 +87,6 @@ fn quantize(t: &Tensor, dtype: Dtype) -> Result<QTensor, Error> {
         _ => GgmlDType::F32,
     };
     Ok(QTensor::quantize(&t, ggml)?)
-}
-
-/// llama.cpp's name of a Hugging Face tensor (the inverse of the loader's mapping).
-fn gguf_name(hf: &str) -> Option<String> {
-    match hf {
-        "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
-        "model.norm.weight" => return Some("output_norm.weight".into()),
-        "lm_head.weight" => return Some("output.weight".into()),
-        _ => {}
-    }
-    let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let (module, kind) = tail.rsplit_once('.')?;
-    let g = match module {
-        "self_attn.q_proj" => "attn_q",
-        "self_attn.k_proj" => "attn_k",
-        "self_attn.v_proj" => "attn_v",
-        "self_attn.o_proj" => "attn_output",
-        "self_attn.q_norm" => "attn_q_norm",
-        "self_attn.k_norm" => "attn_k_norm",
-        "mlp.gate_proj" => "ffn_gate",
-        "mlp.up_proj" => "ffn_up",
-        "mlp.down_proj" => "ffn_down",
-        "input_layernorm" => "attn_norm",
-        "post_attention_layernorm" => "ffn_norm",
-        _ => return None,
-    };
-    Some(format!("blk.{layer}.{g}.{kind}"))
 }
 
 /// `convert_hf_to_gguf.py`'s `LlamaModel.permute`: rows `reshape(n_head, 2, hd/2, in)` with the

@@ -33,7 +33,7 @@ mod resolve;
 pub(crate) mod sweep;
 
 use check::{TemplateRef, normalize};
-pub use hash::{canonical_json, lexical_relative, sha256_hex};
+pub use hash::sha256_hex;
 
 /// Why a spec could not be planned.
 #[derive(Debug, thiserror::Error)]

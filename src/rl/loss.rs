@@ -240,17 +240,22 @@ pub fn stats(loss: &LossFn, logp: &[f32], q: &[f32], advantages: &[f32], weights
     s
 }
 
+/// The hand-computed example the loss tests share (these and `backend::local::loss_tensor`'s):
+/// two action tokens and one prompt token (A = 0).
+/// logp = [-1.0, -0.5, -2.0], q = [0.0, -0.7, -1.5], A = [0, 2, -1], w = [0, 1, 1].
+/// r = [e^-1, e^0.2, e^-0.5] = [0.367879, 1.221403, 0.606531].
+#[cfg(test)]
+pub(crate) mod example {
+    pub(crate) const LOGP: [f32; 3] = [-1.0, -0.5, -2.0];
+    pub(crate) const Q: [f32; 3] = [0.0, -0.7, -1.5];
+    pub(crate) const A: [f32; 3] = [0.0, 2.0, -1.0];
+    pub(crate) const W: [f32; 3] = [0.0, 1.0, 1.0];
+}
+
 #[cfg(test)]
 mod tests {
+    use super::example::{A, LOGP, Q, W};
     use super::*;
-
-    // Hand-computed example: two action tokens and one prompt token (A = 0).
-    // logp = [-1.0, -0.5, -2.0], q = [0.0, -0.7, -1.5], A = [0, 2, -1], w = [0, 1, 1].
-    // r = [e^-1, e^0.2, e^-0.5] = [0.367879, 1.221403, 0.606531].
-    const LOGP: [f32; 3] = [-1.0, -0.5, -2.0];
-    const Q: [f32; 3] = [0.0, -0.7, -1.5];
-    const A: [f32; 3] = [0.0, 2.0, -1.0];
-    const W: [f32; 3] = [0.0, 1.0, 1.0];
 
     #[test]
     fn wire_form_round_trips_and_rejects_unknowns() {

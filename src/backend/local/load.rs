@@ -54,8 +54,6 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     move |source| Error::Io { action, path: path.to_path_buf(), source }
 }
 
-/// Prompt-file errors while loading a model are model errors (the model's files are bad).
-
 fn model_err(path: &Path, reason: impl Into<String>) -> Error {
     Error::Model { path: path.to_path_buf(), reason: reason.into() }
 }
@@ -170,34 +168,47 @@ pub fn load_gguf(path: &Path) -> Result<Loaded> {
 
 /// The Hugging Face name of a llama.cpp tensor name; `None` for tensors we do not use.
 fn hf_name(gguf: &str) -> Option<String> {
-    let top = match gguf {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(t) = top {
-        return Some(t.to_string());
+    if let Some((_, hf)) = TOP_NAMES.iter().find(|(g, _)| *g == gguf) {
+        return Some((*hf).to_string());
     }
     let rest = gguf.strip_prefix("blk.")?;
     let (layer, tail) = rest.split_once('.')?;
     let (module, kind) = tail.rsplit_once('.')?;
-    let hf = match module {
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        "attn_norm" => "input_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        _ => return None,
-    };
+    let (_, hf) = LAYER_NAMES.iter().find(|(g, _)| *g == module)?;
     Some(format!("model.layers.{layer}.{hf}.{kind}"))
 }
+
+/// The GGUF name of a Hugging Face tensor name: [`hf_name`] read backwards, from the same tables
+/// (`rlx export --format gguf`).
+pub(crate) fn gguf_name(hf: &str) -> Option<String> {
+    if let Some((g, _)) = TOP_NAMES.iter().find(|(_, h)| *h == hf) {
+        return Some((*g).to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    let (module, kind) = tail.rsplit_once('.')?;
+    let (g, _) = LAYER_NAMES.iter().find(|(_, h)| *h == module)?;
+    Some(format!("blk.{layer}.{g}.{kind}"))
+}
+
+/// GGUF tensor names outside the layers, with their Hugging Face names.
+const TOP_NAMES: &[(&str, &str)] = &[("token_embd.weight", "model.embed_tokens.weight"), ("output_norm.weight", "model.norm.weight"), ("output.weight", "lm_head.weight")];
+
+/// GGUF module names inside a layer (`blk.N.<module>.weight`), with their Hugging Face names
+/// (`model.layers.N.<module>.weight`).
+const LAYER_NAMES: &[(&str, &str)] = &[
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_q_norm", "self_attn.q_norm"),
+    ("attn_k_norm", "self_attn.k_norm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+    ("attn_norm", "input_layernorm"),
+    ("ffn_norm", "post_attention_layernorm"),
+];
 
 /// Undo llama.cpp's q/k row permutation (`convert_hf_to_gguf.py` `LlamaModel.permute`):
 /// GGUF rows are `reshape(n_head, 2, hd/2, in).swapaxes(1, 2)` of the HF rows.

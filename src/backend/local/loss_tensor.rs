@@ -48,16 +48,9 @@ pub fn loss_tensor(loss: &LossFn, logp: &Tensor, inputs: &TokenInputs) -> candle
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rl::loss::example::{A, LOGP, Q, W};
     use crate::rl::loss::token_loss;
     use candle_core::{Device, Var};
-
-    // Hand-computed example: two action tokens and one prompt token (A = 0).
-    // logp = [-1.0, -0.5, -2.0], q = [0.0, -0.7, -1.5], A = [0, 2, -1], w = [0, 1, 1].
-    // r = [e^-1, e^0.2, e^-0.5] = [0.367879, 1.221403, 0.606531].
-    const LOGP: [f32; 3] = [-1.0, -0.5, -2.0];
-    const Q: [f32; 3] = [0.0, -0.7, -1.5];
-    const A: [f32; 3] = [0.0, 2.0, -1.0];
-    const W: [f32; 3] = [0.0, 1.0, 1.0];
 
     fn eval(loss: &LossFn) -> (f64, Vec<f32>) {
         let dev = Device::Cpu;
