@@ -1,5 +1,5 @@
 //! `rlx eval RUN_DIR[@STEP]`: the plan that evaluates a run's checkpoint under the run's own
-//! spec (its `resolved.json`), with `schedule.max_steps=0` and `backend.model_path` naming the
+//! spec (its `spec.yaml` and recorded overrides, planned as `rlx run --resume` plans them), with `schedule.max_steps=0` and `backend.model_path` naming the
 //! checkpoint, then the eval flags and the user's overrides. `RUN_DIR@base` leaves
 //! `backend.model_path` out: the base model under the same protocol, the pair `rlx compare`
 //! tests.
@@ -7,11 +7,9 @@
 //! The eval's own run directory records the checkpoint it measured: `backend.model_path` in its
 //! `resolved.json` (and its run id, which hashes it).
 
-use std::path::Path;
-
 use crate::cli::{exit, printer};
 use crate::export::locate;
-use crate::runlog::{RunDir, files};
+use crate::runlog::RunDir;
 use crate::spec::overrides;
 
 /// Whether the positional argument names a run or checkpoint directory rather than a spec file.
@@ -54,15 +52,14 @@ pub(super) fn plan(arg: &str, extra: &[String], user: Vec<overrides::Override>) 
         printer::status(format!("evaluating checkpoint {}{step} of `{}`", ck.name, run.path().display()));
         (run, Some(ck.state))
     };
-    let resolved = run.file(files::RESOLVED);
-    let text = match std::fs::read_to_string(&resolved) {
-        Ok(t) => t,
+    let recorded = match super::RecordedSpec::of(&run) {
+        Ok(r) => r,
         Err(e) => {
-            printer::error_chain(&e, &[format!("`{}` is the run's resolved spec; without it the run cannot be evaluated again", resolved.display())]);
+            printer::error_chain(e.as_ref(), &[format!("`{}` is not a run that can be evaluated again", run.path().display())]);
             return Err(exit::USAGE);
         }
     };
-    let mut ovs = vec![];
+    let mut ovs = recorded.overrides;
     let mut texts: Vec<String> = extra.to_vec();
     if let Some(p) = &model_path {
         texts.push(format!("backend.model_path={}", serde_json::to_string(&p.display().to_string()).expect("strings serialise")));
@@ -77,5 +74,5 @@ pub(super) fn plan(arg: &str, extra: &[String], user: Vec<overrides::Override>) 
         }
     }
     ovs.extend(user);
-    Ok(crate::plan::plan_text(Path::new(&resolved), text, &ovs))
+    Ok(crate::plan::plan_text(&recorded.path, recorded.text, &ovs))
 }

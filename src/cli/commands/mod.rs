@@ -81,3 +81,27 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     use anyhow::Context as _;
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
 }
+
+/// A run directory's spec as it was planned: the text of its `spec.yaml`, located where it was
+/// written (so its relative paths resolve as they did when the run started), and the overrides it
+/// was started with. What `rlx run --resume` and `rlx eval RUN_DIR@STEP` plan from.
+struct RecordedSpec {
+    path: std::path::PathBuf,
+    text: String,
+    overrides: Vec<overrides::Override>,
+}
+
+impl RecordedSpec {
+    fn of(rd: &crate::runlog::RunDir) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let prov = rd.provenance()?;
+        let mut all = vec![];
+        for o in &prov.overrides {
+            all.push(overrides::parse(o).map_err(|d| anyhow::anyhow!("recorded override `{o}` is invalid: {}", spec::Diagnostics(d)))?);
+        }
+        let spec_file = rd.file(crate::runlog::files::SPEC);
+        let text = std::fs::read_to_string(&spec_file).context("cannot read the run's spec.yaml")?;
+        let path = Some(prov.spec_path.as_str()).filter(|p| !p.is_empty()).map(std::path::PathBuf::from).unwrap_or(spec_file);
+        Ok(RecordedSpec { path, text, overrides: all })
+    }
+}

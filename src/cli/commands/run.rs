@@ -8,7 +8,7 @@ use super::{report_plan_error, split_args};
 use crate::cli::progress::Console;
 use crate::cli::{RunArgs, exit, printer};
 use crate::engine;
-use crate::runlog::{RunDir, files};
+use crate::runlog::RunDir;
 use crate::spec;
 
 pub fn run(args: RunArgs) -> anyhow::Result<u8> {
@@ -24,20 +24,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let mut resume_id = None;
     let (spec_path, text, ovs) = match (&args.resume, specs.as_slice()) {
         (Some(dir), []) => {
-            // A run directory carries its spec and the overrides it was started with.
             let rd = RunDir::open(dir).with_context(|| format!("cannot resume `{}`", dir.display()))?;
-            let prov = rd.provenance().with_context(|| format!("cannot resume `{}`", dir.display()))?;
-            let mut all = vec![];
-            for o in &prov.overrides {
-                all.push(spec::overrides::parse(o).map_err(|d| anyhow::anyhow!("recorded override `{o}` is invalid: {}", spec::Diagnostics(d)))?);
-            }
-            all.extend(ovs);
+            let recorded = super::RecordedSpec::of(&rd).with_context(|| format!("cannot resume `{}`", dir.display()))?;
             resume_id = rd.status()?.map(|s| s.run_id);
-            // Plan the spec text as written, but located where it was written, so its relative
-            // paths resolve as they did when the run started.
-            let text = std::fs::read_to_string(rd.file(files::SPEC)).context("cannot read the run's spec.yaml")?;
-            let original = Some(prov.spec_path.as_str()).filter(|p| !p.is_empty()).map(std::path::PathBuf::from).unwrap_or_else(|| rd.file(files::SPEC));
-            (original, Some(text), all)
+            let mut all = recorded.overrides;
+            all.extend(ovs);
+            (recorded.path, Some(recorded.text), all)
         }
         (None, [one]) => (Path::new(one).to_path_buf(), None, ovs),
         (None, []) => {
