@@ -244,6 +244,17 @@ pub trait Trainer: Send + Sync {
         Box::pin(async { Err(Error::InvalidArgument { what: "forward", reason: "this backend cannot run a forward pass without a backward pass".into() }) })
     }
 
+    /// Submits: the reference policy's log-probabilities of each datum's targets (`grpo.kl`):
+    /// the base model, without the adapter or the updates. The default answers that the
+    /// backend has none.
+    ///
+    /// # Errors
+    /// (In the reply.) An invalid datum, a backend failure, or a backend without a reference.
+    fn reference_logprobs(&self, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
+        let _ = data;
+        Box::pin(async { Err(Error::InvalidArgument { what: "reference_logprobs", reason: "this backend has no reference policy for `grpo.kl`".into() }) })
+    }
+
     /// Submits: apply the accumulated gradient with AdamW and reset it.
     ///
     /// # Errors

@@ -42,7 +42,8 @@ pub async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &[Arc<Prob
         prompts.push((p.clone(), cx.prompting.first_turn(p)?, problems::derive_seed(plan.seed ^ 0xE7A1, -1, i as u64)));
     }
     // Single attempts: pass@k means what it means in every leaderboard.
-    let (groups, timing) = rollout::run(sampler, prompts, n as usize, params, cx, "eval", step, 1).await?;
+    let phase = rollout::Phase { n: n as usize, params, max_attempts: 1, name: "eval", step };
+    let (groups, timing) = rollout::run(sampler, prompts, &phase, cx).await?;
     let Some(groups) = groups else { return Ok(None) };
     let mut metrics = BTreeMap::new();
     let mut records = vec![];

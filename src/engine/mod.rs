@@ -9,7 +9,8 @@
 //!
 //! - [`prompting`]: problem → prompt tokens.
 //! - [`rollout`]: sample groups and grade them (grading overlaps the next batches' sampling).
-//! - [`step`]: one training step; [`eval`]: pass@k.
+//! - [`step`]: one training step; [`fill`]: when a step has its groups (dynamic sampling);
+//!   [`eval`]: pass@k.
 //! - [`grading`]: the sandbox behind one grader, infra retries.
 //! - [`problems`]: sampling seeds.
 //!
@@ -21,6 +22,7 @@
 mod event;
 pub(crate) mod eval;
 pub(crate) mod feedback;
+pub(crate) mod fill;
 pub(crate) mod grading;
 pub mod problems;
 pub(crate) mod prompting;
@@ -428,7 +430,7 @@ struct Driver<'a> {
     /// update) while this step trained. Whatever is here at a stop or crash is discarded: the
     /// data cursor in a checkpoint counts trained steps only, so a resumed run samples those
     /// problems again.
-    ahead: Option<(Vec<rollout::Group>, rollout::Timing)>,
+    ahead: Option<fill::Fill>,
 }
 
 impl<'a> Driver<'a> {
@@ -445,7 +447,8 @@ impl<'a> Driver<'a> {
             }
             let t_step = std::time::Instant::now();
             let Some(mut res) = self.step(s).await? else { return self.interrupted(s).await };
-            self.cursor += u64::from(self.plan.grpo.prompts_per_step);
+            // Every problem the step drew, refills included: a resumed run starts after them.
+            self.cursor += res.drawn;
             res.metrics.insert(metrics::time::STEP_S.into(), t_step.elapsed().as_secs_f64());
             self.finish_step(s, res).await?;
             if self.cx.stop.requested() {
@@ -469,7 +472,7 @@ impl<'a> Driver<'a> {
                 // Dry run: the step without its optimizer update.
                 let sampler = self.setup.policy.sampler().await?;
                 match step::rollouts(&*sampler, s, self.cursor, cfg, cx).await? {
-                    Some((groups, timing)) => Ok(Some(step::learn(None, s, &groups, timing, 0, cfg, cx).await?)),
+                    Some(fill) => Ok(Some(step::learn(None, s, &fill, 0, cfg, cx).await?)),
                     None => Ok(None),
                 }
             }
@@ -478,12 +481,12 @@ impl<'a> Driver<'a> {
 
     async fn pipelined_step(&mut self, trainer: &dyn Trainer, s: u32) -> Result<Option<step::StepResult>, Error> {
         let (cfg, cx) = (self.cfg, self.cx);
-        let (groups, timing, off_policy) = match self.ahead.take() {
-            Some((g, t)) => (g, t, 1),
+        let (fill, off_policy) = match self.ahead.take() {
+            Some(f) => (f, 1),
             None => {
                 let sampler = trainer.sampler().await?;
                 match step::rollouts(&*sampler, s, self.cursor, cfg, cx).await? {
-                    Some((g, t)) => (g, t, 0),
+                    Some(f) => (f, 0),
                     None => return Ok(None),
                 }
             }
@@ -493,12 +496,14 @@ impl<'a> Driver<'a> {
             // snapshot is requested before this step's update, and the trainer serves its
             // requests in order.
             let sampler = trainer.sampler().await?;
-            let next_cursor = self.cursor + u64::from(self.plan.grpo.prompts_per_step);
-            let (learned, next) = tokio::join!(step::learn(Some(trainer), s, &groups, timing, off_policy, cfg, cx), step::rollouts(&*sampler, s + 1, next_cursor, cfg, cx));
+            // This step's draws are known (its groups are complete), so the next step's
+            // problems start after them.
+            let next_cursor = self.cursor + fill.drawn;
+            let (learned, next) = tokio::join!(step::learn(Some(trainer), s, &fill, off_policy, cfg, cx), step::rollouts(&*sampler, s + 1, next_cursor, cfg, cx));
             self.ahead = next?;
             Ok(Some(learned?))
         } else {
-            Ok(Some(step::learn(Some(trainer), s, &groups, timing, off_policy, cfg, cx).await?))
+            Ok(Some(step::learn(Some(trainer), s, &fill, off_policy, cfg, cx).await?))
         }
     }
 

@@ -88,6 +88,31 @@ type Completions = Vec<Vec<SampledSequence>>;
 /// A prompt to sample a group for: the problem, its first-turn prompt, the group's seed.
 pub type GroupPrompt = (Arc<Problem>, Rendered, u64);
 
+/// What a rollout phase samples, besides its prompts: completions per prompt, sampling
+/// parameters, attempts, and the name and step its events carry.
+#[derive(Debug, Clone, Copy)]
+pub struct Phase<'a> {
+    /// Completions per prompt (a group's size).
+    pub n: usize,
+    /// Sampling parameters (seeds are per prompt).
+    pub params: &'a SamplingParams,
+    /// Attempts per trajectory (1: no feedback turns).
+    pub max_attempts: u32,
+    /// The phase's name in events (`sample`, `eval`).
+    pub name: &'static str,
+    /// The step it belongs to (−1: the baseline eval).
+    pub step: i64,
+}
+
+/// The groups of a phase between retry rounds: which were lost to sampler failures, their
+/// seeds, and the time spent.
+struct Retrying<'g> {
+    groups: &'g mut [Group],
+    lost: &'g mut [bool],
+    seeds: &'g [u64],
+    timing: &'g mut Timing,
+}
+
 /// A sample request with the conversation it renders (for samplers that take messages).
 fn chat_request(prompt: &Rendered, num_samples: usize, seed: u64) -> ChatRequest {
     ChatRequest { request: SampleRequest { prompt: prompt.tokens.clone(), num_samples, seed: Some(seed) }, messages: prompt.messages.clone() }
@@ -115,17 +140,8 @@ fn dropped(e: &crate::backend::Error, groups: usize, cx: &Ctx<'_>, phase: &str, 
 ///
 /// # Errors
 /// Sampler, template or tokenizer failures.
-#[allow(clippy::too_many_arguments)]
-pub async fn run(
-    sampler: &dyn Sampler,
-    prompts: Vec<GroupPrompt>,
-    n: usize,
-    params: &SamplingParams,
-    cx: &Ctx<'_>,
-    phase: &'static str,
-    step: i64,
-    max_attempts: u32,
-) -> Result<(Option<Vec<Group>>, Timing), Error> {
+pub async fn run(sampler: &dyn Sampler, prompts: Vec<GroupPrompt>, ph: &Phase<'_>, cx: &Ctx<'_>) -> Result<(Option<Vec<Group>>, Timing), Error> {
+    let Phase { n, params, max_attempts, name: phase, step } = *ph;
     cx.sink.event(Event::Phase { step, phase, total: (prompts.len() * n) as u64 });
     let mut timing = Timing::default();
     let total = prompts.len();
@@ -197,7 +213,8 @@ pub async fn run(
         if cx.stop.requested() {
             return Ok((None, timing));
         }
-        if !retry_failed(sampler, &mut groups, &mut lost, &seeds, attempt, max_attempts, params, cx, step, &mut timing).await? {
+        let mut state = Retrying { groups: &mut groups, lost: &mut lost, seeds: &seeds, timing: &mut timing };
+        if !retry_failed(sampler, &mut state, attempt, ph, cx).await? {
             break;
         }
     }
@@ -221,19 +238,9 @@ fn check_reply(asked: &[usize], got: &[Vec<SampledSequence>]) -> Result<(), Erro
 
 /// One more attempt for every trajectory whose last attempt failed (infrastructure failures
 /// excepted: those say nothing about the answer). Returns whether anything was retried.
-#[allow(clippy::too_many_arguments)]
-async fn retry_failed(
-    sampler: &dyn Sampler,
-    groups: &mut [Group],
-    lost: &mut [bool],
-    seeds: &[u64],
-    attempt: u32,
-    max_attempts: u32,
-    params: &SamplingParams,
-    cx: &Ctx<'_>,
-    step: i64,
-    timing: &mut Timing,
-) -> Result<bool, Error> {
+async fn retry_failed(sampler: &dyn Sampler, state: &mut Retrying<'_>, attempt: u32, ph: &Phase<'_>, cx: &Ctx<'_>) -> Result<bool, Error> {
+    let Retrying { groups, lost, seeds, timing } = state;
+    let (params, max_attempts, step) = (ph.params, ph.max_attempts, ph.step);
     let mut todo = vec![];
     for (gi, g) in groups.iter().enumerate() {
         if lost[gi] {

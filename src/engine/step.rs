@@ -1,7 +1,12 @@
 //! One GRPO training step: problems → groups → rewards → advantages → datums → optimizer step.
 //! [`run`] does it on-policy; the pipelined loop calls [`rollouts`] and [`learn`] itself.
+//!
+//! [`rollouts`] collects a step's groups (with dynamic sampling, in rounds: the decision is
+//! [`super::fill::Fill`]'s); [`learn`] scores them ([`score`]), shapes the datums' advantages
+//! (the KL penalty, then the loss aggregation: [`crate::rl::shaping`]), trains, and reports.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -9,15 +14,17 @@ use std::time::Instant;
 use crate::backend::{Sampler, Trainer};
 use crate::quantile::quantile;
 use crate::rl::advantage::{AdvantageStrategy, should_skip};
-use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SamplingParams, make_multiturn_datum};
+use crate::rl::shaping;
+use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SamplingParams, StopReason, make_multiturn_datum};
 use crate::rl::reward::{Outcome, RewardStrategy};
 use crate::sandbox::VerdictStatus;
 use crate::runlog::metrics::{optim, sandbox, time, train};
 use crate::runlog::{Attempt, RolloutRecord};
-use crate::spec::types::RolloutLog;
+use crate::spec::types::{Overlong, RolloutLog};
 
+use super::fill::Fill;
 use super::grading::Graded;
-use super::rollout::{self, Ctx, Group, GroupPrompt, Timing, Trajectory, truncation_rate};
+use super::rollout::{self, Ctx, Group, GroupPrompt, Trajectory, truncation_rate};
 use super::{Error, problems};
 
 /// What a finished step produced.
@@ -26,6 +33,9 @@ pub struct StepResult {
     pub metrics: BTreeMap<String, f64>,
     /// Records for rollouts.jsonl.
     pub rollouts: Vec<RolloutRecord>,
+    /// Problems the step drew: the data cursor advances by this (`prompts_per_step`, or more
+    /// with dynamic sampling).
+    pub drawn: u64,
 }
 
 /// Inputs of a step that do not change between steps.
@@ -52,15 +62,16 @@ pub fn outcome(g: &Graded) -> Outcome {
     }
 }
 
-/// The group prompts of training step `step`, starting at problem `cursor` (cycling).
+/// The group prompts of training step `step` for its problem slots `slots` (slot j is problem
+/// `cursor + j`, cycling, seeded by (seed, step, j)).
 ///
 /// # Errors
 /// Template or tokenizer failures.
-pub fn prompts(step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Vec<GroupPrompt>, Error> {
+pub fn prompts(step: u32, cursor: u64, slots: Range<u64>, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Vec<GroupPrompt>, Error> {
     let plan = cfg.plan;
     let n_problems = cfg.train.len() as u64;
     let mut prompts = vec![];
-    for j in 0..u64::from(plan.grpo.prompts_per_step) {
+    for j in slots {
         let problem = cfg.train[((cursor + j) % n_problems) as usize].clone();
         let rendered = cx.prompting.first_turn(&problem)?;
         prompts.push((problem, rendered, problems::derive_seed(plan.seed, i64::from(step), j)));
@@ -68,15 +79,55 @@ pub fn prompts(step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Re
     Ok(prompts)
 }
 
-/// Samples and grades the groups of step `step` on `sampler`; `None` when a stop was requested.
+/// The rewards of a group's trajectories (the last attempt's reward, plus the overlong penalty
+/// when `grpo.overlong` asks for it); `None` when a grade hit an infrastructure error.
+fn group_rewards(g: &Group, cfg: &StepConfig<'_>) -> Option<Vec<f64>> {
+    let max_tokens = cfg.plan.sampling.max_tokens;
+    g.trajectories
+        .iter()
+        .map(|t| {
+            let last = t.last();
+            let r = cfg.reward.reward(&outcome(&last.graded))?;
+            let shaped = match cfg.plan.grpo.overlong {
+                Some(Overlong::SoftPenalty { cache_tokens, penalty }) => shaping::overlong_penalty(last.seq.tokens.len(), max_tokens, cache_tokens as usize, penalty),
+                _ => 0.0,
+            };
+            Some(r + shaped)
+        })
+        .collect()
+}
+
+/// Whether a group carries a learning signal: scored, and not every advantage zero.
+fn informative(g: &Group, cfg: &StepConfig<'_>) -> bool {
+    group_rewards(g, cfg).is_some_and(|r| !should_skip(&cfg.advantage.advantages(&r)))
+}
+
+/// Samples and grades the groups of step `step` on `sampler`, drawing problems from `cursor`:
+/// `prompts_per_step` of them, then, with dynamic sampling, more rounds until [`Fill`] says the
+/// step is full. `None` when a stop was requested.
 ///
 /// # Errors
 /// Sampler, template or tokenizer failures.
-pub async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<(Vec<Group>, Timing)>, Error> {
-    let prompts = prompts(step, cursor, cfg, cx)?;
+pub async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<Fill>, Error> {
     let plan = cfg.plan;
-    let (groups, timing) = rollout::run(sampler, prompts, plan.grpo.group_size as usize, cfg.sampling, cx, "sample", i64::from(step), plan.rollout.max_attempts).await?;
-    Ok(groups.map(|g| (g, timing)))
+    let target = plan.grpo.prompts_per_step as usize;
+    let mut fill = Fill::new(target, plan.grpo.dynamic_sampling.map_or(0, |d| d.max_extra_rounds));
+    let phase = rollout::Phase { n: plan.grpo.group_size as usize, params: cfg.sampling, max_attempts: plan.rollout.max_attempts, name: "sample", step: i64::from(step) };
+    let mut want = target;
+    loop {
+        let prompts = prompts(step, cursor, fill.drawn..fill.drawn + want as u64, cfg, cx)?;
+        let (groups, timing) = rollout::run(sampler, prompts, &phase, cx).await?;
+        let Some(groups) = groups else { return Ok(None) };
+        fill.add(groups, timing, want as u64, |g| informative(g, cfg));
+        match fill.wants() {
+            Some(more) if !cx.stop.requested() => {
+                tracing::info!(step, round = fill.rounds + 1, problems = more, "dynamic sampling: drawing more problems");
+                want = more;
+            }
+            _ => break,
+        }
+    }
+    Ok(Some(fill))
 }
 
 /// Runs training step `step` on-policy: sample on the current weights, grade, train. `None`
@@ -86,17 +137,31 @@ pub async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepC
 /// Sampler, prompt or trainer failures.
 pub async fn run(trainer: &dyn Trainer, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<StepResult>, Error> {
     let sampler = trainer.sampler().await?;
-    let Some((groups, timing)) = rollouts(&*sampler, step, cursor, cfg, cx).await? else { return Ok(None) };
+    let Some(fill) = rollouts(&*sampler, step, cursor, cfg, cx).await? else { return Ok(None) };
     if cx.stop.requested() {
         return Ok(None);
     }
-    Ok(Some(learn(Some(trainer), step, &groups, timing, 0, cfg, cx).await?))
+    Ok(Some(learn(Some(trainer), step, &fill, 0, cfg, cx).await?))
+}
+
+/// A datum and which of its positions predict a sampled token (the rest is context).
+#[derive(Debug)]
+struct Built {
+    datum: Datum,
+    sampled: Vec<bool>,
+}
+
+impl Built {
+    /// Sampled tokens in the datum: L_i of the loss aggregation.
+    fn len(&self) -> usize {
+        self.sampled.iter().filter(|&&x| x).count()
+    }
 }
 
 /// The datums of one trajectory: one per run of attempts whose prompts start with the previous
 /// attempt's prompt and answer (all of them, unless the chat template rewrote history; see
 /// [`super::prompting::Prompting::next_turn`]).
-fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Datum> {
+fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Built> {
     let mut out = vec![];
     // The tokens of the conversation so far and where each answer in it starts.
     type Chain<'a> = (Vec<u32>, Vec<(usize, &'a [f32])>);
@@ -126,56 +191,125 @@ fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Datum> {
             // Context after the last answer teaches nothing.
             let &(start, lp) = segments.last()?;
             tokens.truncate(start + lp.len());
-            Some(make_multiturn_datum(&tokens, &segments, advantage))
+            let mut sampled = vec![false; tokens.len() - 1];
+            for &(start, lp) in &segments {
+                // Position i predicts tokens[i + 1] (make_multiturn_datum's shift).
+                sampled[start - 1..start - 1 + lp.len()].fill(true);
+            }
+            Some(Built { datum: make_multiturn_datum(&tokens, &segments, advantage), sampled })
         })
         .collect()
 }
 
-/// Rewards, advantages, datums and the optimizer step for graded `groups` of step `step`,
-/// sampled `off_policy` steps behind the weights being trained. Without a trainer (a dry run)
-/// everything but the optimizer step: the datums are built and counted, not trained on.
-///
-/// # Errors
-/// Trainer failures.
-pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], timing: Timing, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
+/// Counts over a step's groups, for its metrics line.
+#[derive(Debug, Default)]
+struct Tally {
+    rewards: Vec<f64>,
+    correct: usize,
+    first_correct: usize,
+    formatted: usize,
+    total: usize,
+    skipped: u32,
+    infra_dropped: u32,
+    infra_errors: u32,
+    latencies: Vec<f64>,
+    completion_tokens: usize,
+    prompt_tokens: usize,
+    turns: usize,
+    /// Trajectories left out of the update by `grpo.overlong: {kind: mask}`.
+    overlong_masked: usize,
+    /// −Σ sampler log-probabilities and their count (the entropy estimate).
+    neg_logprob_sum: f64,
+    logprob_count: usize,
+}
+
+/// A step's groups scored: the datums to train on, the rollout records, the counts.
+struct Scored {
+    datums: Vec<Built>,
+    rollouts: Vec<RolloutRecord>,
+    tally: Tally,
+}
+
+/// The rollout record of trajectory `k` of group `gi`.
+fn record(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory, (reward, advantage, skipped): (f64, f64, bool)) -> RolloutRecord {
+    let last = t.last();
+    // Earlier attempts and the feedback each got.
+    let turns = if t.turns.len() > 1 {
+        t.turns
+            .iter()
+            .map(|x| Attempt {
+                prompt_last_message: x.prompt.messages.last().map(|m| m.content.clone()),
+                text: x.text.clone(),
+                status: super::record_status(x.graded.verdict.status),
+                tests_passed: x.graded.verdict.tests_passed,
+            })
+            .collect()
+    } else {
+        vec![]
+    };
+    RolloutRecord {
+        step,
+        problem_id: g.problem.id.clone(),
+        group: gi,
+        sample: k,
+        text: last.text.clone(),
+        code: last.graded.code.clone(),
+        status: super::record_status(last.graded.verdict.status),
+        tests_passed: last.graded.verdict.tests_passed,
+        tests_total: last.graded.verdict.tests_total,
+        reward,
+        advantage,
+        skipped,
+        stop_reason: super::record_stop(last.seq.stop_reason),
+        tokens: last.seq.tokens.len(),
+        attempts: t.turns.len(),
+        turns,
+    }
+}
+
+/// Rewards and advantages of `groups`, their datums (degenerate groups skipped, truncated
+/// trajectories masked when asked), rollout records and counts.
+fn score(step: u32, groups: &[Group], cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
     let plan = cfg.plan;
-    let mut datums = vec![];
-    let mut rollouts = vec![];
-    let (mut rewards_all, mut correct, mut first_correct, mut formatted, mut total) = (vec![], 0usize, 0usize, 0usize, 0usize);
-    let (mut skipped, mut infra_dropped, mut infra_errors) = (0u32, 0u32, 0u32);
-    let mut latencies = vec![];
-    let (mut completion_tokens, mut prompt_tokens, mut turns_all) = (0usize, 0usize, 0usize);
+    let mask_overlong = matches!(plan.grpo.overlong, Some(Overlong::Mask));
+    let (mut datums, mut rollouts, mut n) = (vec![], vec![], Tally::default());
     for (gi, g) in groups.iter().enumerate() {
         for t in g.trajectories.iter().flat_map(|t| &t.turns) {
-            infra_errors += t.graded.infra_errors;
+            n.infra_errors += t.graded.infra_errors;
             if t.graded.code.is_some() {
-                latencies.push(t.graded.latency_ms);
+                n.latencies.push(t.graded.latency_ms);
             }
         }
-        let rewards: Option<Vec<f64>> = g.trajectories.iter().map(|t| cfg.reward.reward(&outcome(&t.last().graded))).collect();
-        let Some(rewards) = rewards else {
+        let Some(rewards) = group_rewards(g, cfg) else {
             // Infrastructure failure that survived retries: the group says nothing about the
             // model, so it is dropped rather than scored.
-            infra_dropped += 1;
+            n.infra_dropped += 1;
             cx.sink.event(super::Event::Warning(format!("step {step}: group of `{}` dropped after sandbox infrastructure errors", g.problem.id)));
             continue;
         };
         let adv = cfg.advantage.advantages(&rewards);
         let skip = plan.grpo.skip_degenerate && should_skip(&adv);
-        skipped += u32::from(skip);
+        n.skipped += u32::from(skip);
         if let Some(t) = g.trajectories.first() {
-            prompt_tokens += t.turns[0].prompt.tokens.len();
+            n.prompt_tokens += t.turns[0].prompt.tokens.len();
         }
         for (k, (t, (&r, &a))) in g.trajectories.iter().zip(rewards.iter().zip(&adv)).enumerate() {
             let last = t.last();
-            total += 1;
-            correct += usize::from(last.graded.verdict.passed);
-            first_correct += usize::from(t.turns[0].graded.verdict.passed);
-            formatted += usize::from(last.graded.verdict.status != VerdictStatus::FormatError);
-            turns_all += t.turns.len();
-            completion_tokens += t.turns.iter().map(|x| x.seq.tokens.len()).sum::<usize>();
-            rewards_all.push(r);
-            if !skip {
+            n.total += 1;
+            n.correct += usize::from(last.graded.verdict.passed);
+            n.first_correct += usize::from(t.turns[0].graded.verdict.passed);
+            n.formatted += usize::from(last.graded.verdict.status != VerdictStatus::FormatError);
+            n.turns += t.turns.len();
+            n.completion_tokens += t.turns.iter().map(|x| x.seq.tokens.len()).sum::<usize>();
+            for x in &t.turns {
+                n.neg_logprob_sum -= x.seq.logprobs.iter().map(|&l| f64::from(l)).sum::<f64>();
+                n.logprob_count += x.seq.logprobs.len();
+            }
+            n.rewards.push(r);
+            // Overlong filtering: the answer whose reward counts was cut off by max_tokens.
+            let masked = mask_overlong && last.seq.stop_reason == StopReason::Length;
+            n.overlong_masked += usize::from(masked && !skip);
+            if !skip && !masked {
                 datums.extend(trajectory_datums(t, a));
             }
             let log = match plan.log.rollouts {
@@ -184,45 +318,59 @@ pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], t
                 RolloutLog::None => false,
             };
             if log {
-                // Earlier attempts and the feedback each got.
-                let turns = if t.turns.len() > 1 {
-                    t.turns
-                        .iter()
-                        .map(|x| Attempt {
-                            prompt_last_message: x.prompt.messages.last().map(|m| m.content.clone()),
-                            text: x.text.clone(),
-                            status: super::record_status(x.graded.verdict.status),
-                            tests_passed: x.graded.verdict.tests_passed,
-                        })
-                        .collect()
-                } else {
-                    vec![]
-                };
-                let rec = RolloutRecord {
-                    step,
-                    problem_id: g.problem.id.clone(),
-                    group: gi,
-                    sample: k,
-                    text: last.text.clone(),
-                    code: last.graded.code.clone(),
-                    status: super::record_status(last.graded.verdict.status),
-                    tests_passed: last.graded.verdict.tests_passed,
-                    tests_total: last.graded.verdict.tests_total,
-                    reward: r,
-                    advantage: a,
-                    skipped: skip,
-                    stop_reason: super::record_stop(last.seq.stop_reason),
-                    tokens: last.seq.tokens.len(),
-                    attempts: t.turns.len(),
-                    turns,
-                };
-                rollouts.push(rec);
+                rollouts.push(record(step, g, gi, k, t, (r, a, skip)));
             }
         }
     }
+    Scored { datums, rollouts, tally: n }
+}
 
-    // Train.
+/// The KL penalty (`grpo.kl`): the reference's log-probabilities of every datum's targets, and
+/// `coef` · k(t) taken off each sampled token's advantage. Returns the mean estimate per sampled
+/// token, `None` when KL is off or nothing trains.
+async fn apply_kl(trainer: Option<&dyn Trainer>, datums: &mut [Built], cfg: &StepConfig<'_>) -> Result<Option<f64>, Error> {
+    let (Some(kl), Some(trainer)) = (cfg.plan.grpo.kl, trainer) else { return Ok(None) };
+    if datums.is_empty() {
+        return Ok(None);
+    }
+    let reference = trainer.reference_logprobs(datums.iter().map(|b| b.datum.clone()).collect()).await?;
+    let (mut sum, mut count) = (0.0, 0usize);
+    for (b, r) in datums.iter_mut().zip(&reference) {
+        let inputs = &mut b.datum.loss_fn_inputs;
+        let (Some(q), Some(a)) = (inputs.logprobs.as_deref(), inputs.advantages.as_mut()) else { continue };
+        sum += shaping::apply_kl(a, q, r, &b.sampled, kl.estimator, kl.coef).map_err(|e| crate::backend::Error::InvalidArgument { what: "reference logprobs", reason: e.to_string() })?;
+        count += b.len();
+    }
+    Ok(Some(if count == 0 { 0.0 } else { sum / count as f64 }))
+}
+
+/// `grpo.loss_agg`: each datum's advantages times its aggregation factor.
+fn aggregate(datums: &mut [Built], cfg: &StepConfig<'_>) {
+    let g = &cfg.plan.grpo;
+    if g.loss_agg.is_sum() {
+        return;
+    }
+    let lens: Vec<usize> = datums.iter().map(Built::len).collect();
+    for (b, f) in datums.iter_mut().zip(shaping::agg_factors(&g.loss_agg, &lens, g.agg_constant)) {
+        if let Some(a) = b.datum.loss_fn_inputs.advantages.as_mut() {
+            a.iter_mut().for_each(|x| *x = (f64::from(*x) * f) as f32);
+        }
+    }
+}
+
+/// Rewards, advantages, datums and the optimizer step for the groups `fill` collected for step
+/// `step`, sampled `off_policy` steps behind the weights being trained. Without a trainer (a dry
+/// run) everything but the optimizer step: the datums are built and counted, not trained on.
+///
+/// # Errors
+/// Trainer failures.
+pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, fill: &Fill, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
+    let plan = cfg.plan;
+    let Scored { mut datums, rollouts, tally } = score(step, &fill.groups, cfg, cx);
     let t_train = Instant::now();
+    let kl = apply_kl(trainer, &mut datums, cfg).await?;
+    aggregate(&mut datums, cfg);
+    let datums: Vec<Datum> = datums.into_iter().map(|b| b.datum).collect();
     let mut m = BTreeMap::new();
     if let Some(trainer) = trainer.filter(|_| !datums.is_empty()) {
         let n = datums.len();
@@ -242,34 +390,53 @@ pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], t
     } else {
         m.insert(train::DATUMS.into(), datums.len() as f64);
     }
-    let train_s = t_train.elapsed().as_secs_f64();
+    m.insert(time::TRAIN_S.into(), t_train.elapsed().as_secs_f64());
+    if let Some(kl) = kl {
+        m.insert(train::KL_REFERENCE.into(), kl);
+    }
+    step_metrics(&mut m, &tally, fill, off_policy, cfg);
+    Ok(StepResult { metrics: m, rollouts, drawn: fill.drawn })
+}
 
+/// The step's metrics besides the loss's: rewards, groups, tokens, sandbox, timing, and the
+/// variants' counts.
+fn step_metrics(m: &mut BTreeMap<String, f64>, n: &Tally, fill: &Fill, off_policy: u32, cfg: &StepConfig<'_>) {
+    let (plan, groups, timing) = (cfg.plan, &fill.groups, fill.timing);
     let groups_total = groups.len() as f64;
-    let frac = |x: usize| if total == 0 { 0.0 } else { x as f64 / total as f64 };
+    let frac = |x: usize| if n.total == 0 { 0.0 } else { x as f64 / n.total as f64 };
     let mean = |xs: &[f64]| if xs.is_empty() { 0.0 } else { xs.iter().sum::<f64>() / xs.len() as f64 };
-    m.insert(train::REWARD_MEAN.into(), mean(&rewards_all));
-    m.insert(train::CORRECT_MEAN.into(), frac(correct));
-    m.insert(train::FORMAT_RATE.into(), frac(formatted));
+    m.insert(train::REWARD_MEAN.into(), mean(&n.rewards));
+    m.insert(train::CORRECT_MEAN.into(), frac(n.correct));
+    m.insert(train::FORMAT_RATE.into(), frac(n.formatted));
     if plan.rollout.max_attempts > 1 {
-        m.insert(train::CORRECT_FIRST_ATTEMPT.into(), frac(first_correct));
-        m.insert(train::ATTEMPTS_MEAN.into(), frac(turns_all));
+        m.insert(train::CORRECT_FIRST_ATTEMPT.into(), frac(n.first_correct));
+        m.insert(train::ATTEMPTS_MEAN.into(), frac(n.turns));
     }
     m.insert(train::GROUPS.into(), groups_total);
-    m.insert(train::GROUPS_SKIPPED.into(), f64::from(skipped));
-    m.insert(train::GROUPS_INFRA_DROPPED.into(), f64::from(infra_dropped));
+    m.insert(train::GROUPS_SKIPPED.into(), f64::from(n.skipped));
+    m.insert(train::GROUPS_INFRA_DROPPED.into(), f64::from(n.infra_dropped));
     m.insert(train::GROUPS_SAMPLER_DROPPED.into(), timing.sampler_dropped as f64);
     m.insert(train::OFF_POLICY_STEPS.into(), f64::from(off_policy));
     m.insert(train::TRUNCATED_RATE.into(), truncation_rate(groups));
-    m.insert(train::COMPLETION_TOKENS_MEAN.into(), if turns_all == 0 { 0.0 } else { completion_tokens as f64 / turns_all as f64 });
-    m.insert(train::PROMPT_TOKENS_MEAN.into(), if groups.is_empty() { 0.0 } else { prompt_tokens as f64 / groups_total });
-    m.insert(train::COMPLETION_TOKENS.into(), completion_tokens as f64);
-    m.insert(sandbox::INFRA_ERRORS.into(), f64::from(infra_errors));
-    m.insert(sandbox::P50_MS.into(), quantile(&mut latencies.clone(), 0.5));
-    m.insert(sandbox::P95_MS.into(), quantile(&mut latencies, 0.95));
+    m.insert(train::COMPLETION_TOKENS_MEAN.into(), if n.turns == 0 { 0.0 } else { n.completion_tokens as f64 / n.turns as f64 });
+    m.insert(train::PROMPT_TOKENS_MEAN.into(), if groups.is_empty() { 0.0 } else { n.prompt_tokens as f64 / groups_total });
+    m.insert(train::COMPLETION_TOKENS.into(), n.completion_tokens as f64);
+    if n.logprob_count > 0 {
+        m.insert(train::ENTROPY.into(), n.neg_logprob_sum / n.logprob_count as f64);
+    }
+    if plan.grpo.dynamic_sampling.is_some() {
+        m.insert(train::PROBLEMS_DRAWN.into(), fill.drawn as f64);
+        m.insert(train::GROUPS_DISCARDED.into(), fill.discarded() as f64);
+        m.insert(train::SAMPLE_ROUNDS.into(), f64::from(fill.rounds));
+    }
+    if matches!(plan.grpo.overlong, Some(Overlong::Mask)) {
+        m.insert(train::OVERLONG_MASKED.into(), n.overlong_masked as f64);
+    }
+    m.insert(sandbox::INFRA_ERRORS.into(), f64::from(n.infra_errors));
+    m.insert(sandbox::P50_MS.into(), quantile(&mut n.latencies.clone(), 0.5));
+    m.insert(sandbox::P95_MS.into(), quantile(&mut n.latencies.clone(), 0.95));
     m.insert(time::SAMPLE_S.into(), timing.sample_s);
     m.insert(time::GRADE_S.into(), timing.grade_s);
-    m.insert(time::TRAIN_S.into(), train_s);
-    Ok(StepResult { metrics: m, rollouts })
 }
 
 /// One optimizer step over `datums`: `forward_backward` and `optim_step` submitted back to back
@@ -307,7 +474,10 @@ mod tests {
     #[test]
     fn an_extending_conversation_is_one_datum_with_every_answer_trained() {
         let t = Trajectory { turns: vec![turn(&[1, 2], &[30, 31]), turn(&[1, 2, 30, 31, 4, 5], &[60])] };
-        let d = trajectory_datums(&t, 1.5);
+        let d: Vec<Datum> = trajectory_datums(&t, 1.5).into_iter().map(|b| {
+            assert_eq!(b.len(), 3, "two answers of 2 and 1 tokens");
+            b.datum
+        }).collect();
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].model_input, vec![1, 2, 30, 31, 4, 5]);
         assert_eq!(d[0].loss_fn_inputs.advantages.as_deref(), Some(&[0.0, 1.5, 1.5, 0.0, 0.0, 1.5][..]));
@@ -317,7 +487,9 @@ mod tests {
     fn a_rewritten_history_trains_each_attempt_in_its_own_context() {
         // The template rewrote the first answer: the second prompt does not extend the first turn.
         let t = Trajectory { turns: vec![turn(&[1, 2], &[30, 31]), turn(&[1, 2, 39, 4, 5], &[60]), turn(&[1, 2, 39, 4, 5, 60, 7], &[])] };
-        let d = trajectory_datums(&t, -1.0);
+        let built = trajectory_datums(&t, -1.0);
+        assert_eq!(built[1].sampled, vec![false, false, false, false, true]);
+        let d: Vec<Datum> = built.into_iter().map(|b| b.datum).collect();
         assert_eq!(d.len(), 2, "empty answers add nothing");
         assert_eq!(d[0].model_input, vec![1, 2, 30]);
         assert_eq!(d[1].model_input, vec![1, 2, 39, 4, 5]);

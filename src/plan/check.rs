@@ -201,6 +201,7 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             }
         }
     }
+    check_grpo_variants(&mut cx, spec);
     if spec.rollout.max_attempts > 1 && spec.prompt.feedback.is_none() {
         cx.err("rollout.max_attempts", format!("`rollout.max_attempts` is {} but `prompt.feedback` is not set", spec.rollout.max_attempts))
             .hints
@@ -357,6 +358,50 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
     }
 
     if cx.out.is_empty() { Ok(resolved) } else { Err(cx.out) }
+}
+
+/// The GRPO variants (docs/variants.md): combinations a backend cannot run or that contradict
+/// each other, refused before the run with what to use instead.
+fn check_grpo_variants(cx: &mut Ctx<'_>, spec: &Spec) {
+    use crate::spec::types::{Backend, Loss, LossAgg, Overlong};
+    let g = &spec.grpo;
+    let tinker = matches!(spec.backend, Backend::Tinker { .. });
+    if tinker && matches!(g.loss, Loss::Gspo { .. }) {
+        cx.err("grpo.loss.kind", "`grpo.loss: {kind: gspo}` cannot run on Tinker".into()).hints.extend([
+            "Tinker's protocol names a `gspo` loss without defining it, its built-in losses are token-level (a sequence ratio couples a datum's tokens), and a custom loss needs a torch.fx graph upload that rlx does not implement".to_string(),
+            "use `backend.kind: local` for GSPO, or `grpo.loss: {kind: ppo, clip_high_threshold: 1.28}` (clip-higher) on Tinker".to_string(),
+        ]);
+    }
+    if matches!(g.loss, Loss::Dro { .. }) && g.loss_agg != LossAgg::Sum {
+        cx.err("grpo.loss_agg", "`grpo.loss_agg` other than `sum` cannot be used with `grpo.loss: {kind: dro}`".into()).hints.push(
+            "rlx aggregates by scaling each sequence's advantages, and DRO's quadratic penalty does not scale with the advantage; keep `loss_agg: {kind: sum}` and choose `beta`, or use `ppo`".into(),
+        );
+    }
+    if let Some(Overlong::SoftPenalty { cache_tokens, penalty }) = g.overlong {
+        if cache_tokens >= spec.sampling.max_tokens {
+            cx.err("grpo.overlong.cache_tokens", format!("`grpo.overlong.cache_tokens` ({cache_tokens}) must be below `sampling.max_tokens` ({})", spec.sampling.max_tokens))
+                .hints
+                .push("the penalty ramps over the last `cache_tokens` tokens before `max_tokens`; DAPO used 4096 of 20480".into());
+        }
+        if !(penalty.is_finite() && penalty >= 0.0) {
+            cx.err("grpo.overlong.penalty", format!("`grpo.overlong.penalty` must be ≥ 0, found {penalty}"));
+        }
+    }
+    if g.dynamic_sampling.is_some() && !g.skip_degenerate {
+        cx.err("grpo.skip_degenerate", "`grpo.dynamic_sampling` sets degenerate groups aside, but `grpo.skip_degenerate` is false".into())
+            .hints
+            .push("remove `skip_degenerate: false`, or `dynamic_sampling` to train on every group".into());
+    }
+    if let Some(kl) = g.kl {
+        if !(kl.coef.is_finite() && kl.coef >= 0.0) {
+            cx.err("grpo.kl.coef", format!("`grpo.kl.coef` must be ≥ 0, found {}", kl.coef));
+        }
+        if !matches!(spec.backend, Backend::Local { .. }) && spec.schedule.max_steps > 0 && !spec.schedule.dry_run {
+            cx.err("grpo.kl", format!("`grpo.kl` is not available on the `{}` backend", spec.backend.kind())).hints.push(
+                "the reference log-probabilities come from the embedded trainer (base model with the adapter off, or a frozen copy); use `backend.kind: local`, or leave `grpo.kl` out".into(),
+            );
+        }
+    }
 }
 
 /// Compiles a template with the same environment rendering uses; reports a syntax error with its

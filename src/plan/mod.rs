@@ -23,7 +23,7 @@ use crate::spec::node::{self, Node};
 use crate::spec::overrides::{self, Override};
 use crate::spec::schema::Validator;
 use crate::spec::source::Source;
-use crate::spec::types::{Advantage, Data, Log, Prompt, Reward, Rollout, Sandbox, Schedule, Spec};
+use crate::spec::types::{Advantage, Data, DynamicSampling, Kl, Log, LossAgg, Overlong, Prompt, Reward, Rollout, Sandbox, Schedule, Spec};
 
 pub(crate) mod check;
 pub(crate) mod explain;
@@ -149,6 +149,16 @@ pub struct GrpoPlan {
     pub loss: LossFn,
     /// Steps a sample may lag the policy that trains on it (0: on-policy).
     pub max_steps_off_policy: u32,
+    /// How per-token losses add up (applied to the advantages, see [`crate::rl::shaping`]).
+    pub loss_agg: LossAgg,
+    /// `loss_agg: constant`'s C in tokens (`sampling.max_tokens` unless the spec gives one).
+    pub agg_constant: u32,
+    /// Truncated completions: masked, penalised, or (`None`) left alone.
+    pub overlong: Option<Overlong>,
+    /// DAPO's dynamic sampling, when on.
+    pub dynamic_sampling: Option<DynamicSampling>,
+    /// The KL penalty to the reference policy, when on.
+    pub kl: Option<Kl>,
 }
 
 /// The `eval` section, resolved.

@@ -54,6 +54,14 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
             skip_degenerate: g.skip_degenerate,
             loss: loss_fn(&g.loss),
             max_steps_off_policy: g.max_steps_off_policy,
+            loss_agg: g.loss_agg,
+            agg_constant: match g.loss_agg {
+                types::LossAgg::Constant { tokens: Some(c) } => c,
+                _ => spec.sampling.max_tokens,
+            },
+            overlong: g.overlong,
+            dynamic_sampling: g.dynamic_sampling,
+            kl: g.kl,
         },
         rollout: spec.rollout.clone(),
         reward: spec.reward.clone(),
@@ -145,5 +153,6 @@ fn loss_fn(loss: &Loss) -> LossFn {
         Loss::Ppo { clip_low_threshold, clip_high_threshold } => LossFn::Ppo { clip_low_threshold, clip_high_threshold },
         Loss::Cispo { clip_low_threshold, clip_high_threshold } => LossFn::Cispo { clip_low_threshold, clip_high_threshold },
         Loss::Dro { beta } => LossFn::Dro { beta },
+        Loss::Gspo { clip_low_threshold, clip_high_threshold } => LossFn::Gspo { clip_low_threshold, clip_high_threshold },
     }
 }

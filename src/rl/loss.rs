@@ -13,8 +13,17 @@
 //! | `ppo` | `-Σ min(r·A, clip(r, lo, hi)·A)` (defaults lo 0.8, hi 1.2) |
 //! | `cispo` | `-Σ sg(clip(r, lo, hi))·logp·A` (defaults lo 0.0, hi 4.0) |
 //! | `dro` | `-Σ (logp·A − ½β(logp − q)²)` (default β 0.05) |
+//! | `gspo` | `-Σ min(s·A, clip(s, lo, hi)·A)`, `s = exp(Σ_t m_t (logp_t − q_t) / Σ_t m_t)` per datum, `m_t = [A_t ≠ 0]` (defaults lo 0.9997, hi 1.0004) |
 //!
-//! [`token_loss`] is the formula on plain numbers: the reference definition, used by tests and as
+//! `gspo` (Zheng et al. 2025, arXiv 2507.18071) is rlx's, not Tinker's: the ratio is the
+//! sequence's geometric mean of token ratios over its sampled tokens (those with a non-zero
+//! advantage), shared by every token of the sequence and clipped as a whole; the token sum above
+//! with `grpo.loss_agg: sequence_mean` is the paper's objective (1/G) Σ_i min(s_i A_i, clip(s_i) A_i).
+//! Tinker's protocol names a `gspo` loss without defining it (reference/tinker-protocol.md §5.3),
+//! so rlx does not send it there.
+//!
+//! [`token_loss`] is the formula on plain numbers (for `gspo`, of a one-token sequence) and
+//! [`datum_loss`] that of a whole datum: the reference definitions, used by tests and as
 //! executable documentation. The local backend's differentiable version on candle tensors is
 //! `backend::local::loss_tensor`, tested against it. Padding that a backend adds to batch datums is excluded with the `valid` mask;
 //! it is not part of the definition.
@@ -25,7 +34,7 @@ use std::collections::BTreeMap;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The loss name is not one of the five.
-    #[error("unknown loss function `{0}` (expected one of cross_entropy, importance_sampling, ppo, cispo, dro)")]
+    #[error("unknown loss function `{0}` (expected one of cross_entropy, importance_sampling, ppo, cispo, dro, gspo)")]
     UnknownLossFn(String),
     /// A `loss_fn_config` key that the loss does not take.
     #[error("loss `{loss}` takes no config key `{key}`")]
@@ -67,6 +76,13 @@ pub enum LossFn {
         /// Upper ratio bound (Tinker default 4.0).
         clip_high_threshold: f64,
     },
+    /// GSPO: PPO's clipped objective on the sequence-level (length-normalised) ratio.
+    Gspo {
+        /// Lower sequence-ratio bound (default 0.9997).
+        clip_low_threshold: f64,
+        /// Upper sequence-ratio bound (default 1.0004).
+        clip_high_threshold: f64,
+    },
     /// DRO: REINFORCE with a quadratic penalty on the log-ratio.
     Dro {
         /// Penalty coefficient β.
@@ -79,6 +95,8 @@ impl LossFn {
     pub const PPO: LossFn = LossFn::Ppo { clip_low_threshold: 0.8, clip_high_threshold: 1.2 };
     /// CISPO with Tinker's default thresholds.
     pub const CISPO: LossFn = LossFn::Cispo { clip_low_threshold: 0.0, clip_high_threshold: 4.0 };
+    /// GSPO with the paper's clip range (ε_low 3e-4, ε_high 4e-4 around 1).
+    pub const GSPO: LossFn = LossFn::Gspo { clip_low_threshold: 0.9997, clip_high_threshold: 1.0004 };
 
     /// Build from Tinker's wire form: a name and a `loss_fn_config` map (missing keys take
     /// defaults; `dro`'s `beta` defaults to 0.05, the value in Tinker's docs).
@@ -92,6 +110,7 @@ impl LossFn {
             "ppo" => (Self::PPO, &["clip_low_threshold", "clip_high_threshold"]),
             "cispo" => (Self::CISPO, &["clip_low_threshold", "clip_high_threshold"]),
             "dro" => (LossFn::Dro { beta: 0.05 }, &["beta"]),
+            "gspo" => (Self::GSPO, &["clip_low_threshold", "clip_high_threshold"]),
             other => return Err(Error::UnknownLossFn(other.to_string())),
         };
         if let Some(key) = config.keys().find(|k| !keys.contains(&k.as_str())) {
@@ -104,6 +123,9 @@ impl LossFn {
             }
             LossFn::Cispo { clip_low_threshold: lo, clip_high_threshold: hi } => {
                 LossFn::Cispo { clip_low_threshold: get("clip_low_threshold", lo), clip_high_threshold: get("clip_high_threshold", hi) }
+            }
+            LossFn::Gspo { clip_low_threshold: lo, clip_high_threshold: hi } => {
+                LossFn::Gspo { clip_low_threshold: get("clip_low_threshold", lo), clip_high_threshold: get("clip_high_threshold", hi) }
             }
             LossFn::Dro { beta } => LossFn::Dro { beta: get("beta", beta) },
             other => other,
@@ -121,6 +143,7 @@ impl LossFn {
         match *self {
             LossFn::Ppo { clip_low_threshold: lo, clip_high_threshold: hi }
             | LossFn::Cispo { clip_low_threshold: lo, clip_high_threshold: hi }
+            | LossFn::Gspo { clip_low_threshold: lo, clip_high_threshold: hi }
                 if !(lo.is_finite() && hi.is_finite() && lo <= hi) => {
                     return Err(Error::InvalidConfig { loss, reason: format!("expected clip_low_threshold <= clip_high_threshold, found {lo} and {hi}") });
                 }
@@ -140,6 +163,7 @@ impl LossFn {
             LossFn::Ppo { .. } => "ppo",
             LossFn::Cispo { .. } => "cispo",
             LossFn::Dro { .. } => "dro",
+            LossFn::Gspo { .. } => "gspo",
         }
     }
 
@@ -147,7 +171,9 @@ impl LossFn {
     pub fn config(&self) -> BTreeMap<String, f64> {
         let mut m = BTreeMap::new();
         match *self {
-            LossFn::Ppo { clip_low_threshold, clip_high_threshold } | LossFn::Cispo { clip_low_threshold, clip_high_threshold } => {
+            LossFn::Ppo { clip_low_threshold, clip_high_threshold }
+            | LossFn::Cispo { clip_low_threshold, clip_high_threshold }
+            | LossFn::Gspo { clip_low_threshold, clip_high_threshold } => {
                 m.insert("clip_low_threshold".into(), clip_low_threshold);
                 m.insert("clip_high_threshold".into(), clip_high_threshold);
             }
@@ -164,9 +190,17 @@ impl LossFn {
         !matches!(self, LossFn::CrossEntropy)
     }
 
+    /// Whether the loss couples the tokens of a datum (its ratio is the sequence's): a backend
+    /// must then see each datum whole, and only rlx's own trainers compute it.
+    pub fn is_sequence_level(&self) -> bool {
+        matches!(self, LossFn::Gspo { .. })
+    }
+
     fn clip(&self) -> Option<(f64, f64)> {
         match *self {
-            LossFn::Ppo { clip_low_threshold, clip_high_threshold } | LossFn::Cispo { clip_low_threshold, clip_high_threshold } => {
+            LossFn::Ppo { clip_low_threshold, clip_high_threshold }
+            | LossFn::Cispo { clip_low_threshold, clip_high_threshold }
+            | LossFn::Gspo { clip_low_threshold, clip_high_threshold } => {
                 Some((clip_low_threshold, clip_high_threshold))
             }
             _ => None,
@@ -174,15 +208,42 @@ impl LossFn {
     }
 }
 
-/// The loss of one token under `loss`, on plain numbers: the reference definition.
+/// The loss of one token under `loss`, on plain numbers: the reference definition (for `gspo`,
+/// of a sequence of this one token; see [`datum_loss`]).
 pub fn token_loss(loss: &LossFn, logp: f64, q: f64, advantage: f64, weight: f64) -> f64 {
     let r = (logp - q).exp();
     match *loss {
+        LossFn::Gspo { clip_low_threshold: lo, clip_high_threshold: hi } => -(r * advantage).min(r.clamp(lo, hi) * advantage),
         LossFn::CrossEntropy => -weight * logp,
         LossFn::ImportanceSampling => -r * advantage,
         LossFn::Ppo { clip_low_threshold: lo, clip_high_threshold: hi } => -(r * advantage).min(r.clamp(lo, hi) * advantage),
         LossFn::Cispo { clip_low_threshold: lo, clip_high_threshold: hi } => -r.clamp(lo, hi) * logp * advantage,
         LossFn::Dro { beta } => -(logp * advantage - 0.5 * beta * (logp - q).powi(2)),
+    }
+}
+
+/// The sequence ratio `s` of GSPO for one datum: the geometric mean of the token ratios over the
+/// tokens with a non-zero advantage (1 when there are none).
+pub fn sequence_ratio(logp: &[f64], q: &[f64], advantages: &[f64]) -> f64 {
+    let (mut sum, mut n) = (0.0, 0usize);
+    for i in 0..logp.len() {
+        if advantages[i] != 0.0 {
+            sum += logp[i] - q[i];
+            n += 1;
+        }
+    }
+    if n == 0 { 1.0 } else { (sum / n as f64).exp() }
+}
+
+/// The loss of one datum (its per-token values) under `loss`: the reference definition of every
+/// loss, the sequence-level ones included.
+pub fn datum_loss(loss: &LossFn, logp: &[f64], q: &[f64], advantages: &[f64], weights: &[f64]) -> f64 {
+    match *loss {
+        LossFn::Gspo { clip_low_threshold: lo, clip_high_threshold: hi } => {
+            let s = sequence_ratio(logp, q, advantages);
+            advantages.iter().map(|&a| -(s * a).min(s.clamp(lo, hi) * a)).sum()
+        }
+        _ => (0..logp.len()).map(|i| token_loss(loss, logp[i], q[i], advantages[i], weights[i])).sum(),
     }
 }
 
@@ -240,6 +301,32 @@ pub fn stats(loss: &LossFn, logp: &[f32], q: &[f32], advantages: &[f32], weights
     s
 }
 
+/// [`stats`] over datums given one at a time (`(logp, q, advantages, weights)` each); for a
+/// sequence-level loss the clip fraction counts the action tokens whose *sequence* ratio lies
+/// outside the clip range, since that is what the loss clips.
+pub fn datum_stats<'a>(loss: &LossFn, datums: impl IntoIterator<Item = [&'a [f32]; 4]>) -> LossStats {
+    let (mut lp, mut q, mut a, mut w) = (vec![], vec![], vec![], vec![]);
+    let (mut clipped, mut action) = (0usize, 0usize);
+    for [l, qq, aa, ww] in datums {
+        if let (true, Some((lo, hi))) = (loss.is_sequence_level(), loss.clip()) {
+            let f = |x: &[f32]| x.iter().map(|&v| f64::from(v)).collect::<Vec<f64>>();
+            let s = sequence_ratio(&f(l), &f(qq), &f(aa));
+            let n = aa.iter().filter(|&&x| x != 0.0).count();
+            action += n;
+            clipped += if s < lo || s > hi { n } else { 0 };
+        }
+        lp.extend_from_slice(l);
+        q.extend_from_slice(qq);
+        a.extend_from_slice(aa);
+        w.extend_from_slice(ww);
+    }
+    let mut st = stats(loss, &lp, &q, &a, &w);
+    if loss.is_sequence_level() {
+        st.clip_fraction = if action == 0 { 0.0 } else { clipped as f64 / action as f64 };
+    }
+    st
+}
+
 /// The hand-computed example the loss tests share (these and `backend::local::loss_tensor`'s):
 /// two action tokens and one prompt token (A = 0).
 /// logp = [-1.0, -0.5, -2.0], q = [0.0, -0.7, -1.5], A = [0, 2, -1], w = [0, 1, 1].
@@ -259,7 +346,7 @@ mod tests {
 
     #[test]
     fn wire_form_round_trips_and_rejects_unknowns() {
-        for loss in [LossFn::CrossEntropy, LossFn::ImportanceSampling, LossFn::PPO, LossFn::CISPO, LossFn::Dro { beta: 0.05 }] {
+        for loss in [LossFn::CrossEntropy, LossFn::ImportanceSampling, LossFn::PPO, LossFn::CISPO, LossFn::Dro { beta: 0.05 }, LossFn::GSPO] {
             assert_eq!(LossFn::from_tinker(loss.name(), &loss.config()).unwrap(), loss);
         }
         assert!(matches!(LossFn::from_tinker("grpo", &BTreeMap::new()), Err(Error::UnknownLossFn(_))));
@@ -267,6 +354,41 @@ mod tests {
         assert!(matches!(LossFn::from_tinker("ppo", &bad), Err(Error::UnknownConfigKey { .. })));
         let inverted: BTreeMap<String, f64> = [("clip_low_threshold".to_string(), 2.0)].into();
         assert!(LossFn::from_tinker("ppo", &inverted).is_err());
+    }
+
+    #[test]
+    fn gspo_by_hand() {
+        // Action tokens 1 and 2: mean log-ratio (0.2 − 0.5)/2 = −0.15, s = e^−0.15 = 0.860708.
+        let (lp, q, a, w) = (LOGP.map(f64::from), Q.map(f64::from), A.map(f64::from), W.map(f64::from));
+        let s = sequence_ratio(&lp, &q, &a);
+        assert!((s - 0.860708).abs() < 1e-6);
+        // Wide range: unclipped, −s·ΣA = −0.860708·(2 − 1).
+        let wide = LossFn::Gspo { clip_low_threshold: 0.5, clip_high_threshold: 1.5 };
+        assert!((datum_loss(&wide, &lp, &q, &a, &w) + 0.860708).abs() < 1e-6);
+        // Default range [0.9997, 1.0004]: s is below it. Token 1 (A = 2): min(2s, 2·0.9997) = 2s;
+        // token 2 (A = −1): min(−s, −0.9997) = −0.9997. Loss −(1.721416 − 0.9997) = −0.721716.
+        assert!((datum_loss(&LossFn::GSPO, &lp, &q, &a, &w) + 0.721716).abs() < 1e-6);
+        // A one-token sequence is token_loss's `gspo`, which is PPO's formula.
+        let one = |l: &LossFn| datum_loss(l, &lp[1..2], &q[1..2], &a[1..2], &w[1..2]);
+        assert!((one(&LossFn::GSPO) - token_loss(&LossFn::Ppo { clip_low_threshold: 0.9997, clip_high_threshold: 1.0004 }, lp[1], q[1], a[1], w[1])).abs() < 1e-12);
+        // No action token: ratio 1, loss 0.
+        assert_eq!(sequence_ratio(&lp[..1], &q[..1], &a[..1]), 1.0);
+        // Every token of the datum is counted as clipped.
+        let st = datum_stats(&LossFn::GSPO, [[&LOGP[..], &Q[..], &A[..], &W[..]]]);
+        assert_eq!((st.tokens, st.clip_fraction), (2, 1.0));
+        let st = datum_stats(&wide, [[&LOGP[..], &Q[..], &A[..], &W[..]]]);
+        assert_eq!(st.clip_fraction, 0.0);
+    }
+
+    #[test]
+    fn ppo_clip_higher_by_hand() {
+        // DAPO's clip-higher: lo 0.8, hi 1.28. Token 1 (r = 1.221403, A = 2) is inside the
+        // raised upper bound: −r·A = −2.442806 instead of the clipped −2.4 at hi 1.2.
+        let higher = LossFn::Ppo { clip_low_threshold: 0.8, clip_high_threshold: 1.28 };
+        assert!((token_loss(&higher, -0.5, -0.7, 2.0, 1.0) + 2.442806).abs() < 1e-6);
+        assert!((token_loss(&LossFn::PPO, -0.5, -0.7, 2.0, 1.0) + 2.4).abs() < 1e-9);
+        // The lower bound is unchanged: token 2 (r = 0.606531, A = −1) is clipped at 0.8.
+        assert!((token_loss(&higher, -2.0, -1.5, -1.0, 1.0) - 0.8).abs() < 1e-9);
     }
 
     #[test]

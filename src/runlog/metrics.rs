@@ -66,6 +66,23 @@ pub mod train {
     pub const PROMPT_TOKENS_MEAN: &str = "train/prompt_tokens_mean";
     /// Sampled tokens in the step, every attempt counted.
     pub const COMPLETION_TOKENS: &str = "train/completion_tokens";
+    /// Entropy estimate of the sampling policy: −mean of the sampler's log-probabilities of its
+    /// sampled tokens (every completion of the step; the tempered, truncated distribution it drew
+    /// from). Absent when the sampler returns no log-probabilities.
+    pub const ENTROPY: &str = "train/entropy";
+    /// `grpo.kl`: the KL estimate (k1 or k3) to the reference, per sampled token of the trained
+    /// datums.
+    pub const KL_REFERENCE: &str = "train/kl_reference";
+    /// Dynamic sampling: problems drawn by the step (`prompts_per_step` and the refills).
+    pub const PROBLEMS_DRAWN: &str = "train/problems_drawn";
+    /// Dynamic sampling: groups set aside because every completion scored the same (or a group
+    /// was dropped).
+    pub const GROUPS_DISCARDED: &str = "train/groups_discarded";
+    /// Dynamic sampling: sampling rounds of the step (1: no refill).
+    pub const SAMPLE_ROUNDS: &str = "train/sample_rounds";
+    /// `grpo.overlong: {kind: mask}`: completions left out of the update for hitting
+    /// `max_tokens`.
+    pub const OVERLONG_MASKED: &str = "train/overlong_masked";
 }
 
 /// The optimizer step. [`optim::GRAD_NORM`] comes from every trainer; the others are the local

@@ -534,6 +534,22 @@ pub struct Grpo {
     #[serde(default)]
     #[schemars(range(max = 16))]
     pub max_steps_off_policy: u32,
+    /// How the per-token losses of a step add up to its loss (docs/variants.md). Default
+    /// `{kind: sum}`: Tinker's token-level sum, nothing divided.
+    #[serde(default, skip_serializing_if = "LossAgg::is_sum")]
+    pub loss_agg: LossAgg,
+    /// What happens to completions that ran into `sampling.max_tokens` (DAPO's overlong
+    /// filtering and soft punishment). Default: nothing (they are scored like any other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlong: Option<Overlong>,
+    /// DAPO's dynamic sampling: groups whose rewards are all equal are set aside and more problems
+    /// are drawn until the step has `prompts_per_step` informative groups. Default: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic_sampling: Option<DynamicSampling>,
+    /// A KL penalty to the reference policy (the base model), added to each sampled token's
+    /// advantage. Default: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kl: Option<Kl>,
 }
 
 fn default_prompts_per_step() -> u32 {
@@ -553,8 +569,108 @@ impl Default for Grpo {
             skip_degenerate: true,
             loss: Loss::default(),
             max_steps_off_policy: 0,
+            loss_agg: LossAgg::default(),
+            overlong: None,
+            dynamic_sampling: None,
+            kl: None,
         }
     }
+}
+
+/// How the per-token losses ℓ of a step's N sequences (datums), sequence i with L_i sampled
+/// tokens and T = Σ L_i, add up to the step's loss.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LossAgg {
+    /// Σ_i Σ_t ℓ_it: Tinker's definition, nothing divided (rlx's behaviour before `loss_agg`).
+    #[default]
+    Sum,
+    /// (1/N) Σ_i (1/L_i) Σ_t ℓ_it: each sequence's mean, averaged (the GRPO paper's).
+    SequenceMean,
+    /// (1/T) Σ_i Σ_t ℓ_it: every token of the batch weighs the same (DAPO's token-level loss).
+    TokenMean,
+    /// (1/(N·C)) Σ_i Σ_t ℓ_it with a constant C (Dr. GRPO's length-unbiased normaliser).
+    Constant {
+        /// The constant C, in tokens. Default: `sampling.max_tokens`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1))]
+        tokens: Option<u32>,
+    },
+}
+
+impl LossAgg {
+    /// Whether this is the default (left out of the serialised spec, so that run ids of specs
+    /// written before `loss_agg` existed do not change).
+    pub fn is_sum(&self) -> bool {
+        *self == LossAgg::Sum
+    }
+}
+
+/// Treatment of completions truncated at `sampling.max_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Overlong {
+    /// Overlong filtering: a truncated completion is left out of the update (its reward still
+    /// counts in its group's advantages).
+    Mask,
+    /// DAPO's soft overlong punishment, added to the reward of a completion of |y| tokens with
+    /// L_max = `sampling.max_tokens`: 0 when |y| ≤ L_max − `cache_tokens`, else
+    /// `penalty` · (L_max − `cache_tokens` − |y|) / `cache_tokens` (−`penalty` at L_max).
+    SoftPenalty {
+        /// L_cache: the length of the punished zone before `max_tokens`. Must be below
+        /// `sampling.max_tokens`.
+        #[schemars(range(min = 1))]
+        cache_tokens: u32,
+        /// The penalty at `max_tokens`. Default `1.0`.
+        #[serde(default = "default_overlong_penalty")]
+        #[schemars(range(min = 0.0))]
+        penalty: f64,
+    },
+}
+
+fn default_overlong_penalty() -> f64 {
+    1.0
+}
+
+/// DAPO's dynamic sampling.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DynamicSampling {
+    /// Rounds of sampling after the first, each drawing as many new problems as the step still
+    /// lacks informative groups; after the last the step trains on what it has. Default `4`.
+    #[serde(default = "default_max_extra_rounds")]
+    #[schemars(range(max = 64))]
+    pub max_extra_rounds: u32,
+}
+
+fn default_max_extra_rounds() -> u32 {
+    4
+}
+
+/// KL to the reference policy (the base model), as a per-token penalty on the advantage:
+/// A_t ← A_t − `coef` · k(t), with k the estimator on the sampler's log-probability q_t and the
+/// reference's r_t of the sampled token.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Kl {
+    /// The coefficient β (e.g. `0.01`).
+    #[schemars(range(min = 0.0))]
+    pub coef: f64,
+    /// The estimator. Default `k1`.
+    #[serde(default)]
+    pub estimator: KlEstimator,
+}
+
+/// Per-token estimators of KL(π‖π_ref) from a token sampled from π (Schulman, "Approximating KL
+/// divergence").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KlEstimator {
+    /// k1 = q − r: unbiased, can be negative.
+    #[default]
+    K1,
+    /// k3 = exp(r − q) − (r − q) − 1: unbiased, never negative, lower variance.
+    K3,
 }
 
 /// How the rewards of one group become advantages.
@@ -587,6 +703,8 @@ pub enum Loss {
     #[default]
     ImportanceSampling,
     /// PPO's clipped objective; thresholds bound the ratio itself (Tinker's `loss_fn_config`).
+    /// The two are independent: DAPO's clip-higher is e.g. `clip_high_threshold: 1.28` with the
+    /// default `clip_low_threshold: 0.8`.
     Ppo {
         /// Ratios below this are clipped. Default `0.8`.
         #[serde(default = "default_ppo_low")]
@@ -608,6 +726,18 @@ pub enum Loss {
         #[schemars(range(min = 1.0))]
         clip_high_threshold: f64,
     },
+    /// GSPO: PPO's clipped objective on the sequence-level ratio s = exp(mean over the sequence's
+    /// sampled tokens of (logp − q)), shared by all its tokens. Not on Tinker.
+    Gspo {
+        /// Sequence ratios below this are clipped. Default `0.9997` (the paper's ε_low = 3e-4).
+        #[serde(default = "default_gspo_low")]
+        #[schemars(range(min = 0.0, max = 1.0))]
+        clip_low_threshold: f64,
+        /// Sequence ratios above this are clipped. Default `1.0004` (the paper's ε_high = 4e-4).
+        #[serde(default = "default_gspo_high")]
+        #[schemars(range(min = 1.0))]
+        clip_high_threshold: f64,
+    },
     /// DRO: −(logp·A − ½β(logp − q)²).
     Dro {
         /// Quadratic penalty β. Default `0.05`.
@@ -625,6 +755,12 @@ fn default_ppo_high() -> f64 {
 }
 fn default_cispo_high() -> f64 {
     4.0
+}
+fn default_gspo_low() -> f64 {
+    0.9997
+}
+fn default_gspo_high() -> f64 {
+    1.0004
 }
 fn default_dro_beta() -> f64 {
     0.05

@@ -40,6 +40,8 @@
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
 //! - `tinker_sdk`: `rlx serve` driven by the official Tinker Python SDK, with and without faults.
 //! - `tinker_wire`: rlx's Tinker client sends what the SDK sends for the same operations.
+//! - `variants`: the GRPO variants through the engine: dynamic sampling with a scripted sampler
+//!   (refills, metrics, the cap, exact resume) and every loss/advantage variant on a tiny model.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
 //! - `openai`: the OpenAI-compatible sampler against servers written in the test (every failure
 //!   mode), `rlx eval` and dry runs that drop and count what a server fails on.
@@ -77,6 +79,7 @@ mod tinker_wire;
 mod trainer;
 mod trainer_smollm2;
 mod validate;
+mod variants;
 mod openai;
 mod llama_cpp;
 mod trackers;

@@ -135,6 +135,11 @@ fn gradients_match_finite_differences() {
         (Arch::Qwen3, Tuning::Full, LossFn::ImportanceSampling),
         (Arch::Qwen2, Tuning::Full, LossFn::CrossEntropy),
         (Arch::Llama, lora(), LossFn::Dro { beta: 0.1 }),
+        // GSPO: the sequence ratio couples a datum's tokens (a clip range wide enough that the
+        // derivative exists everywhere the differences probe).
+        (Arch::Qwen2, lora(), LossFn::Gspo { clip_low_threshold: 1e-3, clip_high_threshold: 1e3 }),
+        // PPO with clip-higher's asymmetric range.
+        (Arch::Qwen3, Tuning::Full, LossFn::Ppo { clip_low_threshold: 0.8, clip_high_threshold: 1.28 }),
     ] {
         let mut tr = trainer(arch, tuning.clone(), DType::F64, 5);
         if tuning != Tuning::Full {
@@ -513,6 +518,8 @@ fn hand_written_pass_matches_autograd_in_values_and_gradients() {
             (Tuning::Lora(lora_head), LossFn::Dro { beta: 0.1 }, &data[..]),
             (Tuning::Full, LossFn::CrossEntropy, &data[..]),
             (Tuning::Full, LossFn::CrossEntropy, &dense[..]),
+            (Tuning::Full, LossFn::GSPO, &data[..]),
+            (Tuning::Full, LossFn::Ppo { clip_low_threshold: 0.8, clip_high_threshold: 1.28 }, &data[..]),
         ] {
             let (mut f32_tr, mut f64_tr) = twin_trainers(arch, &tuning, 8);
             let a = f32_tr.forward_backward(data, &loss).unwrap();

@@ -85,6 +85,10 @@ impl Trainer for TrainerHandle {
         self.worker.submit(move |t| t.optim_step(&adam))
     }
 
+    fn reference_logprobs(&self, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
+        self.worker.submit(move |t| t.reference_logprobs(&data))
+    }
+
     fn save_state(&self, name: &str) -> Pending<StateRef> {
         let path = self.state_dir.join(name);
         self.worker.submit(move |t| {
@@ -112,7 +116,7 @@ impl Trainer for TrainerHandle {
 }
 
 /// `forward`: the learner log-probabilities from [`LocalTrainer::forward`] and the loss computed
-/// from them with the reference per-token definition ([`crate::rl::loss::token_loss`]), so no
+/// from them with the reference per-datum definition ([`crate::rl::loss::datum_loss`]), so no
 /// autograd graph is built.
 fn forward_loss(t: &LocalTrainer, data: &[Datum], loss: &LossFn) -> Result<ForwardBackwardOutput> {
     loss.validate().map_err(|e| Error::InvalidArgument { what: "loss_fn", reason: e.to_string() })?;
@@ -120,20 +124,17 @@ fn forward_loss(t: &LocalTrainer, data: &[Datum], loss: &LossFn) -> Result<Forwa
         d.validate(i, loss)?;
     }
     let outputs = t.forward(data)?;
-    let (mut total, mut logp, mut q, mut a, mut w) = (0.0f64, vec![], vec![], vec![], vec![]);
+    let mut total = 0.0f64;
+    let mut rows: Vec<[Vec<f32>; 4]> = Vec::with_capacity(data.len());
     for (d, o) in data.iter().zip(&outputs) {
         let n = d.model_input.len();
         let inp = &d.loss_fn_inputs;
         let (dq, da, dw) = (inp.logprobs.clone().unwrap_or_else(|| vec![0.0; n]), inp.advantages.clone().unwrap_or_else(|| vec![0.0; n]), inp.weights.clone().unwrap_or_else(|| vec![1.0; n]));
-        for i in 0..n {
-            total += crate::rl::loss::token_loss(loss, f64::from(o.logprobs[i]), f64::from(dq[i]), f64::from(da[i]), f64::from(dw[i]));
-        }
-        logp.extend_from_slice(&o.logprobs);
-        q.extend(dq);
-        a.extend(da);
-        w.extend(dw);
+        let f = |x: &[f32]| x.iter().map(|&v| f64::from(v)).collect::<Vec<f64>>();
+        total += crate::rl::loss::datum_loss(loss, &f(&o.logprobs), &f(&dq), &f(&da), &f(&dw));
+        rows.push([o.logprobs.clone(), dq, da, dw]);
     }
-    let stats = crate::rl::loss::stats(loss, &logp, &q, &a, &w);
+    let stats = crate::rl::loss::datum_stats(loss, rows.iter().map(|[l, q, a, w]| [&l[..], &q[..], &a[..], &w[..]]));
     Ok(ForwardBackwardOutput { loss: total, outputs, stats })
 }
 

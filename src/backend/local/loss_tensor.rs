@@ -41,15 +41,30 @@ pub fn loss_tensor(loss: &LossFn, logp: &Tensor, inputs: &TokenInputs) -> candle
             let d = (logp - q)?;
             ((logp * a)? - (d.sqr()? * (0.5 * beta))?)?
         }
+        LossFn::Gspo { clip_low_threshold: lo, clip_high_threshold: hi } => {
+            let s = sequence_ratio(logp, q, a, valid)?.broadcast_as(logp.shape())?;
+            let clipped = s.clamp(lo as f32, hi as f32)?;
+            (&s * a)?.minimum(&(clipped * a)?)?
+        }
     };
     (per_token * valid)?.sum_all()?.neg()
+}
+
+/// GSPO's sequence ratio per row of `[.., t]` inputs, keeping the last dimension (size 1):
+/// `exp(Σ_t m_t (logp_t − q_t) / max(1, Σ_t m_t))`, `m_t` = 1 on valid tokens with a non-zero
+/// advantage (a datum is one row, never split across micro-batches, so a row is a sequence).
+fn sequence_ratio(logp: &Tensor, q: &Tensor, a: &Tensor, valid: &Tensor) -> candle_core::Result<Tensor> {
+    let last = logp.rank().saturating_sub(1);
+    let m = (a.ne(0.0)?.to_dtype(logp.dtype())? * valid)?;
+    let n = m.sum_keepdim(last)?.maximum(1.0)?;
+    ((logp - q)? * &m)?.sum_keepdim(last)?.div(&n)?.exp()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rl::loss::example::{A, LOGP, Q, W};
-    use crate::rl::loss::token_loss;
+    use crate::rl::loss::{datum_loss, token_loss};
     use candle_core::{Device, Var};
 
     fn eval(loss: &LossFn) -> (f64, Vec<f32>) {
@@ -127,10 +142,50 @@ mod tests {
 
     #[test]
     fn tensor_matches_scalar_reference() {
-        for loss in [LossFn::CrossEntropy, LossFn::ImportanceSampling, LossFn::PPO, LossFn::CISPO, LossFn::Dro { beta: 0.3 }] {
+        let f = |x: [f32; 3]| x.map(f64::from);
+        let wide_gspo = LossFn::Gspo { clip_low_threshold: 0.5, clip_high_threshold: 1.5 };
+        for loss in [LossFn::CrossEntropy, LossFn::ImportanceSampling, LossFn::PPO, LossFn::CISPO, LossFn::Dro { beta: 0.3 }, LossFn::GSPO, wide_gspo] {
             let want: f64 = (0..3).map(|i| token_loss(&loss, LOGP[i].into(), Q[i].into(), A[i].into(), W[i].into())).sum();
+            let want = if loss.is_sequence_level() { datum_loss(&loss, &f(LOGP), &f(Q), &f(A), &f(W)) } else { want };
             close(eval(&loss).0, want);
         }
+    }
+
+    #[test]
+    fn gspo_by_hand() {
+        // s = e^−0.15 = 0.860708 over the two action tokens (rl::loss's gspo_by_hand).
+        // Unclipped: L = −s·ΣA_t, ΣA = 1; ds/dlogp_t = s/2 on action tokens, so
+        // dL/dlogp_t = −ΣA·s/2 = −0.430354 on tokens 1 and 2, 0 on the prompt token.
+        let (l, g) = eval(&LossFn::Gspo { clip_low_threshold: 0.5, clip_high_threshold: 1.5 });
+        close(l, -0.860708);
+        assert_eq!(g[0], 0.0);
+        close(g[1].into(), -0.430354);
+        close(g[2].into(), -0.430354);
+        // Default range: token 2 takes the clipped branch (constant), token 1 the unclipped one:
+        // L = −(2s − 0.9997), dL/dlogp_t = −2·s/2 = −0.860708 on both action tokens.
+        let (l, g) = eval(&LossFn::GSPO);
+        close(l, -0.721716);
+        close(g[1].into(), -0.860708);
+        close(g[2].into(), -0.860708);
+    }
+
+    #[test]
+    fn gspo_ratios_are_per_row_and_ignore_padding() {
+        // Two rows: the example, and a one-token row padded to three (padding has A ≠ 0 to check
+        // that `valid` masks it out of the sequence mean).
+        let dev = Device::Cpu;
+        let t = |v: &[f32]| Tensor::from_slice(v, (2, 3), &dev).unwrap();
+        let logp = Var::from_slice(&[-1.0f32, -0.5, -2.0, -0.3, -9.0, -9.0], (2, 3), &dev).unwrap();
+        let inputs = TokenInputs {
+            weights: t(&[0.0, 1.0, 1.0, 1.0, 0.0, 0.0]),
+            logprobs: t(&[0.0, -0.7, -1.5, -0.4, 0.0, 0.0]),
+            advantages: t(&[0.0, 2.0, -1.0, 1.0, 5.0, 5.0]),
+            valid: t(&[1.0, 1.0, 1.0, 1.0, 0.0, 0.0]),
+        };
+        let wide = LossFn::Gspo { clip_low_threshold: 0.0, clip_high_threshold: 10.0 };
+        let l = loss_tensor(&wide, logp.as_tensor(), &inputs).unwrap().to_vec0::<f32>().unwrap();
+        // Row 1: −0.860708; row 2: s = e^0.1 = 1.105171, −s·1.
+        close(l.into(), -0.860708 - 1.105171);
     }
 
 }

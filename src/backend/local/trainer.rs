@@ -42,6 +42,8 @@ pub struct LocalTrainer {
     source: PathBuf,
     /// Q8_0 copies of the frozen base weights, shared by every sampler snapshot.
     quantized_base: quant::Cache,
+    /// The reference policy of `grpo.kl`, built on first use (see [`LocalTrainer::reference_logprobs`]).
+    reference: Option<Model>,
 }
 
 impl std::fmt::Debug for LocalTrainer {
@@ -91,7 +93,7 @@ impl LocalTrainer {
         // tensors too would double the model's memory for nothing.
         drop(pb);
         let base = if options.tuning == Tuning::Full { Arc::new(HashMap::new()) } else { base };
-        Ok(Self { config, options, base, model, names, vars, grads: None, opt, tokenizer: tokenizer.map(Arc::new), source, quantized_base: quant::Cache::default() })
+        Ok(Self { config, options, base, model, names, vars, grads: None, opt, tokenizer: tokenizer.map(Arc::new), source, quantized_base: quant::Cache::default(), reference: None })
     }
 
     /// The model being trained.
@@ -160,6 +162,39 @@ impl LocalTrainer {
             outputs.extend(batch.outputs(&logp)?);
         }
         Ok(outputs)
+    }
+
+    /// Log-probabilities of each datum's targets under the reference policy (the KL penalty's
+    /// π_ref): the base model with the adapters off under LoRA (the frozen base tensors the
+    /// trainer already holds, shared), or under full fine-tuning a frozen copy of the base
+    /// weights, loaded again from the model's source on first use (the trainer keeps no copy
+    /// otherwise: it would double the memory of every full fine-tune).
+    ///
+    /// # Errors
+    /// Invalid datums, a model source that cannot be loaded again, tensor failures.
+    pub fn reference_logprobs(&mut self, data: &[Datum]) -> Result<Vec<Vec<f32>>> {
+        if self.reference.is_none() {
+            let frozen = Tuning::Frozen;
+            let model = match &self.options.tuning {
+                Tuning::Full => {
+                    let loaded = super::load(&self.source)?;
+                    Model::new(&loaded.config, &ParamBuilder::new(&loaded.weights, &frozen, &self.source, 0))?
+                }
+                _ => Model::new(&self.config, &ParamBuilder::new(&self.base, &frozen, &self.source, 0))?,
+            };
+            self.reference = Some(model);
+        }
+        let model = self.reference.as_ref().expect("built above");
+        let mut out = Vec::with_capacity(data.len());
+        for chunk in self.microbatches(data, &LossFn::CrossEntropy)? {
+            let batch = Batch::new(chunk, DType::F32)?;
+            let (tokens, targets) = batch.tensors()?;
+            let (b, t) = tokens.dims2()?;
+            let logits = model.forward(&tokens, 0, None)?.to_dtype(DType::F32)?.reshape((b * t, self.config.vocab_size))?;
+            let logp = super::target_logprob::target_logprobs(&logits, &targets.flatten_all()?.to_vec1::<u32>()?)?.reshape((b, t))?;
+            out.extend(batch.outputs(&logp)?.into_iter().map(|o| o.logprobs));
+        }
+        Ok(out)
     }
 
     /// Whether forward/backward run through [`train_pass`] (f32, unless `RLX_TRAIN_PASS=autograd`)
@@ -351,13 +386,14 @@ impl LocalTrainer {
             Some(prev) => prev.iter().zip(&acc).map(|(a, b)| a + b).collect::<candle_core::Result<Vec<_>>>()?,
             None => acc,
         });
-        let flat = |f: &dyn Fn(&Datum) -> Vec<f32>| -> Vec<f32> { data.iter().flat_map(f).collect() };
-        let logp_flat: Vec<f32> = outputs.iter().flat_map(|o| o.logprobs.iter().copied()).collect();
-        let n = |d: &Datum| d.model_input.len();
-        let q = flat(&|d| d.loss_fn_inputs.logprobs.clone().unwrap_or_else(|| vec![0.0; n(d)]));
-        let a = flat(&|d| d.loss_fn_inputs.advantages.clone().unwrap_or_else(|| vec![0.0; n(d)]));
-        let w = flat(&|d| d.loss_fn_inputs.weights.clone().unwrap_or_else(|| vec![1.0; n(d)]));
-        let stats = crate::rl::loss::stats(loss, &logp_flat, &q, &a, &w);
+        // Absent inputs as the loss reads them: q and A zero, weights one.
+        let longest = data.iter().map(|d| d.model_input.len()).max().unwrap_or(0);
+        let (zeros, ones) = (vec![0f32; longest], vec![1f32; longest]);
+        let rows = data.iter().zip(&outputs).map(|(d, o)| {
+            let (i, n) = (&d.loss_fn_inputs, d.model_input.len());
+            [&o.logprobs[..], i.logprobs.as_deref().unwrap_or(&zeros[..n]), i.advantages.as_deref().unwrap_or(&zeros[..n]), i.weights.as_deref().unwrap_or(&ones[..n])]
+        });
+        let stats = crate::rl::loss::datum_stats(loss, rows);
         Ok(ForwardBackwardOutput { loss: total, outputs, stats })
     }
 

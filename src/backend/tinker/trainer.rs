@@ -155,6 +155,13 @@ impl Submitter {
             let _ = reply.send(Err(e.into()));
             return;
         }
+        if loss.is_sequence_level() {
+            // Tinker names a `gspo` loss without defining it (reference/tinker-protocol.md §5.3);
+            // sending rlx's GSPO under that name would train on an objective nobody checked.
+            let reason = format!("Tinker does not define rlx's `{}` loss; use `ppo` (with clip-higher) on Tinker", loss.name());
+            let _ = reply.send(Err(crate::backend::Error::InvalidArgument { what: "loss_fn", reason }));
+            return;
+        }
         let mut polls = Vec::new();
         for chunk in chunks(&data) {
             let model_id = self.model_id.clone();

@@ -1,0 +1,332 @@
+//! The GRPO variants of docs/variants.md through the engine: dynamic sampling with a scripted
+//! sampler whose groups are mostly degenerate (refill rounds until the step is full, its metrics,
+//! the cap on rounds, an exact resume mid-run), and a run of the embedded trainer on a tiny model
+//! with every loss/advantage variant on at once (GSPO, token-mean aggregation, overlong masking,
+//! the KL penalty to the reference).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rlx::backend::{Pending, Policy, Sampler, Trainer};
+use rlx::engine::{self, PolicySource};
+use rlx::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, LossStats, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef, StopReason};
+use serde_json::Value;
+
+use crate::common::{TestContext, jsonl, only_run, repo};
+
+/// Answers a problem of the training file right on even samples and wrong on odd ones when its
+/// line number is a multiple of 3, and wrong on every sample otherwise: two groups in three are
+/// degenerate (all fail). Logs the problem of every request, in order.
+struct Scripted {
+    tokenizer: tokenizers::Tokenizer,
+    /// (statement, reference solution) per line of the training file.
+    problems: Vec<(String, String)>,
+    asked: Mutex<Vec<usize>>,
+}
+
+impl Scripted {
+    fn new(cx: &TestContext) -> Arc<Self> {
+        let tokenizer = tokenizers::Tokenizer::from_file(cx.path().join("tiny/tokenizer.json")).unwrap();
+        let text = std::fs::read_to_string(repo().join("experiments/data/easy_python_train.jsonl")).unwrap();
+        let problems = text
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (v["text"].as_str().unwrap().to_string(), v["code"].as_str().unwrap().to_string())
+            })
+            .collect();
+        Arc::new(Scripted { tokenizer, problems, asked: Mutex::default() })
+    }
+
+    fn index(&self, prompt: &[u32]) -> usize {
+        let text = self.tokenizer.decode(prompt, false).unwrap();
+        self.problems.iter().position(|(statement, _)| text.contains(statement.as_str())).expect("a training problem")
+    }
+
+    fn informative(i: usize) -> bool {
+        i.is_multiple_of(3)
+    }
+}
+
+impl Sampler for Scripted {
+    fn sample(&self, requests: Vec<SampleRequest>, _params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
+        let mut out = vec![];
+        for r in &requests {
+            let i = self.index(&r.prompt);
+            self.asked.lock().unwrap().push(i);
+            let group = (0..r.num_samples)
+                .map(|k| {
+                    let right = Self::informative(i) && k % 2 == 0;
+                    let body = if right { self.problems[i].1.clone() } else { "def nothing():\n    return None".to_string() };
+                    let mut tokens = self.tokenizer.encode(format!("```python\n{body}\n```"), false).unwrap().get_ids().to_vec();
+                    tokens.push(1);
+                    SampledSequence { logprobs: vec![-0.5; tokens.len()], tokens, stop_reason: StopReason::Stop }
+                })
+                .collect();
+            out.push(group);
+        }
+        Box::pin(async move { Ok(out) })
+    }
+}
+
+/// A trainer that trains nothing: counts datums per `forward_backward`, keeps states by name.
+struct Recorder {
+    sampler: Arc<Scripted>,
+    datums: Mutex<Vec<usize>>,
+    states: Mutex<HashMap<String, usize>>,
+}
+
+impl Trainer for Recorder {
+    fn forward_backward(&self, data: Vec<Datum>, _loss: LossFn) -> Pending<ForwardBackwardOutput> {
+        self.datums.lock().unwrap().push(data.len());
+        let outputs = data.iter().map(|d| rlx::seam::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
+        Box::pin(async move { Ok(ForwardBackwardOutput { loss: 1.0, outputs, stats: LossStats::default() }) })
+    }
+    fn optim_step(&self, _adam: AdamParams) -> Pending<OptimStepOutput> {
+        Box::pin(async move { Ok(OptimStepOutput { grad_norm: 0.5, clipped: false, step: 1, metrics: Default::default() }) })
+    }
+    fn save_state(&self, name: &str) -> Pending<StateRef> {
+        let uri = format!("scripted://{name}");
+        self.states.lock().unwrap().insert(uri.clone(), 0);
+        Box::pin(async move { Ok(StateRef(uri)) })
+    }
+    fn load_state(&self, state: &StateRef) -> Pending<()> {
+        let found = self.states.lock().unwrap().contains_key(&state.0);
+        Box::pin(async move { found.then_some(()).ok_or_else(|| rlx::backend::Error::InvalidArgument { what: "state", reason: "unknown".into() }) })
+    }
+    fn sampler(&self) -> Pending<Arc<dyn Sampler>> {
+        let s: Arc<dyn Sampler> = self.sampler.clone();
+        Box::pin(async move { Ok(s) })
+    }
+}
+
+fn dynamic_plan(cx: &TestContext, max_extra_rounds: u32) -> rlx::plan::Plan {
+    let data = repo().join("experiments/data");
+    let spec = format!(
+        "name: dynamic
+seed: 11
+model: {{base: ./tiny}}
+backend: {{kind: tinker}}
+data:
+  train: [{{path: {train}, format: mbpp}}]
+prompt: {{user: {user}}}
+sampling: {{max_tokens: 64}}
+grpo: {{prompts_per_step: 3, group_size: 4, loss: {{kind: ppo}}, dynamic_sampling: {{max_extra_rounds: {max_extra_rounds}}}}}
+reward: {{test_timeout_s: 5, format_coef: 0}}
+sandbox: {{kind: local, strict: false}}
+log: {{root: {root}, rollouts: all}}
+schedule: {{max_steps: 3, eval_every: 0, save_every: 1, eval_at_start: false}}",
+        train = data.join("easy_python_train.jsonl").display(),
+        user = repo().join("prompts/mbpp_user.j2").display(),
+        root = cx.path().join("runs").display(),
+    );
+    let path = cx.write("spec.yaml", &spec);
+    rlx::plan::plan(&path, &[]).unwrap()
+}
+
+/// Runs `plan` to the end on a fresh scripted backend, stopping once after `stop_after` steps
+/// when given (then resuming on a new backend, as a restarted process would).
+async fn run(cx: &TestContext, plan: &rlx::plan::Plan, stop_after: Option<u32>) -> (Arc<Recorder>, Vec<usize>) {
+    let sampler = Scripted::new(cx);
+    let trainer = Arc::new(Recorder { sampler: sampler.clone(), datums: Mutex::default(), states: Mutex::default() });
+    let mut asked = vec![];
+    if let Some(n) = stop_after {
+        let stop = engine::Stop::default();
+        let on_step = {
+            let stop = stop.clone();
+            move |e: engine::Event| {
+                if matches!(e, engine::Event::Step { step, .. } if step + 1 == n) {
+                    stop.request();
+                }
+            }
+        };
+        let first = engine::run(plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &stop, &on_step).await.unwrap();
+        assert_eq!(first, engine::Outcome::Interrupted { steps: n });
+        asked.extend(sampler.asked.lock().unwrap().drain(..));
+    }
+    let outcome = engine::run(plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::Stop::default(), &()).await.unwrap();
+    assert_eq!(outcome, engine::Outcome::Finished { steps: 3 });
+    asked.extend(sampler.asked.lock().unwrap().drain(..));
+    (trainer, asked)
+}
+
+fn metric(m: &Value, k: &str) -> usize {
+    m[k].as_f64().unwrap_or_else(|| panic!("no {k} in {m}")) as usize
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_sampling_refills_until_full_and_resumes_exactly() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let plan = dynamic_plan(&cx, 10);
+    let (trainer, asked) = run(&cx, &plan, None).await;
+    let dir = cx.path().join("runs").join(&plan.run_id);
+    let metrics = jsonl(&dir.join("metrics.jsonl"));
+    assert_eq!(metrics.len(), 3);
+    let (mut drawn_total, mut discarded_total, mut refilled) = (0, 0, 0);
+    for m in &metrics {
+        let (drawn, discarded, rounds, groups) = (metric(m, "train/problems_drawn"), metric(m, "train/groups_discarded"), metric(m, "train/sample_rounds"), metric(m, "train/groups"));
+        // Full: exactly prompts_per_step informative groups, each trained on (4 datums a group).
+        assert_eq!(groups - discarded, 3, "{m}");
+        assert_eq!(metric(m, "train/datums"), 12, "{m}");
+        assert_eq!((drawn, metric(m, "train/groups_skipped")), (groups, discarded), "{m}");
+        assert!(rounds <= 11, "{m}");
+        refilled += usize::from(rounds > 1);
+        drawn_total += drawn;
+        discarded_total += discarded;
+    }
+    assert!(refilled >= 2, "steps refilled: {refilled}");
+    assert!(discarded_total > drawn_total / 2, "most groups are degenerate: {discarded_total} of {drawn_total}");
+    // Every problem drawn was sampled once, in order, and counts in the data cursor.
+    assert_eq!(asked.len(), drawn_total);
+    assert_eq!(*trainer.datums.lock().unwrap(), vec![12, 12, 12]);
+    let cursors: Vec<u64> = jsonl(&dir.join("checkpoints.jsonl")).iter().map(|c| c["data_cursor"].as_u64().unwrap()).collect();
+    let mut sum = 0;
+    let expect: Vec<u64> = metrics.iter().map(|m| { sum += metric(m, "train/problems_drawn") as u64; sum }).collect();
+    assert_eq!(cursors, expect);
+    // Each round draws the shortfall: replay the sampler's log with the scripted rule.
+    let mut at = 0;
+    for m in &metrics {
+        let (mut have, mut want, mut rounds) = (0, 3, 0);
+        while want > 0 {
+            have += asked[at..at + want].iter().filter(|&&i| Scripted::informative(i)).count();
+            at += want;
+            rounds += 1;
+            want = 3 - have;
+        }
+        assert_eq!(rounds, metric(m, "train/sample_rounds"), "{m}");
+    }
+
+    // The same experiment stopped after step 1 and resumed: the same problems, seeds, rewards
+    // and metrics (timings aside).
+    let cx2 = TestContext::new();
+    crate::engine::tiny_model(&cx2.path().join("tiny"));
+    let plan2 = dynamic_plan(&cx2, 10);
+    assert_eq!(plan2.run_id, plan.run_id);
+    let (_, asked2) = run(&cx2, &plan2, Some(1)).await;
+    assert_eq!(asked2, asked, "the resumed run drew the same problems in the same order");
+    let dir2 = cx2.path().join("runs").join(&plan2.run_id);
+    let strip = |v: Vec<Value>| -> Vec<Value> {
+        v.into_iter()
+            .map(|mut m| {
+                m.as_object_mut().unwrap().retain(|k, _| !k.starts_with("time/") && !k.starts_with("sandbox/"));
+                m
+            })
+            .collect()
+    };
+    assert_eq!(strip(jsonl(&dir2.join("metrics.jsonl"))), strip(metrics));
+    assert_eq!(jsonl(&dir2.join("rollouts.jsonl")), jsonl(&dir.join("rollouts.jsonl")));
+    let cursors2: Vec<u64> = jsonl(&dir2.join("checkpoints.jsonl")).iter().map(|c| c["data_cursor"].as_u64().unwrap()).collect();
+    assert_eq!(cursors2, cursors);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_sampling_stops_at_its_cap() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let plan = dynamic_plan(&cx, 1);
+    let (_, asked) = run(&cx, &plan, None).await;
+    let metrics = jsonl(&cx.path().join("runs").join(&plan.run_id).join("metrics.jsonl"));
+    let mut at = 0;
+    let mut capped = 0;
+    for m in &metrics {
+        let rounds = metric(m, "train/sample_rounds");
+        assert!(rounds <= 2, "one extra round at most: {m}");
+        let informative = metric(m, "train/groups") - metric(m, "train/groups_discarded");
+        assert!(informative <= 3);
+        // Not full only when the cap was reached; it then trains on what it has.
+        if informative < 3 {
+            assert_eq!(rounds, 2, "{m}");
+            capped += 1;
+        }
+        assert_eq!(metric(m, "train/datums"), informative * 4, "{m}");
+        let drawn = metric(m, "train/problems_drawn");
+        assert_eq!(asked[at..at + drawn].iter().filter(|&&i| Scripted::informative(i)).count(), informative);
+        at += drawn;
+    }
+    assert!(capped >= 1, "no step reached the cap: {metrics:?}");
+}
+
+/// The loss/advantage variants on the embedded trainer: GSPO, token-mean aggregation, the soft
+/// overlong penalty and the KL penalty (LoRA: the reference is the base with the adapter off) in
+/// one run; overlong masking in another.
+#[test]
+fn the_embedded_trainer_runs_the_variants() {
+    let run = |grpo_extra: &str| -> (Vec<Value>, Vec<Value>) {
+        let cx = TestContext::new();
+        crate::engine::tiny_model(&cx.path().join("tiny"));
+        let text = crate::engine::spec_with(2, 100, "").replace("finetune: full}", "finetune: lora, lora: {rank: 4}}").replace(
+            "grpo: {prompts_per_step: 2, group_size: 3, skip_degenerate: false}",
+            &format!("grpo: {{prompts_per_step: 2, group_size: 3, skip_degenerate: false, {grpo_extra}}}"),
+        );
+        cx.write("spec.yaml", &text);
+        let r = cx.run(&["run", "spec.yaml"]);
+        assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+        let dir = only_run(&cx);
+        let metrics = jsonl(&dir.join("metrics.jsonl")).into_iter().filter(|m| m["step"].as_i64().unwrap() >= 0).collect();
+        (metrics, jsonl(&dir.join("rollouts.jsonl")))
+    };
+
+    let (metrics, rollouts) = run("loss: {kind: gspo, clip_low_threshold: 0.5, clip_high_threshold: 2.0}, loss_agg: {kind: token_mean}, overlong: {kind: soft_penalty, cache_tokens: 4}, kl: {coef: 0.1, estimator: k3}");
+    assert_eq!(metrics.len(), 2);
+    for m in &metrics {
+        assert_eq!(metric(m, "train/datums"), 6, "{m}");
+        assert!(m["train/loss"].as_f64().unwrap().is_finite(), "{m}");
+        // k3 is never negative.
+        assert!(m["train/kl_reference"].as_f64().unwrap() >= 0.0, "{m}");
+        assert!(m["train/entropy"].as_f64().unwrap() > 0.0, "{m}");
+        assert!(m.get("train/overlong_masked").is_none());
+    }
+    // The soft penalty over the last 4 of 12 tokens, on top of the reward strategy's.
+    let mut penalised = 0;
+    for r in &rollouts {
+        let tokens = r["tokens"].as_u64().unwrap() as f64;
+        let penalty = if tokens <= 8.0 { 0.0 } else { (8.0 - tokens) / 4.0 };
+        let base = match r["status"].as_str().unwrap() {
+            "format_error" => -0.1,
+            "passed" => 1.0,
+            _ => 0.0,
+        };
+        assert!((r["reward"].as_f64().unwrap() - (base + penalty)).abs() < 1e-9, "{r}");
+        penalised += usize::from(penalty < 0.0);
+    }
+    assert!(penalised > 0, "no completion reached the penalty zone");
+
+    let (metrics, _) = run("overlong: {kind: mask}");
+    for m in &metrics {
+        let masked = metric(m, "train/overlong_masked");
+        let truncated = (m["train/truncated_rate"].as_f64().unwrap() * 6.0).round() as usize;
+        assert_eq!(masked, truncated, "{m}");
+        assert_eq!(metric(m, "train/datums"), 6 - masked, "{m}");
+    }
+}
+
+/// What a backend cannot run, or what contradicts itself, is refused before the run with the
+/// key, the reason and what to use instead.
+#[test]
+fn validation_refuses_what_cannot_run() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let cases = [
+        ("backend: {kind: tinker}", "loss: {kind: gspo}", "`grpo.loss: {kind: gspo}` cannot run on Tinker", "clip_high_threshold: 1.28"),
+        ("backend: {kind: tinker}", "kl: {coef: 0.01}", "`grpo.kl` is not available on the `tinker` backend", "backend.kind: local"),
+        ("backend: {kind: local}", "loss: {kind: dro}, loss_agg: {kind: token_mean}", "cannot be used with `grpo.loss: {kind: dro}`", "does not scale with the advantage"),
+        ("backend: {kind: local}", "overlong: {kind: soft_penalty, cache_tokens: 12}", "must be below `sampling.max_tokens` (12)", "cache_tokens"),
+        ("backend: {kind: local}", "dynamic_sampling: {}", "`grpo.skip_degenerate` is false", "remove `skip_degenerate: false`"),
+    ];
+    for (backend, grpo, error, hint) in cases {
+        let text = crate::engine::spec_with(1, 1, "")
+            .replace("backend: {kind: local, threads: 1}", backend)
+            .replace("finetune: full}", "finetune: lora}")
+            .replace("skip_degenerate: false}", &format!("skip_degenerate: false, {grpo}}}"));
+        cx.write("spec.yaml", &text);
+        let r = cx.run(&["validate", "spec.yaml"]);
+        assert_eq!(r.code, 2, "{grpo}: {}", r.stderr);
+        assert!(r.stderr.contains(error) && r.stderr.contains(hint), "{grpo}: {}", r.stderr);
+    }
+    // The same variants on the local backend, where they run, validate.
+    let ok = crate::engine::spec_with(1, 1, "").replace("skip_degenerate: false}", "loss: {kind: gspo}, loss_agg: {kind: constant}, overlong: {kind: mask}, dynamic_sampling: {max_extra_rounds: 2}, kl: {coef: 0.01, estimator: k3}}");
+    cx.write("spec.yaml", &ok);
+    let r = cx.run(&["validate", "spec.yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
