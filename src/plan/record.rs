@@ -25,6 +25,11 @@ pub fn to_json(plan: &Plan) -> Value {
     let eval = obj.entry("eval").or_insert_with(|| json!({}));
     eval["samples"] = json!(plan.eval.samples);
     eval["max_tokens"] = json!(plan.eval.sampling.max_tokens);
+    if let crate::spec::types::LossAgg::Constant { .. } = plan.grpo.loss_agg {
+        // C defaults to `sampling.max_tokens`: the value the run divided by.
+        let grpo = obj.entry("grpo").or_insert_with(|| json!({}));
+        grpo["loss_agg"]["tokens"] = json!(plan.grpo.agg_constant);
+    }
     let backend = obj.entry("backend").or_insert_with(|| json!({}));
     match &plan.backend {
         BackendChoice::Local { max_tokens_per_microbatch, sample_weights, .. } => {
