@@ -429,9 +429,9 @@ fn check_grpo_variants(cx: &mut Ctx<'_>, spec: &Spec) {
         if !(kl.coef.is_finite() && kl.coef >= 0.0) {
             cx.err("grpo.kl.coef", format!("`grpo.kl.coef` must be ≥ 0, found {}", kl.coef));
         }
-        if !matches!(spec.backend, Backend::Local { .. }) && spec.schedule.max_steps > 0 && !spec.schedule.dry_run {
+        if matches!(spec.backend, Backend::Openai { .. }) && spec.schedule.max_steps > 0 && !spec.schedule.dry_run {
             cx.err("grpo.kl", format!("`grpo.kl` is not available on the `{}` backend", spec.backend.kind())).hints.push(
-                "the reference log-probabilities come from the embedded trainer (base model with the adapter off, or a frozen copy); use `backend.kind: local`, or leave `grpo.kl` out".into(),
+                "the reference log-probabilities come from the trainer's base model (the embedded trainer, or a Tinker sampling client of the base model); use `backend.kind: local` or `tinker`, or leave `grpo.kl` out".into(),
             );
         }
     }

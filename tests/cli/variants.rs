@@ -309,7 +309,6 @@ fn validation_refuses_what_cannot_run() {
     crate::engine::tiny_model(&cx.path().join("tiny"));
     let cases = [
         ("backend: {kind: tinker}", "loss: {kind: gspo}", "`grpo.loss: {kind: gspo}` cannot run on Tinker", "clip_high_threshold: 1.28"),
-        ("backend: {kind: tinker}", "kl: {coef: 0.01}", "`grpo.kl` is not available on the `tinker` backend", "backend.kind: local"),
         ("backend: {kind: local}", "loss: {kind: dro}, loss_agg: {kind: token_mean}", "cannot be used with `grpo.loss: {kind: dro}`", "does not scale with the advantage"),
         ("backend: {kind: local}", "overlong: {kind: soft_penalty, cache_tokens: 12}", "must be below `sampling.max_tokens` (12)", "cache_tokens"),
         ("backend: {kind: local}", "dynamic_sampling: {}", "`grpo.skip_degenerate` is false", "remove `skip_degenerate: false`"),
@@ -329,4 +328,42 @@ fn validation_refuses_what_cannot_run() {
     cx.write("spec.yaml", &ok);
     let r = cx.run(&["validate", "spec.yaml"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// On Tinker the KL reference is a sampling client of the base model (`compute_logprobs`):
+/// through `rlx serve`, its log-probabilities equal the untrained LoRA policy's (B = 0), and a
+/// run with `grpo.kl` trains and reports the estimate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_tinker_the_reference_is_a_base_model_sampler() {
+    let cx = TestContext::new();
+    let model = cx.path().join("tiny");
+    crate::engine::tiny_model(&model);
+    let served = crate::tinker_sdk::Server::start(&cx, &model, &["--long-poll-s", "2"]);
+    let policy = rlx::backend::tinker::open(crate::tinker::options(&served.url, &model)).await.unwrap();
+    let Policy::Trainable(trainer) = policy else { panic!("Tinker policies train") };
+    let datum = Datum {
+        model_input: vec![5, 6, 7, 8, 9],
+        loss_fn_inputs: rlx::seam::LossFnInputs { target_tokens: vec![6, 7, 8, 9, 10], weights: None, logprobs: None, advantages: None },
+    };
+    let reference = trainer.reference_logprobs(vec![datum.clone(), datum.clone()]).await.unwrap();
+    let policy = trainer.forward(vec![datum], LossFn::CrossEntropy).await.unwrap();
+    assert_eq!(reference.len(), 2);
+    assert_eq!(reference[0], reference[1]);
+    assert_eq!(reference[0].len(), 5);
+    for (r, p) in reference[0].iter().zip(&policy.outputs[0].logprobs) {
+        assert!(r.is_finite() && (r - p).abs() < 1e-4, "reference {r} vs untrained policy {p}");
+    }
+    let records = served.record();
+    assert_eq!(records.iter().filter(|r| r["path"] == "/api/v1/create_sampling_session").count(), 1, "one reference session, reused");
+
+    // A run with the KL penalty through Tinker.
+    let spec = crate::engine::spec_with(1, 100, "")
+        .replace("model: {base: ./tiny, finetune: full}", "model: {base: ./tiny, finetune: lora, lora: {rank: 4, alpha: 8}}")
+        .replace("backend: {kind: local, threads: 1}", &format!("backend: {{kind: tinker, base_url: '{}', max_in_flight: 4}}", served.url))
+        .replace("skip_degenerate: false}", "skip_degenerate: false, loss: {kind: ppo, clip_high_threshold: 1.28}, loss_agg: {kind: sequence_mean}, kl: {coef: 0.05}}");
+    cx.write("spec.yaml", &spec);
+    let out = tokio::task::block_in_place(|| cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = jsonl(&only_run(&cx).join("metrics.jsonl")).into_iter().find(|m| m["step"] == 0).unwrap();
+    assert!(m["train/kl_reference"].is_number() && m["train/loss"].is_number(), "{m}");
 }

@@ -93,6 +93,17 @@ pub fn sample_response(bytes: &[u8], n: usize) -> Result<Vec<SampledSequence>, E
     Ok(seqs)
 }
 
+/// The `prompt_logprobs` of a `compute_logprobs` reply (NaN at unscored positions, position 0
+/// always).
+///
+/// # Errors
+/// A body that is not a `SampleResponse`, or one without prompt log-probabilities.
+pub fn prompt_logprobs_response(bytes: &[u8]) -> Result<Vec<f32>, Error> {
+    let p = proto::SampleResponse::decode(bytes).map_err(|e| protocol("SampleResponse", e))?;
+    let raw = p.prompt_logprobs.ok_or_else(|| protocol("SampleResponse", "no `prompt_logprobs` in a reply to `prompt_logprobs: true`"))?;
+    convert::f32_from_bytes(&raw, "prompt_logprobs").map_err(|e| protocol("SampleResponse", e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

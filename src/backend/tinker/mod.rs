@@ -135,7 +135,7 @@ pub async fn open(options: Options) -> Result<Policy, Error> {
         max_in_flight: options.max_in_flight.max(1),
         tokenizer: options.tokenizer.clone(),
     };
-    Ok(Policy::Trainable(Arc::new(TinkerTrainer::start(session, model_id, sampler))))
+    Ok(Policy::Trainable(Arc::new(TinkerTrainer::start(session, model_id, options.base_model.clone(), sampler))))
 }
 
 /// Creates a session and a sampling session on the base model, or on saved sampler weights

@@ -78,7 +78,7 @@ impl Sampler for TinkerSampler {
                     return tokio::spawn(async { Ok(Vec::new()) });
                 }
                 let body = asample_body(&self.id, &r, &token_stops);
-                let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: r.num_samples, permits: self.options.in_flight.clone() };
+                let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: r.num_samples, permits: self.options.in_flight.clone(), decode: convert::sample_response };
                 tokio::spawn(job.run())
             })
             .collect();
@@ -100,6 +100,17 @@ impl Sampler for TinkerSampler {
 
     fn max_in_flight(&self) -> usize {
         self.options.max_in_flight
+    }
+
+    /// The SDK's `compute_logprobs`: one sample of one token at temperature 1 with
+    /// `prompt_logprobs: true` (reference/tinker-protocol.md §5.6), NaN at position 0.
+    fn prompt_logprobs(&self, prompt: Vec<u32>) -> Pending<Vec<f32>> {
+        let params = SamplingParams { max_tokens: 1, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![], seed: None };
+        let mut body = asample_body(&self.id, &SampleRequest { prompt, num_samples: 1, seed: None }, &params);
+        body.prompt_logprobs = Some(true);
+        let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: 1, permits: self.options.in_flight.clone(), decode: |b: &[u8], _| convert::prompt_logprobs_response(b) };
+        let handle = tokio::spawn(job.run());
+        Box::pin(async move { handle.await.map_err(|e| Error::Gone { what: "Tinker sampler", reason: e.to_string() })? })
     }
 }
 
@@ -130,17 +141,19 @@ fn asample_body(session: &str, r: &SampleRequest, params: &SamplingParams) -> wi
     }
 }
 
-/// One prompt's sampling, with whole-sample retries.
-struct Job {
+/// One prompt's sampling, with whole-sample retries; `decode` reads the reply (the sequences,
+/// or the prompt's log-probabilities).
+struct Job<T> {
     session: Arc<Session>,
     next_seq: Arc<AtomicI64>,
     body: wire::SampleRequest,
     num_samples: usize,
     permits: Arc<Semaphore>,
+    decode: fn(&[u8], usize) -> std::result::Result<T, TinkerError>,
 }
 
-impl Job {
-    async fn run(mut self) -> Result<Vec<SampledSequence>> {
+impl<T> Job<T> {
+    async fn run(mut self) -> Result<T> {
         let _permit = self.permits.clone().acquire_owned().await.map_err(|_| Error::Gone { what: "Tinker sampler", reason: "closed".into() })?;
         let client = self.session.client().clone();
         let mut attempt = 0;
@@ -155,7 +168,7 @@ impl Job {
                     return Err(TinkerError::Protocol { path: "/api/v1/asample".into(), reason: format!("asked for {} samples and got {ids} sample_sequence_ids", self.num_samples) });
                 }
                 match future::retrieve(&client, &s.request_id, "Sample", Accept::Proto).await? {
-                    Payload::Proto(b) => convert::sample_response(&b, self.num_samples),
+                    Payload::Proto(b) => (self.decode)(&b, self.num_samples),
                     Payload::Json(_) => unreachable!("retrieve returns protobuf when asked for it"),
                 }
             }

@@ -39,6 +39,39 @@ enum Op {
 /// The [`Trainer`]: a handle to the submitter task.
 pub struct TinkerTrainer {
     ops: mpsc::UnboundedSender<Op>,
+    /// The reference policy of `grpo.kl`: a sampling session on the base model, created on
+    /// first use. Scoring with it needs no place in the training requests' order.
+    reference: Arc<Reference>,
+}
+
+/// What creating and using the reference sampler needs.
+struct Reference {
+    session: Arc<Session>,
+    base_model: String,
+    options: SamplerOptions,
+    sampler: tokio::sync::OnceCell<Arc<TinkerSampler>>,
+}
+
+impl Reference {
+    /// The base model's sampling session (`create_sampling_session` with `base_model`).
+    async fn sampler(&self) -> Result<Arc<TinkerSampler>> {
+        let created = self
+            .sampler
+            .get_or_try_init(|| async {
+                let body = wire::CreateSamplingSessionRequest {
+                    session_id: self.session.id().to_string(),
+                    sampling_session_seq_id: u64::from(self.session.next_sampling_seq()),
+                    base_model: Some(self.base_model.clone()),
+                    model_path: None,
+                    r#type: literal::CreateSamplingSession,
+                };
+                let created: wire::CreateSamplingSessionResponse =
+                    self.session.client().post_json("/api/v1/create_sampling_session", &body, "ServiceClient.create_sampling_client").await?;
+                Ok::<_, TinkerError>(Arc::new(TinkerSampler::new(self.session.clone(), created.sampling_session_id, self.options.clone())))
+            })
+            .await?;
+        Ok(created.clone())
+    }
 }
 
 /// Limits on one `forward_backward` request (§5.3, the SDK's `fwdbwd_max_chunk_len` and
@@ -47,11 +80,12 @@ const MAX_CHUNK_DATUMS: usize = 1024;
 const MAX_CHUNK_BYTES: usize = 5_000_000;
 
 impl TinkerTrainer {
-    /// A trainer for the existing model `model_id` of `session`.
-    pub fn start(session: Arc<Session>, model_id: String, sampler: SamplerOptions) -> Self {
+    /// A trainer for the existing model `model_id` of `session`, trained from `base_model`.
+    pub fn start(session: Arc<Session>, model_id: String, base_model: String, sampler: SamplerOptions) -> Self {
         let (ops, rx) = mpsc::unbounded_channel();
+        let reference = Arc::new(Reference { session: session.clone(), base_model, options: sampler.clone(), sampler: tokio::sync::OnceCell::new() });
         tokio::spawn(Submitter { session, model_id, next_seq: 1, steps: 0, poisoned: None, sampler }.run(rx));
-        TinkerTrainer { ops }
+        TinkerTrainer { ops, reference }
     }
 
     fn send<T: Send + 'static>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Op) -> Pending<T> {
@@ -86,6 +120,35 @@ impl Trainer for TinkerTrainer {
     fn save_state(&self, name: &str) -> Pending<StateRef> {
         let name = name.to_string();
         self.send(|reply| Op::SaveState { name, reply })
+    }
+
+    /// The cookbook's KL reference (reference/tinker-protocol.md §10.9): `compute_logprobs` of
+    /// each datum's whole sequence (`model_input` + its last target) on a sampling session of the
+    /// base model; the log-probability of target i is the prompt's at position i + 1.
+    fn reference_logprobs(&self, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
+        let reference = self.reference.clone();
+        Box::pin(async move {
+            let sampler = reference.sampler().await?;
+            // All submitted before the first is awaited: they run concurrently.
+            let pending: Vec<_> = data
+                .iter()
+                .map(|d| {
+                    let mut seq = d.model_input.clone();
+                    seq.extend(d.loss_fn_inputs.target_tokens.last());
+                    sampler.prompt_logprobs(seq)
+                })
+                .collect();
+            let mut out = Vec::with_capacity(data.len());
+            for (d, p) in data.iter().zip(pending) {
+                let lp = p.await?;
+                let n = d.model_input.len();
+                if lp.len() != n + 1 {
+                    return Err(Error::InvalidArgument { what: "prompt_logprobs", reason: format!("{} values for a sequence of {} tokens", lp.len(), n + 1) });
+                }
+                out.push(lp[1..].to_vec());
+            }
+            Ok(out)
+        })
     }
 
     fn load_state(&self, state: &StateRef) -> Pending<()> {
