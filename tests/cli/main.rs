@@ -41,7 +41,9 @@
 //! - `tinker_sdk`: `rlx serve` driven by the official Tinker Python SDK, with and without faults.
 //! - `tinker_wire`: rlx's Tinker client sends what the SDK sends for the same operations.
 //! - `variants`: the GRPO variants through the engine: dynamic sampling with a scripted sampler
-//!   (refills, metrics, the cap, exact resume) and every loss/advantage variant on a tiny model.
+//!   (refills, metrics, the cap, exact resume, pipelined), loss aggregation as the trainer sees
+//!   it, every loss/advantage variant on a tiny model, validation refusals, the KL reference on
+//!   Tinker through `rlx serve`.
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
 //! - `openai`: the OpenAI-compatible sampler against servers written in the test (every failure
 //!   mode), `rlx eval` and dry runs that drop and count what a server fails on.

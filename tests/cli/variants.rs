@@ -1,8 +1,9 @@
 //! The GRPO variants of docs/variants.md through the engine: dynamic sampling with a scripted
 //! sampler whose groups are mostly degenerate (refill rounds until the step is full, its metrics,
-//! the cap on rounds, an exact resume mid-run), and a run of the embedded trainer on a tiny model
-//! with every loss/advantage variant on at once (GSPO, token-mean aggregation, overlong masking,
-//! the KL penalty to the reference).
+//! the cap on rounds, an exact resume mid-run, the same draws pipelined), loss aggregation as the
+//! trainer receives it, runs of the embedded trainer on a tiny model with the loss/advantage
+//! variants on (GSPO, token-mean aggregation, overlong penalty and masking, the KL penalty),
+//! validation refusals, and the KL reference on Tinker through `rlx serve`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -73,12 +74,16 @@ impl Sampler for Scripted {
 struct Recorder {
     sampler: Arc<Scripted>,
     datums: Mutex<Vec<usize>>,
+    /// Per `forward_backward`, each datum's (sampler log-probabilities, advantages).
+    inputs: Mutex<Vec<Vec<(Vec<f32>, Vec<f32>)>>>,
     states: Mutex<HashMap<String, usize>>,
 }
 
 impl Trainer for Recorder {
     fn forward_backward(&self, data: Vec<Datum>, _loss: LossFn) -> Pending<ForwardBackwardOutput> {
         self.datums.lock().unwrap().push(data.len());
+        let inputs = data.iter().map(|d| (d.loss_fn_inputs.logprobs.clone().unwrap(), d.loss_fn_inputs.advantages.clone().unwrap())).collect();
+        self.inputs.lock().unwrap().push(inputs);
         let outputs = data.iter().map(|d| rlx::seam::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
         Box::pin(async move { Ok(ForwardBackwardOutput { loss: 1.0, outputs, stats: LossStats::default() }) })
     }
@@ -101,6 +106,11 @@ impl Trainer for Recorder {
 }
 
 fn dynamic_plan(cx: &TestContext, max_extra_rounds: u32) -> rlx::plan::Plan {
+    dynamic_plan_with(cx, max_extra_rounds, "")
+}
+
+/// The dynamic-sampling spec with `grpo_extra` keys added to `grpo`.
+fn dynamic_plan_with(cx: &TestContext, max_extra_rounds: u32, grpo_extra: &str) -> rlx::plan::Plan {
     let data = repo().join("experiments/data");
     let spec = format!(
         "name: dynamic
@@ -111,7 +121,7 @@ data:
   train: [{{path: {train}, format: mbpp}}]
 prompt: {{user: {user}}}
 sampling: {{max_tokens: 64}}
-grpo: {{prompts_per_step: 3, group_size: 4, loss: {{kind: ppo}}, dynamic_sampling: {{max_extra_rounds: {max_extra_rounds}}}}}
+grpo: {{prompts_per_step: 3, group_size: 4, loss: {{kind: ppo}}, dynamic_sampling: {{max_extra_rounds: {max_extra_rounds}}}{grpo_extra}}}
 reward: {{test_timeout_s: 5, format_coef: 0}}
 sandbox: {{kind: local, strict: false}}
 log: {{root: {root}, rollouts: all}}
@@ -128,7 +138,7 @@ schedule: {{max_steps: 3, eval_every: 0, save_every: 1, eval_at_start: false}}",
 /// when given (then resuming on a new backend, as a restarted process would).
 async fn run(cx: &TestContext, plan: &rlx::plan::Plan, stop_after: Option<u32>) -> (Arc<Recorder>, Vec<usize>) {
     let sampler = Scripted::new(cx);
-    let trainer = Arc::new(Recorder { sampler: sampler.clone(), datums: Mutex::default(), states: Mutex::default() });
+    let trainer = Arc::new(Recorder { sampler: sampler.clone(), datums: Mutex::default(), inputs: Mutex::default(), states: Mutex::default() });
     let mut asked = vec![];
     if let Some(n) = stop_after {
         let stop = engine::Stop::default();
@@ -366,4 +376,46 @@ async fn on_tinker_the_reference_is_a_base_model_sampler() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let m = jsonl(&only_run(&cx).join("metrics.jsonl")).into_iter().find(|m| m["step"] == 0).unwrap();
     assert!(m["train/kl_reference"].is_number() && m["train/loss"].is_number(), "{m}");
+}
+
+/// Pipelined (`max_steps_off_policy: 1`), step N+1 is drawn while step N trains, from where step
+/// N's refills ended: the same problems in the same order as the sequential run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_dynamic_sampling_draws_what_the_sequential_run_draws() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let (_, sequential) = run(&cx, &dynamic_plan(&cx, 10), None).await;
+    let cx2 = TestContext::new();
+    crate::engine::tiny_model(&cx2.path().join("tiny"));
+    let plan = dynamic_plan_with(&cx2, 10, ", max_steps_off_policy: 1");
+    let (_, pipelined) = run(&cx2, &plan, None).await;
+    assert_eq!(pipelined, sequential);
+    let metrics = jsonl(&cx2.path().join("runs").join(&plan.run_id).join("metrics.jsonl"));
+    assert_eq!(metrics.iter().map(|m| metric(m, "train/off_policy_steps")).collect::<Vec<_>>(), vec![0, 1, 1]);
+}
+
+/// `loss_agg: sequence_mean` reaches the trainer as advantages divided by N·L_i: each datum's
+/// advantage times the step's datum count and its own sampled-token count is the group's
+/// mean-centred reward (±0.5: two of four samples right).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequence_mean_divides_each_datum_by_its_length_and_the_datum_count() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let (trainer, _) = run(&cx, &dynamic_plan_with(&cx, 10, ", loss_agg: {kind: sequence_mean}"), None).await;
+    let calls = trainer.inputs.lock().unwrap().clone();
+    assert_eq!(calls.len(), 3);
+    for data in calls {
+        let n = data.len() as f32;
+        let lens: Vec<usize> = data.iter().map(|(q, _)| q.iter().filter(|&&x| x != 0.0).count()).collect();
+        assert!(lens.iter().any(|&l| l != lens[0]), "right and wrong answers differ in length: {lens:?}");
+        for ((q, a), l) in data.iter().zip(&lens) {
+            for (x, y) in q.iter().zip(a) {
+                if *x == 0.0 {
+                    assert_eq!(*y, 0.0, "context tokens keep a zero advantage");
+                } else {
+                    assert!(((y * n * *l as f32).abs() - 0.5).abs() < 1e-5, "A·N·L = {} (N {n}, L {l})", y * n * *l as f32);
+                }
+            }
+        }
+    }
 }
