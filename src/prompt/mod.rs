@@ -12,7 +12,7 @@ pub mod chat;
 pub(crate) mod gguf;
 pub mod model_files;
 pub(crate) mod render;
-pub mod tokenizer;
+pub(crate) mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
 pub use render::PromptTemplates;

@@ -5,7 +5,7 @@ use crate::spec::types::RewardTermKind;
 
 /// A weighted sum of terms.
 #[derive(Debug, Clone)]
-pub struct Weighted {
+pub(crate) struct Weighted {
     /// (term, weight) pairs.
     pub terms: Vec<(RewardTermKind, f64)>,
 }
