@@ -36,7 +36,7 @@ pub(crate) async fn serve<H, F, E>(listener: TcpListener, handle: H, shutdown: i
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Result<Reply, E>> + Send + 'static,
-    E: Into<Box<dyn StdError + Send + Sync>>,
+    E: Into<Box<dyn StdError + Send + Sync>> + 'static,
 {
     let (stop, stopped) = watch::channel(false);
     let mut connections = JoinSet::new();
@@ -59,7 +59,7 @@ async fn accept_until<H, F, E>(
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Result<Reply, E>> + Send + 'static,
-    E: Into<Box<dyn StdError + Send + Sync>>,
+    E: Into<Box<dyn StdError + Send + Sync>> + 'static,
 {
     tokio::pin!(shutdown);
     loop {
@@ -86,17 +86,20 @@ async fn connection<H, F, E>(stream: tokio::net::TcpStream, handle: H, mut stopp
 where
     H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = Result<Reply, E>> + Send + 'static,
-    E: Into<Box<dyn StdError + Send + Sync>>,
+    E: Into<Box<dyn StdError + Send + Sync>> + 'static,
 {
-    let service = hyper::service::service_fn(move |req| handle(req));
+    let service = hyper::service::service_fn(handle);
     let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = stopped.wait_for(|s| *s) => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
+    // The watch's `Ref` must not live across the await below (it is not `Send`): map it away.
+    // An error means the server is gone: stop as well.
+    let stop = tokio::select! {
+        _ = conn.as_mut() => false,
+        _ = stopped.wait_for(|s| *s) => true,
+    };
+    if stop {
+        conn.as_mut().graceful_shutdown();
+        let _ = conn.await;
     }
 }
 

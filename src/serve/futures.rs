@@ -40,6 +40,14 @@ pub(crate) enum Outcome {
     },
 }
 
+impl Outcome {
+    /// A JSON result from its `tinker::wire` type, so the client and the server read and write
+    /// one definition of each reply.
+    pub(crate) fn json<T: serde::Serialize>(reply: &T) -> Self {
+        Outcome::Json(serde_json::to_value(reply).expect("wire types serialise"))
+    }
+}
+
 type Slot = watch::Sender<Option<Arc<Outcome>>>;
 
 /// The sending half of one request's result.
@@ -186,7 +194,7 @@ mod tests {
         assert_eq!(again, request_id);
         assert!(matches!(store.submit(RequestType::OptimStep, Some(("m".into(), 3))), Submitted::New { .. }));
         assert_eq!(store.wait(&request_id, Duration::from_millis(10)).await.unwrap(), None);
-        completion.finish(Outcome::Json(serde_json::json!({"metrics": {}})));
+        completion.finish(Outcome::json(&crate::tinker::wire::OptimStepResponse::default()));
         for _ in 0..3 {
             assert!(matches!(*store.wait(&request_id, Duration::from_secs(5)).await.unwrap().unwrap(), Outcome::Json(_)));
         }

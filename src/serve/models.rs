@@ -107,6 +107,9 @@ pub(crate) struct Meta {
     pub lora: LoraConfig,
     /// Adapter initialisation seed.
     pub seed: u64,
+    /// `user_metadata` of the request that created it, returned by `GET /training_runs/{id}`.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub user_metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A job for a training model: called with the model's trainer (or why it failed to open), in

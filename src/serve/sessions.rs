@@ -20,8 +20,6 @@ pub(crate) struct Session {
     pub last_seen: SystemTime,
     /// The first finish reason, once finished.
     pub finished: Option<FinishStatus>,
-    /// `user_metadata` of `create_session`.
-    pub user_metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A sampler over fixed weights.
@@ -72,11 +70,11 @@ impl Sessions {
     }
 
     /// Opens a session.
-    pub(crate) fn create(&self, user_metadata: serde_json::Map<String, serde_json::Value>) -> String {
+    pub(crate) fn create(&self) -> String {
         let mut inner = self.lock();
         inner.next += 1;
         let id = format!("{}-{}", self.prefix, inner.next);
-        inner.sessions.insert(id.clone(), Session { last_seen: SystemTime::now(), finished: None, user_metadata });
+        inner.sessions.insert(id.clone(), Session { last_seen: SystemTime::now(), finished: None });
         id
     }
 
@@ -105,11 +103,6 @@ impl Sessions {
         Ok(())
     }
 
-    /// A session's state.
-    pub(crate) fn get(&self, id: &str) -> Option<Session> {
-        self.lock().sessions.get(id).cloned()
-    }
-
     /// Registers a sampling session under `id`, unless one exists (then that one is kept).
     pub(crate) fn add_sampler(&self, id: &str, s: SamplingSession) {
         self.lock().samplers.entry(id.to_string()).or_insert(s);
@@ -130,16 +123,22 @@ impl Sessions {
 mod tests {
     use super::*;
 
+    impl Sessions {
+        fn get(&self, id: &str) -> Option<Session> {
+            self.lock().sessions.get(id).cloned()
+        }
+    }
+
     #[test]
     fn finish_is_first_wins_and_blocks_further_use() {
         let s = Sessions::new("x");
-        let id = s.create(Default::default());
+        let id = s.create();
         assert!(s.touch(&id).is_ok());
         s.finish(&id, FinishStatus::Success).unwrap();
         s.finish(&id, FinishStatus::Errored).unwrap();
         assert_eq!(s.get(&id).unwrap().finished, Some(FinishStatus::Success));
         assert_eq!(s.touch(&id), Err(Error::Finished(id.clone())));
         assert!(matches!(s.touch("x-99"), Err(Error::Unknown(_))));
-        assert_ne!(s.create(Default::default()), id);
+        assert_ne!(s.create(), id);
     }
 }

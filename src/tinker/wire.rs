@@ -19,11 +19,12 @@ macro_rules! literal {
     ($($(#[$m:meta])* $name:ident = $lit:literal;)*) => {$(
         $(#[$m])*
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-        pub struct $name;
+        pub(crate) struct $name;
 
         impl $name {
             /// The literal.
-            pub const VALUE: &'static str = $lit;
+            #[allow(dead_code, reason = "read for some literals only; the macro defines it for all")]
+            pub(crate) const VALUE: &'static str = $lit;
         }
 
         impl Serialize for $name {
@@ -74,8 +75,6 @@ pub(crate) mod literal {
         TryAgain = "try_again";
         /// `"encoded_text"`.
         EncodedText = "encoded_text";
-        /// `"unload_model"`.
-        UnloadModel = "unload_model";
     }
 }
 
@@ -122,6 +121,42 @@ impl Default for ClientConfigResponse {
             sample_use_retrieve_futures: false,
         }
     }
+}
+
+/// `POST /api/v1/client/dynamic_config` response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct DynamicConfigResponse {
+    /// Seconds between refreshes.
+    pub refresh_interval_sec: u64,
+    /// Whether `cancel` of in-flight samples is served.
+    pub sample_cancel_enabled: bool,
+    /// Most samples per cancel.
+    pub sample_cancel_max_batch_size: u64,
+}
+
+/// `GET /api/v1/healthz` and `POST /api/v1/telemetry` responses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StatusResponse {
+    /// `ok` / `accepted`.
+    pub status: String,
+}
+
+/// One base model of `GET /api/v1/get_server_capabilities`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SupportedModel {
+    /// The name clients pass as `base_model`.
+    pub model_name: String,
+    /// Trainable with `create_model`.
+    pub trainable: bool,
+    /// Sampleable with `create_sampling_session`.
+    pub sampleable: bool,
+}
+
+/// `GET /api/v1/get_server_capabilities` response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ServerCapabilities {
+    /// The base models served.
+    pub supported_models: Vec<SupportedModel>,
 }
 
 /// `POST /api/v1/create_session`.
@@ -293,7 +328,13 @@ pub(crate) struct CompleteMetadataResponse {
     /// `"complete_metadata"`.
     pub status: String,
     /// Bytes of the payload.
+    #[serde(default)]
     pub response_payload_size: u64,
+}
+
+impl CompleteMetadataResponse {
+    /// The `status` of this answer.
+    pub(crate) const STATUS: &'static str = "complete_metadata";
 }
 
 /// A non-2xx answer outside `retrieve_future`'s result: FastAPI's `{"detail": ...}`.
@@ -484,6 +525,18 @@ pub(crate) struct SaveWeightsRequest {
     /// `"save_weights"`.
     #[serde(default)]
     pub r#type: literal::SaveWeights,
+}
+
+/// `forward`/`forward_backward` result in JSON (when the `Accept` header does not ask for
+/// protobuf): the legacy shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ForwardBackwardOutput {
+    /// `"ArrayRecord"`.
+    pub loss_fn_output_type: String,
+    /// Per datum: `{"logprobs": TensorData}`.
+    pub loss_fn_outputs: Vec<BTreeMap<String, TensorData>>,
+    /// `name:reduction` metrics (`loss:sum`).
+    pub metrics: BTreeMap<String, f64>,
 }
 
 /// `save_weights` result.
@@ -716,6 +769,30 @@ pub(crate) struct TensorData {
     pub shape: Option<Vec<i64>>,
 }
 
+/// One completion of a JSON `asample` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SampledSequence {
+    /// Why it ended: `stop` or `length`.
+    pub stop_reason: String,
+    /// Generated tokens.
+    pub tokens: Vec<u32>,
+    /// Their log-probabilities.
+    pub logprobs: Vec<f32>,
+}
+
+/// `asample` result in JSON (when the `Accept` header does not ask for protobuf).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SampleResponse {
+    /// `"sample"`.
+    #[serde(default)]
+    pub r#type: literal::Sample,
+    /// One per sample.
+    pub sequences: Vec<SampledSequence>,
+    /// Prompt log-probabilities when asked for; `null` where unscored (JSON has no NaN).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<f32>>>,
+}
+
 /// `POST /api/v1/asample` (a future whose result is a protobuf `SampleResponse`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SampleRequest {
@@ -815,6 +892,10 @@ pub(crate) struct TrainingRun {
     /// Latest sampler checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sampler_checkpoint: Option<Checkpoint>,
+    /// `user_metadata` of the `create_model` (or create-via-load) that made it: tinker-cookbook
+    /// keeps its renderer name there and checks it on resume.
+    #[serde(default)]
+    pub user_metadata: serde_json::Map<String, Value>,
 }
 
 /// `GET /api/v1/training_runs/{id}/checkpoints`.
@@ -822,6 +903,9 @@ pub(crate) struct TrainingRun {
 pub(crate) struct CheckpointsListResponse {
     /// The checkpoints.
     pub checkpoints: Vec<Checkpoint>,
+    /// Pagination (`null`: one page).
+    #[serde(default)]
+    pub cursor: Option<Value>,
 }
 
 /// `POST /api/v1/weights_info`.
@@ -836,11 +920,23 @@ pub(crate) struct WeightsInfoRequest {
 pub(crate) struct WeightsInfoResponse {
     /// Base model.
     pub base_model: String,
+    /// The optimizer.
+    #[serde(default)]
+    pub optimizer_config: OptimizerConfig,
     /// LoRA or full.
     pub is_lora: bool,
     /// LoRA rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora_rank: Option<u32>,
+    /// The adapter covers the unembedding.
+    #[serde(default)]
+    pub train_unembed: bool,
+    /// The adapter covers the MLP projections.
+    #[serde(default)]
+    pub train_mlp: bool,
+    /// The adapter covers the attention projections.
+    #[serde(default)]
+    pub train_attn: bool,
 }
 
 #[cfg(test)]

@@ -147,6 +147,15 @@ fn the_official_sdk_drives_rlx_serve() {
     assert!((s["is_loss"].as_f64().unwrap() + 0.5 * s["tokens"].as_f64().unwrap()).abs() < 1e-2, "{s}");
     assert!(s["too_long_error"].as_str().unwrap().contains("exceed the model's context"), "{s}");
     assert!(s["state_path"].as_str().unwrap().starts_with("tinker://"), "{s}");
+    // `user_metadata` of create_model comes back from GET /training_runs/{id}, for the model and
+    // for the one created from its checkpoint.
+    for key in ["user_metadata", "resumed_user_metadata"] {
+        assert_eq!(s[key]["renderer_name"], "qwen3", "{key}: {s}");
+        assert_eq!(s[key]["recipe"], "rlx-test", "{key}: {s}");
+    }
+    let refusal = s["stable_reinforce_error"].as_str().unwrap();
+    assert!(refusal.contains("400") || refusal.contains("BadRequest"), "refused at submission, not in the future: {refusal}");
+    assert!(refusal.contains("stable_reinforce") && refusal.contains("ppo") && refusal.contains("importance_sampling"), "{refusal}");
 
     let record = server.record();
     let paths: Vec<&str> = record.iter().filter_map(|l| l["path"].as_str()).collect();
@@ -185,8 +194,11 @@ fn the_official_sdk_drives_rlx_serve() {
     for (id, v) in &seqs {
         assert_eq!(*v, (1..=v.len() as u64).collect::<Vec<_>>(), "seq_ids of {id}");
     }
-    // The record's failures are the two bad requests' futures, answered 200 with an error.
-    assert!(record.iter().all(|l| l["status"] == 200 || l["path"] == "/api/v1/retrieve_future"), "unexpected HTTP errors");
+    // The record's failures are the two bad requests' futures, answered 200 with an error, and
+    // the stable_reinforce submission, refused with 400.
+    let refused: Vec<&Value> = record.iter().filter(|l| l["status"] != 200 && l["path"] != "/api/v1/retrieve_future").collect();
+    assert_eq!(refused.len(), 1, "unexpected HTTP errors: {refused:?}");
+    assert_eq!((refused[0]["path"].as_str(), refused[0]["status"].as_u64()), (Some("/api/v1/forward_backward"), Some(400)));
 }
 
 #[test]

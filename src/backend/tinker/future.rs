@@ -88,31 +88,24 @@ pub(crate) async fn retrieve(client: &Client, request_id: &str, kind: RequestTyp
                     return Ok(Payload::Proto(bytes));
                 }
                 let v: Value = super::http::parse_json(PATH, &bytes)?;
-                if v.get("type").and_then(Value::as_str) == Some("try_again") {
-                    let state = v.get("queue_state").and_then(Value::as_str).unwrap_or("active");
-                    if state != "active" && !paused_warned {
-                        paused_warned = true;
-                        let why = v.get("queue_state_reason").and_then(Value::as_str).unwrap_or(state);
-                        tracing::warn!(request_id, state, "Tinker paused this request: {why}");
+                match answer(v) {
+                    Answer::TryAgain(t) => {
+                        if t.queue_state != wire::QueueState::Active && !paused_warned {
+                            paused_warned = true;
+                            let why = t.queue_state_reason.unwrap_or_else(|| format!("{:?}", t.queue_state));
+                            tracing::warn!(request_id, state = ?t.queue_state, "Tinker paused this request: {why}");
+                        }
                     }
-                    continue;
+                    Answer::MetadataOnly => allow_metadata_only = false,
+                    Answer::Failed { category, message } => return Err(Error::RequestFailed { request_id: request_id.to_string(), category, message }),
+                    Answer::Done(v) if accept == Accept::Proto => {
+                        return Err(Error::Protocol {
+                            path: PATH.into(),
+                            reason: format!("asked for a protobuf {kind} result and got JSON (a server that predates protobuf results?): {}", super::http::detail(&v.to_string())),
+                        });
+                    }
+                    Answer::Done(v) => return Ok(Payload::Json(v)),
                 }
-                if v.get("status").and_then(Value::as_str) == Some("complete_metadata") {
-                    allow_metadata_only = false;
-                    continue;
-                }
-                if let Some(err) = v.get("error") {
-                    let message = err.as_str().map(str::to_string).unwrap_or_else(|| err.to_string());
-                    let category = v.get("category").and_then(Value::as_str).unwrap_or("unknown").to_string();
-                    return Err(Error::RequestFailed { request_id: request_id.to_string(), category, message });
-                }
-                if accept == Accept::Proto {
-                    return Err(Error::Protocol {
-                        path: PATH.into(),
-                        reason: format!("asked for a protobuf {kind} result and got JSON (a server that predates protobuf results?): {}", super::http::detail(&v.to_string())),
-                    });
-                }
-                return Ok(Payload::Json(v));
             }
             408 | 500.. => {
                 // The SDK re-polls at once; a short pause keeps a failing proxy from being
@@ -141,6 +134,45 @@ pub(crate) async fn retrieve(client: &Client, request_id: &str, kind: RequestTyp
             }
         }
     }
+}
+
+/// What a JSON answer of `retrieve_future` says.
+enum Answer {
+    /// Not done: poll again.
+    TryAgain(wire::TryAgainResponse),
+    /// Done, but too large to inline: poll again without `allow_metadata_only`.
+    MetadataOnly,
+    /// The request failed (final).
+    Failed { category: String, message: String },
+    /// The result.
+    Done(Value),
+}
+
+/// Reads an answer by the shapes of [`wire`]; a failure whose fields are not the documented
+/// types (a server of another version) is still a failure, with its text as sent.
+fn answer(v: Value) -> Answer {
+    if v.get("type").and_then(Value::as_str) == Some(wire::literal::TryAgain::VALUE) {
+        let t = serde_json::from_value(v.clone()).unwrap_or(wire::TryAgainResponse {
+            r#type: wire::literal::TryAgain,
+            request_id: String::new(),
+            queue_state: wire::QueueState::Active,
+            queue_state_reason: None,
+        });
+        return Answer::TryAgain(t);
+    }
+    if serde_json::from_value::<wire::CompleteMetadataResponse>(v.clone()).is_ok_and(|m| m.status == wire::CompleteMetadataResponse::STATUS) {
+        return Answer::MetadataOnly;
+    }
+    if let Ok(f) = serde_json::from_value::<wire::RequestFailedResponse>(v.clone()) {
+        let category = serde_json::to_value(f.category).ok().and_then(|c| c.as_str().map(str::to_string)).unwrap_or_default();
+        return Answer::Failed { category, message: f.error };
+    }
+    if let Some(err) = v.get("error") {
+        let message = err.as_str().map(str::to_string).unwrap_or_else(|| err.to_string());
+        let category = v.get("category").and_then(Value::as_str).unwrap_or("unknown").to_string();
+        return Answer::Failed { category, message };
+    }
+    Answer::Done(v)
 }
 
 /// Sleeps `delay` unless that would pass `budget` since the last HTTP answer.
