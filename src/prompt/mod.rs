@@ -15,7 +15,7 @@ pub(crate) mod render;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
-pub use render::PromptTemplates;
+pub use render::{PromptTemplates, problem_context};
 pub use tokenizer::Tokenizer;
 
 /// Errors of prompt rendering and tokenization.
