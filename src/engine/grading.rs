@@ -251,3 +251,46 @@ async fn call_with_retries(func: &RewardFn, sandbox: &LocalSandbox, problem: &Va
         }
     }
 }
+
+/// What calling the Python reward once on a sample found (`rlx validate`).
+#[derive(Debug)]
+pub struct SampleCall {
+    /// The reward file as the user names it.
+    pub file: String,
+    /// The function.
+    pub function: String,
+    /// The problem it was called on (the first training problem).
+    pub problem: String,
+    /// What the call gave.
+    pub result: CallResult,
+    /// Components that `weighted` terms name but the call did not return.
+    pub missing_components: Vec<String>,
+    /// Isolation layers missing in the local sandbox it ran in.
+    pub warnings: Vec<String>,
+}
+
+/// The trivial completion of the sample call: a code block that does nothing.
+pub const SAMPLE_COMPLETION: &str = "```python\npass\n```";
+
+/// Calls the plan's Python reward once, as a run would: on the first training problem, with
+/// [`SAMPLE_COMPLETION`] graded in the local sandbox. `None` when the reward calls no Python.
+///
+/// # Errors
+/// The problems cannot be loaded or there are none; the local sandbox cannot start or fails.
+pub async fn sample_call(plan: &Plan) -> Result<Option<SampleCall>, Error> {
+    let Some(py) = &plan.python_reward else { return Ok(None) };
+    let func = RewardFn::load(&py.path, &py.display, &py.function, py.call_timeout, u64::from(plan.sandbox.memory_mb)).map_err(Error::Sandbox)?;
+    let (data, seed) = (plan.data.clone(), plan.seed);
+    let dataset = tokio::task::spawn_blocking(move || crate::data::load_data(&data, seed, &crate::data::source::Options::from_env())).await?.map_err(Error::Data)?;
+    let problem = dataset.train.problems.into_iter().next().or_else(|| dataset.eval.problems.into_iter().next()).ok_or(Error::NoProblems)?;
+    let started = crate::sandbox::start::start_local(LocalConfig { workers: 1, strict: plan.sandbox.strict, ..LocalConfig::default() }).await.map_err(Error::Sandbox)?;
+    let sandbox = started.grader;
+    let graded = crate::sandbox::grade_loop::grade_one(&sandbox, &problem, crate::sandbox::Submission::Completion(SAMPLE_COMPLETION.into()), &Sandboxes::options(plan), 0).await;
+    let mut results = func.call(&sandbox, &problem_json(&problem), &[call_of(SAMPLE_COMPLETION, &graded)]).await.map_err(Error::Sandbox)?;
+    let result = results.pop().unwrap_or_else(|| Err(Failure { kind: crate::sandbox::reward::FailureKind::Crashed, message: "no result".into(), location: None, traceback: String::new() }));
+    let missing_components = match &result {
+        Ok(custom) => plan.reward.terms.iter().filter_map(|t| t.component.clone()).filter(|c| custom.component(c).is_none()).collect(),
+        Err(_) => vec![],
+    };
+    Ok(Some(SampleCall { file: py.display.clone(), function: py.function.clone(), problem: problem.id, result, missing_components, warnings: started.warnings }))
+}

@@ -20,6 +20,7 @@ import sys
 import traceback
 import types
 
+DRIVER = os.path.abspath(__file__)
 OUT = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
 
@@ -38,26 +39,27 @@ def emit(obj):
     OUT.flush()
 
 
-def user_where(tb, display):
-    """`file:line` of the innermost frame in the user's file (where it raised or hung)."""
-    where = None
-    for frame in traceback.extract_tb(tb):
-        if frame.filename == display:
-            where = "%s:%d" % (frame.filename, frame.lineno)
-    return where
+def user_frames(exc):
+    """The traceback's frames without the driver's own (its call into the user's code, the
+    timer's handler): what the user wrote, and the library code it called."""
+    return [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != DRIVER]
 
 
 def failure(kind, exc, display, timeout_s):
-    # The driver's own frame (the call into the user's code) is left out of the traceback.
-    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    frames = user_frames(exc)
     if isinstance(exc, CallTimeout):
         message = "did not return within %g s" % timeout_s
-        text = "".join(traceback.format_list(traceback.extract_tb(tb))) + "CallTimeout: " + message + "\n"
-        text = "Traceback (most recent call last, where it was stopped):\n" + text
+        head = "Traceback (most recent call last, where it was stopped):\n"
+        tail = "CallTimeout: " + message + "\n"
     else:
-        message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        text = "".join(traceback.format_exception(type(exc), exc, tb))
-    where = user_where(tb, display)
+        message = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        head = "Traceback (most recent call last):\n"
+        tail = "".join(traceback.format_exception_only(type(exc), exc))
+    text = head + "".join(traceback.format_list(frames)) + tail if frames else tail
+    where = None
+    for f in frames:
+        if f.filename == display:
+            where = "%s:%d" % (f.filename, f.lineno)
     if where is None and isinstance(exc, SyntaxError) and exc.lineno:
         where = "%s:%d" % (exc.filename or display, exc.lineno)
     return {"failed": "timeout" if isinstance(exc, CallTimeout) else kind, "message": message, "where": where, "traceback": text[-8000:]}
@@ -114,7 +116,7 @@ def main():
         fn = getattr(mod, req["function"], None)
         if not callable(fn):
             for _ in calls:
-                emit({"failed": "load", "message": "%s defines no function `%s`" % (display, req["function"]), "where": display, "traceback": ""})
+                emit({"failed": "load", "message": "%s defines no function `%s`" % (display, req["function"]), "where": None, "traceback": ""})
             return
     except BaseException as e:
         f = failure("load", e, display, timeout_s)
