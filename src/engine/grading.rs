@@ -205,7 +205,8 @@ impl PythonRewards {
                         failed = true;
                         scores.failures += 1;
                         let msg = format!("step {step}: the Python reward {f} (problem `{}`, completion {k}); its group is dropped, not scored", g.problem.id);
-                        tracing::warn!("{msg}\n{}", f.traceback);
+                        // The traceback goes to logs.log; the console gets the one line.
+                        tracing::info!("warning: {msg}\n{}", f.traceback);
                         sink.event(Event::Warning(msg));
                         last = Some((g.problem.id.clone(), f));
                         Custom::Failed
