@@ -25,9 +25,9 @@ pub struct TemplateRef {
     pub text: String,
 }
 
-/// Paths resolved during checking, handed on to the plan.
+/// Files found and read during checking, handed on to the plan.
 #[derive(Debug, Default)]
-pub struct Resolved {
+pub struct CheckedFiles {
     /// Templates that exist and compile.
     pub templates: Vec<TemplateRef>,
 }
@@ -159,17 +159,30 @@ pub fn normalize(p: &Path) -> PathBuf {
 }
 
 /// Runs every semantic check; on success rewrites relative paths in `spec` to absolute ones.
-// `!(x > 0.0)` rather than `x <= 0.0`: NaN must fail these checks too.
-#[allow(clippy::neg_cmp_op_on_partial_ord)]
-pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> {
+pub fn check(spec: &mut Spec, tree: &Node) -> Result<CheckedFiles, Vec<Diagnostic>> {
     let mut cx = Ctx { tree, out: vec![] };
-    let mut resolved = Resolved::default();
+    check_name(&mut cx, spec);
+    check_batch(&mut cx, spec);
+    check_ranges(&mut cx, spec);
+    check_eval(&mut cx, spec);
+    check_backend(&mut cx, spec);
+    check_rollout_reward_sandbox(&mut cx, spec);
+    check_trackers(&mut cx, spec);
+    check_data(&mut cx, spec);
+    check_model(&mut cx, spec);
+    let templates = check_templates(&mut cx, &mut spec.prompt);
+    if cx.out.is_empty() { Ok(CheckedFiles { templates }) } else { Err(cx.out) }
+}
 
+/// `name` names the run directory.
+fn check_name(cx: &mut Ctx<'_>, spec: &Spec) {
     if spec.name.is_empty() || !spec.name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) || spec.name.starts_with('.') {
         cx.err("name", format!("`name` must be letters, digits, `.`, `_` or `-` (it names the run directory), found `{}`", spec.name));
     }
+}
 
-    // Batch arithmetic.
+/// Batch arithmetic.
+fn check_batch(cx: &mut Ctx<'_>, spec: &Spec) {
     let g = &spec.grpo;
     if g.group_size < 2 && spec.schedule.max_steps > 0 {
         cx.err("grpo.group_size", format!("`grpo.group_size` must be at least 2 to train, found {}", g.group_size))
@@ -190,8 +203,12 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             ]);
         }
     }
+}
 
-    // Numeric ranges the schema cannot say.
+/// Numeric ranges the schema cannot say.
+// `!(x > 0.0)` rather than `x <= 0.0`: NaN must fail these checks too.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+fn check_ranges(cx: &mut Ctx<'_>, spec: &Spec) {
     let o = &spec.optimizer;
     if !(o.learning_rate > 0.0) {
         cx.err("optimizer.learning_rate", format!("`optimizer.learning_rate` must be > 0, found {}", o.learning_rate));
@@ -207,8 +224,10 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
     if spec.reward.test_timeout_s <= 0.0 {
         cx.err("reward.test_timeout_s", format!("`reward.test_timeout_s` must be > 0, found {}", spec.reward.test_timeout_s));
     }
+}
 
-    // Evaluation.
+/// Evaluation: pass@k against the samples drawn.
+fn check_eval(cx: &mut Ctx<'_>, spec: &Spec) {
     let e = &spec.eval;
     let n = e.samples.unwrap_or_else(|| e.k.iter().copied().max().unwrap_or(1));
     for (i, &k) in e.k.iter().enumerate() {
@@ -223,8 +242,10 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             .hints
             .push("set `eval.temperature` > 0 for pass@k with k > 1, or `eval.k: [1]`".into());
     }
+}
 
-    // Incompatible options.
+/// Options the chosen backend cannot honour.
+fn check_backend(cx: &mut Ctx<'_>, spec: &mut Spec) {
     let kind = spec.backend.kind();
     let trains = spec.schedule.max_steps > 0 && !spec.schedule.dry_run;
     if let crate::spec::types::Backend::Openai { api: crate::spec::types::OpenaiApi::Chat, .. } = &spec.backend
@@ -266,7 +287,7 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
     }
     let max_steps = spec.schedule.max_steps;
     if let crate::spec::types::Backend::Local { model_path: Some(path), .. } = &mut spec.backend {
-        check_local_model_path(&mut cx, path, max_steps);
+        check_local_model_path(cx, path, max_steps);
     }
     if matches!(spec.backend, crate::spec::types::Backend::Tinker { .. }) && spec.model.finetune == Finetune::Lora {
         // Tinker's `lora_config` has one switch for all attention projections and one for all
@@ -284,6 +305,10 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             }
         }
     }
+}
+
+/// Multi-attempt rollouts, reward terms, the sandbox's URL.
+fn check_rollout_reward_sandbox(cx: &mut Ctx<'_>, spec: &Spec) {
     if spec.rollout.max_attempts > 1 && spec.prompt.feedback.is_none() {
         cx.err("rollout.max_attempts", format!("`rollout.max_attempts` is {} but `prompt.feedback` is not set", spec.rollout.max_attempts))
             .hints
@@ -293,8 +318,10 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
     if spec.sandbox.kind == SandboxKind::Fusion && !(spec.sandbox.url.starts_with("http://") || spec.sandbox.url.starts_with("https://")) {
         cx.err("sandbox.url", format!("`sandbox.url` must be an http(s) URL, found `{}`", spec.sandbox.url));
     }
+}
 
-    // Trackers: what their services would refuse, caught before the run rather than mid-run.
+/// Trackers: what their services would refuse, caught before the run rather than mid-run.
+fn check_trackers(cx: &mut Ctx<'_>, spec: &Spec) {
     if let Some(uri) = spec.log.sinks.mlflow.as_ref().and_then(|m| m.tracking_uri.as_ref())
         && !(uri.starts_with("http://") || uri.starts_with("https://"))
     {
@@ -314,8 +341,10 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             }
         }
     }
+}
 
-    // Data sources.
+/// Data sources: files exist and have a known format (made absolute), `hf://` URIs parse, dates are days.
+fn check_data(cx: &mut Ctx<'_>, spec: &mut Spec) {
     for (split, sources) in [("train", &mut spec.data.train), ("eval", &mut spec.data.eval)] {
         for (i, src) in sources.iter_mut().enumerate() {
             let key = format!("data.{split}.{i}.path");
@@ -359,8 +388,10 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             }
         }
     }
+}
 
-    // Model files written as paths must exist.
+/// Model files written as paths must exist (made absolute); the chat template is a builtin or a file that compiles.
+fn check_model(cx: &mut Ctx<'_>, spec: &mut Spec) {
     let base = spec.model.base.clone();
     match ModelSource::parse(&base, None) {
         Ok(ModelSource::Path(p)) => {
@@ -388,7 +419,7 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             let abs = cx.resolve_path("model.chat_template", Path::new(&ct));
             match std::fs::read_to_string(&abs) {
                 Ok(text) => {
-                    compile_template(&mut cx, "model.chat_template", &abs, &text);
+                    compile_template(cx, "model.chat_template", &abs, &text);
                     spec.model.chat_template = abs.display().to_string();
                 }
                 Err(e) => {
@@ -403,23 +434,26 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             }
         }
     }
+}
 
-    // Templates must exist and compile.
-    let mut templates = vec![("prompt.user", Some(spec.prompt.user.clone()))];
-    templates.push(("prompt.system", spec.prompt.system.clone()));
-    templates.push(("prompt.feedback", spec.prompt.feedback.clone()));
+/// Prompt templates must exist and compile; returns those that do (made absolute in `prompt`).
+fn check_templates(cx: &mut Ctx<'_>, prompt: &mut crate::spec::types::Prompt) -> Vec<TemplateRef> {
+    let mut found = vec![];
+    let mut templates = vec![("prompt.user", Some(prompt.user.clone()))];
+    templates.push(("prompt.system", prompt.system.clone()));
+    templates.push(("prompt.feedback", prompt.feedback.clone()));
     for (key, path) in templates {
         let Some(path) = path else { continue };
         let abs = cx.resolve_path(key, &path);
         match std::fs::read_to_string(&abs) {
             Ok(text) => {
-                if compile_template(&mut cx, key, &abs, &text) {
-                    resolved.templates.push(TemplateRef { role: key.to_string(), path: abs.clone(), text });
+                if compile_template(cx, key, &abs, &text) {
+                    found.push(TemplateRef { role: key.to_string(), path: abs.clone(), text });
                 }
                 match key {
-                    "prompt.user" => spec.prompt.user = abs,
-                    "prompt.system" => spec.prompt.system = Some(abs),
-                    _ => spec.prompt.feedback = Some(abs),
+                    "prompt.user" => prompt.user = abs,
+                    "prompt.system" => prompt.system = Some(abs),
+                    _ => prompt.feedback = Some(abs),
                 }
             }
             Err(e) => {
@@ -428,12 +462,9 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<Resolved, Vec<Diagnostic>> 
             }
         }
     }
-
-    if cx.out.is_empty() { Ok(resolved) } else { Err(cx.out) }
+    found
 }
 
-/// Compiles a template with the same environment rendering uses; reports a syntax error with its
-/// location in the template file. Returns whether it compiled.
 /// `backend.model_path` of the local backend: a trainer state directory (made absolute), for
 /// evaluation-only runs.
 fn check_local_model_path(cx: &mut Ctx<'_>, path: &mut String, max_steps: u32) {
@@ -451,6 +482,8 @@ fn check_local_model_path(cx: &mut Ctx<'_>, path: &mut String, max_steps: u32) {
     }
 }
 
+/// Compiles a template with the same environment rendering uses; reports a syntax error with its
+/// location in the template file. Returns whether it compiled.
 fn compile_template(cx: &mut Ctx<'_>, key: &str, path: &Path, text: &str) -> bool {
     // The same environment rendering uses, so what compiles here renders there.
     let env = crate::prompt::chat::hf_environment();
