@@ -62,7 +62,7 @@ impl Sandboxes {
 /// `sandbox.kind: local`, and a small pool of its own with `sandbox.kind: fusion` (a Sandbox
 /// Fusion server runs only what rlx sends it as a submission, and the user's reward is rlx's
 /// input, not the model's).
-pub struct PythonRewards {
+pub(crate) struct PythonRewards {
     func: Arc<RewardFn>,
     sandbox: LocalSandbox,
     max_failures: u32,
@@ -72,7 +72,7 @@ pub struct PythonRewards {
 
 /// What the Python reward gave for the groups of one step.
 #[derive(Debug, Default)]
-pub struct Scores {
+pub(crate) struct Scores {
     /// Per group, per trajectory: the function's value or [`Custom::Failed`]; empty for a group
     /// not scored (no Python reward, or a sandbox failure: the group is then dropped as an
     /// infrastructure error).
@@ -85,19 +85,19 @@ pub struct Scores {
 
 impl Scores {
     /// What trajectory `k` of group `g` got, if the function ran for it.
-    pub fn custom(&self, g: usize, k: usize) -> Option<&Custom> {
+    pub(crate) fn custom(&self, g: usize, k: usize) -> Option<&Custom> {
         self.groups.get(g)?.get(k)
     }
 
     /// Whether a call of group `g` failed.
-    pub fn failed(&self, g: usize) -> bool {
+    pub(crate) fn failed(&self, g: usize) -> bool {
         self.failed.get(g).copied().unwrap_or(false)
     }
 
     /// `reward/<name>` (each component's mean over the calls that returned it),
     /// `train/reward_failures` and `train/groups_reward_dropped`; nothing without a Python
     /// reward.
-    pub fn metrics(&self) -> BTreeMap<String, f64> {
+    pub(crate) fn metrics(&self) -> BTreeMap<String, f64> {
         let mut m = BTreeMap::new();
         if self.groups.is_empty() {
             return m;
@@ -122,7 +122,7 @@ impl Scores {
 }
 
 /// What the reward function sees as `problem`: what prompt templates see, plus `source`.
-pub fn problem_json(p: &Problem) -> Value {
+pub(crate) fn problem_json(p: &Problem) -> Value {
     let mut v = crate::prompt::problem_context(p);
     // Where the problem comes from: the row's own `source` (TACO's `codeforces`, ...) when it
     // has one, else the dataset format it was read as.
@@ -132,7 +132,7 @@ pub fn problem_json(p: &Problem) -> Value {
 }
 
 /// The arguments of one call: the completion, its code and its verdict.
-pub fn call_of(text: &str, graded: &Graded) -> Call {
+pub(crate) fn call_of(text: &str, graded: &Graded) -> Call {
     Call { completion: text.to_owned(), code: graded.code.clone(), verdict: serde_json::to_value(&graded.verdict).unwrap_or(Value::Null) }
 }
 
@@ -144,7 +144,7 @@ impl PythonRewards {
     ///
     /// # Errors
     /// [`Error::Sandbox`]: the reward's files cannot be read, or a local sandbox cannot start.
-    pub async fn start(plan: &Plan, grader: &AnyGrader, sink: &dyn EventSink) -> Result<Option<(PythonRewards, Option<Value>)>, Error> {
+    pub(crate) async fn start(plan: &Plan, grader: &AnyGrader, sink: &dyn EventSink) -> Result<Option<(PythonRewards, Option<Value>)>, Error> {
         let Some(py) = &plan.python_reward else { return Ok(None) };
         let func = RewardFn::load(&py.path, &py.display, &py.function, py.call_timeout, u64::from(plan.sandbox.memory_mb)).map_err(Error::Sandbox)?;
         let (sandbox, protection) = match grader {
@@ -171,7 +171,7 @@ impl PythonRewards {
     /// # Errors
     /// [`Error::RewardFailures`] once more calls have failed over the run than
     /// `reward.max_failures` allows.
-    pub async fn score(&self, step: u32, groups: &[Group], sink: &dyn EventSink) -> Result<Scores, Error> {
+    pub(crate) async fn score(&self, step: u32, groups: &[Group], sink: &dyn EventSink) -> Result<Scores, Error> {
         let mut handles = Vec::with_capacity(groups.len());
         for g in groups {
             let infra = g.trajectories.iter().any(|t| t.last().graded.verdict.status == VerdictStatus::InfraError);
@@ -255,30 +255,30 @@ async fn call_with_retries(func: &RewardFn, sandbox: &LocalSandbox, problem: &Va
 
 /// What calling the Python reward once on a sample found (`rlx validate`).
 #[derive(Debug)]
-pub struct SampleCall {
+pub(crate) struct SampleCall {
     /// The reward file as the user names it.
-    pub file: String,
+    pub(crate) file: String,
     /// The function.
-    pub function: String,
+    pub(crate) function: String,
     /// The problem it was called on (the first training problem).
-    pub problem: String,
+    pub(crate) problem: String,
     /// What the call gave.
-    pub result: CallResult,
+    pub(crate) result: CallResult,
     /// Components that `weighted` terms name but the call did not return.
-    pub missing_components: Vec<String>,
+    pub(crate) missing_components: Vec<String>,
     /// Isolation layers missing in the local sandbox it ran in.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// The trivial completion of the sample call: a code block that does nothing.
-pub const SAMPLE_COMPLETION: &str = "```python\npass\n```";
+pub(crate) const SAMPLE_COMPLETION: &str = "```python\npass\n```";
 
 /// Calls the plan's Python reward once, as a run would: on the first training problem, with
 /// [`SAMPLE_COMPLETION`] graded in the local sandbox. `None` when the reward calls no Python.
 ///
 /// # Errors
 /// The problems cannot be loaded or there are none; the local sandbox cannot start or fails.
-pub async fn sample_call(plan: &Plan) -> Result<Option<SampleCall>, Error> {
+pub(crate) async fn sample_call(plan: &Plan) -> Result<Option<SampleCall>, Error> {
     let Some(py) = &plan.python_reward else { return Ok(None) };
     let func = RewardFn::load(&py.path, &py.display, &py.function, py.call_timeout, u64::from(plan.sandbox.memory_mb)).map_err(Error::Sandbox)?;
     let (data, seed) = (plan.data.clone(), plan.seed);

@@ -167,6 +167,7 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<CheckedFiles, Vec<Diagnosti
     check_eval(&mut cx, spec);
     check_backend(&mut cx, spec);
     check_rollout_reward_sandbox(&mut cx, spec);
+    check_reward(&mut cx, &mut spec.reward);
     check_trackers(&mut cx, spec);
     check_data(&mut cx, spec);
     check_model(&mut cx, spec);
@@ -307,14 +308,13 @@ fn check_backend(cx: &mut Ctx<'_>, spec: &mut Spec) {
     }
 }
 
-/// Multi-attempt rollouts, reward terms, the sandbox's URL.
+/// Multi-attempt rollouts, the sandbox's URL (the reward's rules are [`check_reward`]'s).
 fn check_rollout_reward_sandbox(cx: &mut Ctx<'_>, spec: &Spec) {
     if spec.rollout.max_attempts > 1 && spec.prompt.feedback.is_none() {
         cx.err("rollout.max_attempts", format!("`rollout.max_attempts` is {} but `prompt.feedback` is not set", spec.rollout.max_attempts))
             .hints
             .push("the feedback template renders the failing test for the next attempt; see prompts/feedback.j2".into());
     }
-    check_reward(&mut cx, &mut spec.reward);
     if spec.sandbox.kind == SandboxKind::Fusion && !(spec.sandbox.url.starts_with("http://") || spec.sandbox.url.starts_with("https://")) {
         cx.err("sandbox.url", format!("`sandbox.url` must be an http(s) URL, found `{}`", spec.sandbox.url));
     }

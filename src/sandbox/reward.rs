@@ -24,11 +24,11 @@ use super::{Error, ExecRequest, ExecStatus, Limits, Sandbox};
 use crate::rl::reward::Custom;
 
 /// The driver's Python source.
-pub const DRIVER: &str = include_str!("reward.py");
+pub(crate) const DRIVER: &str = include_str!("reward.py");
 
 /// The most bytes of the reward's directory shipped with every batch: its regular files
 /// (not subdirectories), the reward file included.
-pub const MAX_DIR_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_DIR_BYTES: u64 = 4 << 20;
 
 /// Where the reward's directory goes in the run's working directory (the driver's own
 /// `main.py` sits beside it, so a reward file may have any name).
@@ -150,12 +150,12 @@ impl RewardFn {
     }
 
     /// The file as messages name it.
-    pub fn display(&self) -> &str {
+    pub(crate) fn display(&self) -> &str {
         &self.display
     }
 
     /// The function's name.
-    pub fn function(&self) -> &str {
+    pub(crate) fn function(&self) -> &str {
         &self.function
     }
 

@@ -16,7 +16,7 @@ mod weighted;
 
 use std::collections::BTreeMap;
 
-pub use python::Python;
+pub(crate) use python::Python;
 pub use tests_all_pass::TestsAllPass;
 pub use tests_fraction::TestsFraction;
 pub use weighted::Weighted;
@@ -112,7 +112,7 @@ pub fn strategy(spec: &Reward) -> Box<dyn RewardStrategy> {
 }
 
 /// Whether the reward calls the user's Python function (`kind: python`, or a `python` term).
-pub fn uses_python(spec: &Reward) -> bool {
+pub(crate) fn uses_python(spec: &Reward) -> bool {
     match spec.kind {
         RewardKind::Python => true,
         RewardKind::Weighted => spec.terms.iter().any(|t| t.kind == RewardTermKind::Python),
@@ -125,7 +125,7 @@ mod tests {
     use super::*;
     use crate::spec::types::{RewardTerm, RewardTermKind};
 
-    fn o(format_ok: bool, passed: u32, total: u32) -> Outcome {
+    fn o(format_ok: bool, passed: u32, total: u32) -> Outcome<'static> {
         Outcome { format_ok, tests_passed: passed, tests_total: total, infra_error: false, custom: None }
     }
 

@@ -6,7 +6,7 @@ use super::{Outcome, RewardStrategy};
 
 /// The user's Python function.
 #[derive(Debug, Clone, Copy)]
-pub struct Python;
+pub(crate) struct Python;
 
 impl RewardStrategy for Python {
     fn name(&self) -> &'static str {
