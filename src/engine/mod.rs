@@ -22,6 +22,7 @@ mod event;
 pub(crate) mod eval;
 pub(crate) mod feedback;
 pub(crate) mod grading;
+pub(crate) mod pyreward;
 pub mod problems;
 pub(crate) mod prompting;
 pub(crate) mod rollout;
@@ -266,7 +267,7 @@ struct Setup {
     advantage: Box<dyn crate::rl::advantage::AdvantageStrategy>,
     reward: Box<dyn crate::rl::reward::RewardStrategy>,
     /// The Python reward function, when the reward calls one.
-    python: Option<grading::PythonRewards>,
+    python: Option<pyreward::PythonRewards>,
 }
 
 /// Opens the policy, loads problems and prompts, starts the sandbox: what must work before the
@@ -304,7 +305,7 @@ async fn set_up(plan: &Plan, policy: PolicySource, dir: &RunDir, sink: &dyn Even
     record_prompt_tokens(dir, &prompting, &train)?;
 
     let (grader, mut protection) = grading::Sandboxes::start(plan, sink).await?;
-    let python = match grading::PythonRewards::start(plan, &grader, sink).await? {
+    let python = match pyreward::PythonRewards::start(plan, &grader, sink).await? {
         Some((python, own)) => {
             // A pool of its own (beside Sandbox Fusion): its isolation is recorded too.
             if let (Some(own), Some(obj)) = (own, protection.as_object_mut()) {

@@ -39,7 +39,7 @@ pub struct StepConfig<'a> {
     /// Reward strategy.
     pub reward: &'a dyn RewardStrategy,
     /// The Python reward function, when the reward calls one.
-    pub python: Option<&'a super::grading::PythonRewards>,
+    pub python: Option<&'a super::pyreward::PythonRewards>,
     /// Sampling parameters (seed set per problem).
     pub sampling: &'a SamplingParams,
 }
@@ -150,7 +150,7 @@ pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], t
     let (mut completion_tokens, mut prompt_tokens, mut turns_all) = (0usize, 0usize, 0usize);
     let scores = match cfg.python {
         Some(python) => python.score(step, groups, cx.sink).await?,
-        None => super::grading::Scores::default(),
+        None => super::pyreward::Scores::default(),
     };
     for (gi, g) in groups.iter().enumerate() {
         for t in g.trajectories.iter().flat_map(|t| &t.turns) {

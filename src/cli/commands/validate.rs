@@ -49,7 +49,7 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
 /// mid-run. Exit code 2 when the call fails or a `weighted` term names a component the
 /// function did not return.
 fn sample_python_reward(plan: &Plan) -> anyhow::Result<u8> {
-    let sample = match super::runtime()?.block_on(engine::grading::sample_call(plan)) {
+    let sample = match super::runtime()?.block_on(engine::pyreward::sample_call(plan)) {
         Ok(Some(sample)) => sample,
         Ok(None) => return Ok(exit::OK),
         Err(e) => {

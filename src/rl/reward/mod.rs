@@ -6,7 +6,7 @@
 //! that passes every test): the origin pipeline's reward.
 //!
 //! A `python` reward (and a `python` term of `weighted`) is the user's function, which the engine
-//! runs in the sandbox (`engine::grading::PythonRewards`) before rewards are computed; what it
+//! runs in the sandbox (`engine::pyreward`) before rewards are computed; what it
 //! returned reaches the strategies as [`Outcome::custom`], so they stay pure functions.
 
 mod python;
