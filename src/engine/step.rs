@@ -21,7 +21,7 @@ use super::rollout::{self, Ctx, Group, GroupPrompt, Timing, Trajectory, truncati
 use super::{Error, problems};
 
 /// What a finished step produced.
-pub struct StepResult {
+pub(crate) struct StepResult {
     /// The metrics line (without `step`).
     pub metrics: BTreeMap<String, f64>,
     /// Records for rollouts.jsonl.
@@ -29,7 +29,7 @@ pub struct StepResult {
 }
 
 /// Inputs of a step that do not change between steps.
-pub struct StepConfig<'a> {
+pub(crate) struct StepConfig<'a> {
     /// The run's plan (batch shape, loss, optimizer, logging).
     pub plan: &'a crate::plan::Plan,
     /// Training problems (already in run order).
@@ -45,7 +45,7 @@ pub struct StepConfig<'a> {
 }
 
 /// The outcome the reward strategies see.
-pub fn outcome<'a>(g: &Graded, custom: Option<&'a Custom>) -> Outcome<'a> {
+pub(crate) fn outcome<'a>(g: &Graded, custom: Option<&'a Custom>) -> Outcome<'a> {
     Outcome {
         format_ok: g.verdict.status != VerdictStatus::FormatError,
         tests_passed: g.verdict.tests_passed as u32,
@@ -59,7 +59,7 @@ pub fn outcome<'a>(g: &Graded, custom: Option<&'a Custom>) -> Outcome<'a> {
 ///
 /// # Errors
 /// Template or tokenizer failures.
-pub fn prompts(step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Vec<GroupPrompt>, Error> {
+pub(crate) fn prompts(step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Vec<GroupPrompt>, Error> {
     let plan = cfg.plan;
     let n_problems = cfg.train.len() as u64;
     let mut prompts = vec![];
@@ -75,7 +75,7 @@ pub fn prompts(step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Re
 ///
 /// # Errors
 /// Sampler, template or tokenizer failures.
-pub async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<(Vec<Group>, Timing)>, Error> {
+pub(crate) async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<(Vec<Group>, Timing)>, Error> {
     let prompts = prompts(step, cursor, cfg, cx)?;
     let plan = cfg.plan;
     let (groups, timing) = rollout::run(sampler, prompts, plan.grpo.group_size as usize, cfg.sampling, cx, "sample", i64::from(step), plan.rollout.max_attempts).await?;
@@ -87,7 +87,7 @@ pub async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepC
 ///
 /// # Errors
 /// Sampler, prompt or trainer failures.
-pub async fn run(trainer: &dyn Trainer, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<StepResult>, Error> {
+pub(crate) async fn run(trainer: &dyn Trainer, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<StepResult>, Error> {
     let sampler = trainer.sampler().await?;
     let Some((groups, timing)) = rollouts(&*sampler, step, cursor, cfg, cx).await? else { return Ok(None) };
     if cx.stop.requested() {
@@ -140,7 +140,7 @@ fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Datum> {
 ///
 /// # Errors
 /// Trainer failures.
-pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], timing: Timing, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
+pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Group], timing: Timing, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
     let plan = cfg.plan;
     let mut datums = vec![];
     let mut rollouts = vec![];

@@ -16,7 +16,7 @@ use crate::spec::types::{Finetune, Reward, RewardKind, RewardTermKind, SandboxKi
 
 /// A template file named by the spec, with its role (`prompt.user`, ...).
 #[derive(Debug, Clone)]
-pub struct TemplateRef {
+pub(crate) struct TemplateRef {
     /// Which key names it.
     pub role: String,
     /// Absolute path.
@@ -27,7 +27,7 @@ pub struct TemplateRef {
 
 /// Files found and read during checking, handed on to the plan.
 #[derive(Debug, Default)]
-pub struct CheckedFiles {
+pub(crate) struct CheckedFiles {
     /// Templates that exist and compile.
     pub templates: Vec<TemplateRef>,
 }
@@ -141,7 +141,7 @@ fn is_identifier(s: &str) -> bool {
 }
 
 /// Removes `.` and `..` components lexically (the path need not exist).
-pub fn normalize(p: &Path) -> PathBuf {
+pub(crate) fn normalize(p: &Path) -> PathBuf {
     use std::path::Component;
     let mut out = PathBuf::new();
     for c in p.components() {
@@ -159,7 +159,7 @@ pub fn normalize(p: &Path) -> PathBuf {
 }
 
 /// Runs every semantic check; on success rewrites relative paths in `spec` to absolute ones.
-pub fn check(spec: &mut Spec, tree: &Node) -> Result<CheckedFiles, Vec<Diagnostic>> {
+pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Result<CheckedFiles, Vec<Diagnostic>> {
     let mut cx = Ctx { tree, out: vec![] };
     check_name(&mut cx, spec);
     check_batch(&mut cx, spec);

@@ -27,7 +27,7 @@ use crate::spec::types::{Advantage, Data, Log, Prompt, Reward, Rollout, Sandbox,
 
 pub(crate) mod check;
 pub(crate) mod explain;
-pub mod hash;
+pub(crate) mod hash;
 pub mod record;
 mod resolve;
 pub(crate) mod sweep;

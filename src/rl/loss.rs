@@ -175,7 +175,7 @@ impl LossFn {
 }
 
 /// The loss of one token under `loss`, on plain numbers: the reference definition.
-pub fn token_loss(loss: &LossFn, logp: f64, q: f64, advantage: f64, weight: f64) -> f64 {
+pub(crate) fn token_loss(loss: &LossFn, logp: f64, q: f64, advantage: f64, weight: f64) -> f64 {
     let r = (logp - q).exp();
     match *loss {
         LossFn::CrossEntropy => -weight * logp,
@@ -205,7 +205,7 @@ pub struct LossStats {
 }
 
 /// Diagnostics for `loss` given flat per-token values (valid tokens only).
-pub fn stats(loss: &LossFn, logp: &[f32], q: &[f32], advantages: &[f32], weights: &[f32]) -> LossStats {
+pub(crate) fn stats(loss: &LossFn, logp: &[f32], q: &[f32], advantages: &[f32], weights: &[f32]) -> LossStats {
     let mut s = LossStats::default();
     let (mut rsum, mut clipped, mut lsum, mut klsum) = (0.0, 0usize, 0.0, 0.0);
     for i in 0..logp.len() {

@@ -4,7 +4,7 @@
 //!
 //! Everything here is a pure function of numbers: no problems, no models, no I/O.
 
-pub mod advantage;
-pub mod loss;
-pub mod passk;
-pub mod reward;
+pub(crate) mod advantage;
+pub(crate) mod loss;
+pub(crate) mod passk;
+pub(crate) mod reward;

@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{Error, ExecRequest, ExecStatus, Limits, Sandbox};
-use crate::rl::reward::Custom;
+pub use crate::rl::reward::Custom;
 
 /// The driver's Python source.
 pub(crate) const DRIVER: &str = include_str!("reward.py");

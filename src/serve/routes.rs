@@ -46,7 +46,7 @@ const MAX_BODY: usize = 256 << 20;
 ///
 /// # Cancel safety
 /// Dropping the future stops accepting; connections already accepted finish on their tasks.
-pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+pub(crate) async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
     tokio::pin!(shutdown);
     loop {
         // `accept` is cancel-safe; the shutdown branch ends the loop.

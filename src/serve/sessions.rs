@@ -15,7 +15,7 @@ use crate::tinker::wire::FinishStatus;
 
 /// One client session.
 #[derive(Debug, Clone)]
-pub struct Session {
+pub(crate) struct Session {
     /// When the last request or heartbeat named it.
     pub last_seen: SystemTime,
     /// The first finish reason, once finished.
@@ -26,7 +26,7 @@ pub struct Session {
 
 /// A sampler over fixed weights.
 #[derive(Clone)]
-pub struct SamplingSession {
+pub(crate) struct SamplingSession {
     /// The sampler.
     pub sampler: Arc<dyn Sampler>,
     /// The base model's name.
@@ -44,7 +44,7 @@ struct Inner {
 
 /// Why a session cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// Never created here.
     #[error("unknown session `{0}` (sessions do not survive a restart of `rlx serve`)")]
     Unknown(String),
@@ -54,7 +54,7 @@ pub enum Error {
 }
 
 /// All sessions of the server.
-pub struct Sessions {
+pub(crate) struct Sessions {
     prefix: String,
     /// Never held across an `.await`.
     inner: Mutex<Inner>,
@@ -63,7 +63,7 @@ pub struct Sessions {
 impl Sessions {
     /// No sessions; ids start with `prefix` (unique per server start, so checkpoints of an
     /// earlier instance are never overwritten by a new session's models).
-    pub fn new(prefix: &str) -> Self {
+    pub(crate) fn new(prefix: &str) -> Self {
         Sessions { prefix: prefix.to_string(), inner: Mutex::new(Inner::default()) }
     }
 
@@ -72,7 +72,7 @@ impl Sessions {
     }
 
     /// Opens a session.
-    pub fn create(&self, user_metadata: serde_json::Map<String, serde_json::Value>) -> String {
+    pub(crate) fn create(&self, user_metadata: serde_json::Map<String, serde_json::Value>) -> String {
         let mut inner = self.lock();
         inner.next += 1;
         let id = format!("{}-{}", self.prefix, inner.next);
@@ -84,7 +84,7 @@ impl Sessions {
     ///
     /// # Errors
     /// An unknown or finished session.
-    pub fn touch(&self, id: &str) -> Result<(), Error> {
+    pub(crate) fn touch(&self, id: &str) -> Result<(), Error> {
         let mut inner = self.lock();
         let s = inner.sessions.get_mut(id).ok_or_else(|| Error::Unknown(id.to_string()))?;
         if s.finished.is_some() {
@@ -98,7 +98,7 @@ impl Sessions {
     ///
     /// # Errors
     /// An unknown session.
-    pub fn finish(&self, id: &str, status: FinishStatus) -> Result<(), Error> {
+    pub(crate) fn finish(&self, id: &str, status: FinishStatus) -> Result<(), Error> {
         let mut inner = self.lock();
         let s = inner.sessions.get_mut(id).ok_or_else(|| Error::Unknown(id.to_string()))?;
         s.finished.get_or_insert(status);
@@ -106,22 +106,22 @@ impl Sessions {
     }
 
     /// A session's state.
-    pub fn get(&self, id: &str) -> Option<Session> {
+    pub(crate) fn get(&self, id: &str) -> Option<Session> {
         self.lock().sessions.get(id).cloned()
     }
 
     /// Registers a sampling session under `id`, unless one exists (then that one is kept).
-    pub fn add_sampler(&self, id: &str, s: SamplingSession) {
+    pub(crate) fn add_sampler(&self, id: &str, s: SamplingSession) {
         self.lock().samplers.entry(id.to_string()).or_insert(s);
     }
 
     /// A sampling session.
-    pub fn sampler(&self, id: &str) -> Option<SamplingSession> {
+    pub(crate) fn sampler(&self, id: &str) -> Option<SamplingSession> {
         self.lock().samplers.get(id).cloned()
     }
 
     /// Whether a sampling session exists.
-    pub fn has_sampler(&self, id: &str) -> bool {
+    pub(crate) fn has_sampler(&self, id: &str) -> bool {
         self.lock().samplers.contains_key(id)
     }
 }

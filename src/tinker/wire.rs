@@ -46,7 +46,7 @@ macro_rules! literal {
 }
 
 /// The literal `"type"` tags.
-pub mod literal {
+pub(crate) mod literal {
     use super::{Deserialize, Serialize};
 
     literal! {
@@ -84,7 +84,7 @@ pub mod literal {
 
 /// `POST /api/v1/client/config` and `/client/dynamic_config` body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ClientConfigRequest {
+pub(crate) struct ClientConfigRequest {
     /// The SDK's version (`"0.38.0"`).
     pub sdk_version: String,
 }
@@ -93,7 +93,7 @@ pub struct ClientConfigRequest {
 /// defaults (the `Default` here); unknown keys are ignored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct ClientConfigResponse {
+pub(crate) struct ClientConfigResponse {
     /// Exchange the API key for a JWT first.
     pub pjwt_auth_enabled: bool,
     /// Submit the chunks of one forward_backward in parallel (chunks 2..n before chunk 1).
@@ -126,7 +126,7 @@ impl Default for ClientConfigResponse {
 
 /// `POST /api/v1/create_session`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateSessionRequest {
+pub(crate) struct CreateSessionRequest {
     /// `TINKER_TAGS`.
     #[serde(default)]
     pub tags: Vec<String>,
@@ -148,7 +148,7 @@ pub struct CreateSessionRequest {
 
 /// `create_session` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateSessionResponse {
+pub(crate) struct CreateSessionResponse {
     /// `"create_session"`.
     #[serde(default)]
     pub r#type: literal::CreateSession,
@@ -167,7 +167,7 @@ pub struct CreateSessionResponse {
 
 /// `POST /api/v1/session_heartbeat` (every 10 s).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SessionHeartbeatRequest {
+pub(crate) struct SessionHeartbeatRequest {
     /// The session.
     pub session_id: String,
     /// `"session_heartbeat"`.
@@ -177,7 +177,7 @@ pub struct SessionHeartbeatRequest {
 
 /// Heartbeat response.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SessionHeartbeatResponse {
+pub(crate) struct SessionHeartbeatResponse {
     /// `"session_heartbeat"`.
     #[serde(default)]
     pub r#type: literal::SessionHeartbeat,
@@ -197,7 +197,7 @@ pub enum FinishStatus {
 
 /// `{"type": <status>}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FinishReason {
+pub(crate) struct FinishReason {
     /// The status.
     pub r#type: FinishStatus,
 }
@@ -205,7 +205,7 @@ pub struct FinishReason {
 /// `POST /api/v1/sessions/{session_id}/finish` (a plain dict in the SDK: `detail` is sent as
 /// `null` when absent).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FinishSessionRequest {
+pub(crate) struct FinishSessionRequest {
     /// First finish reason wins.
     pub reason: FinishReason,
     /// Free text.
@@ -218,7 +218,7 @@ pub struct FinishSessionRequest {
 
 /// What a submission answers: the future to poll.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct UntypedApiFuture {
+pub(crate) struct UntypedApiFuture {
     /// Poll with this.
     pub request_id: String,
     /// The model the request addressed (`create_model`, training requests).
@@ -231,7 +231,7 @@ pub struct UntypedApiFuture {
 
 /// `POST /api/v1/retrieve_future`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FutureRetrieveRequest {
+pub(crate) struct FutureRetrieveRequest {
     /// The future.
     pub request_id: String,
     /// Allow a `complete_metadata` answer for a large payload.
@@ -242,7 +242,7 @@ pub struct FutureRetrieveRequest {
 /// Queue state reported with a try-again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum QueueState {
+pub(crate) enum QueueState {
     /// Running or queued normally.
     Active,
     /// Waiting for capacity.
@@ -253,7 +253,7 @@ pub enum QueueState {
 
 /// `retrieve_future`: not done yet, poll again at once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TryAgainResponse {
+pub(crate) struct TryAgainResponse {
     /// `"try_again"`.
     #[serde(default)]
     pub r#type: literal::TryAgain,
@@ -269,7 +269,7 @@ pub struct TryAgainResponse {
 /// Who is to blame for a failed request (`RequestErrorCategory`, lowercase).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ErrorCategory {
+pub(crate) enum ErrorCategory {
     /// Unknown.
     Unknown,
     /// The server's fault.
@@ -280,7 +280,7 @@ pub enum ErrorCategory {
 
 /// `retrieve_future` of a failed request: HTTP 200 with this body (§12), final.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RequestFailedResponse {
+pub(crate) struct RequestFailedResponse {
     /// What went wrong.
     pub error: String,
     /// Whose fault.
@@ -289,7 +289,7 @@ pub struct RequestFailedResponse {
 
 /// `retrieve_future`: done, but the payload is larger than the inline limit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CompleteMetadataResponse {
+pub(crate) struct CompleteMetadataResponse {
     /// `"complete_metadata"`.
     pub status: String,
     /// Bytes of the payload.
@@ -298,7 +298,7 @@ pub struct CompleteMetadataResponse {
 
 /// A non-2xx answer outside `retrieve_future`'s result: FastAPI's `{"detail": ...}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// The message.
     pub detail: String,
 }
@@ -331,7 +331,7 @@ fn yes() -> bool {
 
 /// `optimizer_config`: `{"type": "adamw"}` (default) or `{"type": "dimuon", "version": 1}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OptimizerConfig {
+pub(crate) struct OptimizerConfig {
     /// The optimizer family.
     pub r#type: String,
     /// Dimuon's version.
@@ -347,7 +347,7 @@ impl Default for OptimizerConfig {
 
 /// `POST /api/v1/create_model` (a future).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateModelRequest {
+pub(crate) struct CreateModelRequest {
     /// The session.
     pub session_id: String,
     /// Per-session model counter: the model id is `<session_id>:train:<model_seq_id>`.
@@ -370,7 +370,7 @@ pub struct CreateModelRequest {
 
 /// `create_model` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateModelResponse {
+pub(crate) struct CreateModelResponse {
     /// The new model.
     pub model_id: String,
     /// `"create_model"`.
@@ -380,7 +380,7 @@ pub struct CreateModelResponse {
 
 /// `POST /api/v1/get_info` (answered directly, not a future).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GetInfoRequest {
+pub(crate) struct GetInfoRequest {
     /// The model.
     pub model_id: String,
     /// `"get_info"`.
@@ -390,7 +390,7 @@ pub struct GetInfoRequest {
 
 /// `model_data` of `get_info`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ModelData {
+pub(crate) struct ModelData {
     /// Architecture name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arch: Option<String>,
@@ -405,7 +405,7 @@ pub struct ModelData {
 
 /// `get_info` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GetInfoResponse {
+pub(crate) struct GetInfoResponse {
     /// `"get_info"`.
     #[serde(default)]
     pub r#type: literal::GetInfo,
@@ -428,12 +428,12 @@ pub struct GetInfoResponse {
 }
 
 /// Tinker's `AdamParams`: the backend's own type (missing fields take the SDK defaults).
-pub use crate::seam::AdamParams;
+pub(crate) use crate::seam::AdamParams;
 
 /// `POST /api/v1/optim_step` (a future). The SDK's serializer moves `optim_params` to the end
 /// as `adam_params` (Adam) or `optimizer_params` (other families).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OptimStepRequest {
+pub(crate) struct OptimStepRequest {
     /// The model.
     pub model_id: String,
     /// Its next seq id.
@@ -452,7 +452,7 @@ pub struct OptimStepRequest {
 
 /// `optim_step` result.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct OptimStepResponse {
+pub(crate) struct OptimStepResponse {
     /// `name:reduction` metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<BTreeMap<String, f64>>,
@@ -463,7 +463,7 @@ pub struct OptimStepResponse {
 
 /// `POST /api/v1/save_weights` (`save_state`; a future).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SaveWeightsRequest {
+pub(crate) struct SaveWeightsRequest {
     /// The model.
     pub model_id: String,
     /// The checkpoint's name.
@@ -488,7 +488,7 @@ pub struct SaveWeightsRequest {
 
 /// `save_weights` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SaveWeightsResponse {
+pub(crate) struct SaveWeightsResponse {
     /// `tinker://<model_id>/weights/<name>`.
     pub path: String,
     /// `"save_weights"`.
@@ -499,7 +499,7 @@ pub struct SaveWeightsResponse {
 /// `POST /api/v1/save_weights_for_sampler` (a future). Named (`path`) it writes sampler weights;
 /// unnamed (`sampling_session_seq_id`) it answers a sampling session on the current weights.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SaveWeightsForSamplerRequest {
+pub(crate) struct SaveWeightsForSamplerRequest {
     /// The model.
     pub model_id: String,
     /// The checkpoint's name (named saves).
@@ -531,7 +531,7 @@ fn snapshot() -> String {
 
 /// `save_weights_for_sampler` result.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SaveWeightsForSamplerResponse {
+pub(crate) struct SaveWeightsForSamplerResponse {
     /// `tinker://<model_id>/sampler_weights/<name>` (named saves).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
@@ -547,7 +547,7 @@ pub struct SaveWeightsForSamplerResponse {
 /// `create_training_client_from_state[_with_optimizer]` sends) or the deprecated load into an
 /// existing model (`model_id` + `seq_id`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoadWeightsRequest {
+pub(crate) struct LoadWeightsRequest {
     /// Legacy addressing: the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_id: Option<String>,
@@ -583,7 +583,7 @@ pub struct LoadWeightsRequest {
 
 /// `load_weights` result.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LoadWeightsResponse {
+pub(crate) struct LoadWeightsResponse {
     /// The loaded path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
@@ -600,7 +600,7 @@ pub struct LoadWeightsResponse {
 
 /// `POST /api/v1/create_sampling_session` (answered directly).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateSamplingSessionRequest {
+pub(crate) struct CreateSamplingSessionRequest {
     /// The session.
     pub session_id: String,
     /// Per-session sampling counter (shared with unnamed `save_weights_for_sampler`).
@@ -618,7 +618,7 @@ pub struct CreateSamplingSessionRequest {
 
 /// `create_sampling_session` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateSamplingSessionResponse {
+pub(crate) struct CreateSamplingSessionResponse {
     /// `"create_sampling_session"`.
     #[serde(default)]
     pub r#type: literal::CreateSamplingSession,
@@ -628,7 +628,7 @@ pub struct CreateSamplingSessionResponse {
 
 /// `GET /api/v1/samplers/{id}` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GetSamplerResponse {
+pub(crate) struct GetSamplerResponse {
     /// The sampling session.
     pub sampler_id: String,
     /// Its base model.
@@ -640,7 +640,7 @@ pub struct GetSamplerResponse {
 
 /// One chunk of a JSON `ModelInput` (discriminated by `"type"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EncodedTextChunk {
+pub(crate) struct EncodedTextChunk {
     /// Token ids.
     pub tokens: Vec<i64>,
     /// `"encoded_text"`.
@@ -650,14 +650,14 @@ pub struct EncodedTextChunk {
 
 /// A JSON `ModelInput`: rlx's models take text chunks only.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelInput {
+pub(crate) struct ModelInput {
     /// The chunks.
     pub chunks: Vec<EncodedTextChunk>,
 }
 
 impl ModelInput {
     /// One text chunk of `tokens`.
-    pub fn from_tokens(tokens: &[u32]) -> Self {
+    pub(crate) fn from_tokens(tokens: &[u32]) -> Self {
         ModelInput { chunks: vec![EncodedTextChunk { tokens: tokens.iter().map(|&t| i64::from(t)).collect(), r#type: literal::EncodedText }] }
     }
 }
@@ -665,7 +665,7 @@ impl ModelInput {
 /// `sampling_params.stop`: a string, strings, or token ids.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum StopSpec {
+pub(crate) enum StopSpec {
     /// One string.
     Text(String),
     /// Token ids (`[]` disables every stop, EOS included).
@@ -676,7 +676,7 @@ pub enum StopSpec {
 
 /// Tinker's JSON `SamplingParams`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SamplingParams {
+pub(crate) struct SamplingParams {
     /// Generated-token cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
@@ -706,7 +706,7 @@ fn minus_one() -> i64 {
 
 /// Tinker's JSON `TensorData` (legacy bodies, `target_prompt_logprobs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TensorData {
+pub(crate) struct TensorData {
     /// Flattened values.
     pub data: Vec<f64>,
     /// `float32` or `int64`.
@@ -718,7 +718,7 @@ pub struct TensorData {
 
 /// `POST /api/v1/asample` (a future whose result is a protobuf `SampleResponse`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SampleRequest {
+pub(crate) struct SampleRequest {
     /// Completions wanted.
     #[serde(default = "one_u64")]
     pub num_samples: u64,
@@ -773,7 +773,7 @@ fn one_u64() -> u64 {
 
 /// A checkpoint in a training run's listing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     /// `weights/<name>` or `sampler_weights/<name>`.
     pub checkpoint_id: String,
     /// `training` or `sampler`.
@@ -792,7 +792,7 @@ pub struct Checkpoint {
 
 /// `GET /api/v1/training_runs/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TrainingRun {
+pub(crate) struct TrainingRun {
     /// The model id.
     pub training_run_id: String,
     /// Its base model.
@@ -819,21 +819,21 @@ pub struct TrainingRun {
 
 /// `GET /api/v1/training_runs/{id}/checkpoints`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckpointsListResponse {
+pub(crate) struct CheckpointsListResponse {
     /// The checkpoints.
     pub checkpoints: Vec<Checkpoint>,
 }
 
 /// `POST /api/v1/weights_info`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WeightsInfoRequest {
+pub(crate) struct WeightsInfoRequest {
     /// `tinker://…`.
     pub tinker_path: String,
 }
 
 /// `weights_info` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WeightsInfoResponse {
+pub(crate) struct WeightsInfoResponse {
     /// Base model.
     pub base_model: String,
     /// LoRA or full.

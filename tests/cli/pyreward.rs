@@ -10,9 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rlx::rl::reward::Custom;
 use rlx::sandbox::local::{LocalConfig, LocalSandbox};
-use rlx::sandbox::reward::{Call, CallResult, FailureKind, RewardFn};
+use rlx::sandbox::reward::{Call, CallResult, Custom, FailureKind, RewardFn};
 use serde_json::{Value, json};
 
 use crate::common::{TestContext, jsonl, only_run};

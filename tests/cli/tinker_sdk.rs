@@ -17,16 +17,16 @@ use serde_json::Value;
 use crate::common::{TestContext, python_env, repo};
 
 /// The pinned SDK set (one cached virtualenv for every Tinker test).
-pub const SDK_REQUIREMENTS: &[&str] = &["tinker==0.38.0", "transformers==5.23.0", "tokenizers==0.23.3", "numpy==2.4.6"];
+pub(crate) const SDK_REQUIREMENTS: &[&str] = &["tinker==0.38.0", "transformers==5.23.0", "tokenizers==0.23.3", "numpy==2.4.6"];
 
 /// Python with the Tinker SDK, or `None` (after a SKIPPED line) without a package registry.
 #[track_caller]
-pub fn sdk_python() -> Option<PathBuf> {
+pub(crate) fn sdk_python() -> Option<PathBuf> {
     python_env("tinker", SDK_REQUIREMENTS)
 }
 
 /// A running `rlx serve`; killed on drop.
-pub struct Server {
+pub(crate) struct Server {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     pub url: String,
@@ -37,7 +37,7 @@ pub struct Server {
 impl Server {
     /// Starts `rlx serve` in `cx` on a free port over the model at `model` (served as
     /// `tiny-model` too), with `extra` arguments; waits until it listens.
-    pub fn start(cx: &TestContext, model: &Path, extra: &[&str]) -> Server {
+    pub(crate) fn start(cx: &TestContext, model: &Path, extra: &[&str]) -> Server {
         let record = cx.path().join("record.jsonl");
         let mut child = cx
             .rlx()
@@ -66,13 +66,13 @@ impl Server {
     }
 
     /// The request record's lines so far.
-    pub fn record(&self) -> Vec<Value> {
+    pub(crate) fn record(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.record).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 
     /// A command running `script` with the SDK pointed at this server only: no telemetry, no
     /// proxy, no Hub.
-    pub fn python(&self, python: &Path, script: &Path) -> Command {
+    pub(crate) fn python(&self, python: &Path, script: &Path) -> Command {
         let mut c = Command::new(python);
         c.arg(script)
             .env("TINKER_BASE_URL", &self.url)

@@ -10,11 +10,11 @@ use serde_json::Value;
 
 use super::Error;
 use super::http::{Body, Client};
-use crate::tinker::wire;
+use crate::tinker::{RequestType, content_type, header, wire};
 
 /// The result encoding a request type returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Accept {
+pub(crate) enum Accept {
     /// A JSON document (create_model, optim_step, saves, loads).
     Json,
     /// A protobuf message (`ForwardBackwardOutput`, `SampleResponse`).
@@ -23,7 +23,7 @@ pub enum Accept {
 
 /// A finished future's result.
 #[derive(Debug)]
-pub enum Payload {
+pub(crate) enum Payload {
     /// A JSON result.
     Json(Value),
     /// A protobuf result, undecoded.
@@ -37,7 +37,7 @@ pub enum Payload {
 /// [`Error::RequestFailed`] when the request itself failed (final), [`Error::Expired`] on 410,
 /// [`Error::GaveUp`] when the service cannot be reached for the policy's budget, and
 /// [`Error::Status`]/[`Error::Protocol`] for answers outside the protocol.
-pub async fn retrieve(client: &Client, request_id: &str, kind: &'static str, accept: Accept) -> Result<Payload, Error> {
+pub(crate) async fn retrieve(client: &Client, request_id: &str, kind: RequestType, accept: Accept) -> Result<Payload, Error> {
     const PATH: &str = "/api/v1/retrieve_future";
     let policy = &client.policy;
     let mut allow_metadata_only = true;
@@ -53,9 +53,9 @@ pub async fn retrieve(client: &Client, request_id: &str, kind: &'static str, acc
     loop {
         let ask = wire::FutureRetrieveRequest { request_id: request_id.to_string(), allow_metadata_only };
         let body = Body::json(&ask);
-        let mut extra = vec![("x-tinker-request-iteration", iteration.to_string()), ("x-tinker-request-type", kind.to_string()), ("x-idempotency-key", key.clone())];
+        let mut extra = vec![(header::REQUEST_ITERATION, iteration.to_string()), (header::REQUEST_TYPE, kind.to_string()), (header::IDEMPOTENCY_KEY, key.clone())];
         if accept == Accept::Proto {
-            extra.push(("accept", "application/x-protobuf".to_string()));
+            extra.push(("accept", content_type::PROTOBUF.to_string()));
         }
         iteration += 1;
         // Above the server's ~30 s long poll, as the SDK's 45 s.
@@ -157,7 +157,7 @@ async fn wait(delay: Duration, last_answer: Instant, budget: Duration, request_i
 ///
 /// # Errors
 /// As [`retrieve`], and [`Error::Protocol`] for a result that is not a `T`.
-pub async fn retrieve_json<T: serde::de::DeserializeOwned>(client: &Client, request_id: &str, kind: &'static str) -> Result<T, Error> {
+pub(crate) async fn retrieve_json<T: serde::de::DeserializeOwned>(client: &Client, request_id: &str, kind: RequestType) -> Result<T, Error> {
     match retrieve(client, request_id, kind, Accept::Json).await? {
         Payload::Json(v) => serde_json::from_value(v.clone()).map_err(|e| Error::Protocol { path: format!("retrieve_future ({kind})"), reason: format!("{e}: {}", super::http::detail(&v.to_string())) }),
         Payload::Proto(_) => Err(Error::Protocol { path: format!("retrieve_future ({kind})"), reason: "a protobuf result where JSON was asked for".into() }),

@@ -9,7 +9,7 @@ use crate::plan::{self, Plan, explain};
 use crate::rl::reward::Custom;
 use crate::seam::Finetune;
 
-pub fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
+pub(super) fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
     let (specs, ovs) = match split_args(&args.args) {
         Ok(x) => x,
         Err(code) => return Ok(code),
@@ -145,7 +145,7 @@ fn explain_plan(plan: &Plan, pilot: Option<f64>) {
 }
 
 /// `1234567` → `1,234,567`.
-pub fn thousands(n: u64) -> String {
+pub(super) fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {

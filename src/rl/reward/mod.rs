@@ -17,9 +17,9 @@ mod weighted;
 use std::collections::BTreeMap;
 
 pub(crate) use python::Python;
-pub use tests_all_pass::TestsAllPass;
-pub use tests_fraction::TestsFraction;
-pub use weighted::Weighted;
+pub(crate) use tests_all_pass::TestsAllPass;
+pub(crate) use tests_fraction::TestsFraction;
+pub(crate) use weighted::Weighted;
 
 use crate::spec::types::{Reward, RewardKind, RewardTermKind};
 
@@ -57,7 +57,7 @@ impl Custom {
 
 /// What grading found about one completion: the input of every reward strategy.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Outcome<'a> {
+pub(crate) struct Outcome<'a> {
     /// Whether a code block could be extracted.
     pub format_ok: bool,
     /// Tests passed.
@@ -72,28 +72,28 @@ pub struct Outcome<'a> {
 
 impl Outcome<'_> {
     /// A completion without a code block (the sandbox is not called).
-    pub fn format_error() -> Self {
+    pub(crate) fn format_error() -> Self {
         Outcome { format_ok: false, tests_passed: 0, tests_total: 0, infra_error: false, custom: None }
     }
 
     /// Every test passed (and there was at least one).
-    pub fn all_passed(&self) -> bool {
+    pub(crate) fn all_passed(&self) -> bool {
         self.format_ok && self.tests_total > 0 && self.tests_passed == self.tests_total
     }
 
     /// Fraction of tests passed (0 without tests).
-    pub fn fraction(&self) -> f64 {
+    pub(crate) fn fraction(&self) -> f64 {
         if self.tests_total == 0 { 0.0 } else { f64::from(self.tests_passed) / f64::from(self.tests_total) }
     }
 
     /// 0 with a code block, −1 without.
-    pub fn format_score(&self) -> f64 {
+    pub(crate) fn format_score(&self) -> f64 {
         if self.format_ok { 0.0 } else { -1.0 }
     }
 }
 
 /// Turns an outcome into a reward.
-pub trait RewardStrategy: Send + Sync {
+pub(crate) trait RewardStrategy: Send + Sync {
     /// The spec name.
     fn name(&self) -> &'static str;
     /// The reward; `None` for an infrastructure failure or a failed Python reward call, which
@@ -102,7 +102,7 @@ pub trait RewardStrategy: Send + Sync {
 }
 
 /// The strategy a spec asks for.
-pub fn strategy(spec: &Reward) -> Box<dyn RewardStrategy> {
+pub(crate) fn strategy(spec: &Reward) -> Box<dyn RewardStrategy> {
     match spec.kind {
         RewardKind::TestsAllPass => Box::new(TestsAllPass { format_coef: spec.format_coef }),
         RewardKind::TestsFraction => Box::new(TestsFraction { format_coef: spec.format_coef }),

@@ -4,7 +4,7 @@ use super::{Outcome, RewardStrategy};
 
 /// Binary correctness with a format penalty.
 #[derive(Debug, Clone, Copy)]
-pub struct TestsAllPass {
+pub(crate) struct TestsAllPass {
     /// Weight of the format score.
     pub format_coef: f64,
 }

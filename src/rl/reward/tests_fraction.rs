@@ -5,7 +5,7 @@ use super::{Outcome, RewardStrategy};
 
 /// Partial credit with a format penalty.
 #[derive(Debug, Clone, Copy)]
-pub struct TestsFraction {
+pub(crate) struct TestsFraction {
     /// Weight of the format score.
     pub format_coef: f64,
 }

@@ -6,7 +6,7 @@ use crate::spec::types::{RewardTerm, RewardTermKind};
 
 /// A weighted sum of terms.
 #[derive(Debug, Clone)]
-pub struct Weighted {
+pub(crate) struct Weighted {
     /// The terms, as the spec lists them.
     pub terms: Vec<RewardTerm>,
 }
