@@ -1,11 +1,12 @@
 //! The run's sandbox and grading options, from the plan. Starting the sandbox and the grading
 //! loop (with infrastructure retries) are the sandbox module's, shared with `rlx grade`:
 //! [`crate::sandbox::start()`] and [`crate::sandbox::grade_loop`].
+//! The Python reward, which runs after grading, is [`super::pyreward`]'s.
 
 use std::time::Duration;
 
-use crate::sandbox::{AnyGrader, GradeOptions, Limits};
 use crate::plan::Plan;
+use crate::sandbox::{AnyGrader, GradeOptions, Limits};
 
 use super::{Error, Event, EventSink};
 

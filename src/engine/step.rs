@@ -10,7 +10,7 @@ use crate::backend::{Sampler, Trainer};
 use crate::quantile::quantile;
 use crate::rl::advantage::{AdvantageStrategy, should_skip};
 use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SamplingParams, make_multiturn_datum};
-use crate::rl::reward::{Outcome, RewardStrategy};
+use crate::rl::reward::{Custom, Outcome, RewardStrategy};
 use crate::sandbox::VerdictStatus;
 use crate::runlog::metrics::{optim, sandbox, time, train};
 use crate::runlog::{Attempt, RolloutRecord};
@@ -38,17 +38,20 @@ pub(crate) struct StepConfig<'a> {
     pub advantage: &'a dyn AdvantageStrategy,
     /// Reward strategy.
     pub reward: &'a dyn RewardStrategy,
+    /// The Python reward function, when the reward calls one.
+    pub python: Option<&'a super::pyreward::PythonRewards>,
     /// Sampling parameters (seed set per problem).
     pub sampling: &'a SamplingParams,
 }
 
 /// The outcome the reward strategies see.
-pub(crate) fn outcome(g: &Graded) -> Outcome {
+pub(crate) fn outcome<'a>(g: &Graded, custom: Option<&'a Custom>) -> Outcome<'a> {
     Outcome {
         format_ok: g.verdict.status != VerdictStatus::FormatError,
         tests_passed: g.verdict.tests_passed as u32,
         tests_total: g.verdict.tests_total as u32,
         infra_error: g.verdict.status == VerdictStatus::InfraError,
+        custom,
     }
 }
 
@@ -145,6 +148,10 @@ pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Gr
     let (mut skipped, mut infra_dropped, mut infra_errors) = (0u32, 0u32, 0u32);
     let mut latencies = vec![];
     let (mut completion_tokens, mut prompt_tokens, mut turns_all) = (0usize, 0usize, 0usize);
+    let scores = match cfg.python {
+        Some(python) => python.score(step, groups, cx.sink).await?,
+        None => super::pyreward::Scores::default(),
+    };
     for (gi, g) in groups.iter().enumerate() {
         for t in g.trajectories.iter().flat_map(|t| &t.turns) {
             infra_errors += t.graded.infra_errors;
@@ -152,8 +159,12 @@ pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Gr
                 latencies.push(t.graded.latency_ms);
             }
         }
-        let rewards: Option<Vec<f64>> = g.trajectories.iter().map(|t| cfg.reward.reward(&outcome(&t.last().graded))).collect();
+        let rewards: Option<Vec<f64>> = g.trajectories.iter().enumerate().map(|(k, t)| cfg.reward.reward(&outcome(&t.last().graded, scores.custom(gi, k)))).collect();
         let Some(rewards) = rewards else {
+            if scores.failed(gi) {
+                // The user's reward failed (already reported and counted): not the model's doing.
+                continue;
+            }
             // Infrastructure failure that survived retries: the group says nothing about the
             // model, so it is dropped rather than scored.
             infra_dropped += 1;
@@ -257,6 +268,7 @@ pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, groups: &[Gr
     m.insert(train::GROUPS.into(), groups_total);
     m.insert(train::GROUPS_SKIPPED.into(), f64::from(skipped));
     m.insert(train::GROUPS_INFRA_DROPPED.into(), f64::from(infra_dropped));
+    m.extend(scores.metrics());
     m.insert(train::GROUPS_SAMPLER_DROPPED.into(), timing.sampler_dropped as f64);
     m.insert(train::OFF_POLICY_STEPS.into(), f64::from(off_policy));
     m.insert(train::TRUNCATED_RATE.into(), truncation_rate(groups));

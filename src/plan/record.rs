@@ -25,6 +25,12 @@ pub fn to_json(plan: &Plan) -> Value {
     let eval = obj.entry("eval").or_insert_with(|| json!({}));
     eval["samples"] = json!(plan.eval.samples);
     eval["max_tokens"] = json!(plan.eval.sampling.max_tokens);
+    if let Some(py) = &plan.python_reward {
+        let reward = obj.entry("reward").or_insert_with(|| json!({}));
+        reward["function"] = json!(py.function);
+        reward["call_timeout_s"] = json!(py.call_timeout.as_secs_f64());
+        reward["max_failures"] = json!(py.max_failures);
+    }
     let backend = obj.entry("backend").or_insert_with(|| json!({}));
     match &plan.backend {
         BackendChoice::Local { max_tokens_per_microbatch, sample_weights, .. } => {

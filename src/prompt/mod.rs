@@ -16,6 +16,7 @@ pub(crate) mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
 pub use render::PromptTemplates;
+pub(crate) use render::problem_context;
 pub use tokenizer::Tokenizer;
 
 /// Errors of prompt rendering and tokenization.
