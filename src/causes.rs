@@ -7,7 +7,7 @@
 /// A cause whose message repeats the one before is dropped (`#[error(transparent)]` wrappers
 /// and context that restates its source), and candle errors lose the backtrace they carry under
 /// `RUST_BACKTRACE`: the user gets facts, not frames.
-pub fn causes(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+pub(crate) fn causes(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for e in std::iter::successors(Some(err), |e| e.source()) {
         let msg = match e.downcast_ref::<candle_core::Error>() {
@@ -25,7 +25,7 @@ pub fn causes(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
 /// (`Error::bt`, used by its `bail!`): a truncated GGUF file is the user's problem, told in one
 /// line, not thirteen frames of candle internals. Rejected: cutting the text at its first line,
 /// which also cuts candle's multi-line context messages.
-pub fn candle_reason(e: &candle_core::Error) -> String {
+pub(crate) fn candle_reason(e: &candle_core::Error) -> String {
     match e {
         candle_core::Error::WithBacktrace { inner, .. } => candle_reason(inner),
         candle_core::Error::Context { inner, context } => format!("{context}: {}", candle_reason(inner)),

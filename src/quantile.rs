@@ -5,7 +5,7 @@
 //! samples.
 
 /// The `q` quantile (0 ≤ q ≤ 1) of sorted values; 0 for none.
-pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -15,7 +15,7 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// The `q` quantile of `values`, which it sorts.
-pub fn quantile(values: &mut [f64], q: f64) -> f64 {
+pub(crate) fn quantile(values: &mut [f64], q: f64) -> f64 {
     values.sort_by(f64::total_cmp);
     quantile_sorted(values, q)
 }

@@ -26,7 +26,7 @@ use crate::spec::{Diagnostic, Diagnostics};
 
 /// A key that varies between configurations.
 #[derive(Debug, Clone)]
-pub enum Dimension {
+pub(crate) enum Dimension {
     /// A list axis: one of its values.
     List(Axis),
     /// A range: a value drawn from it.
@@ -102,7 +102,7 @@ fn unit(rng: &mut SplitMix64) -> f64 {
 
 /// `v` with 4 significant digits, kept within `[low, high]`: plain decimals between 1e-3 and 1e4
 /// (`0.618`, `12.5`), scientific notation otherwise (`3.162e-5`), both YAML numbers.
-pub fn number_text(v: f64, low: f64, high: f64) -> String {
+pub(crate) fn number_text(v: f64, low: f64, high: f64) -> String {
     let rounded: f64 = format!("{v:.3e}").parse().unwrap_or(v);
     let r = rounded.clamp(low, high);
     if r == 0.0 || (1e-3..1e4).contains(&r.abs()) {
@@ -116,7 +116,7 @@ pub fn number_text(v: f64, low: f64, high: f64) -> String {
 
 /// What a sampled sweep was drawn with, for its record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sampling {
+pub(crate) struct Sampling {
     /// Configurations drawn.
     pub n: usize,
     /// The seed of the stream.
@@ -128,7 +128,7 @@ pub struct Sampling {
 /// # Errors
 /// [`Error::Invalid`] when the ranges hold fewer than N distinct configurations, when a key
 /// varies twice, or with every problem of the drawn members (as [`sweep::expand`]).
-pub fn expand(spec_path: &Path, fixed: Vec<Override>, dims: &[Dimension], sampling: Sampling) -> Result<Sweep, Error> {
+pub(crate) fn expand(spec_path: &Path, fixed: Vec<Override>, dims: &[Dimension], sampling: Sampling) -> Result<Sweep, Error> {
     let invalid = |d: Vec<Diagnostic>| Error::Invalid { path: spec_path.to_path_buf(), diagnostics: Diagnostics(d) };
     let mut keys = BTreeSet::new();
     for d in dims {

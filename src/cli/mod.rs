@@ -7,25 +7,25 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-pub mod commands;
-pub mod diagnostics;
-pub mod printer;
-pub mod progress;
+pub(crate) mod commands;
+pub(crate) mod diagnostics;
+pub(crate) mod printer;
+pub(crate) mod progress;
 
 /// Exit codes, documented in `rlx --help`, and which one an error gets.
-pub mod exit {
+pub(crate) mod exit {
     use std::error::Error as StdError;
 
     /// Success.
-    pub const OK: u8 = 0;
+    pub(crate) const OK: u8 = 0;
     /// The run finished but failed a gate set in the spec (or a sweep member failed).
-    pub const GATE: u8 = 1;
+    pub(crate) const GATE: u8 = 1;
     /// Bad spec or bad arguments: a missing or malformed model, data file or spec.
-    pub const USAGE: u8 = 2;
+    pub(crate) const USAGE: u8 = 2;
     /// Internal or infrastructure error.
-    pub const INTERNAL: u8 = 3;
+    pub(crate) const INTERNAL: u8 = 3;
     /// Interrupted (SIGINT/SIGTERM).
-    pub const INTERRUPTED: u8 = 130;
+    pub(crate) const INTERRUPTED: u8 = 130;
 
     /// The exit code for an error that ended a command: [`USAGE`] when the user can fix it (a
     /// missing model or file, a malformed dataset line or GGUF file, a bad spec or argument),
@@ -34,7 +34,7 @@ pub mod exit {
     /// The chain is walked outermost first and the first error of a known type decides: each
     /// module's error knows which of its variants are the user's (`is_user_error`), and plain
     /// `anyhow` context in between carries no verdict. An error of no known type is internal.
-    pub fn for_error(err: &anyhow::Error) -> u8 {
+    pub(crate) fn for_error(err: &anyhow::Error) -> u8 {
         if is_broken_pipe(err) {
             return OK;
         }

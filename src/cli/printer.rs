@@ -23,12 +23,12 @@ use std::io::{IsTerminal, Write as _};
 use crate::spec::Diagnostic;
 
 /// Whether stderr gets colours: a terminal, and `NO_COLOR` unset.
-pub fn styled() -> bool {
+pub(crate) fn styled() -> bool {
     std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal()
 }
 
 /// A result line on stdout. On a closed pipe the process exits with success.
-pub fn out(line: impl AsRef<str>) {
+pub(crate) fn out(line: impl AsRef<str>) {
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = writeln!(stdout, "{}", line.as_ref()).and_then(|()| stdout.flush()) {
         stdout_failed(&e);
@@ -37,7 +37,7 @@ pub fn out(line: impl AsRef<str>) {
 
 /// What to do when writing results to stdout failed: a broken pipe means the reader is done
 /// (exit 0, silently); anything else is reported and exits 3.
-pub fn stdout_failed(e: &std::io::Error) -> ! {
+pub(crate) fn stdout_failed(e: &std::io::Error) -> ! {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         std::process::exit(i32::from(super::exit::OK));
     }
@@ -47,12 +47,12 @@ pub fn stdout_failed(e: &std::io::Error) -> ! {
 
 /// A status line on stderr. Errors writing to stderr are ignored: there is nowhere left to
 /// report them.
-pub fn status(line: impl AsRef<str>) {
+pub(crate) fn status(line: impl AsRef<str>) {
     let _ = writeln!(std::io::stderr().lock(), "{}", line.as_ref());
 }
 
 /// Every diagnostic, rendered, on stderr, then a summary line.
-pub fn diagnostics(diags: &[Diagnostic], what: &str) {
+pub(crate) fn diagnostics(diags: &[Diagnostic], what: &str) {
     let styled = styled();
     let mut err = std::io::stderr().lock();
     for d in diags {
@@ -62,31 +62,26 @@ pub fn diagnostics(diags: &[Diagnostic], what: &str) {
     let _ = writeln!(err, "{}", render(Level::Error, &format!("{what}: {n} problem{} found", if n == 1 { "" } else { "s" }), &[], &[], styled));
 }
 
-/// An error and its cause chain: `error:`, then `  Caused by:` lines.
-pub fn error(err: &anyhow::Error) {
-    error_with_hints(err, &[]);
-}
-
 /// An error, its cause chain, then a `help:` line per hint.
-pub fn error_with_hints(err: &anyhow::Error, hints: &[String]) {
+pub(crate) fn error_with_hints(err: &anyhow::Error, hints: &[String]) {
     error_chain(err.as_ref(), hints);
 }
 
 /// A library error (not wrapped in `anyhow`), its cause chain (`source()`), then a `help:` line
 /// per hint.
-pub fn error_chain(err: &(dyn std::error::Error + 'static), hints: &[String]) {
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static), hints: &[String]) {
     let causes = crate::causes::causes(err);
     let (first, rest) = causes.split_first().map_or(("", &[][..]), |(f, r)| (f.as_str(), r));
     status(render(Level::Error, first, rest, hints, styled()));
 }
 
 /// An error without a cause chain: `error:` then a `help:` line per hint.
-pub fn error_message(message: &str, hints: &[String]) {
+pub(crate) fn error_message(message: &str, hints: &[String]) {
     status(render(Level::Error, message, &[], hints, styled()));
 }
 
 /// A warning: something the user should know that does not stop the command.
-pub fn warning(message: &str, hints: &[String]) {
+pub(crate) fn warning(message: &str, hints: &[String]) {
     status(render(Level::Warning, message, &[], hints, styled()));
 }
 

@@ -14,14 +14,14 @@ use crate::runlog::MetricsLine;
 use crate::runlog::metrics::{time, train};
 
 /// Draws engine events on stderr.
-pub struct Console {
+pub(crate) struct Console {
     bar: Mutex<Option<ProgressBar>>,
     bars: bool,
 }
 
 impl Console {
     /// Progress bars only on a terminal (and never under `NO_PROGRESS`); lines always.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         use std::io::IsTerminal;
         Console { bar: Mutex::new(None), bars: std::io::stderr().is_terminal() && std::env::var_os("NO_PROGRESS").is_none() }
     }

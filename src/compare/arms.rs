@@ -9,7 +9,7 @@ use super::stats::{Interval, seed_mean};
 
 /// One arm: its runs (indices into the run list) and what sets it apart.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Arm {
+pub(crate) struct Arm {
     /// `lr=0.0003, group_size=8`: the differing keys' values (short names); the experiment name
     /// when nothing differs.
     pub label: String,
@@ -19,7 +19,7 @@ pub struct Arm {
 
 /// Groups `runs` into arms by their values of the `differing` keys, in order of first
 /// appearance.
-pub fn group(runs: &[Run], differing: &[String]) -> Vec<Arm> {
+pub(crate) fn group(runs: &[Run], differing: &[String]) -> Vec<Arm> {
     let mut arms: Vec<(Vec<Option<String>>, Arm)> = vec![];
     for (i, r) in runs.iter().enumerate() {
         let key: Vec<Option<String>> = differing.iter().map(|k| r.config.get(k).cloned()).collect();
@@ -45,7 +45,7 @@ pub fn group(runs: &[Run], differing: &[String]) -> Vec<Arm> {
 
 /// A point of an arm's aggregated curve.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Point {
+pub(crate) struct Point {
     /// x (step or seconds).
     pub x: f64,
     /// Mean over the runs covering x.
@@ -64,7 +64,7 @@ pub struct Point {
 /// that stopped early stops contributing where it stopped, and the band is drawn only where two
 /// or more runs cover x. (W&B's bucketing across runs shifts x values, wandb#1566/#4879, and
 /// Aim de-duplicates equal values across runs; neither happens here.)
-pub fn aggregate(series: &[Vec<(f64, f64)>]) -> Vec<Point> {
+pub(crate) fn aggregate(series: &[Vec<(f64, f64)>]) -> Vec<Point> {
     let mut grid: Vec<f64> = series.iter().flatten().map(|&(x, _)| x).collect();
     grid.sort_by(f64::total_cmp);
     grid.dedup();
@@ -96,12 +96,12 @@ fn interpolate(s: &[(f64, f64)], x: f64) -> Option<f64> {
 }
 
 /// The seeds of an arm's runs, as text, in run order (`?` for a run without a resolved spec).
-pub fn seeds(runs: &[Run], arm: &Arm) -> Vec<String> {
+pub(crate) fn seeds(runs: &[Run], arm: &Arm) -> Vec<String> {
     arm.runs.iter().map(|&i| runs[i].seed().unwrap_or("?").to_string()).collect()
 }
 
 /// Per-key values of the differing keys for one run (for the runs table).
-pub fn values(run: &Run, differing: &[String]) -> BTreeMap<String, String> {
+pub(crate) fn values(run: &Run, differing: &[String]) -> BTreeMap<String, String> {
     differing.iter().map(|k| (k.clone(), run.config.get(k).cloned().unwrap_or_else(|| "—".into()))).collect()
 }
 

@@ -12,17 +12,17 @@ use super::font;
 
 /// An sRGB colour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Color(pub u8, pub u8, pub u8);
+pub(crate) struct Color(pub u8, pub u8, pub u8);
 
 impl Color {
     /// `#rrggbb`.
-    pub fn hex(self) -> String {
+    pub(crate) fn hex(self) -> String {
         format!("#{:02x}{:02x}{:02x}", self.0, self.1, self.2)
     }
 }
 
 /// Series colours (Tableau 10: distinguishable, and still apart in grey for most pairs).
-pub const PALETTE: [Color; 10] = [
+pub(crate) const PALETTE: [Color; 10] = [
     Color(0x4e, 0x79, 0xa7),
     Color(0xf2, 0x8e, 0x2b),
     Color(0xe1, 0x57, 0x59),
@@ -35,17 +35,17 @@ pub const PALETTE: [Color; 10] = [
     Color(0xba, 0xb0, 0xac),
 ];
 /// Text and axes.
-pub const INK: Color = Color(0x22, 0x22, 0x22);
+pub(crate) const INK: Color = Color(0x22, 0x22, 0x22);
 /// Grid lines and secondary text.
-pub const GREY: Color = Color(0x88, 0x88, 0x88);
+pub(crate) const GREY: Color = Color(0x88, 0x88, 0x88);
 /// Grid lines.
-pub const GRID: Color = Color(0xe4, 0xe4, 0xe4);
+pub(crate) const GRID: Color = Color(0xe4, 0xe4, 0xe4);
 /// Background.
-pub const WHITE: Color = Color(0xff, 0xff, 0xff);
+pub(crate) const WHITE: Color = Color(0xff, 0xff, 0xff);
 
 /// Horizontal placement of a text relative to its x.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Anchor {
+pub(crate) enum Anchor {
     /// x is the left end.
     Start,
     /// x is the centre.
@@ -56,7 +56,7 @@ pub enum Anchor {
 
 /// One shape.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Shape {
+pub(crate) enum Shape {
     /// A polyline.
     Line {
         /// Points.
@@ -122,7 +122,7 @@ pub enum Shape {
 
 /// A chart, ready to draw.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Scene {
+pub(crate) struct Scene {
     /// Width in px.
     pub width: f32,
     /// Height in px.
@@ -135,7 +135,7 @@ pub struct Scene {
 
 /// One series of a line chart: an arm's mean with its band, and its seeds as thin lines.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Series {
+pub(crate) struct Series {
     /// Legend text.
     pub label: String,
     /// Index into [`PALETTE`].
@@ -151,7 +151,7 @@ pub struct Series {
 
 /// A line chart.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LineChart {
+pub(crate) struct LineChart {
     /// Title.
     pub title: String,
     /// x axis label, with its unit.
@@ -173,7 +173,7 @@ const LABEL: f32 = 12.0;
 const TITLE: f32 = 15.0;
 
 /// "Nice" tick values covering [lo, hi]: steps of 1, 2 or 5 × 10^k, about `target` of them.
-pub fn ticks(lo: f64, hi: f64, target: usize) -> Vec<f64> {
+pub(crate) fn ticks(lo: f64, hi: f64, target: usize) -> Vec<f64> {
     let span = (hi - lo).max(1e-12);
     let raw = span / target.max(1) as f64;
     let mag = 10f64.powf(raw.log10().floor());
@@ -189,7 +189,7 @@ fn tick_text(v: f64, percent: bool) -> String {
 }
 
 /// Lays out a line chart.
-pub fn line_chart(c: &LineChart) -> Scene {
+pub(crate) fn line_chart(c: &LineChart) -> Scene {
     // A t band over 2–3 seeds can reach past 0% or 100%; a fraction cannot, so the band is
     // drawn clipped (the tables keep the unclipped interval).
     let clip = |v: f64| if c.percent { v.clamp(0.0, 1.0) } else { v };
@@ -319,7 +319,7 @@ fn bounds(v: impl Iterator<Item = f64>) -> (f64, f64) {
 }
 
 /// The band segments of an aggregated curve: consecutive points that have a band.
-pub fn band_segments(points: &[super::arms::Point]) -> Vec<Vec<(f64, f64, f64)>> {
+pub(crate) fn band_segments(points: &[super::arms::Point]) -> Vec<Vec<(f64, f64, f64)>> {
     let mut out: Vec<Vec<(f64, f64, f64)>> = vec![];
     let mut cur = vec![];
     for p in points {
@@ -337,7 +337,7 @@ pub fn band_segments(points: &[super::arms::Point]) -> Vec<Vec<(f64, f64, f64)>>
 
 /// Every chart of a report, each with a file stem for `--png`: per metric, against step and
 /// against wall time; pass@k against k when some evaluation drew several samples.
-pub fn scenes(r: &super::Report) -> Vec<(String, Scene)> {
+pub(crate) fn scenes(r: &super::Report) -> Vec<(String, Scene)> {
     let mut out = vec![];
     let seeded = r.curves.iter().flat_map(|c| &c.arms).any(|a| a.by_step.len() > 1);
     let note = seeded.then(|| "thick line: mean over seeds · band: 95% t interval where ≥ 2 seeds cover x · dashed: individual seeds".to_string());

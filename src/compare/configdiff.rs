@@ -10,14 +10,14 @@ use serde_json::Value;
 /// one arm), `name`, `description` and `log.*` name and file a run, and `sweep.*` says where it
 /// executes, without changing what it computes (the run id's hash leaves `description`, `log` and
 /// `sweep` out for the same reason).
-pub fn is_hidden(key: &str) -> bool {
+pub(crate) fn is_hidden(key: &str) -> bool {
     key == "seed" || key == "name" || key == "description" || key == "log" || key.starts_with("log.") || key == "sweep" || key.starts_with("sweep.")
 }
 
 /// Flattens a resolved spec: objects by `.`, arrays of objects by index (`data.train.0.path`);
 /// an array of scalars stays one value (`eval.k = [1,5]`), as do `null`s. Strings are shown
 /// without quotes.
-pub fn flatten(v: &Value) -> BTreeMap<String, String> {
+pub(crate) fn flatten(v: &Value) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     walk(v, String::new(), &mut out);
     out
@@ -47,7 +47,7 @@ fn walk(v: &Value, prefix: String, out: &mut BTreeMap<String, String>) {
 
 /// The keys (outside [`is_hidden`]) whose value differs between any two of `configs`, in key
 /// order; a key one config lacks counts as differing.
-pub fn differing<'a>(configs: impl IntoIterator<Item = &'a BTreeMap<String, String>>) -> Vec<String> {
+pub(crate) fn differing<'a>(configs: impl IntoIterator<Item = &'a BTreeMap<String, String>>) -> Vec<String> {
     let configs: Vec<&BTreeMap<String, String>> = configs.into_iter().collect();
     let keys: BTreeSet<&String> = configs.iter().flat_map(|c| c.keys()).collect();
     keys.into_iter()
@@ -62,7 +62,7 @@ pub fn differing<'a>(configs: impl IntoIterator<Item = &'a BTreeMap<String, Stri
 
 /// The short name of a key for labels: the spec's alias when it has one (`lr` for
 /// `optimizer.learning_rate`), else the key.
-pub fn short(key: &str) -> &str {
+pub(crate) fn short(key: &str) -> &str {
     crate::spec::schema::ALIASES.iter().find(|(_, full)| *full == key).map_or(key, |(alias, _)| alias)
 }
 

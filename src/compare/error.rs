@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 /// Errors loading or comparing runs.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// A run or sweep directory could not be read.
     #[error("cannot read `{}`", path.display())]
     Read {
@@ -72,7 +72,7 @@ pub enum Error {
 impl Error {
     /// Whether the user can fix it: a wrong path or flag, or a run from a newer rlx (upgrade).
     /// I/O failures and corrupt files are not the user's.
-    pub fn is_user_error(&self) -> bool {
+    pub(crate) fn is_user_error(&self) -> bool {
         match self {
             Error::Read { source, .. } => matches!(source, crate::runlog::Error::NewerFormat { .. } | crate::runlog::Error::Missing { .. }),
             Error::NotFound { .. } | Error::NotARun { .. } | Error::NoRuns { .. } | Error::UnknownBaseline { .. } | Error::UnknownMetric { .. } | Error::UnknownSort { .. } => true,

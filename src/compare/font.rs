@@ -9,24 +9,24 @@
 use std::sync::OnceLock;
 
 /// The font file.
-pub const TTF: &[u8] = include_bytes!("assets/DejaVuSans-subset.ttf");
+pub(crate) const TTF: &[u8] = include_bytes!("assets/DejaVuSans-subset.ttf");
 
 /// The CSS family name the HTML report declares for [`TTF`].
-pub const FAMILY: &str = "rlx-sans";
+pub(crate) const FAMILY: &str = "rlx-sans";
 
 /// The parsed font.
-pub fn face() -> &'static ttf_parser::Face<'static> {
+pub(crate) fn face() -> &'static ttf_parser::Face<'static> {
     static FACE: OnceLock<ttf_parser::Face<'static>> = OnceLock::new();
     FACE.get_or_init(|| ttf_parser::Face::parse(TTF, 0).expect("the embedded font parses"))
 }
 
 /// The glyph of `c`, or the font's "missing glyph" box for characters outside the subset.
-pub fn glyph(c: char) -> ttf_parser::GlyphId {
+pub(crate) fn glyph(c: char) -> ttf_parser::GlyphId {
     face().glyph_index(c).unwrap_or(ttf_parser::GlyphId(0))
 }
 
 /// Width in pixels of `text` at `size` px (advance widths; the subset has no kerning).
-pub fn width(text: &str, size: f32) -> f32 {
+pub(crate) fn width(text: &str, size: f32) -> f32 {
     let f = face();
     let scale = size / f32::from(f.units_per_em());
     text.chars().map(|c| f32::from(f.glyph_hor_advance(glyph(c)).unwrap_or(0)) * scale).sum()
@@ -34,7 +34,7 @@ pub fn width(text: &str, size: f32) -> f32 {
 
 /// `text` shortened with `…` in the middle until it fits `max` px: run ids differ at their ends
 /// (the hash) and share their starts (the experiment name), so both ends stay visible.
-pub fn fit(text: &str, size: f32, max: f32) -> String {
+pub(crate) fn fit(text: &str, size: f32, max: f32) -> String {
     if width(text, size) <= max {
         return text.to_string();
     }

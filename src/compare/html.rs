@@ -25,7 +25,7 @@ ul{margin:4px 0;padding-left:20px}li{margin:2px 0}
 code{font-size:12px}";
 
 /// The HTML document of `report` with its chart `scenes`.
-pub fn render(report: &Report, blocks: &[Block], scenes: &[(String, Scene)]) -> String {
+pub(crate) fn render(report: &Report, blocks: &[Block], scenes: &[(String, Scene)]) -> String {
     let font64 = base64::engine::general_purpose::STANDARD.encode(font::TTF);
     let mut h = String::new();
     let _ = write!(

@@ -22,7 +22,7 @@ use crate::runlog::{CheckpointRecord, MetricsLine, RunDir, State, Status, files}
 
 /// One problem of one evaluation: pass@k's `n` and `c`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Samples graded (infrastructure failures left out).
     pub n: u32,
     /// Samples that passed every test.
@@ -31,7 +31,7 @@ pub struct Outcome {
 
 /// A loaded run directory.
 #[derive(Debug, Clone)]
-pub struct Run {
+pub(crate) struct Run {
     /// The run id (from `status.json`).
     pub id: String,
     /// Its directory, as given or found.
@@ -55,12 +55,12 @@ pub struct Run {
 
 impl Run {
     /// Whether the run completed every step.
-    pub fn finished(&self) -> bool {
+    pub(crate) fn finished(&self) -> bool {
         self.status.state == State::Finished
     }
 
     /// `finished`, `running`, `failed` or `interrupted`.
-    pub fn state(&self) -> &'static str {
+    pub(crate) fn state(&self) -> &'static str {
         match self.status.state {
             State::Running => "running",
             State::Finished => "finished",
@@ -70,7 +70,7 @@ impl Run {
     }
 
     /// The spec's `seed`, as text; `None` without a resolved spec.
-    pub fn seed(&self) -> Option<&str> {
+    pub(crate) fn seed(&self) -> Option<&str> {
         self.config.get("seed").map(String::as_str)
     }
 }
@@ -84,7 +84,7 @@ impl Run {
 /// [`Error::NotFound`] for a path that does not exist; [`Error::NotARun`] for a directory with no
 /// runs; [`Error::Read`] for a run or sweep that
 /// cannot be read (a newer format included); [`Error::NoRuns`] when nothing was found.
-pub fn collect(paths: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Run>, Error> {
+pub(crate) fn collect(paths: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Run>, Error> {
     let mut dirs: Vec<PathBuf> = vec![];
     for p in paths {
         if p.join(files::STATUS).is_file() {
@@ -138,7 +138,7 @@ pub fn collect(paths: &[PathBuf], warnings: &mut Vec<String>) -> Result<Vec<Run>
 ///
 /// # Errors
 /// [`Error::Read`]: no `status.json`, a newer format, I/O errors, a corrupt line.
-pub fn load(path: &Path) -> Result<Run, Error> {
+pub(crate) fn load(path: &Path) -> Result<Run, Error> {
     let err = |source| Error::Read { path: path.to_path_buf(), source };
     let dir = RunDir::open(path).map_err(err)?;
     let status = dir.status().map_err(err)?.expect("open checked status.json");

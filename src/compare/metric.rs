@@ -7,7 +7,7 @@ use crate::runlog::metrics::{eval, train};
 
 /// The metrics reported when none is named: the smallest-k `eval/pass@k` and
 /// `train/reward_mean`, those the runs have; else the first metric any run has.
-pub fn defaults(known: &BTreeSet<String>) -> Vec<String> {
+pub(crate) fn defaults(known: &BTreeSet<String>) -> Vec<String> {
     let mut out = vec![];
     if let Some(p) = known.iter().filter(|k| eval::parse_pass_at(k).is_some()).min_by_key(|k| eval::parse_pass_at(k)) {
         out.push(p.clone());
@@ -23,18 +23,18 @@ pub fn defaults(known: &BTreeSet<String>) -> Vec<String> {
 
 /// Whether a higher value is better: false for costs (losses, times, latencies, errors,
 /// truncation, skipped or dropped groups, KL), true otherwise.
-pub fn higher_is_better(m: &str) -> bool {
+pub(crate) fn higher_is_better(m: &str) -> bool {
     let costs = ["loss", "infra", "truncated", "skipped", "dropped", "kl_", "grad_norm"];
     !(m.starts_with("time/") || m.starts_with("sandbox/") || costs.iter().any(|c| m.contains(c)))
 }
 
 /// Whether the metric is a fraction in 0–1 (shown in percent).
-pub fn is_fraction(m: &str) -> bool {
+pub(crate) fn is_fraction(m: &str) -> bool {
     eval::parse_pass_at(m).is_some() || m.ends_with("_rate") || m.ends_with("correct_mean") || m.ends_with("correct_first_attempt") || m.ends_with("clip_fraction")
 }
 
 /// The closest known metric name, for "did you mean".
-pub fn suggest(m: &str, known: &BTreeSet<String>) -> Option<String> {
+pub(crate) fn suggest(m: &str, known: &BTreeSet<String>) -> Option<String> {
     known
         .iter()
         .map(|k| (strsim::jaro_winkler(m, k), k))
@@ -44,7 +44,7 @@ pub fn suggest(m: &str, known: &BTreeSet<String>) -> Option<String> {
 }
 
 /// A value: `55.0%` for a fraction, 4 significant digits otherwise.
-pub fn value(m: &str, v: f64) -> String {
+pub(crate) fn value(m: &str, v: f64) -> String {
     if v.is_nan() {
         return "—".into();
     }
@@ -52,7 +52,7 @@ pub fn value(m: &str, v: f64) -> String {
 }
 
 /// A value without its unit (for cells under a `(%)` header): `55.0` for a fraction.
-pub fn bare(m: &str, v: f64) -> String {
+pub(crate) fn bare(m: &str, v: f64) -> String {
     if v.is_nan() {
         return "—".into();
     }
@@ -60,7 +60,7 @@ pub fn bare(m: &str, v: f64) -> String {
 }
 
 /// A difference: `+12.5 pp` for a fraction, signed 4 significant digits otherwise.
-pub fn delta(m: &str, v: f64) -> String {
+pub(crate) fn delta(m: &str, v: f64) -> String {
     if is_fraction(m) {
         format!("{}{:.1} pp", if v >= 0.0 { "+" } else { "−" }, (v * 100.0).abs())
     } else {
@@ -69,7 +69,7 @@ pub fn delta(m: &str, v: f64) -> String {
 }
 
 /// An interval `[lo, hi]` of differences, in the units of [`delta`] without the unit.
-pub fn delta_ci(m: &str, lo: f64, hi: f64) -> String {
+pub(crate) fn delta_ci(m: &str, lo: f64, hi: f64) -> String {
     let one = |v: f64| {
         let s = if is_fraction(m) { format!("{:.1}", (v * 100.0).abs()) } else { sig(v.abs()) };
         format!("{}{s}", if v >= 0.0 { "+" } else { "−" })
@@ -78,12 +78,12 @@ pub fn delta_ci(m: &str, lo: f64, hi: f64) -> String {
 }
 
 /// A p-value: 3 decimals, or scientific below 0.001.
-pub fn p(v: f64) -> String {
+pub(crate) fn p(v: f64) -> String {
     if v < 0.001 { format!("{v:.1e}") } else { format!("{v:.3}") }
 }
 
 /// 4 significant digits, without trailing zeros; large counts with thousands separators.
-pub fn sig(v: f64) -> String {
+pub(crate) fn sig(v: f64) -> String {
     if !v.is_finite() {
         return v.to_string();
     }
@@ -99,7 +99,7 @@ pub fn sig(v: f64) -> String {
 }
 
 /// `1234567` → `1,234,567`.
-pub fn thousands(n: i64) -> String {
+pub(crate) fn thousands(n: i64) -> String {
     let s = n.unsigned_abs().to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
@@ -112,7 +112,7 @@ pub fn thousands(n: i64) -> String {
 }
 
 /// Seconds as `42s`, `11m17s` or `2h05m`.
-pub fn duration(s: f64) -> String {
+pub(crate) fn duration(s: f64) -> String {
     let s = s.round() as u64;
     match s {
         0..60 => format!("{s}s"),

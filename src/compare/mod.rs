@@ -22,21 +22,21 @@
 //!
 //! The statistics and how to read them: docs/compare.md.
 
-pub mod arms;
-pub mod chart;
-pub mod configdiff;
+pub(crate) mod arms;
+pub(crate) mod chart;
+pub(crate) mod configdiff;
 mod error;
-pub mod font;
-pub mod html;
-pub mod load;
-pub mod metric;
-pub mod paired;
-pub mod png;
-pub mod report;
-pub mod stats;
-pub mod svg;
-pub mod table;
+pub(crate) mod font;
+pub(crate) mod html;
+pub(crate) mod load;
+pub(crate) mod metric;
+pub(crate) mod paired;
+pub(crate) mod png;
+pub(crate) mod report;
+pub(crate) mod stats;
+pub(crate) mod svg;
+pub(crate) mod table;
 
-pub use error::Error;
-pub use load::{Run, collect};
-pub use report::{Options, Report, StepSel, build};
+pub(crate) use error::Error;
+pub(crate) use load::collect;
+pub(crate) use report::{Options, Report, StepSel, build};

@@ -13,7 +13,7 @@ use crate::rl::passk::pass_at_k;
 /// One side of a comparison: runs, each read at one eval step. Several runs (the seeds of an
 /// arm) are pooled by averaging each problem's estimate over them.
 #[derive(Debug, Clone)]
-pub struct Side<'a> {
+pub(crate) struct Side<'a> {
     /// What the side is called in the report.
     pub label: String,
     /// The runs and the eval step of each.
@@ -22,7 +22,7 @@ pub struct Side<'a> {
 
 /// A per-problem difference.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ProblemDelta {
+pub(crate) struct ProblemDelta {
     /// The problem id.
     pub problem_id: String,
     /// A's estimate − B's.
@@ -31,7 +31,7 @@ pub struct ProblemDelta {
 
 /// The paired comparison of side A against side B on their shared problems (Δ = A − B).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Paired {
+pub(crate) struct Paired {
     /// A's label.
     pub a: String,
     /// B's label.
@@ -72,18 +72,18 @@ pub struct Paired {
 
 impl Paired {
     /// Mean difference A − B.
-    pub fn delta(&self) -> f64 {
+    pub(crate) fn delta(&self) -> f64 {
         self.bootstrap.mean
     }
 
     /// The p-value the verdict uses: McNemar's exact p for binary outcomes, else the sign-flip
     /// test's.
-    pub fn p(&self) -> f64 {
+    pub(crate) fn p(&self) -> f64 {
         self.mcnemar.map_or(self.sign_flip.p, |m| m.p)
     }
 
     /// The name of the test behind [`Paired::p`].
-    pub fn test_name(&self) -> &'static str {
+    pub(crate) fn test_name(&self) -> &'static str {
         match (self.mcnemar, self.sign_flip.exact) {
             (Some(_), _) => "McNemar exact",
             (None, true) => "sign-flip exact",
@@ -120,7 +120,7 @@ fn estimates(side: &Side, k: u32) -> (BTreeMap<String, f64>, BTreeSet<String>, b
 }
 
 /// Compares A against B on their shared problems; `None` when they share none.
-pub fn compare(a: &Side, b: &Side, k: u32, resamples: usize, seed: u64) -> Option<Paired> {
+pub(crate) fn compare(a: &Side, b: &Side, k: u32, resamples: usize, seed: u64) -> Option<Paired> {
     let (ea, short_a, single_a) = estimates(a, k);
     let (eb, short_b, single_b) = estimates(b, k);
     let shared: Vec<&String> = ea.keys().filter(|id| eb.contains_key(*id)).collect();
@@ -167,7 +167,7 @@ pub fn compare(a: &Side, b: &Side, k: u32, resamples: usize, seed: u64) -> Optio
 /// over problems with n ≥ k of 1 − C(n−c, k)/C(n, k). Problems with n < k are left out of that
 /// k's mean and counted.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PassAtK {
+pub(crate) struct PassAtK {
     /// k.
     pub k: u32,
     /// The estimate (0–1).
@@ -179,7 +179,7 @@ pub struct PassAtK {
 }
 
 /// [`PassAtK`] for every k from 1 to the largest n of the run's evaluation at `step`.
-pub fn pass_at_ks(run: &Run, step: i64) -> Vec<PassAtK> {
+pub(crate) fn pass_at_ks(run: &Run, step: i64) -> Vec<PassAtK> {
     let Some(outcomes) = run.evals.get(&step) else { return vec![] };
     let max_n = outcomes.values().map(|o| o.n).max().unwrap_or(0);
     (1..=max_n)

@@ -12,13 +12,13 @@ use super::chart::{Anchor, Color, Scene, Shape};
 use super::font;
 
 /// Pixels per scene unit.
-pub const SCALE: f32 = 2.0;
+pub(crate) const SCALE: f32 = 2.0;
 
 /// The PNG bytes of `scene`.
 ///
 /// # Panics
 /// Never for scenes [`super::chart`] makes (finite coordinates, a non-empty canvas).
-pub fn render(scene: &Scene) -> Vec<u8> {
+pub(crate) fn render(scene: &Scene) -> Vec<u8> {
     let (w, h) = ((scene.width * SCALE).ceil() as u32, (scene.height * SCALE).ceil().max(1.0) as u32);
     let mut pix = Pixmap::new(w, h).expect("a non-empty canvas");
     pix.fill(tiny_skia::Color::WHITE);

@@ -60,7 +60,7 @@ impl StepSel {
 
 /// What to compare and how.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// Metrics to report (`eval/pass@1`, `train/reward_mean`, ...); the first decides. Empty:
     /// [`metric::defaults`].
     pub metrics: Vec<String>,
@@ -86,7 +86,7 @@ impl Default for Options {
 
 /// A value at a step.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct AtStep {
+pub(crate) struct AtStep {
     /// The step.
     pub step: i64,
     /// The value.
@@ -95,7 +95,7 @@ pub struct AtStep {
 
 /// One metric of one run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MetricValues {
+pub(crate) struct MetricValues {
     /// The last value.
     #[serde(rename = "final")]
     pub last: Option<AtStep>,
@@ -107,7 +107,7 @@ pub struct MetricValues {
 
 /// The step at which a metric is compared across runs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// The metric.
     pub metric: String,
     /// The step; `None`: each run's last value.
@@ -120,7 +120,7 @@ pub struct Decision {
 
 /// A run's best evaluation and the checkpoint saved there.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BestCheckpoint {
+pub(crate) struct BestCheckpoint {
     /// The eval metric.
     pub metric: String,
     /// Its best step and value.
@@ -133,7 +133,7 @@ pub struct BestCheckpoint {
 
 /// One row of the runs table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunRow {
+pub(crate) struct RunRow {
     /// 1-based number, as the tables show it (`#1`).
     pub index: usize,
     /// The run id.
@@ -167,7 +167,7 @@ pub struct RunRow {
 
 /// One metric of one arm.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ArmValue {
+pub(crate) struct ArmValue {
     /// The metric.
     pub metric: String,
     /// Mean and 95% t interval over the seeds that have a value at the decision step.
@@ -176,7 +176,7 @@ pub struct ArmValue {
 
 /// One row of the arms table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ArmRow {
+pub(crate) struct ArmRow {
     /// The label.
     pub label: String,
     /// Its runs (numbers).
@@ -191,7 +191,7 @@ pub struct ArmRow {
 
 /// An arm against the reference arm.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Comparison {
+pub(crate) struct Comparison {
     /// The arm (A).
     pub arm: String,
     /// The reference arm (B).
@@ -213,7 +213,7 @@ pub struct Comparison {
 
 /// One run between two of its eval steps.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Within {
+pub(crate) struct Within {
     /// The run's number.
     pub run: usize,
     /// The earlier step (B).
@@ -228,7 +228,7 @@ pub struct Within {
 
 /// pass@k for k = 1..n of one run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PassAtKRow {
+pub(crate) struct PassAtKRow {
     /// The run's number.
     pub run: usize,
     /// The eval step.
@@ -239,7 +239,7 @@ pub struct PassAtKRow {
 
 /// Curves of one metric for the charts.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Curves {
+pub(crate) struct Curves {
     /// The metric.
     pub metric: String,
     /// One entry per arm: its label, its runs' `(step, y)` and `(wall minutes, y)` series
@@ -249,7 +249,7 @@ pub struct Curves {
 
 /// One arm's curves of one metric.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ArmCurves {
+pub(crate) struct ArmCurves {
     /// The arm.
     pub label: String,
     /// `(run label, points by step)`.
@@ -264,7 +264,7 @@ pub struct ArmCurves {
 
 /// Everything the report says.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// The config keys whose values differ between runs.
     pub differing: Vec<String>,
     /// The metrics, deciding one first.
@@ -298,7 +298,7 @@ pub struct Report {
 }
 
 /// A metric's `(step, value)` points in one run, NaN values left out, sorted by step.
-pub fn series(run: &Run, m: &str) -> Vec<(i64, f64)> {
+pub(crate) fn series(run: &Run, m: &str) -> Vec<(i64, f64)> {
     let mut v: Vec<(i64, f64)> = run.metrics.iter().filter_map(|l| l.get(m).filter(|x| !x.is_nan()).map(|x| (l.step, x))).collect();
     v.sort_by_key(|p| p.0);
     v.dedup_by_key(|p| p.0);
@@ -388,7 +388,7 @@ fn best_of(s: &[(i64, f64)], higher: bool) -> Option<AtStep> {
 /// # Errors
 /// [`Error::NoRuns`] for no runs; [`Error::UnknownMetric`] for a metric no run has;
 /// [`Error::UnknownBaseline`]; [`Error::UnknownSort`].
-pub fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error> {
+pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error> {
     if runs.is_empty() {
         return Err(Error::NoRuns { given: "the list given".into() });
     }

@@ -16,12 +16,12 @@ use crate::quantile::quantile_sorted;
 use crate::rng::SplitMix64;
 
 /// Mean of `xs`; `NaN` when empty.
-pub fn mean(xs: &[f64]) -> f64 {
+pub(crate) fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len() as f64
 }
 
 /// Sample standard deviation (divisor m − 1); `NaN` for fewer than 2 values.
-pub fn sd(xs: &[f64]) -> f64 {
+pub(crate) fn sd(xs: &[f64]) -> f64 {
     if xs.len() < 2 {
         return f64::NAN;
     }
@@ -31,7 +31,7 @@ pub fn sd(xs: &[f64]) -> f64 {
 
 /// A two-sided interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Interval {
+pub(crate) struct Interval {
     /// Lower end.
     pub lo: f64,
     /// Upper end.
@@ -43,7 +43,7 @@ pub struct Interval {
 /// A t interval rather than a percentile bootstrap: with 3 seeds a percentile bootstrap covers
 /// about 68% instead of 95% (reference/compare.md §2.3, measured), and z = 1.96 about 81%.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct SeedMean {
+pub(crate) struct SeedMean {
     /// Seeds (values) averaged.
     pub m: usize,
     /// Their mean.
@@ -55,7 +55,7 @@ pub struct SeedMean {
 }
 
 /// [`SeedMean`] of `xs` (non-empty).
-pub fn seed_mean(xs: &[f64]) -> SeedMean {
+pub(crate) fn seed_mean(xs: &[f64]) -> SeedMean {
     let m = xs.len();
     let mu = mean(xs);
     if m < 2 {
@@ -70,7 +70,7 @@ pub fn seed_mean(xs: &[f64]) -> SeedMean {
 /// their seeds): Δ = ā − b̄, SE = √(s²_a/m_a + s²_b/m_b), Welch–Satterthwaite df, 95% CI
 /// Δ ± t₀.₉₇₅,df · SE, two-sided p.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Welch {
+pub(crate) struct Welch {
     /// ā − b̄.
     pub delta: f64,
     /// Its standard error.
@@ -84,7 +84,7 @@ pub struct Welch {
 }
 
 /// [`Welch`] of `a` against `b`; `None` unless both have at least 2 values and some spread.
-pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
+pub(crate) fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
     if a.len() < 2 || b.len() < 2 {
         return None;
     }
@@ -105,7 +105,7 @@ pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
 /// p = min(1, 2 · Σ_{i ≤ min(b,c)} C(b+c, i) / 2^(b+c)); mid-p = p − C(b+c, min(b,c)) / 2^(b+c)
 /// (Fagerland, Lydersen & Laake 2013 recommend the mid-p; both are reported).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct McNemar {
+pub(crate) struct McNemar {
     /// Pairs A passed and B failed.
     pub b: u64,
     /// Pairs A failed and B passed.
@@ -117,7 +117,7 @@ pub struct McNemar {
 }
 
 /// [`McNemar`] for `b` and `c`.
-pub fn mcnemar(b: u64, c: u64) -> McNemar {
+pub(crate) fn mcnemar(b: u64, c: u64) -> McNemar {
     let q = b + c;
     let lo = b.min(c);
     if q == 0 {
@@ -152,7 +152,7 @@ fn ln_choose(n: u64, k: u64) -> f64 {
 /// the exact McNemar test); otherwise `resamples` random patterns with
 /// p = (1 + #{|T*| ≥ |T|}) / (resamples + 1) (Phipson & Smyth 2010: never 0).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct SignFlip {
+pub(crate) struct SignFlip {
     /// Non-zero differences.
     pub nonzero: usize,
     /// Two-sided p-value.
@@ -162,10 +162,10 @@ pub struct SignFlip {
 }
 
 /// Largest number of non-zero differences enumerated exactly (2^20 patterns).
-pub const EXACT_SIGN_FLIP_MAX: usize = 20;
+pub(crate) const EXACT_SIGN_FLIP_MAX: usize = 20;
 
 /// [`SignFlip`] of `d`; `seed` drives the Monte Carlo case.
-pub fn sign_flip(d: &[f64], resamples: usize, seed: u64) -> SignFlip {
+pub(crate) fn sign_flip(d: &[f64], resamples: usize, seed: u64) -> SignFlip {
     const EPS: f64 = 1e-9;
     let nz: Vec<f64> = d.iter().copied().filter(|x| x.abs() > EPS).collect();
     let q = nz.len();
@@ -206,7 +206,7 @@ pub fn sign_flip(d: &[f64], resamples: usize, seed: u64) -> SignFlip {
 /// means (linear interpolation between order statistics, numpy's default). Problems are the
 /// resampling unit because they are what a new eval set would redraw.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Bootstrap {
+pub(crate) struct Bootstrap {
     /// Mean of the differences.
     pub mean: f64,
     /// 95% percentile interval.
@@ -218,7 +218,7 @@ pub struct Bootstrap {
 }
 
 /// [`Bootstrap`] of the mean of `d` (non-empty).
-pub fn paired_bootstrap(d: &[f64], resamples: usize, seed: u64) -> Bootstrap {
+pub(crate) fn paired_bootstrap(d: &[f64], resamples: usize, seed: u64) -> Bootstrap {
     let p = d.len();
     let mut rng = SplitMix64::new(seed);
     let mut means: Vec<f64> = (0..resamples.max(1))
@@ -231,7 +231,7 @@ pub fn paired_bootstrap(d: &[f64], resamples: usize, seed: u64) -> Bootstrap {
 
 /// Upper tail P(T > t) of Student's t with `df` degrees of freedom (t ≥ 0), through the
 /// regularized incomplete beta function: P(T > t) = ½ · I_{df/(df+t²)}(df/2, ½).
-pub fn t_sf(t: f64, df: f64) -> f64 {
+pub(crate) fn t_sf(t: f64, df: f64) -> f64 {
     if t.is_nan() {
         return f64::NAN;
     }
@@ -244,7 +244,7 @@ pub fn t_sf(t: f64, df: f64) -> f64 {
 
 /// The `p` quantile of Student's t with `df` (possibly fractional) degrees of freedom, found by
 /// bisection on [`t_sf`] to 1e-12.
-pub fn t_quantile(p: f64, df: f64) -> f64 {
+pub(crate) fn t_quantile(p: f64, df: f64) -> f64 {
     if p == 0.5 {
         return 0.0;
     }

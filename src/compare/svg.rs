@@ -7,7 +7,7 @@ use super::chart::{Anchor, Scene, Shape};
 use super::font::FAMILY;
 
 /// The SVG of `scene`.
-pub fn render(scene: &Scene) -> String {
+pub(crate) fn render(scene: &Scene) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
@@ -55,6 +55,6 @@ fn pts(points: &[(f32, f32)]) -> String {
 }
 
 /// XML-escapes text.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }

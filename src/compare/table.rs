@@ -12,7 +12,7 @@ use super::report::{Decision, Report};
 
 /// A titled table.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Table {
+pub(crate) struct Table {
     /// Title line.
     pub title: String,
     /// Column headers.
@@ -29,7 +29,7 @@ pub struct Table {
 
 /// A part of the report.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Block {
+pub(crate) enum Block {
     /// A table.
     Table(Table),
     /// A titled paragraph of lines (the title may be empty).
@@ -50,7 +50,7 @@ fn step_text(s: i64) -> String {
 }
 
 /// The report's blocks, in reading order.
-pub fn blocks(r: &Report) -> Vec<Block> {
+pub(crate) fn blocks(r: &Report) -> Vec<Block> {
     let mut out = vec![];
     let n_runs = r.runs.len();
     let mut head = vec![];
@@ -336,7 +336,7 @@ fn paired_lines(m: &str, p: &Paired, lead: &str, up: &str, down: &str, same: &st
 
 /// Lays out the blocks for a terminal `width` columns wide: tables wider than that shorten their
 /// run-id column (keeping both ends), then split into column groups that repeat the key columns.
-pub fn text(blocks: &[Block], width: usize) -> String {
+pub(crate) fn text(blocks: &[Block], width: usize) -> String {
     let mut out = String::new();
     for b in blocks {
         match b {
@@ -469,7 +469,7 @@ fn table_text(t: &Table, width: usize) -> String {
 }
 
 /// The blocks as Markdown: tables as GitHub tables, paragraphs as lists.
-pub fn markdown(blocks: &[Block]) -> String {
+pub(crate) fn markdown(blocks: &[Block]) -> String {
     let cell = |s: &str| s.replace('|', "\\|");
     let mut out = String::from("# rlx compare\n\n");
     for b in blocks {
@@ -498,7 +498,7 @@ pub fn markdown(blocks: &[Block]) -> String {
 
 /// One CSV row per run: identity, state, the differing config keys, and per metric its final,
 /// best and deciding-step values with their steps. Raw numbers (fractions stay 0–1).
-pub fn csv(r: &Report) -> String {
+pub(crate) fn csv(r: &Report) -> String {
     let mut headers: Vec<String> = ["index", "run_id", "path", "arm", "seed", "status", "steps_done", "max_steps", "wall_s", "tokens"].map(String::from).to_vec();
     headers.extend(r.differing.iter().cloned());
     for m in &r.metrics {

@@ -83,7 +83,7 @@ fn tests_value(row: &Row) -> Option<Value> {
 }
 
 /// Guess a row's format from its keys and the shape of its tests.
-pub fn detect(row: &Row) -> Result<Format, String> {
+pub(crate) fn detect(row: &Row) -> Result<Format, String> {
     if row.contains_key("entry_point") && row.contains_key("test") && row.contains_key("prompt") {
         return Ok(Format::HumanEval);
     }
@@ -120,7 +120,7 @@ pub fn detect(row: &Row) -> Result<Format, String> {
 }
 
 /// Convert one row, detecting its format unless `format` is given.
-pub fn to_problem(row: &Row, format: Option<Format>, stem: &str, index: usize) -> Result<Problem, String> {
+pub(crate) fn to_problem(row: &Row, format: Option<Format>, stem: &str, index: usize) -> Result<Problem, String> {
     let format = match format {
         Some(f) => f,
         None => detect(row)?,
@@ -176,7 +176,7 @@ fn text_of(v: &Value) -> String {
 
 /// LiveCodeBench functional problems carry no function name; take it from the starter code
 /// (`class Solution:` with its method), as rLLM and tinker do.
-pub fn fn_name_from_starter(starter: &str) -> Option<String> {
+pub(crate) fn fn_name_from_starter(starter: &str) -> Option<String> {
     let after_class = starter.find("class Solution").map_or(starter, |i| &starter[i..]);
     let i = after_class.find("def ")?;
     let rest = &after_class[i + 4..];

@@ -18,7 +18,7 @@ const MAX_DECOMPRESSED: u64 = 1 << 30;
 
 /// Why a `private_test_cases` value could not be decoded; each variant names the layer that failed.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// Neither JSON nor base64.
     #[error("`private_test_cases` is neither a JSON list nor base64 ({0})")]
     Base64(#[source] base64::DecodeError),
@@ -42,7 +42,7 @@ pub enum Error {
 ///
 /// # Errors
 /// One [`Error`] variant per encoding layer that failed.
-pub fn decode(field: &str) -> Result<Vec<Value>, Error> {
+pub(crate) fn decode(field: &str) -> Result<Vec<Value>, Error> {
     let trimmed = field.trim();
     if trimmed.is_empty() {
         return Ok(Vec::new());

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 /// One row, as the format adapters take it.
-pub type Row = Map<String, Value>;
+pub(crate) type Row = Map<String, Value>;
 
 /// Why a parquet file could not be turned into rows.
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +70,7 @@ impl Error {
 /// [`Error::Open`], [`Error::Parquet`], [`Error::Panicked`], or [`Error::Disabled`] without the
 /// `parquet` feature.
 #[cfg(feature = "parquet")]
-pub fn read_rows(path: &Path) -> Result<Vec<Row>, Error> {
+pub(crate) fn read_rows(path: &Path) -> Result<Vec<Row>, Error> {
     use polars::prelude::{ParquetReader, SerReader};
 
     let file = std::fs::File::open(path).map_err(|source| Error::Open { path: path.to_owned(), source })?;

@@ -20,7 +20,7 @@ use super::rollout::{self, Ctx};
 use super::{Error, problems};
 
 /// An evaluation's metrics and per-problem records.
-pub struct EvalResult {
+pub(crate) struct EvalResult {
     /// `eval/pass@k`, `eval/format_rate`, `eval/problems`, `time/eval_s`.
     pub metrics: BTreeMap<String, f64>,
     /// One record per problem for eval_results.jsonl.
@@ -33,7 +33,7 @@ pub struct EvalResult {
 ///
 /// # Errors
 /// Sampler or prompt failures.
-pub async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &[Arc<Problem>], params: &SamplingParams, cx: &Ctx<'_>) -> Result<Option<EvalResult>, Error> {
+pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &[Arc<Problem>], params: &SamplingParams, cx: &Ctx<'_>) -> Result<Option<EvalResult>, Error> {
     let t = Instant::now();
     let n = plan.eval.samples;
     let mut prompts = vec![];

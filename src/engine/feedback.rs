@@ -12,7 +12,7 @@ use crate::sandbox::{TestStatus, Verdict, VerdictStatus};
 /// `format_error` when the answer had no code block; `input` and `expected` come from the
 /// problem's tests (`input` is the assert statement for MBPP-style tests); `got` and `error` from
 /// the sandbox (clipped). Absent values are null.
-pub fn describe(problem: &Problem, verdict: &Verdict) -> Value {
+pub(crate) fn describe(problem: &Problem, verdict: &Verdict) -> Value {
     if verdict.status == VerdictStatus::FormatError {
         return json!({
             "status": "format_error", "input": null, "expected": null, "got": null,

@@ -15,6 +15,7 @@
 //! with the same seeds (slot j of a step, in draw order, seeds its group as slot j always has).
 //! A streaming scheduler can feed groups in as they finish and ask [`Fill::wants`] the same way.
 
+use super::pyreward::Scores;
 use super::rollout::{Group, Timing};
 
 /// A step's groups as they are collected.
@@ -34,19 +35,22 @@ pub(crate) struct Fill {
     pub(crate) rounds: u32,
     /// Time spent sampling and grading, summed over rounds; groups the sampler dropped.
     pub(crate) timing: Timing,
+    /// The Python reward's values for `groups`, in the same order (empty without one).
+    pub(crate) scores: Scores,
 }
 
 impl Fill {
     /// An empty step wanting `target` informative groups, with `max_extra_rounds` refills
     /// (0: the first round is the step, as without dynamic sampling).
     pub(crate) fn new(target: usize, max_extra_rounds: u32) -> Self {
-        Fill { target, max_extra_rounds, groups: vec![], informative: 0, drawn: 0, rounds: 0, timing: Timing::default() }
+        Fill { target, max_extra_rounds, groups: vec![], informative: 0, drawn: 0, rounds: 0, timing: Timing::default(), scores: Scores::default() }
     }
 
     /// Adds one round: `drawn` problems were drawn and gave `groups` (fewer when the sampler
-    /// dropped some); `informative` says which of them carry a learning signal.
-    pub(crate) fn add(&mut self, groups: Vec<Group>, timing: Timing, drawn: u64, informative: impl Fn(&Group) -> bool) {
-        self.informative += groups.iter().filter(|g| informative(g)).count();
+    /// dropped some); `informative` says which of them (by index in the round) carry a learning
+    /// signal.
+    pub(crate) fn add(&mut self, groups: Vec<Group>, timing: Timing, drawn: u64, informative: impl Fn(usize, &Group) -> bool) {
+        self.informative += groups.iter().enumerate().filter(|(i, g)| informative(*i, g)).count();
         self.groups.extend(groups);
         self.drawn += drawn;
         self.rounds += 1;
@@ -89,12 +93,12 @@ mod tests {
         assert_eq!(f.wants(), None, "the first round is the caller's");
         // Round 1: 4 drawn, 1 informative (the first) -> 3 more.
         let first = std::cell::Cell::new(true);
-        f.add(groups(4), Timing::default(), 4, |_| first.replace(false));
+        f.add(groups(4), Timing::default(), 4, |_, _| first.replace(false));
         assert_eq!(f.wants(), Some(3));
         // Round 2: 3 drawn, 2 groups back (the sampler dropped one), both informative -> 1 more.
-        f.add(groups(2), Timing { sample_s: 1.0, grade_s: 0.5, sampler_dropped: 1 }, 3, |_| true);
+        f.add(groups(2), Timing { sample_s: 1.0, grade_s: 0.5, sampler_dropped: 1 }, 3, |_, _| true);
         assert_eq!(f.wants(), Some(1));
-        f.add(groups(1), Timing::default(), 1, |_| true);
+        f.add(groups(1), Timing::default(), 1, |_, _| true);
         assert_eq!(f.wants(), None, "full");
         assert_eq!((f.drawn, f.rounds, f.discarded(), f.groups.len()), (8, 3, 3, 7));
         assert_eq!(f.timing.sampler_dropped, 1);
@@ -104,7 +108,7 @@ mod tests {
     fn stops_at_the_cap() {
         let mut f = Fill::new(2, 2);
         for round in 0..3 {
-            f.add(groups(2), Timing::default(), 2, |_| false);
+            f.add(groups(2), Timing::default(), 2, |_, _| false);
             assert_eq!(f.wants().is_some(), round < 2, "round {round}");
         }
         assert_eq!((f.drawn, f.rounds, f.discarded()), (6, 3, 6));
@@ -113,7 +117,7 @@ mod tests {
     #[test]
     fn without_dynamic_sampling_one_round_is_the_step() {
         let mut f = Fill::new(2, 0);
-        f.add(groups(2), Timing::default(), 2, |_| false);
+        f.add(groups(2), Timing::default(), 2, |_, _| false);
         assert_eq!(f.wants(), None);
     }
 }

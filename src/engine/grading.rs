@@ -1,18 +1,19 @@
 //! The run's sandbox and grading options, from the plan. Starting the sandbox and the grading
 //! loop (with infrastructure retries) are the sandbox module's, shared with `rlx grade`:
 //! [`crate::sandbox::start()`] and [`crate::sandbox::grade_loop`].
+//! The Python reward, which runs after grading, is [`super::pyreward`]'s.
 
 use std::time::Duration;
 
-use crate::sandbox::{AnyGrader, GradeOptions, Limits};
 use crate::plan::Plan;
+use crate::sandbox::{AnyGrader, GradeOptions, Limits};
 
 use super::{Error, Event, EventSink};
 
-pub use crate::sandbox::grade_loop::{Graded, grade_group};
+pub(crate) use crate::sandbox::grade_loop::{Graded, grade_group};
 
 /// Starts the spec's sandbox and derives grading options.
-pub struct Sandboxes;
+pub(crate) struct Sandboxes;
 
 impl Sandboxes {
     /// Starts the spec's sandbox and returns it with the protection in force (for
@@ -21,7 +22,7 @@ impl Sandboxes {
     ///
     /// # Errors
     /// [`Error::Sandbox`]: a strict sandbox missing isolation layers, no Python, a bad Fusion URL.
-    pub async fn start(plan: &Plan, sink: &dyn EventSink) -> Result<(AnyGrader, serde_json::Value), Error> {
+    pub(crate) async fn start(plan: &Plan, sink: &dyn EventSink) -> Result<(AnyGrader, serde_json::Value), Error> {
         let started = crate::sandbox::start(&plan.sandbox).await.map_err(Error::Sandbox)?;
         for w in started.warnings {
             tracing::warn!("{w}");
@@ -31,7 +32,7 @@ impl Sandboxes {
     }
 
     /// Grading options from the spec.
-    pub fn options(plan: &Plan) -> GradeOptions {
+    pub(crate) fn options(plan: &Plan) -> GradeOptions {
         GradeOptions {
             limits: Limits { timeout: Duration::from_secs_f64(plan.reward.test_timeout_s), memory_mb: u64::from(plan.sandbox.memory_mb), ..Limits::default() },
             fail_fast: false,

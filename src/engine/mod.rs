@@ -24,6 +24,7 @@ pub(crate) mod eval;
 pub(crate) mod feedback;
 pub(crate) mod fill;
 pub(crate) mod grading;
+pub(crate) mod pyreward;
 pub mod problems;
 pub(crate) mod prompting;
 pub(crate) mod rollout;
@@ -71,6 +72,26 @@ pub enum Error {
     /// Prompt rendering, tokenization or decoding.
     #[error(transparent)]
     Prompt(#[from] crate::prompt::Error),
+    /// The Python reward failed more often than `reward.max_failures` allows: the user's bug,
+    /// reported with the last failure's traceback.
+    #[error(
+        "the Python reward `{function}` in `{file}` failed {count} time(s), more than `reward.max_failures` ({max}) allows; the last, on problem `{problem}`, {failure}{}",
+        if failure.traceback.is_empty() { String::new() } else { format!("\n{}", failure.traceback.trim_end()) }
+    )]
+    RewardFailures {
+        /// The reward file as the user names it.
+        file: String,
+        /// The function.
+        function: String,
+        /// Failed calls so far.
+        count: u32,
+        /// `reward.max_failures`.
+        max: u32,
+        /// The problem of the last failure.
+        problem: String,
+        /// The last failure.
+        failure: Box<crate::sandbox::reward::Failure>,
+    },
     /// A task of the run panicked or was cancelled (a bug).
     #[error("an internal task failed")]
     Task(#[from] tokio::task::JoinError),
@@ -81,7 +102,7 @@ impl Error {
     /// rather than it being a failure of rlx or of a service (exit code 3).
     pub fn is_user_error(&self) -> bool {
         match self {
-            Error::NoProblems | Error::CannotTrain { .. } => true,
+            Error::NoProblems | Error::CannotTrain { .. } | Error::RewardFailures { .. } => true,
             Error::Data(e) => e.is_user_error(),
             Error::Sandbox(e) => e.is_user_error(),
             Error::Backend(e) => e.is_user_error(),
@@ -247,6 +268,8 @@ struct Setup {
     eval_sampling: SamplingParams,
     advantage: Box<dyn crate::rl::advantage::AdvantageStrategy>,
     reward: Box<dyn crate::rl::reward::RewardStrategy>,
+    /// The Python reward function, when the reward calls one.
+    python: Option<pyreward::PythonRewards>,
 }
 
 /// Opens the policy, loads problems and prompts, starts the sandbox: what must work before the
@@ -283,7 +306,17 @@ async fn set_up(plan: &Plan, policy: PolicySource, dir: &RunDir, sink: &dyn Even
     };
     record_prompt_tokens(dir, &prompting, &train)?;
 
-    let (grader, protection) = grading::Sandboxes::start(plan, sink).await?;
+    let (grader, mut protection) = grading::Sandboxes::start(plan, sink).await?;
+    let python = match pyreward::PythonRewards::start(plan, &grader, sink).await? {
+        Some((python, own)) => {
+            // A pool of its own (beside Sandbox Fusion): its isolation is recorded too.
+            if let (Some(own), Some(obj)) = (own, protection.as_object_mut()) {
+                obj.insert("python_reward".into(), own);
+            }
+            Some(python)
+        }
+        None => None,
+    };
     // Record the isolation actually in force.
     dir.update_provenance(|p| p.sandbox = Some(protection))?;
 
@@ -300,6 +333,7 @@ async fn set_up(plan: &Plan, policy: PolicySource, dir: &RunDir, sink: &dyn Even
         eval_sampling: with_stops(&plan.eval.sampling),
         advantage: crate::rl::advantage::strategy(&plan.grpo.advantage),
         reward: crate::rl::reward::strategy(&plan.reward),
+        python,
         opts: grading::Sandboxes::options(plan),
         grader: Arc::new(grader),
         policy,
@@ -386,6 +420,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
         train: &setup.train,
         advantage: setup.advantage.as_ref(),
         reward: setup.reward.as_ref(),
+        python: setup.python.as_ref(),
         sampling: &setup.sampling,
     };
 

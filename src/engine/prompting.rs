@@ -10,7 +10,7 @@ use super::Error;
 
 /// Everything needed to turn a problem (and feedback turns) into prompt tokens.
 #[derive(Debug)]
-pub struct Prompting {
+pub(crate) struct Prompting {
     /// The spec's templates.
     pub templates: PromptTemplates,
     /// The chat template.
@@ -21,7 +21,7 @@ pub struct Prompting {
 
 /// A rendered prompt.
 #[derive(Debug, Clone)]
-pub struct Rendered {
+pub(crate) struct Rendered {
     /// The conversation so far.
     pub messages: Vec<Message>,
     /// Token ids ending with the generation prompt.
@@ -37,7 +37,7 @@ impl Prompting {
     /// A model that cannot be located, no tokenizer, no chat template, templates that fail to
     /// compile.
     /// Blocking (it may fetch the model's files): call it where blocking is allowed.
-    pub fn load(plan: &Plan) -> Result<Self, Error> {
+    pub(crate) fn load(plan: &Plan) -> Result<Self, Error> {
         let m = &plan.model;
         let files = crate::backend::model_source::prompt_files(&m.source, m.tokenizer.as_ref(), &m.chat_template)?;
         Self::new(plan, files)
@@ -48,7 +48,7 @@ impl Prompting {
     ///
     /// # Errors
     /// Templates that fail to compile.
-    pub fn new(plan: &Plan, model: ModelPrompt) -> Result<Self, Error> {
+    pub(crate) fn new(plan: &Plan, model: ModelPrompt) -> Result<Self, Error> {
         let templates = plan.prompt_templates()?;
         Ok(Prompting { templates, chat: model.chat, tokenizer: model.tokenizer })
     }
@@ -57,7 +57,7 @@ impl Prompting {
     ///
     /// # Errors
     /// Template or tokenizer failures.
-    pub fn render(&self, messages: Vec<Message>) -> Result<Rendered, Error> {
+    pub(crate) fn render(&self, messages: Vec<Message>) -> Result<Rendered, Error> {
         let text = self.chat.render(&messages, true)?;
         let tokens = self.tokenizer.encode(&text)?;
         Ok(Rendered { messages, tokens })
@@ -67,7 +67,7 @@ impl Prompting {
     ///
     /// # Errors
     /// Template or tokenizer failures.
-    pub fn first_turn(&self, problem: &Problem) -> Result<Rendered, Error> {
+    pub(crate) fn first_turn(&self, problem: &Problem) -> Result<Rendered, Error> {
         self.render(self.templates.messages(problem)?)
     }
 
@@ -83,7 +83,7 @@ impl Prompting {
     ///
     /// # Errors
     /// Template or tokenizer failures.
-    pub fn next_turn(&self, prev: &Rendered, sampled: &[u32], answer: &str, feedback: Message) -> Result<Rendered, Error> {
+    pub(crate) fn next_turn(&self, prev: &Rendered, sampled: &[u32], answer: &str, feedback: Message) -> Result<Rendered, Error> {
         let mut messages = prev.messages.clone();
         messages.push(Message::new("assistant", answer));
         messages.push(feedback);

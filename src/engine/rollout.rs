@@ -20,7 +20,7 @@ use super::{Error, Event, EventSink, Stop, feedback, problems};
 
 /// One attempt: the prompt it saw, what was sampled, and its grade.
 #[derive(Debug)]
-pub struct Turn {
+pub(crate) struct Turn {
     /// The prompt of this attempt (the whole conversation so far).
     pub prompt: Rendered,
     /// The sampled completion.
@@ -33,21 +33,21 @@ pub struct Turn {
 
 /// One sample of a group: its attempts in order; the last one's grade counts.
 #[derive(Debug)]
-pub struct Trajectory {
+pub(crate) struct Trajectory {
     /// The attempts, at least one.
     pub turns: Vec<Turn>,
 }
 
 impl Trajectory {
     /// The attempt whose grade counts.
-    pub fn last(&self) -> &Turn {
+    pub(crate) fn last(&self) -> &Turn {
         self.turns.last().expect("a trajectory has at least one turn")
     }
 }
 
 /// One problem's group after sampling and grading.
 #[derive(Debug)]
-pub struct Group {
+pub(crate) struct Group {
     /// The problem.
     pub problem: Arc<Problem>,
     /// One trajectory per sample.
@@ -56,7 +56,7 @@ pub struct Group {
 
 /// Wall-clock split of a rollout phase, and the groups it lost.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// Seconds spent sampling.
     pub sample_s: f64,
     /// Seconds spent waiting for grades after sampling (grading not hidden by sampling).
@@ -67,7 +67,7 @@ pub struct Timing {
 }
 
 /// What a rollout phase needs besides the sampler.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     /// Prompt pipeline (for decoding and feedback turns).
     pub prompting: &'a Arc<Prompting>,
     /// The grader.
@@ -86,12 +86,12 @@ pub struct Ctx<'a> {
 type Completions = Vec<Vec<SampledSequence>>;
 
 /// A prompt to sample a group for: the problem, its first-turn prompt, the group's seed.
-pub type GroupPrompt = (Arc<Problem>, Rendered, u64);
+pub(crate) type GroupPrompt = (Arc<Problem>, Rendered, u64);
 
 /// What a rollout phase samples, besides its prompts: completions per prompt, sampling
 /// parameters, attempts, and the name and step its events carry.
 #[derive(Debug, Clone, Copy)]
-pub struct Phase<'a> {
+pub(crate) struct Phase<'a> {
     /// Completions per prompt (a group's size).
     pub n: usize,
     /// Sampling parameters (seeds are per prompt).
@@ -140,7 +140,7 @@ fn dropped(e: &crate::backend::Error, groups: usize, cx: &Ctx<'_>, phase: &str, 
 ///
 /// # Errors
 /// Sampler, template or tokenizer failures.
-pub async fn run(sampler: &dyn Sampler, prompts: Vec<GroupPrompt>, ph: &Phase<'_>, cx: &Ctx<'_>) -> Result<(Option<Vec<Group>>, Timing), Error> {
+pub(crate) async fn run(sampler: &dyn Sampler, prompts: Vec<GroupPrompt>, ph: &Phase<'_>, cx: &Ctx<'_>) -> Result<(Option<Vec<Group>>, Timing), Error> {
     let Phase { n, params, max_attempts, name: phase, step } = *ph;
     cx.sink.event(Event::Phase { step, phase, total: (prompts.len() * n) as u64 });
     let mut timing = Timing::default();
@@ -320,7 +320,7 @@ async fn retry_failed(sampler: &dyn Sampler, state: &mut Retrying<'_>, attempt: 
 }
 
 /// Fraction of sampled turns that hit `max_tokens`.
-pub fn truncation_rate(groups: &[Group]) -> f64 {
+pub(crate) fn truncation_rate(groups: &[Group]) -> f64 {
     let (mut len, mut all) = (0usize, 0usize);
     for t in groups.iter().flat_map(|g| &g.trajectories) {
         for turn in &t.turns {

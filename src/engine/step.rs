@@ -16,19 +16,20 @@ use crate::quantile::quantile;
 use crate::rl::advantage::{AdvantageStrategy, should_skip};
 use crate::rl::shaping;
 use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SamplingParams, StopReason, make_multiturn_datum};
-use crate::rl::reward::{Outcome, RewardStrategy};
+use crate::rl::reward::{Custom, Outcome, RewardStrategy};
 use crate::sandbox::VerdictStatus;
 use crate::runlog::metrics::{optim, sandbox, time, train};
 use crate::runlog::{Attempt, RolloutRecord};
 use crate::spec::types::{Overlong, RolloutLog};
 
 use super::fill::Fill;
+use super::pyreward::Scores;
 use super::grading::Graded;
 use super::rollout::{self, Ctx, Group, GroupPrompt, Trajectory, truncation_rate};
 use super::{Error, problems};
 
 /// What a finished step produced.
-pub struct StepResult {
+pub(crate) struct StepResult {
     /// The metrics line (without `step`).
     pub metrics: BTreeMap<String, f64>,
     /// Records for rollouts.jsonl.
@@ -39,7 +40,7 @@ pub struct StepResult {
 }
 
 /// Inputs of a step that do not change between steps.
-pub struct StepConfig<'a> {
+pub(crate) struct StepConfig<'a> {
     /// The run's plan (batch shape, loss, optimizer, logging).
     pub plan: &'a crate::plan::Plan,
     /// Training problems (already in run order).
@@ -48,17 +49,20 @@ pub struct StepConfig<'a> {
     pub advantage: &'a dyn AdvantageStrategy,
     /// Reward strategy.
     pub reward: &'a dyn RewardStrategy,
+    /// The Python reward function, when the reward calls one.
+    pub python: Option<&'a super::pyreward::PythonRewards>,
     /// Sampling parameters (seed set per problem).
     pub sampling: &'a SamplingParams,
 }
 
 /// The outcome the reward strategies see.
-pub fn outcome(g: &Graded) -> Outcome {
+pub(crate) fn outcome<'a>(g: &Graded, custom: Option<&'a Custom>) -> Outcome<'a> {
     Outcome {
         format_ok: g.verdict.status != VerdictStatus::FormatError,
         tests_passed: g.verdict.tests_passed as u32,
         tests_total: g.verdict.tests_total as u32,
         infra_error: g.verdict.status == VerdictStatus::InfraError,
+        custom,
     }
 }
 
@@ -67,7 +71,7 @@ pub fn outcome(g: &Graded) -> Outcome {
 ///
 /// # Errors
 /// Template or tokenizer failures.
-pub fn prompts(step: u32, cursor: u64, slots: Range<u64>, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Vec<GroupPrompt>, Error> {
+pub(crate) fn prompts(step: u32, cursor: u64, slots: Range<u64>, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Vec<GroupPrompt>, Error> {
     let plan = cfg.plan;
     let n_problems = cfg.train.len() as u64;
     let mut prompts = vec![];
@@ -79,15 +83,18 @@ pub fn prompts(step: u32, cursor: u64, slots: Range<u64>, cfg: &StepConfig<'_>, 
     Ok(prompts)
 }
 
-/// The rewards of a group's trajectories (the last attempt's reward, plus the overlong penalty
-/// when `grpo.overlong` asks for it); `None` when a grade hit an infrastructure error.
-fn group_rewards(g: &Group, cfg: &StepConfig<'_>) -> Option<Vec<f64>> {
+/// The rewards of group `gi`'s trajectories (the last attempt's reward, with the Python
+/// reward's value from `scores` when there is one, plus the overlong penalty when
+/// `grpo.overlong` asks for it); `None` when a grade hit an infrastructure error or the Python
+/// reward failed.
+fn group_rewards(g: &Group, gi: usize, scores: &Scores, cfg: &StepConfig<'_>) -> Option<Vec<f64>> {
     let max_tokens = cfg.plan.sampling.max_tokens;
     g.trajectories
         .iter()
-        .map(|t| {
+        .enumerate()
+        .map(|(k, t)| {
             let last = t.last();
-            let r = cfg.reward.reward(&outcome(&last.graded))?;
+            let r = cfg.reward.reward(&outcome(&last.graded, scores.custom(gi, k)))?;
             let shaped = match cfg.plan.grpo.overlong {
                 Some(Overlong::SoftPenalty { cache_tokens, penalty }) => shaping::overlong_penalty(last.seq.tokens.len(), max_tokens, cache_tokens as usize, penalty),
                 _ => 0.0,
@@ -97,9 +104,9 @@ fn group_rewards(g: &Group, cfg: &StepConfig<'_>) -> Option<Vec<f64>> {
         .collect()
 }
 
-/// Whether a group carries a learning signal: scored, and not every advantage zero.
-fn informative(g: &Group, cfg: &StepConfig<'_>) -> bool {
-    group_rewards(g, cfg).is_some_and(|r| !should_skip(&cfg.advantage.advantages(&r)))
+/// Whether group `gi` carries a learning signal: scored, and not every advantage zero.
+fn informative(g: &Group, gi: usize, scores: &Scores, cfg: &StepConfig<'_>) -> bool {
+    group_rewards(g, gi, scores, cfg).is_some_and(|r| !should_skip(&cfg.advantage.advantages(&r)))
 }
 
 /// Samples and grades the groups of step `step` on `sampler`, drawing problems from `cursor`:
@@ -108,7 +115,7 @@ fn informative(g: &Group, cfg: &StepConfig<'_>) -> bool {
 ///
 /// # Errors
 /// Sampler, template or tokenizer failures.
-pub async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<Fill>, Error> {
+pub(crate) async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<Fill>, Error> {
     let plan = cfg.plan;
     let target = plan.grpo.prompts_per_step as usize;
     let mut fill = Fill::new(target, plan.grpo.dynamic_sampling.map_or(0, |d| d.max_extra_rounds));
@@ -118,7 +125,14 @@ pub async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepC
         let prompts = prompts(step, cursor, fill.drawn..fill.drawn + want as u64, cfg, cx)?;
         let (groups, timing) = rollout::run(sampler, prompts, &phase, cx).await?;
         let Some(groups) = groups else { return Ok(None) };
-        fill.add(groups, timing, want as u64, |g| informative(g, cfg));
+        // The Python reward is called here, once per group: dynamic sampling needs the rewards
+        // to know whether a round filled the step.
+        let scores = match cfg.python {
+            Some(python) => python.score(step, &groups, cx.sink).await?,
+            None => Scores::default(),
+        };
+        fill.add(groups, timing, want as u64, |gi, g| informative(g, gi, &scores, cfg));
+        fill.scores.append(scores);
         match fill.wants() {
             Some(more) if !cx.stop.requested() => {
                 tracing::info!(step, round = fill.rounds + 1, problems = more, "dynamic sampling: drawing more problems");
@@ -135,7 +149,7 @@ pub async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepC
 ///
 /// # Errors
 /// Sampler, prompt or trainer failures.
-pub async fn run(trainer: &dyn Trainer, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<StepResult>, Error> {
+pub(crate) async fn run(trainer: &dyn Trainer, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<StepResult>, Error> {
     let sampler = trainer.sampler().await?;
     let Some(fill) = rollouts(&*sampler, step, cursor, cfg, cx).await? else { return Ok(None) };
     if cx.stop.requested() {
@@ -218,9 +232,6 @@ struct Tally {
     turns: usize,
     /// Trajectories left out of the update by `grpo.overlong: {kind: mask}`.
     overlong_masked: usize,
-    /// −Σ sampler log-probabilities and their count (the entropy estimate).
-    neg_logprob_sum: f64,
-    logprob_count: usize,
 }
 
 /// A step's groups scored: the datums to train on, the rollout records, the counts.
@@ -269,7 +280,8 @@ fn record(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory, (reward, ad
 
 /// Rewards and advantages of `groups`, their datums (degenerate groups skipped, truncated
 /// trajectories masked when asked), rollout records and counts.
-fn score(step: u32, groups: &[Group], cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
+fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
+    let groups = &fill.groups;
     let plan = cfg.plan;
     let mask_overlong = matches!(plan.grpo.overlong, Some(Overlong::Mask));
     let (mut datums, mut rollouts, mut n) = (vec![], vec![], Tally::default());
@@ -280,7 +292,11 @@ fn score(step: u32, groups: &[Group], cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Sco
                 n.latencies.push(t.graded.latency_ms);
             }
         }
-        let Some(rewards) = group_rewards(g, cfg) else {
+        let Some(rewards) = group_rewards(g, gi, &fill.scores, cfg) else {
+            if fill.scores.failed(gi) {
+                // The user's reward failed (already reported and counted): not the model's doing.
+                continue;
+            }
             // Infrastructure failure that survived retries: the group says nothing about the
             // model, so it is dropped rather than scored.
             n.infra_dropped += 1;
@@ -301,10 +317,6 @@ fn score(step: u32, groups: &[Group], cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Sco
             n.formatted += usize::from(last.graded.verdict.status != VerdictStatus::FormatError);
             n.turns += t.turns.len();
             n.completion_tokens += t.turns.iter().map(|x| x.seq.tokens.len()).sum::<usize>();
-            for x in &t.turns {
-                n.neg_logprob_sum -= x.seq.logprobs.iter().map(|&l| f64::from(l)).sum::<f64>();
-                n.logprob_count += x.seq.logprobs.len();
-            }
             n.rewards.push(r);
             // Overlong filtering: the answer whose reward counts was cut off by max_tokens.
             let masked = mask_overlong && last.seq.stop_reason == StopReason::Length;
@@ -364,9 +376,9 @@ fn aggregate(datums: &mut [Built], cfg: &StepConfig<'_>) {
 ///
 /// # Errors
 /// Trainer failures.
-pub async fn learn(trainer: Option<&dyn Trainer>, step: u32, fill: &Fill, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
+pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, fill: &Fill, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
     let plan = cfg.plan;
-    let Scored { mut datums, rollouts, tally } = score(step, &fill.groups, cfg, cx);
+    let Scored { mut datums, rollouts, tally } = score(step, fill, cfg, cx);
     let t_train = Instant::now();
     let kl = apply_kl(trainer, &mut datums, cfg).await?;
     aggregate(&mut datums, cfg);
@@ -415,14 +427,16 @@ fn step_metrics(m: &mut BTreeMap<String, f64>, n: &Tally, fill: &Fill, off_polic
     m.insert(train::GROUPS.into(), groups_total);
     m.insert(train::GROUPS_SKIPPED.into(), f64::from(n.skipped));
     m.insert(train::GROUPS_INFRA_DROPPED.into(), f64::from(n.infra_dropped));
+    m.extend(fill.scores.metrics());
     m.insert(train::GROUPS_SAMPLER_DROPPED.into(), timing.sampler_dropped as f64);
     m.insert(train::OFF_POLICY_STEPS.into(), f64::from(off_policy));
     m.insert(train::TRUNCATED_RATE.into(), truncation_rate(groups));
     m.insert(train::COMPLETION_TOKENS_MEAN.into(), if n.turns == 0 { 0.0 } else { n.completion_tokens as f64 / n.turns as f64 });
     m.insert(train::PROMPT_TOKENS_MEAN.into(), if groups.is_empty() { 0.0 } else { n.prompt_tokens as f64 / groups_total });
     m.insert(train::COMPLETION_TOKENS.into(), n.completion_tokens as f64);
-    if n.logprob_count > 0 {
-        m.insert(train::ENTROPY.into(), n.neg_logprob_sum / n.logprob_count as f64);
+    let sampled = groups.iter().flat_map(|g| &g.trajectories).flat_map(|t| &t.turns).map(|x| &x.seq.logprobs[..]);
+    if let Some(h) = shaping::entropy_estimate(sampled) {
+        m.insert(train::ENTROPY.into(), h);
     }
     if plan.grpo.dynamic_sampling.is_some() {
         m.insert(train::PROBLEMS_DRAWN.into(), fill.drawn as f64);

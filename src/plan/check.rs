@@ -12,11 +12,11 @@ use crate::seam::{ModelSource, SourceError, looks_like_path};
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::node::Node;
 use crate::spec::source::{Source, Span};
-use crate::spec::types::{Finetune, RewardKind, SandboxKind, Spec};
+use crate::spec::types::{Finetune, Reward, RewardKind, RewardTermKind, SandboxKind, Spec};
 
 /// A template file named by the spec, with its role (`prompt.user`, ...).
 #[derive(Debug, Clone)]
-pub struct TemplateRef {
+pub(crate) struct TemplateRef {
     /// Which key names it.
     pub role: String,
     /// Absolute path.
@@ -27,7 +27,7 @@ pub struct TemplateRef {
 
 /// Files found and read during checking, handed on to the plan.
 #[derive(Debug, Default)]
-pub struct CheckedFiles {
+pub(crate) struct CheckedFiles {
     /// Templates that exist and compile.
     pub templates: Vec<TemplateRef>,
 }
@@ -57,8 +57,91 @@ impl Ctx<'_> {
     }
 }
 
+/// The `reward` section's rules beyond the schema: terms only for `weighted`, a Python file
+/// for `python` rewards and terms (and Python keys only for them); on success `reward.path` is
+/// made absolute.
+// `!(x > 0.0)` rather than `x <= 0.0`: NaN must fail too.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+fn check_reward(cx: &mut Ctx<'_>, reward: &mut Reward) {
+    match (reward.kind, reward.terms.is_empty()) {
+        (RewardKind::Weighted, true) => {
+            cx.err("reward.terms", "`reward.kind: weighted` needs `reward.terms`".into())
+                .hints
+                .push("for example `terms: [{kind: tests_fraction, weight: 1.0}, {kind: format, weight: 0.1}]`".into());
+        }
+        (RewardKind::TestsAllPass | RewardKind::TestsFraction | RewardKind::Python, false) => {
+            cx.err("reward.terms", "`reward.terms` is only used with `reward.kind: weighted`".into());
+        }
+        _ => {}
+    }
+    for (i, t) in reward.terms.iter().enumerate() {
+        match (&t.component, t.kind) {
+            (Some(_), k) if k != RewardTermKind::Python => {
+                cx.err(&format!("reward.terms.{i}.component"), "`component` names a component of the Python reward; it is only used in a `python` term".into());
+            }
+            (Some(c), _) if c.is_empty() || c.contains('/') || c.chars().count() > 64 => {
+                cx.err(&format!("reward.terms.{i}.component"), format!("a component name has 1 to 64 characters without `/`, found `{c}`"));
+            }
+            _ => {}
+        }
+    }
+    if !crate::rl::reward::uses_python(reward) {
+        let set = [("path", reward.path.is_some()), ("function", reward.function.is_some()), ("call_timeout_s", reward.call_timeout_s.is_some()), ("max_failures", reward.max_failures.is_some())];
+        for (key, _) in set.iter().filter(|(_, is_set)| *is_set) {
+            cx.err(&format!("reward.{key}"), format!("`reward.{key}` is only used by a Python reward (`reward.kind: python`, or a `python` term of `weighted`)"));
+        }
+        return;
+    }
+    if let Some(f) = &reward.function
+        && !is_identifier(f)
+    {
+        cx.err("reward.function", format!("`reward.function` must be a Python function name, found `{f}`"));
+    }
+    if let Some(t) = reward.call_timeout_s
+        && !(t.is_finite() && t > 0.0)
+    {
+        cx.err("reward.call_timeout_s", format!("`reward.call_timeout_s` must be > 0, found {t}"));
+    }
+    let Some(written) = reward.path.clone() else {
+        let key = if reward.kind == RewardKind::Python { "reward.kind" } else { "reward.terms" };
+        cx.err(key, "a Python reward needs `reward.path`, the file that defines its function".into())
+            .hints
+            .push("for example `reward: {kind: python, path: ../rewards/example_reward.py, function: reward}` (see docs/rewards.md)".into());
+        return;
+    };
+    let abs = cx.resolve_path("reward.path", Path::new(&written));
+    if !abs.is_file() {
+        let what = if abs.exists() { "is not a file" } else { "does not exist" };
+        cx.err("reward.path", format!("reward file `{written}` {what}")).label = format!("resolved to {}", abs.display());
+        return;
+    }
+    if abs.extension().and_then(|e| e.to_str()) != Some("py") {
+        cx.err("reward.path", format!("reward file `{written}` must be a Python file (`.py`)"));
+        return;
+    }
+    // The reward's directory travels with every batch; a large one is almost surely not meant.
+    let dir_bytes: u64 = abs
+        .parent()
+        .and_then(|d| std::fs::read_dir(d).ok())
+        .map(|rd| rd.filter_map(Result::ok).filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
+        .unwrap_or(0);
+    if dir_bytes > crate::sandbox::reward::MAX_DIR_BYTES {
+        cx.err("reward.path", format!("the directory of `{written}` holds {} KiB of files; at most {} MiB are shipped into the sandbox with the reward", dir_bytes >> 10, crate::sandbox::reward::MAX_DIR_BYTES >> 20))
+            .hints
+            .push("keep the reward file in a directory of its own (with the files it reads)".into());
+        return;
+    }
+    reward.path = Some(abs.display().to_string());
+}
+
+/// A Python identifier (ASCII; what `getattr` on the module will find).
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// Removes `.` and `..` components lexically (the path need not exist).
-pub fn normalize(p: &Path) -> PathBuf {
+pub(crate) fn normalize(p: &Path) -> PathBuf {
     use std::path::Component;
     let mut out = PathBuf::new();
     for c in p.components() {
@@ -76,7 +159,7 @@ pub fn normalize(p: &Path) -> PathBuf {
 }
 
 /// Runs every semantic check; on success rewrites relative paths in `spec` to absolute ones.
-pub fn check(spec: &mut Spec, tree: &Node) -> Result<CheckedFiles, Vec<Diagnostic>> {
+pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Result<CheckedFiles, Vec<Diagnostic>> {
     let mut cx = Ctx { tree, out: vec![] };
     check_name(&mut cx, spec);
     check_batch(&mut cx, spec);
@@ -85,6 +168,7 @@ pub fn check(spec: &mut Spec, tree: &Node) -> Result<CheckedFiles, Vec<Diagnosti
     check_backend(&mut cx, spec);
     check_grpo_variants(&mut cx, spec);
     check_rollout_reward_sandbox(&mut cx, spec);
+    check_reward(&mut cx, &mut spec.reward);
     check_trackers(&mut cx, spec);
     check_data(&mut cx, spec);
     check_model(&mut cx, spec);
@@ -225,23 +309,12 @@ fn check_backend(cx: &mut Ctx<'_>, spec: &mut Spec) {
     }
 }
 
-/// Multi-attempt rollouts, reward terms, the sandbox's URL.
+/// Multi-attempt rollouts, the sandbox's URL (the reward's rules are [`check_reward`]'s).
 fn check_rollout_reward_sandbox(cx: &mut Ctx<'_>, spec: &Spec) {
     if spec.rollout.max_attempts > 1 && spec.prompt.feedback.is_none() {
         cx.err("rollout.max_attempts", format!("`rollout.max_attempts` is {} but `prompt.feedback` is not set", spec.rollout.max_attempts))
             .hints
             .push("the feedback template renders the failing test for the next attempt; see prompts/feedback.j2".into());
-    }
-    match (spec.reward.kind, spec.reward.terms.is_empty()) {
-        (RewardKind::Weighted, true) => {
-            cx.err("reward.terms", "`reward.kind: weighted` needs `reward.terms`".into())
-                .hints
-                .push("for example `terms: [{kind: tests_fraction, weight: 1.0}, {kind: format, weight: 0.1}]`".into());
-        }
-        (RewardKind::TestsAllPass | RewardKind::TestsFraction, false) => {
-            cx.err("reward.terms", "`reward.terms` is only used with `reward.kind: weighted`".into());
-        }
-        _ => {}
     }
     if spec.sandbox.kind == SandboxKind::Fusion && !(spec.sandbox.url.starts_with("http://") || spec.sandbox.url.starts_with("https://")) {
         cx.err("sandbox.url", format!("`sandbox.url` must be an http(s) URL, found `{}`", spec.sandbox.url));

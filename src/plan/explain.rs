@@ -7,7 +7,7 @@ use super::Plan;
 
 /// Arithmetic about a plan, computed without loading data or models.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Estimate {
+pub(crate) struct Estimate {
     /// Training steps.
     pub steps: u32,
     /// Problems per step.
@@ -35,7 +35,7 @@ pub struct Estimate {
 
 /// Number of evaluations: the baseline (if `eval_at_start`), after every `eval_every` steps, and
 /// after the last step (once, even when it falls on the cadence).
-pub fn eval_count(max_steps: u32, eval_every: u32, eval_at_start: bool) -> u32 {
+pub(crate) fn eval_count(max_steps: u32, eval_every: u32, eval_at_start: bool) -> u32 {
     let periodic = max_steps.checked_div(eval_every).unwrap_or(0);
     let last_on_cadence = eval_every != 0 && max_steps.is_multiple_of(eval_every) && max_steps > 0;
     let final_eval = u32::from(max_steps > 0 && !last_on_cadence);
@@ -43,13 +43,13 @@ pub fn eval_count(max_steps: u32, eval_every: u32, eval_at_start: bool) -> u32 {
 }
 
 /// p^G + (1-p)^G: the chance that all G completions of a problem with pass rate p agree.
-pub fn zero_advantage_share(p: f64, group_size: u32) -> f64 {
+pub(crate) fn zero_advantage_share(p: f64, group_size: u32) -> f64 {
     let g = i32::try_from(group_size).unwrap_or(i32::MAX);
     p.powi(g) + (1.0 - p).powi(g)
 }
 
 /// Computes the estimate of a plan, optionally with a pilot pass rate.
-pub fn estimate(plan: &Plan, pilot_pass_rate: Option<f64>) -> Estimate {
+pub(crate) fn estimate(plan: &Plan, pilot_pass_rate: Option<f64>) -> Estimate {
     let (g, sched) = (&plan.grpo, &plan.schedule);
     let completions = u64::from(g.prompts_per_step) * u64::from(g.group_size);
     let max_tokens = plan.sampling.max_tokens as u64;

@@ -19,7 +19,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// changes the id rather than silently reusing a run) and the templates' contents, and leaves out
 /// what does not change results: `description`, `log` and `sweep` (where the run executes). Local paths are hashed relative to
 /// the spec's directory, so a checkout moved elsewhere keeps its run ids.
-pub fn spec_hash(spec: &Spec, spec_path: &Path, templates: &[Template]) -> String {
+pub(crate) fn spec_hash(spec: &Spec, spec_path: &Path, templates: &[Template]) -> String {
     let mut v = serde_json::to_value(spec).expect("a spec serialises");
     if let Some(obj) = v.as_object_mut() {
         obj.remove("description");
@@ -51,7 +51,7 @@ fn relativize(v: &mut serde_json::Value, base: &Path) {
 }
 
 /// `path` relative to `base`, both absolute and normalised, going up with `..` as needed.
-pub fn lexical_relative(path: &Path, base: &Path) -> Option<PathBuf> {
+pub(crate) fn lexical_relative(path: &Path, base: &Path) -> Option<PathBuf> {
     let p: Vec<_> = path.components().collect();
     let b: Vec<_> = base.components().collect();
     let common = p.iter().zip(&b).take_while(|(x, y)| x == y).count();
@@ -70,7 +70,7 @@ pub fn lexical_relative(path: &Path, base: &Path) -> Option<PathBuf> {
 
 /// JSON with object keys sorted at every level, so equal values hash equally whatever the order
 /// they were written in.
-pub fn canonical_json(v: &serde_json::Value) -> String {
+pub(crate) fn canonical_json(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();

@@ -27,7 +27,7 @@ use crate::spec::types::{Advantage, Data, DynamicSampling, Kl, Log, LossAgg, Ove
 
 pub(crate) mod check;
 pub(crate) mod explain;
-pub mod hash;
+pub(crate) mod hash;
 pub mod record;
 mod resolve;
 pub(crate) mod sweep;
@@ -102,6 +102,8 @@ pub struct Plan {
     pub rollout: Rollout,
     /// The reward.
     pub reward: Reward,
+    /// The Python reward function, when the reward calls one.
+    pub python_reward: Option<PythonReward>,
     /// The sandbox.
     pub sandbox: Sandbox,
     /// `optimizer` as Adam parameters.
@@ -159,6 +161,22 @@ pub struct GrpoPlan {
     pub dynamic_sampling: Option<DynamicSampling>,
     /// The KL penalty to the reference policy, when on.
     pub kl: Option<Kl>,
+}
+
+/// A Python reward (`reward.kind: python`, or `python` terms), resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PythonReward {
+    /// The file (absolute).
+    pub path: PathBuf,
+    /// The file as messages and tracebacks name it: relative to the current directory when
+    /// under it, else absolute.
+    pub display: String,
+    /// The function to call (`reward.function`).
+    pub function: String,
+    /// Per call (`reward.call_timeout_s`).
+    pub call_timeout: std::time::Duration,
+    /// Failed calls tolerated (`reward.max_failures`).
+    pub max_failures: u32,
 }
 
 /// The `eval` section, resolved.
@@ -262,7 +280,14 @@ pub fn plan_text(path: &Path, text: String, overrides: &[Override]) -> Result<Pl
     })?;
     let checked = check::check(&mut spec, &tree).map_err(invalid)?;
     let templates: Vec<Template> = checked.templates.into_iter().map(template).collect();
-    let hash = hash::spec_hash(&spec, &abs, &templates);
+    // The Python reward's text is part of the experiment, as the templates' are (only specs
+    // with one hash it, so every other run id stays as it was).
+    let mut hashed = templates.clone();
+    if let Some(path) = spec.reward.path.as_deref().filter(|_| crate::rl::reward::uses_python(&spec.reward)) {
+        let text = std::fs::read(path).unwrap_or_default();
+        hashed.push(Template { role: "reward.path".into(), path: path.into(), sha256: sha256_hex(&text), text: String::new() });
+    }
+    let hash = hash::spec_hash(&spec, &abs, &hashed);
     let written = Written { spec, path: abs, text, overrides: overrides.iter().map(Override::canonical).collect(), templates };
     resolve::resolve(written, hash).map_err(|e| invalid(vec![Diagnostic::new(format!("`model`: {e}"), Some(tree.span.clone()))]))
 }

@@ -30,6 +30,12 @@ pub fn to_json(plan: &Plan) -> Value {
         let grpo = obj.entry("grpo").or_insert_with(|| json!({}));
         grpo["loss_agg"]["tokens"] = json!(plan.grpo.agg_constant);
     }
+    if let Some(py) = &plan.python_reward {
+        let reward = obj.entry("reward").or_insert_with(|| json!({}));
+        reward["function"] = json!(py.function);
+        reward["call_timeout_s"] = json!(py.call_timeout.as_secs_f64());
+        reward["max_failures"] = json!(py.max_failures);
+    }
     let backend = obj.entry("backend").or_insert_with(|| json!({}));
     match &plan.backend {
         BackendChoice::Local { max_tokens_per_microbatch, sample_weights, .. } => {

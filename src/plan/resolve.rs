@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::{EvalPlan, GrpoPlan, ModelPlan, Plan, Written};
+use super::{EvalPlan, GrpoPlan, ModelPlan, Plan, PythonReward, Written};
 use crate::backend::BackendChoice;
 use crate::backend::local::SampleWeights;
 use crate::backend::openai;
@@ -65,6 +65,7 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
         },
         rollout: spec.rollout.clone(),
         reward: spec.reward.clone(),
+        python_reward: python_reward(&spec.reward),
         sandbox: spec.sandbox.clone(),
         adam: AdamParams {
             learning_rate: o.learning_rate,
@@ -155,4 +156,24 @@ fn loss_fn(loss: &Loss) -> LossFn {
         Loss::Dro { beta } => LossFn::Dro { beta },
         Loss::Gspo { clip_low_threshold, clip_high_threshold } => LossFn::Gspo { clip_low_threshold, clip_high_threshold },
     }
+}
+
+/// The Python reward with its defaults, when the reward calls one (the checks made `path`
+/// absolute and required it).
+fn python_reward(r: &types::Reward) -> Option<PythonReward> {
+    if !crate::rl::reward::uses_python(r) {
+        return None;
+    }
+    let path = std::path::PathBuf::from(r.path.as_deref()?);
+    let display = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(|p| p.display().to_string()))
+        .unwrap_or_else(|| path.display().to_string());
+    Some(PythonReward {
+        display,
+        path,
+        function: r.function.clone().unwrap_or_else(|| defaults::REWARD_FUNCTION.to_string()),
+        call_timeout: Duration::from_secs_f64(r.call_timeout_s.filter(|t| t.is_finite() && *t > 0.0).unwrap_or(defaults::REWARD_CALL_TIMEOUT_S)),
+        max_failures: r.max_failures.unwrap_or(defaults::REWARD_MAX_FAILURES),
+    })
 }

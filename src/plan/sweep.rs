@@ -17,7 +17,7 @@ use super::{self as plan, Error, Plan};
 
 /// One point of the grid.
 #[derive(Debug, Clone)]
-pub struct Member {
+pub(crate) struct Member {
     /// The overrides that make this point: fixed ones, then one per axis.
     pub overrides: Vec<Override>,
     /// Axis key → value text, for display.
@@ -28,7 +28,7 @@ pub struct Member {
 
 /// An expanded sweep.
 #[derive(Debug, Clone)]
-pub struct Sweep {
+pub(crate) struct Sweep {
     /// `<name>-sweep-<hash>`, stable for the same grid.
     pub id: String,
     /// The axes, in command-line order.
@@ -51,13 +51,13 @@ pub struct AxisRecord {
 }
 
 /// Upper bound on grid size; a typo like `seed=[0..1000]` should not launch a thousand runs.
-pub const MAX_MEMBERS: usize = 4096;
+pub(crate) const MAX_MEMBERS: usize = 4096;
 
 /// Expands the grid and plans every member. All problems are reported together, once each.
 ///
 /// # Errors
 /// [`Error::Invalid`] with every distinct problem across members.
-pub fn expand(spec_path: &Path, args: &[SweepArg]) -> Result<Sweep, Error> {
+pub(crate) fn expand(spec_path: &Path, args: &[SweepArg]) -> Result<Sweep, Error> {
     let invalid = |d: Vec<Diagnostic>| Error::Invalid { path: spec_path.to_path_buf(), diagnostics: Diagnostics(d) };
     let mut fixed = vec![];
     let mut axes: Vec<&Axis> = vec![];

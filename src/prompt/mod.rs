@@ -12,10 +12,11 @@ pub mod chat;
 pub(crate) mod gguf;
 pub mod model_files;
 pub(crate) mod render;
-pub mod tokenizer;
+pub(crate) mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
 pub use render::PromptTemplates;
+pub(crate) use render::problem_context;
 pub use tokenizer::Tokenizer;
 
 /// Errors of prompt rendering and tokenization.

@@ -13,7 +13,7 @@ use crate::data::{Problem, Tests};
 
 /// How many tests a prompt may show (`problem.tests_preview`): MBPP shows its asserts, which
 /// also tell the model the function's name.
-pub const PREVIEW_TESTS: usize = 3;
+pub(crate) const PREVIEW_TESTS: usize = 3;
 
 /// The spec's prompt templates, compiled.
 #[derive(Debug)]
@@ -109,7 +109,7 @@ impl PromptTemplates {
 /// What templates see as `problem`: `id`, `statement`, `starter_code` (empty string when none),
 /// `kind` (`stdin`, `functional`, `asserts`, `check`), `fn_name` (functional and check problems),
 /// `tests_preview` (up to [`PREVIEW_TESTS`] assert lines of MBPP-style problems), `metadata`.
-pub fn problem_context(p: &Problem) -> Value {
+pub(crate) fn problem_context(p: &Problem) -> Value {
     let (kind, fn_name, preview): (&str, Option<&str>, Vec<String>) = match &p.tests {
         Tests::Stdin { .. } => ("stdin", None, vec![]),
         Tests::Functional { fn_name, .. } => ("functional", Some(fn_name.as_str()), vec![]),

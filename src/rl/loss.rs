@@ -210,7 +210,7 @@ impl LossFn {
 
 /// The loss of one token under `loss`, on plain numbers: the reference definition (for `gspo`,
 /// of a sequence of this one token; see [`datum_loss`]).
-pub fn token_loss(loss: &LossFn, logp: f64, q: f64, advantage: f64, weight: f64) -> f64 {
+pub(crate) fn token_loss(loss: &LossFn, logp: f64, q: f64, advantage: f64, weight: f64) -> f64 {
     let r = (logp - q).exp();
     match *loss {
         LossFn::Gspo { clip_low_threshold: lo, clip_high_threshold: hi } => -(r * advantage).min(r.clamp(lo, hi) * advantage),
@@ -224,7 +224,7 @@ pub fn token_loss(loss: &LossFn, logp: f64, q: f64, advantage: f64, weight: f64)
 
 /// The sequence ratio `s` of GSPO for one datum: the geometric mean of the token ratios over the
 /// tokens with a non-zero advantage (1 when there are none).
-pub fn sequence_ratio(logp: &[f64], q: &[f64], advantages: &[f64]) -> f64 {
+pub(crate) fn sequence_ratio(logp: &[f64], q: &[f64], advantages: &[f64]) -> f64 {
     let (mut sum, mut n) = (0.0, 0usize);
     for i in 0..logp.len() {
         if advantages[i] != 0.0 {
@@ -237,7 +237,7 @@ pub fn sequence_ratio(logp: &[f64], q: &[f64], advantages: &[f64]) -> f64 {
 
 /// The loss of one datum (its per-token values) under `loss`: the reference definition of every
 /// loss, the sequence-level ones included.
-pub fn datum_loss(loss: &LossFn, logp: &[f64], q: &[f64], advantages: &[f64], weights: &[f64]) -> f64 {
+pub(crate) fn datum_loss(loss: &LossFn, logp: &[f64], q: &[f64], advantages: &[f64], weights: &[f64]) -> f64 {
     match *loss {
         LossFn::Gspo { clip_low_threshold: lo, clip_high_threshold: hi } => {
             let s = sequence_ratio(logp, q, advantages);
@@ -266,7 +266,7 @@ pub struct LossStats {
 }
 
 /// Diagnostics for `loss` given flat per-token values (valid tokens only).
-pub fn stats(loss: &LossFn, logp: &[f32], q: &[f32], advantages: &[f32], weights: &[f32]) -> LossStats {
+pub(crate) fn stats(loss: &LossFn, logp: &[f32], q: &[f32], advantages: &[f32], weights: &[f32]) -> LossStats {
     let mut s = LossStats::default();
     let (mut rsum, mut clipped, mut lsum, mut klsum) = (0.0, 0usize, 0.0, 0.0);
     for i in 0..logp.len() {
@@ -304,7 +304,7 @@ pub fn stats(loss: &LossFn, logp: &[f32], q: &[f32], advantages: &[f32], weights
 /// [`stats`] over datums given one at a time (`(logp, q, advantages, weights)` each); for a
 /// sequence-level loss the clip fraction counts the action tokens whose *sequence* ratio lies
 /// outside the clip range, since that is what the loss clips.
-pub fn datum_stats<'a>(loss: &LossFn, datums: impl IntoIterator<Item = [&'a [f32]; 4]>) -> LossStats {
+pub(crate) fn datum_stats<'a>(loss: &LossFn, datums: impl IntoIterator<Item = [&'a [f32]; 4]>) -> LossStats {
     let (mut lp, mut q, mut a, mut w) = (vec![], vec![], vec![], vec![]);
     let (mut clipped, mut action) = (0usize, 0usize);
     for [l, qq, aa, ww] in datums {

@@ -5,8 +5,8 @@
 //!
 //! Everything here is a pure function of numbers: no problems, no models, no I/O.
 
-pub mod advantage;
-pub mod loss;
-pub mod passk;
-pub mod reward;
-pub mod shaping;
+pub(crate) mod advantage;
+pub(crate) mod loss;
+pub(crate) mod passk;
+pub(crate) mod reward;
+pub(crate) mod shaping;

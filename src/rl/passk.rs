@@ -2,7 +2,7 @@
 //! pass@k = 1 − C(n−c, k) / C(n, k), computed as a product so large n does not overflow.
 
 /// pass@k for one problem. `k > n` is clamped to n (every sample is drawn).
-pub fn pass_at_k(n: u32, c: u32, k: u32) -> f64 {
+pub(crate) fn pass_at_k(n: u32, c: u32, k: u32) -> f64 {
     let c = c.min(n);
     let k = k.min(n);
     if n == 0 || k == 0 {
@@ -19,19 +19,11 @@ pub fn pass_at_k(n: u32, c: u32, k: u32) -> f64 {
     1.0 - miss
 }
 
-/// Mean pass@k over problems, each given as (n, c).
-pub fn mean_pass_at_k(results: &[(u32, u32)], k: u32) -> f64 {
-    if results.is_empty() {
-        return 0.0;
-    }
-    results.iter().map(|&(n, c)| pass_at_k(n, c, k)).sum::<f64>() / results.len() as f64
-}
-
 /// The mean of per-problem pass@k values and the half-width of its 95% confidence interval
 /// (normal approximation over problems: 1.96 · sample standard deviation / √N; 0 for fewer
 /// than two problems). Problems are the unit of sampling, so this is the interval that says
 /// whether two models differ on the benchmark's population, not on these samples.
-pub fn mean_and_ci95(values: &[f64]) -> (f64, f64) {
+pub(crate) fn mean_and_ci95(values: &[f64]) -> (f64, f64) {
     let n = values.len() as f64;
     if values.is_empty() {
         return (0.0, 0.0);
@@ -76,7 +68,6 @@ mod tests {
                 }
             }
         }
-        assert!((mean_pass_at_k(&[(4, 4), (4, 0)], 1) - 0.5).abs() < 1e-12);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::spec::types::{KlEstimator, LossAgg};
 
 /// Errors in the shaping inputs (engine bugs rather than user input: the plan checks the spec).
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum Error {
+pub(crate) enum Error {
     /// The reference log-probabilities do not line up with the sampled tokens.
     #[error("{got} reference log-probabilities for {want} sampled tokens")]
     Lengths {
@@ -34,7 +34,7 @@ pub enum Error {
 /// | `sequence_mean` | 1 / (N · L_i) |
 /// | `token_mean` | 1 / T, T = Σ L_i |
 /// | `constant` | 1 / (N · C) |
-pub fn agg_factors(agg: &LossAgg, lens: &[usize], constant: u32) -> Vec<f64> {
+pub(crate) fn agg_factors(agg: &LossAgg, lens: &[usize], constant: u32) -> Vec<f64> {
     let n = lens.len() as f64;
     let total: usize = lens.iter().sum();
     lens.iter()
@@ -57,7 +57,7 @@ pub fn agg_factors(agg: &LossAgg, lens: &[usize], constant: u32) -> Vec<f64> {
 /// 0 if `len` ≤ L_max − L_cache; `penalty` · ((L_max − L_cache) − `len`) / L_cache up to L_max;
 /// −`penalty` beyond (a completion cannot be longer than `max_tokens` here; kept for the
 /// definition).
-pub fn overlong_penalty(len: usize, max_tokens: usize, cache: usize, penalty: f64) -> f64 {
+pub(crate) fn overlong_penalty(len: usize, max_tokens: usize, cache: usize, penalty: f64) -> f64 {
     let free = max_tokens.saturating_sub(cache);
     if len <= free || cache == 0 {
         0.0
@@ -70,7 +70,7 @@ pub fn overlong_penalty(len: usize, max_tokens: usize, cache: usize, penalty: f6
 
 /// One token's KL estimate from the sampler's log-probability `q` and the reference's `r` of the
 /// sampled token: k1 = q − r, k3 = exp(r − q) − (r − q) − 1.
-pub fn kl_estimate(estimator: KlEstimator, q: f64, r: f64) -> f64 {
+pub(crate) fn kl_estimate(estimator: KlEstimator, q: f64, r: f64) -> f64 {
     match estimator {
         KlEstimator::K1 => q - r,
         KlEstimator::K3 => {
@@ -86,7 +86,7 @@ pub fn kl_estimate(estimator: KlEstimator, q: f64, r: f64) -> f64 {
 ///
 /// # Errors
 /// [`Error::Lengths`] when the three do not have one entry per target.
-pub fn apply_kl(advantages: &mut [f32], q: &[f32], reference: &[f32], sampled: &[bool], estimator: KlEstimator, coef: f64) -> Result<f64, Error> {
+pub(crate) fn apply_kl(advantages: &mut [f32], q: &[f32], reference: &[f32], sampled: &[bool], estimator: KlEstimator, coef: f64) -> Result<f64, Error> {
     if reference.len() != advantages.len() || q.len() != advantages.len() || sampled.len() != advantages.len() {
         return Err(Error::Lengths { want: advantages.len(), got: reference.len() });
     }
@@ -105,7 +105,7 @@ pub fn apply_kl(advantages: &mut [f32], q: &[f32], reference: &[f32], sampled: &
 /// Monte Carlo estimate of the per-token entropy of the distribution the sampler drew from (the
 /// tempered one at temperature ≠ 1; top-p/top-k truncation included), since
 /// H = E_{y∼π}[−log π(y)]. `None` without tokens.
-pub fn entropy_estimate<'a>(logprobs: impl IntoIterator<Item = &'a [f32]>) -> Option<f64> {
+pub(crate) fn entropy_estimate<'a>(logprobs: impl IntoIterator<Item = &'a [f32]>) -> Option<f64> {
     let (mut sum, mut n) = (0.0, 0usize);
     for lp in logprobs {
         sum -= lp.iter().map(|&x| f64::from(x)).sum::<f64>();

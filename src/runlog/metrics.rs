@@ -53,6 +53,11 @@ pub mod train {
     pub const GROUPS_SKIPPED: &str = "train/groups_skipped";
     /// Groups dropped because sandbox infrastructure errors survived the retries.
     pub const GROUPS_INFRA_DROPPED: &str = "train/groups_infra_dropped";
+    /// Groups dropped because a call of the Python reward failed (the user's bug, never scored).
+    pub const GROUPS_REWARD_DROPPED: &str = "train/groups_reward_dropped";
+    /// Calls of the Python reward that failed in the step (raised, timed out, returned something
+    /// else); a run stops once more than `reward.max_failures` have failed.
+    pub const REWARD_FAILURES: &str = "train/reward_failures";
     /// Groups dropped because sampling failed with infrastructure errors (a server down, timing
     /// out or answering garbage) that survived the sampler's retries.
     pub const GROUPS_SAMPLER_DROPPED: &str = "train/groups_sampler_dropped";
@@ -118,6 +123,18 @@ pub mod time {
     pub const STEP_S: &str = "time/step_s";
     /// One evaluation.
     pub const EVAL_S: &str = "time/eval_s";
+}
+
+/// The components of a Python reward that returns a dict: `reward/<name>`, the component's mean
+/// over the step's completions whose call returned it.
+pub mod reward {
+    /// What every component's name starts with.
+    pub const PREFIX: &str = "reward/";
+
+    /// `reward/<name>`.
+    pub fn component(name: &str) -> String {
+        format!("{PREFIX}{name}")
+    }
 }
 
 /// Evaluation on the held-out problems (single attempts).

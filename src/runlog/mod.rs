@@ -41,7 +41,7 @@ mod nan;
 mod provenance;
 mod records;
 mod run_dir;
-pub mod sinks;
+pub(crate) mod sinks;
 mod status;
 pub mod sweep;
 

@@ -32,7 +32,7 @@ pub struct Graded {
 }
 
 /// Grades one submission, retrying infrastructure errors up to `retries` times.
-pub async fn grade_one<G: Grader>(grader: &G, problem: &Problem, submission: Submission, opts: &GradeOptions, retries: u32) -> Graded {
+pub(crate) async fn grade_one<G: Grader>(grader: &G, problem: &Problem, submission: Submission, opts: &GradeOptions, retries: u32) -> Graded {
     grade_with_backoff(grader, problem, submission, opts, retries, BACKOFF).await
 }
 

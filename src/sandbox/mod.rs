@@ -15,6 +15,7 @@
 //! a model completion. [`start()`] is the one way to start a sandbox from its spec section (it
 //! warns when isolation is missing); [`grade_loop`] is the one grading loop, which retries
 //! infrastructure errors ([`grade_all`] for many completions, [`grade_group`] for a group).
+//! [`reward`] runs the user's Python reward function in the same isolation as submissions.
 //!
 //! Infrastructure failures never become failed tests: they are [`VerdictStatus::InfraError`].
 
@@ -25,6 +26,7 @@ pub(crate) mod grade_loop;
 pub mod harness;
 pub mod local;
 pub(crate) mod proc_tree;
+pub mod reward;
 pub mod server;
 pub(crate) mod start;
 

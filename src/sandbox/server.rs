@@ -24,7 +24,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
@@ -41,43 +40,22 @@ const FUSION_LANGUAGES: &[&str] = &[
 /// Largest request body accepted (files travel base64-encoded inside it).
 const MAX_BODY: usize = 64 << 20;
 
-/// Serve until `shutdown` resolves. Each connection is a task; in-flight runs are bounded by the
-/// sandbox's worker pool.
+/// Serve until `shutdown` resolves, then let the runs being answered finish (up to their own
+/// time limit, which the worker pool enforces). In-flight runs are bounded by the sandbox's
+/// worker pool.
 ///
 /// # Errors
 /// Only a failing `accept` that is not transient.
-///
-/// # Cancel safety
-/// Dropping the future stops accepting; connections already accepted finish on their own tasks.
 pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-    tokio::pin!(shutdown);
-    loop {
-        // `accept` is cancel-safe; the shutdown branch ends the loop.
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(s) => s,
-                // Out of file descriptors and the like: back off instead of spinning.
-                Err(e) if is_transient(&e) => { tokio::time::sleep(Duration::from_millis(50)).await; continue; }
-                Err(e) => return Err(e),
-            },
-            () = &mut shutdown => return Ok(()),
-        };
+    let handler = move |req| {
         let sandbox = sandbox.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let sandbox = sandbox.clone();
-                async move { Ok::<_, Infallible>(route(req, &sandbox).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-        });
-    }
+        async move { Ok::<_, Infallible>(route(req, &sandbox).await) }
+    };
+    crate::http_server::serve(listener, handler, shutdown, DRAIN).await
 }
 
-fn is_transient(e: &std::io::Error) -> bool {
-    matches!(e.kind(), std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::Interrupted)
-        || e.raw_os_error() == Some(libc::EMFILE)
-        || e.raw_os_error() == Some(libc::ENFILE)
-}
+/// How long shutdown waits for runs in flight: above the longest run a request may ask for.
+const DRAIN: Duration = Duration::from_secs(120);
 
 fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
     Response::builder()

@@ -19,7 +19,7 @@ use super::{AnyGrader, Error, Protection};
 use crate::spec::types::{Sandbox as SandboxSpec, SandboxKind};
 
 /// Requests in flight to Sandbox Fusion when the spec sets no `sandbox.concurrency`.
-pub const FUSION_CONCURRENCY: usize = 32;
+pub(crate) const FUSION_CONCURRENCY: usize = 32;
 
 /// A started sandbox, what protects the host, and what the user must be told.
 pub struct Started<G = AnyGrader> {
@@ -66,7 +66,7 @@ pub async fn start(spec: &SandboxSpec) -> Result<Started, Error> {
 ///
 /// # Errors
 /// As [`start`] for the local sandbox.
-pub async fn start_local(mut config: LocalConfig) -> Result<Started<LocalSandbox>, Error> {
+pub(crate) async fn start_local(mut config: LocalConfig) -> Result<Started<LocalSandbox>, Error> {
     if namespaces_disabled(|k| std::env::var(k).ok()) {
         config.namespaces = false;
     }
@@ -79,7 +79,7 @@ pub async fn start_local(mut config: LocalConfig) -> Result<Started<LocalSandbox
 }
 
 /// The warning for a sandbox that runs with layers missing, `None` when none is.
-pub fn degradation_warning(p: &Protection) -> Option<String> {
+pub(crate) fn degradation_warning(p: &Protection) -> Option<String> {
     if p.is_complete() {
         return None;
     }

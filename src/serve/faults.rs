@@ -19,7 +19,7 @@ use crate::rng::SplitMix64 as Rng;
 
 /// The fault settings.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Faults {
+pub(crate) struct Faults {
     /// Seed of the generator.
     pub seed: u64,
     /// Added to every request before it is handled.
@@ -37,7 +37,7 @@ pub struct Faults {
 /// A `--fault` value that does not parse.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid fault `{spec}`: {reason} (expected seed=N, latency=20ms, 429=RATE, 5xx=RATE, drop=RATE or try-again=RATE, RATE in [0, 1])")]
-pub struct ParseError {
+pub(crate) struct ParseError {
     /// The spec.
     pub spec: String,
     /// What is wrong.
@@ -49,7 +49,7 @@ impl Faults {
     ///
     /// # Errors
     /// An unknown name, a value that does not parse, a rate outside [0, 1].
-    pub fn apply(&mut self, spec: &str) -> Result<(), ParseError> {
+    pub(crate) fn apply(&mut self, spec: &str) -> Result<(), ParseError> {
         let bad = |reason: String| ParseError { spec: spec.to_string(), reason };
         let (name, value) = spec.split_once('=').ok_or_else(|| bad("no `=`".into()))?;
         let rate = || -> Result<f64, ParseError> {
@@ -73,14 +73,14 @@ impl Faults {
     }
 
     /// Whether any fault is on.
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         !self.latency.is_zero() || self.rate_429 > 0.0 || self.rate_5xx > 0.0 || self.rate_drop > 0.0 || self.rate_try_again > 0.0
     }
 }
 
 /// What to do to one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// Nothing.
     None,
     /// Answer 429 with `Retry-After` without handling it.
@@ -101,7 +101,7 @@ pub enum Fault {
 
 impl Fault {
     /// The record's name for it (`None` for no fault).
-    pub fn name(self) -> Option<String> {
+    pub(crate) fn name(self) -> Option<String> {
         match self {
             Fault::None => None,
             Fault::TooMany => Some("429".into()),
@@ -113,20 +113,20 @@ impl Fault {
 
 /// Draws faults from the seeded generator.
 #[derive(Debug)]
-pub struct Injector {
+pub(crate) struct Injector {
     faults: Faults,
     rng: Mutex<Rng>,
 }
 
 impl Injector {
     /// An injector for `faults`.
-    pub fn new(faults: Faults) -> Self {
+    pub(crate) fn new(faults: Faults) -> Self {
         let rng = Mutex::new(Rng::new(faults.seed));
         Injector { faults, rng }
     }
 
     /// The settings.
-    pub fn faults(&self) -> &Faults {
+    pub(crate) fn faults(&self) -> &Faults {
         &self.faults
     }
 
@@ -135,7 +135,7 @@ impl Injector {
     }
 
     /// The fault for a request to `path` (bootstrap endpoints are exempt).
-    pub fn draw(&self, path: &str) -> Fault {
+    pub(crate) fn draw(&self, path: &str) -> Fault {
         use crate::tinker::path as p;
         let f = &self.faults;
         if [p::CLIENT_CONFIG, p::DYNAMIC_CONFIG, p::SESSION_HEARTBEAT, p::TELEMETRY, p::HEALTHZ].contains(&path) || !(f.rate_429 > 0.0 || f.rate_5xx > 0.0 || f.rate_drop > 0.0) {
@@ -156,7 +156,7 @@ impl Injector {
     }
 
     /// Whether this `retrieve_future` poll gets a `try_again` regardless.
-    pub fn try_again(&self) -> bool {
+    pub(crate) fn try_again(&self) -> bool {
         self.faults.rate_try_again > 0.0 && self.uniform() < self.faults.rate_try_again
     }
 }

@@ -19,7 +19,7 @@ use crate::tinker::wire::ErrorCategory;
 
 /// A finished request.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A JSON result (`create_model`, `optim_step`, saves, loads).
     Json(serde_json::Value),
     /// A forward/backward result (protobuf or legacy JSON, by the poll's `Accept`).
@@ -40,22 +40,30 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// A JSON result from its `tinker::wire` type, so the client and the server read and write
+    /// one definition of each reply.
+    pub(crate) fn json<T: serde::Serialize>(reply: &T) -> Self {
+        Outcome::Json(serde_json::to_value(reply).expect("wire types serialise"))
+    }
+}
+
 type Slot = watch::Sender<Option<Arc<Outcome>>>;
 
 /// The sending half of one request's result.
 #[derive(Debug)]
-pub struct Completion {
+pub(crate) struct Completion {
     slot: Slot,
 }
 
 impl Completion {
     /// Stores the result; pollers waiting on it wake up.
-    pub fn finish(self, outcome: Outcome) {
+    pub(crate) fn finish(self, outcome: Outcome) {
         self.slot.send_replace(Some(Arc::new(outcome)));
     }
 
     /// Stores a failure.
-    pub fn fail(self, category: ErrorCategory, error: impl Into<String>) {
+    pub(crate) fn fail(self, category: ErrorCategory, error: impl Into<String>) {
         self.finish(Outcome::Failed { error: error.into(), category });
     }
 }
@@ -72,7 +80,7 @@ impl Drop for Completion {
 
 /// What [`Store::submit`] decided.
 #[derive(Debug)]
-pub enum Submitted {
+pub(crate) enum Submitted {
     /// A new request: run it and finish the completion.
     New {
         /// Its id.
@@ -89,7 +97,7 @@ pub enum Submitted {
 
 impl Submitted {
     /// The request id to answer.
-    pub fn request_id(&self) -> &str {
+    pub(crate) fn request_id(&self) -> &str {
         match self {
             Submitted::New { request_id, .. } | Submitted::Duplicate { request_id } => request_id,
         }
@@ -109,7 +117,7 @@ struct Inner {
 }
 
 /// All requests of the server.
-pub struct Store {
+pub(crate) struct Store {
     /// Distinguishes this server's ids from an earlier instance's (a restarted server answers
     /// 404, not another request's result).
     prefix: String,
@@ -119,11 +127,11 @@ pub struct Store {
 
 /// `retrieve_future` of an id the store never issued.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownRequest;
+pub(crate) struct UnknownRequest;
 
 impl Store {
     /// An empty store whose ids start with `prefix`.
-    pub fn new(prefix: &str) -> Self {
+    pub(crate) fn new(prefix: &str) -> Self {
         Store { prefix: prefix.to_string(), inner: Mutex::new(Inner::default()) }
     }
 
@@ -133,7 +141,7 @@ impl Store {
 
     /// Registers a request of `kind`; `key` (`(model_id, seq_id)` or `(sampling_session_id,
     /// seq_id)`) makes a resubmission answer the original id.
-    pub fn submit(&self, kind: RequestType, key: Option<(String, u64)>) -> Submitted {
+    pub(crate) fn submit(&self, kind: RequestType, key: Option<(String, u64)>) -> Submitted {
         let mut inner = self.lock();
         if let Some(k) = &key
             && let Some(id) = inner.by_key.get(k)
@@ -151,7 +159,7 @@ impl Store {
     }
 
     /// The kind of a request.
-    pub fn kind(&self, request_id: &str) -> Option<RequestType> {
+    pub(crate) fn kind(&self, request_id: &str) -> Option<RequestType> {
         self.lock().entries.get(request_id).map(|e| e.kind)
     }
 
@@ -162,7 +170,7 @@ impl Store {
     ///
     /// # Cancel safety
     /// Cancel-safe: waiting changes nothing.
-    pub async fn wait(&self, request_id: &str, timeout: Duration) -> Result<Option<Arc<Outcome>>, UnknownRequest> {
+    pub(crate) async fn wait(&self, request_id: &str, timeout: Duration) -> Result<Option<Arc<Outcome>>, UnknownRequest> {
         let mut rx = self.lock().entries.get(request_id).map(|e| e.rx.clone()).ok_or(UnknownRequest)?;
         let done = tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await;
         Ok(match done {
@@ -186,7 +194,7 @@ mod tests {
         assert_eq!(again, request_id);
         assert!(matches!(store.submit(RequestType::OptimStep, Some(("m".into(), 3))), Submitted::New { .. }));
         assert_eq!(store.wait(&request_id, Duration::from_millis(10)).await.unwrap(), None);
-        completion.finish(Outcome::Json(serde_json::json!({"metrics": {}})));
+        completion.finish(Outcome::json(&crate::tinker::wire::OptimStepResponse::default()));
         for _ in 0..3 {
             assert!(matches!(*store.wait(&request_id, Duration::from_secs(5)).await.unwrap().unwrap(), Outcome::Json(_)));
         }

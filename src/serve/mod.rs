@@ -14,22 +14,22 @@
 //! seams (`backend::local` handles); the wire types are [`crate::tinker`]'s, shared with the
 //! client.
 
-pub mod faults;
-pub mod futures;
-pub mod models;
-pub mod record;
-pub mod routes;
-pub mod sessions;
+pub(crate) mod faults;
+pub(crate) mod futures;
+pub(crate) mod models;
+pub(crate) mod record;
+pub(crate) mod routes;
+pub(crate) mod sessions;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use routes::serve;
+pub(crate) use routes::serve;
 
 /// What `rlx serve` is started with.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// The located base model (GGUF file or HF directory).
     pub model: PathBuf,
     /// Names clients may use for it as `base_model` (at least one).
@@ -50,7 +50,7 @@ pub struct Options {
 }
 
 /// Everything the handlers share.
-pub struct State {
+pub(crate) struct State {
     /// Base and training models.
     pub registry: models::Registry,
     /// Sessions and sampling sessions.
@@ -69,7 +69,7 @@ pub struct State {
 
 /// Why the server cannot start.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The model's files.
     #[error(transparent)]
     Model(#[from] crate::backend::Error),
@@ -89,7 +89,7 @@ impl State {
     ///
     /// # Errors
     /// Unreadable model files, an unwritable state directory or record file.
-    pub fn new(o: Options) -> Result<Arc<Self>, Error> {
+    pub(crate) fn new(o: Options) -> Result<Arc<Self>, Error> {
         std::fs::create_dir_all(&o.state_dir).map_err(|source| Error::Io { path: o.state_dir.clone(), source })?;
         let state_dir = std::path::absolute(&o.state_dir).unwrap_or(o.state_dir.clone());
         let base = models::Base::prepare(o.model, o.names, &state_dir)?;

@@ -25,7 +25,7 @@ use crate::tinker::TinkerPath;
 
 /// The served base model.
 #[derive(Debug, Clone)]
-pub struct Base {
+pub(crate) struct Base {
     /// The located model (GGUF file or HF directory).
     pub path: PathBuf,
     /// Names a client may pass as `base_model` (the first is the canonical one).
@@ -43,7 +43,7 @@ impl Base {
     /// # Errors
     /// Unreadable model files, a model without a tokenizer, a state directory whose path
     /// contains `:` (the SDK cuts `tokenizer_id` at the first `:`), I/O failures.
-    pub fn prepare(path: PathBuf, names: Vec<String>, state_dir: &Path) -> Result<Self, backend::Error> {
+    pub(crate) fn prepare(path: PathBuf, names: Vec<String>, state_dir: &Path) -> Result<Self, backend::Error> {
         let dir = state_dir.join("tokenizer");
         if dir.to_string_lossy().contains(':') {
             return Err(backend::Error::InvalidArgument {
@@ -62,7 +62,7 @@ impl Base {
     ///
     /// # Errors
     /// A message naming the served names.
-    pub fn check_name(&self, name: &str) -> Result<(), String> {
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), String> {
         if self.names.iter().any(|n| n == name) {
             Ok(())
         } else {
@@ -98,7 +98,7 @@ fn write_tokenizer_dir(dir: &Path, tok: &tokenizers::Tokenizer, special: &crate:
 
 /// `model.json` of a training model's directory.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Meta {
+pub(crate) struct Meta {
     /// The model id (`<session>:train:<n>`).
     pub model_id: String,
     /// The base model name the client gave.
@@ -107,14 +107,17 @@ pub struct Meta {
     pub lora: LoraConfig,
     /// Adapter initialisation seed.
     pub seed: u64,
+    /// `user_metadata` of the request that created it, returned by `GET /training_runs/{id}`.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub user_metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A job for a training model: called with the model's trainer (or why it failed to open), in
 /// `seq_id` order.
-pub type Job = Box<dyn FnOnce(&Result<Arc<dyn Trainer>, String>) + Send>;
+pub(crate) type Job = Box<dyn FnOnce(&Result<Arc<dyn Trainer>, String>) + Send>;
 
 /// A training model.
-pub struct TrainingModel {
+pub(crate) struct TrainingModel {
     /// Its facts.
     pub meta: Meta,
     /// Its directory (checkpoints, `model.json`).
@@ -124,7 +127,7 @@ pub struct TrainingModel {
 
 impl TrainingModel {
     /// Queues `job` as request `seq_id` (≥ 1).
-    pub fn enqueue(&self, seq_id: u64, job: Job) {
+    pub(crate) fn enqueue(&self, seq_id: u64, job: Job) {
         // The task lives as long as the registry holds this model; a send can only fail after
         // shutdown, when nobody waits for the reply either.
         let _ = self.jobs.send((seq_id, job));
@@ -133,7 +136,7 @@ impl TrainingModel {
 
 /// How a new training model starts.
 #[derive(Debug, Clone)]
-pub enum Start {
+pub(crate) enum Start {
     /// Fresh adapters (`create_model`).
     Fresh,
     /// From a checkpoint directory (`load_weights` create-via-load).
@@ -141,7 +144,7 @@ pub enum Start {
 }
 
 /// Base model, training models, and samplers of saved weights.
-pub struct Registry {
+pub(crate) struct Registry {
     /// The served base model.
     pub base: Base,
     state_dir: PathBuf,
@@ -154,17 +157,17 @@ pub struct Registry {
 
 impl Registry {
     /// A registry serving `base`, writing checkpoints under `state_dir`.
-    pub fn new(base: Base, state_dir: PathBuf, threads: Option<usize>) -> Self {
+    pub(crate) fn new(base: Base, state_dir: PathBuf, threads: Option<usize>) -> Self {
         Registry { base, state_dir, threads, models: Mutex::default(), samplers: tokio::sync::Mutex::default() }
     }
 
     /// The directory of model `model_id`.
-    pub fn model_dir(&self, model_id: &str) -> PathBuf {
+    pub(crate) fn model_dir(&self, model_id: &str) -> PathBuf {
         self.state_dir.join("models").join(model_id)
     }
 
     /// Where a `tinker://` path lives on disk.
-    pub fn checkpoint_dir(&self, p: &TinkerPath) -> PathBuf {
+    pub(crate) fn checkpoint_dir(&self, p: &TinkerPath) -> PathBuf {
         self.model_dir(&p.training_run_id).join(p.kind.segment()).join(&p.name)
     }
 
@@ -172,7 +175,7 @@ impl Registry {
     ///
     /// # Errors
     /// A path this state directory has no checkpoint for.
-    pub fn meta_of(&self, p: &TinkerPath) -> Result<Meta, String> {
+    pub(crate) fn meta_of(&self, p: &TinkerPath) -> Result<Meta, String> {
         if !self.checkpoint_dir(p).join("state.json").exists() {
             return Err(format!("no checkpoint `{p}` in this server's state directory `{}`", self.state_dir.display()));
         }
@@ -182,13 +185,13 @@ impl Registry {
     }
 
     /// A training model.
-    pub fn get(&self, model_id: &str) -> Option<Arc<TrainingModel>> {
+    pub(crate) fn get(&self, model_id: &str) -> Option<Arc<TrainingModel>> {
         self.models.lock().unwrap_or_else(|e| e.into_inner()).get(model_id).cloned()
     }
 
     /// Creates training model `meta.model_id` and starts its task; `created` is called once the
     /// trainer is open (or failed to open). A model id that exists is left alone (`None`).
-    pub fn create(&self, meta: Meta, start: Start, created: impl FnOnce(Result<(), String>) + Send + 'static) -> Option<Arc<TrainingModel>> {
+    pub(crate) fn create(&self, meta: Meta, start: Start, created: impl FnOnce(Result<(), String>) + Send + 'static) -> Option<Arc<TrainingModel>> {
         let mut models = self.models.lock().unwrap_or_else(|e| e.into_inner());
         if models.contains_key(&meta.model_id) {
             return None;
@@ -220,7 +223,7 @@ impl Registry {
     ///
     /// # Errors
     /// An unknown checkpoint, a model that does not load, a state that does not match.
-    pub async fn sampler_of_path(&self, p: &TinkerPath) -> Result<Arc<dyn Sampler>, String> {
+    pub(crate) async fn sampler_of_path(&self, p: &TinkerPath) -> Result<Arc<dyn Sampler>, String> {
         let key = p.to_string();
         let mut samplers = self.samplers.lock().await;
         if let Some(s) = samplers.get(&key) {
@@ -236,7 +239,7 @@ impl Registry {
     }
 
     /// Remembers the sampler of a path just saved (so sampling it needs no reload).
-    pub async fn remember_sampler(&self, p: &TinkerPath, s: Arc<dyn Sampler>) {
+    pub(crate) async fn remember_sampler(&self, p: &TinkerPath, s: Arc<dyn Sampler>) {
         self.samplers.lock().await.insert(p.to_string(), s);
     }
 
@@ -245,7 +248,7 @@ impl Registry {
     ///
     /// # Errors
     /// A model that does not load.
-    pub async fn base_sampler(&self) -> Result<Arc<dyn Sampler>, String> {
+    pub(crate) async fn base_sampler(&self) -> Result<Arc<dyn Sampler>, String> {
         let key = format!("base:{}", self.base.names[0]);
         let mut samplers = self.samplers.lock().await;
         if let Some(s) = samplers.get(&key) {
@@ -263,7 +266,7 @@ impl Registry {
 ///
 /// # Errors
 /// Neither attention nor MLP chosen, or rank 0.
-pub fn lora_of(c: &crate::tinker::wire::LoraConfig) -> Result<LoraConfig, String> {
+pub(crate) fn lora_of(c: &crate::tinker::wire::LoraConfig) -> Result<LoraConfig, String> {
     if c.rank == 0 {
         return Err("`lora_config.rank` must be at least 1".into());
     }

@@ -26,7 +26,7 @@ use crate::tinker::convert;
 use crate::tinker::proto::{self, DType};
 
 /// Writes record lines to a file.
-pub struct Recorder {
+pub(crate) struct Recorder {
     file: Mutex<std::fs::File>,
 }
 
@@ -35,12 +35,12 @@ impl Recorder {
     ///
     /// # Errors
     /// When the file cannot be created.
-    pub fn create(path: &Path) -> std::io::Result<Self> {
+    pub(crate) fn create(path: &Path) -> std::io::Result<Self> {
         Ok(Recorder { file: Mutex::new(std::fs::File::create(path)?) })
     }
 
     /// Appends one line (flushed, so a test can read the file while the server runs).
-    pub fn write(&self, line: &Value) {
+    pub(crate) fn write(&self, line: &Value) {
         let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
         // A failing record write must not fail the request it describes.
         if let Err(e) = writeln!(f, "{line}").and_then(|()| f.flush()) {
@@ -50,7 +50,7 @@ impl Recorder {
 }
 
 /// Copies the id fields of a JSON body into `line`.
-pub fn ids(body: &Value, line: &mut serde_json::Map<String, Value>) {
+pub(crate) fn ids(body: &Value, line: &mut serde_json::Map<String, Value>) {
     for k in ["model_id", "seq_id", "session_id", "sampling_session_id", "request_id", "model_seq_id", "sampling_session_seq_id"] {
         if let Some(v) = body.get(k).filter(|v| !v.is_null()) {
             line.insert(k.into(), v.clone());
@@ -77,7 +77,7 @@ fn tensor_json(t: &proto::Tensor, name: &str) -> Value {
 }
 
 /// A `ForwardBackwardRequest` as record JSON (see the module docs).
-pub fn forward_backward_json(r: &proto::ForwardBackwardRequest) -> Value {
+pub(crate) fn forward_backward_json(r: &proto::ForwardBackwardRequest) -> Value {
     let mut config = serde_json::Map::new();
     for (k, v) in &r.loss_fn_config {
         config.insert(k.clone(), json!(v));
@@ -112,6 +112,6 @@ pub fn forward_backward_json(r: &proto::ForwardBackwardRequest) -> Value {
 }
 
 /// Now, RFC 3339 in UTC with milliseconds.
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }

@@ -19,7 +19,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use prost::Message as _;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -36,41 +35,26 @@ use crate::seam::SampleRequest;
 use crate::tinker::wire::{self, ErrorCategory};
 use crate::tinker::{self, RequestType, TinkerPath, content_type, convert, header, path as p, proto};
 
+/// Tinker's alpha loss without a public formula.
+const STABLE_REINFORCE: &str = "stable_reinforce";
+
+/// Why it is refused, and what to use.
+const STABLE_REINFORCE_REFUSAL: &str = "loss `stable_reinforce` is not served by rlx serve: Tinker documents it as an alpha loss without a public formula, and rlx does not invent one; use `ppo` (clipped importance ratio, what tinker-cookbook's async mode needs), `cispo`, `importance_sampling` or `dro` (see docs/backends.md)";
+
 /// Largest request body accepted.
 const MAX_BODY: usize = 256 << 20;
 
-/// Serve until `shutdown` resolves.
+/// Serve until `shutdown` resolves, then let the requests being answered finish (up to a
+/// minute: a `forward_backward` in flight on the embedded trainer takes seconds).
 ///
 /// # Errors
 /// Only a failing `accept` that is not transient.
-///
-/// # Cancel safety
-/// Dropping the future stops accepting; connections already accepted finish on their tasks.
-pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-    tokio::pin!(shutdown);
-    loop {
-        // `accept` is cancel-safe; the shutdown branch ends the loop.
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(s) => s,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::Interrupted)
-                    || e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            },
-            () = &mut shutdown => return Ok(()),
-        };
+pub(crate) async fn serve(listener: TcpListener, state: Arc<State>, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    let handler = move |req| {
         let state = state.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let state = state.clone();
-                async move { handle(&state, req).await }
-            });
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-        });
-    }
+        async move { handle(&state, req).await }
+    };
+    crate::http_server::serve(listener, handler, shutdown, Duration::from_secs(60)).await
 }
 
 /// An injected dropped connection: returning it from the service makes hyper close the
@@ -105,17 +89,22 @@ impl Reply {
     fn ok(v: Value) -> Self {
         Reply { status: StatusCode::OK, body: Body::Json(v), duplicate: None }
     }
+    /// Every protocol reply goes through here, from its `tinker::wire` type.
     fn json<T: serde::Serialize>(v: &T) -> Self {
         Self::ok(serde_json::to_value(v).expect("wire types serialise"))
     }
     fn error(status: StatusCode, detail: impl Into<String>) -> Self {
-        Reply { status, body: Body::Json(json!({"detail": detail.into()})), duplicate: None }
+        Reply { status, body: Body::Json(error_body(detail)), duplicate: None }
     }
     fn submitted(s: &Submitted, extra: wire::UntypedApiFuture) -> Self {
         let mut r = Self::json(&extra);
         r.duplicate = Some(matches!(s, Submitted::Duplicate { .. }));
         r
     }
+}
+
+fn error_body(detail: impl Into<String>) -> Value {
+    serde_json::to_value(wire::ErrorBody { detail: detail.into() }).expect("wire types serialise")
 }
 
 fn bad(detail: impl Into<String>) -> Reply {
@@ -171,7 +160,7 @@ async fn handle(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<F
                 (_, Ok(b)) => route(state, &parts.method, &path, &parts.headers, b).await,
             };
             match fault {
-                Fault::Status { code, after: true } => Some(Reply { status: StatusCode::from_u16(code).expect("5xx"), body: Body::Json(json!({"detail": "server error (injected fault)"})), duplicate: reply.duplicate }),
+                Fault::Status { code, after: true } => Some(Reply { status: StatusCode::from_u16(code).expect("5xx"), body: Body::Json(error_body("server error (injected fault)")), duplicate: reply.duplicate }),
                 Fault::Drop { after: true } => {
                     if let Some(d) = reply.duplicate {
                         line.insert("duplicate".into(), json!(d));
@@ -230,11 +219,11 @@ fn parse<T: DeserializeOwned>(b: &[u8], what: &str) -> Result<T, Reply> {
 
 async fn route(state: &Arc<State>, method: &Method, path: &str, headers: &HeaderMap, b: &[u8]) -> Reply {
     let r = match (method, path) {
-        (&Method::POST, p::CLIENT_CONFIG) => Ok(Reply::ok(json!({"pjwt_auth_enabled": false, "parallel_fwdbwd_chunks": false, "proto_compress_fwdbwd": false}))),
-        (&Method::POST, p::DYNAMIC_CONFIG) => Ok(Reply::ok(json!({"refresh_interval_sec": 300, "sample_cancel_enabled": false, "sample_cancel_max_batch_size": 64}))),
-        (&Method::GET, p::HEALTHZ) => Ok(Reply::ok(json!({"status": "ok"}))),
+        (&Method::POST, p::CLIENT_CONFIG) => Ok(Reply::json(&wire::ClientConfigResponse { parallel_fwdbwd_chunks: false, ..Default::default() })),
+        (&Method::POST, p::DYNAMIC_CONFIG) => Ok(Reply::json(&wire::DynamicConfigResponse { refresh_interval_sec: 300, sample_cancel_enabled: false, sample_cancel_max_batch_size: 64 })),
+        (&Method::GET, p::HEALTHZ) => Ok(Reply::json(&wire::StatusResponse { status: "ok".into() })),
         (&Method::GET, p::SERVER_CAPABILITIES) => Ok(capabilities(state)),
-        (&Method::POST, p::TELEMETRY) => Ok(Reply::ok(json!({"status": "accepted"}))),
+        (&Method::POST, p::TELEMETRY) => Ok(Reply::json(&wire::StatusResponse { status: "accepted".into() })),
         (&Method::POST, p::CREATE_SESSION) => create_session(state, b),
         (&Method::POST, p::SESSION_HEARTBEAT) => heartbeat(state, b),
         (&Method::POST, p::CREATE_MODEL) => create_model(state, b),
@@ -264,8 +253,8 @@ type Handled = Result<Reply, Reply>;
 type SampleReply = Vec<Vec<seam::SampledSequence>>;
 
 fn capabilities(state: &Arc<State>) -> Reply {
-    let models: Vec<Value> = state.registry.base.names.iter().map(|n| json!({"model_name": n, "trainable": true, "sampleable": true})).collect();
-    Reply::ok(json!({"supported_models": models}))
+    let supported_models = state.registry.base.names.iter().map(|n| wire::SupportedModel { model_name: n.clone(), trainable: true, sampleable: true }).collect();
+    Reply::json(&wire::ServerCapabilities { supported_models })
 }
 
 fn live_session(state: &Arc<State>, session_id: &str) -> Result<(), Reply> {
@@ -277,8 +266,10 @@ fn live_session(state: &Arc<State>, session_id: &str) -> Result<(), Reply> {
 }
 
 fn create_session(state: &Arc<State>, b: &[u8]) -> Handled {
-    let r: wire::CreateSessionRequest = parse(b, "create_session")?;
-    let session_id = state.sessions.create(r.user_metadata.unwrap_or_default());
+    let _: wire::CreateSessionRequest = parse(b, "create_session")?;
+    // The session's `user_metadata` is not kept: nothing of the protocol that rlx serves reads it
+    // back (`GET /sessions/{id}` is not served); a model's is (`GET /training_runs/{id}`).
+    let session_id = state.sessions.create();
     Ok(Reply::json(&wire::CreateSessionResponse { r#type: Default::default(), info_message: None, warning_message: None, error_message: None, session_id }))
 }
 
@@ -311,9 +302,9 @@ fn create_model(state: &Arc<State>, b: &[u8]) -> Handled {
     let s = state.futures.submit(RequestType::CreateModel, Some((model_id.clone(), 0)));
     let reply = Reply::submitted(&s, wire::UntypedApiFuture { request_id: s.request_id().to_string(), model_id: Some(model_id.clone()), sample_sequence_ids: None });
     if let Submitted::New { completion, .. } = s {
-        let meta = Meta { model_id: model_id.clone(), base_model: r.base_model, lora, seed };
+        let meta = Meta { model_id: model_id.clone(), base_model: r.base_model, lora, seed, user_metadata: r.user_metadata.unwrap_or_default() };
         let done = move |r: Result<(), String>| match r {
-            Ok(()) => completion.finish(Outcome::Json(json!({"model_id": model_id, "type": "create_model"}))),
+            Ok(()) => completion.finish(Outcome::json(&wire::CreateModelResponse { model_id, r#type: Default::default() })),
             Err(e) => completion.fail(ErrorCategory::Server, format!("cannot create the model: {e}")),
         };
         if state.registry.create(meta, Start::Fresh, done).is_none() {
@@ -400,6 +391,14 @@ fn forward_backward(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> Handle
     }
     let r = proto::ForwardBackwardRequest::decode(b).map_err(|e| bad(format!("invalid protobuf `ForwardBackwardRequest`: {e}")))?;
     let seq_id = u64::try_from(r.seq_id).map_err(|_| bad(format!("`seq_id` {} is negative", r.seq_id)))?;
+    if r.loss_fn == STABLE_REINFORCE {
+        // Refused when submitted rather than failed in its future (tinker-cookbook's async mode
+        // defaults to it, and a failure at `.result()` comes far from the call that chose it).
+        // The seq_id is spent on the client's side: a no-op takes its turn so the model's next
+        // requests do not wait for it.
+        model(state, &r.model_id)?.enqueue(seq_id, Box::new(|_| {}));
+        return Err(bad(STABLE_REINFORCE_REFUSAL));
+    }
     // Decode now, fail inside the future: the seq_id is spent either way.
     let input = r
         .data
@@ -429,7 +428,7 @@ fn optim_step(state: &Arc<State>, b: &[u8]) -> Handled {
     };
     submit_training(state, RequestType::OptimStep, &r.model_id, r.seq_id, move |t, completion| match adam {
         Err(e) => completion.fail(ErrorCategory::User, e),
-        Ok(a) => finish_with(completion, t.optim_step(a), |o| Outcome::Json(json!({"metrics": convert::optim_metrics(&o)}))),
+        Ok(a) => finish_with(completion, t.optim_step(a), |o| Outcome::json(&wire::OptimStepResponse { metrics: Some(convert::optim_metrics(&o)) })),
     })
 }
 
@@ -450,7 +449,7 @@ fn save_weights(state: &Arc<State>, b: &[u8]) -> Handled {
     let check = checkpoint_name(&name).and_then(|()| if dir.exists() && !r.overwrite { Err(format!("checkpoint `{path}` exists; pass `overwrite`")) } else { Ok(()) });
     submit_training(state, RequestType::SaveWeights, &r.model_id, r.seq_id, move |t, completion| match check {
         Err(e) => completion.fail(ErrorCategory::User, e),
-        Ok(()) => finish_with(completion, t.save_state(&format!("weights/{name}")), move |_| Outcome::Json(json!({"path": path.to_string(), "type": "save_weights"}))),
+        Ok(()) => finish_with(completion, t.save_state(&format!("weights/{name}")), move |_| Outcome::json(&wire::SaveWeightsResponse { path: path.to_string(), r#type: Some(Default::default()) })),
     })
 }
 
@@ -473,7 +472,7 @@ fn save_weights_for_sampler(state: &Arc<State>, b: &[u8]) -> Handled {
                         match r {
                             Ok(s) => {
                                 st.registry.remember_sampler(&path, s).await;
-                                completion.finish(Outcome::Json(json!({"path": path.to_string(), "type": "save_weights_for_sampler"})));
+                                completion.finish(Outcome::json(&wire::SaveWeightsForSamplerResponse { path: Some(path.to_string()), sampling_session_id: None, r#type: Some(Default::default()) }));
                             }
                             Err(e) => completion.fail(category(&e), e.to_string()),
                         }
@@ -492,7 +491,7 @@ fn save_weights_for_sampler(state: &Arc<State>, b: &[u8]) -> Handled {
                 Err(e) => completion.fail(ErrorCategory::User, e),
                 Ok(sid) => finish_with(completion, t.sampler(), move |s| {
                     st.sessions.add_sampler(&sid, SamplingSession { sampler: s, base_model, model_path: None });
-                    Outcome::Json(json!({"sampling_session_id": sid, "type": "save_weights_for_sampler"}))
+                    Outcome::json(&wire::SaveWeightsForSamplerResponse { path: None, sampling_session_id: Some(sid), r#type: Some(Default::default()) })
                 }),
             })
         }
@@ -514,10 +513,12 @@ fn load_weights(state: &Arc<State>, b: &[u8]) -> Handled {
             let reply = Reply::submitted(&s, wire::UntypedApiFuture { request_id: s.request_id().to_string(), model_id: Some(model_id.clone()), sample_sequence_ids: None });
             if let Submitted::New { completion, .. } = s {
                 let dir = state.registry.checkpoint_dir(&path);
-                let new = Meta { model_id: model_id.clone(), base_model: r.base_model.clone().unwrap_or(meta.base_model), lora: meta.lora, seed: meta.seed };
+                // Metadata the client sends now, else what the checkpoint's model was created with.
+                let user_metadata = r.user_metadata.clone().unwrap_or(meta.user_metadata);
+                let new = Meta { model_id: model_id.clone(), base_model: r.base_model.clone().unwrap_or(meta.base_model), lora: meta.lora, seed: meta.seed, user_metadata };
                 let shown = path.to_string();
                 let done = move |res: Result<(), String>| match res {
-                    Ok(()) => completion.finish(Outcome::Json(json!({"path": shown, "model_id": model_id, "type": "load_weights"}))),
+                    Ok(()) => completion.finish(Outcome::json(&loaded(shown, model_id))),
                     Err(e) => completion.fail(ErrorCategory::User, format!("cannot load `{shown}`: {e}")),
                 };
                 let _ = state.registry.create(new, Start::From(dir), done);
@@ -531,7 +532,7 @@ fn load_weights(state: &Arc<State>, b: &[u8]) -> Handled {
             let shown = path.to_string();
             submit_training(state, RequestType::LoadWeights, &model_id.clone(), r.seq_id, move |t, completion| match exists {
                 Err(e) => completion.fail(ErrorCategory::User, e),
-                Ok(_) => finish_with(completion, t.load_state(&seam::StateRef::local(&dir)), move |()| Outcome::Json(json!({"path": shown, "model_id": model_id, "type": "load_weights"}))),
+                Ok(_) => finish_with(completion, t.load_state(&seam::StateRef::local(&dir)), move |()| Outcome::json(&loaded(shown, model_id))),
             })
         }
         _ => Err(bad("`load_weights` needs `session_id` + `model_seq_id` (create from state) or `model_id` + `seq_id`")),
@@ -635,18 +636,12 @@ async fn retrieve_future(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> H
         Outcome::Json(v) => Reply::ok(v.clone()),
         Outcome::Failed { error, category } => Reply::json(&wire::RequestFailedResponse { error: error.clone(), category: *category }),
         Outcome::ForwardBackward(o) if proto => Reply { status: StatusCode::OK, body: Body::Proto(convert::forward_backward_output_to_proto(o).encode_to_vec()), duplicate: None },
-        Outcome::ForwardBackward(o) => Reply::ok(json!({
-            "loss_fn_output_type": "ArrayRecord",
-            "loss_fn_outputs": o.outputs.iter().map(|d| json!({"logprobs": {"data": d.logprobs, "dtype": "float32", "shape": [d.logprobs.len()]}})).collect::<Vec<_>>(),
-            "metrics": {convert::LOSS_SUM: o.loss},
-        })),
+        Outcome::ForwardBackward(o) => Reply::json(&forward_backward_json(o)),
         Outcome::Sample { sequences, prompt_logprobs } if proto => {
             Reply { status: StatusCode::OK, body: Body::Proto(convert::sample_response_to_proto(sequences, prompt_logprobs.as_deref()).encode_to_vec()), duplicate: None }
         }
         Outcome::Sample { sequences, prompt_logprobs } => {
-            // JSON has no NaN: unscored positions are `null`, as in the legacy shape.
-            let lp = prompt_logprobs.as_ref().map(|v| v.iter().map(|x| if x.is_nan() { Value::Null } else { json!(x) }).collect::<Vec<_>>());
-            Reply::ok(json!({"type": "sample", "sequences": sequences, "prompt_logprobs": lp}))
+            Reply::json(&sample_json(sequences, prompt_logprobs.as_deref()))
         }
     })
 }
@@ -655,10 +650,15 @@ fn weights_info(state: &Arc<State>, b: &[u8]) -> Handled {
     let r: wire::WeightsInfoRequest = parse(b, "weights_info")?;
     let path = TinkerPath::parse(&r.tinker_path).map_err(|e| bad(e.to_string()))?;
     let meta = state.registry.meta_of(&path).map_err(not_found)?;
-    Ok(Reply::ok(json!({
-        "base_model": meta.base_model, "optimizer_config": {"type": "adamw"}, "is_lora": true, "lora_rank": meta.lora.rank,
-        "train_unembed": false, "train_mlp": meta.lora.targets.iter().any(|t| t == "up_proj"), "train_attn": meta.lora.targets.iter().any(|t| t == "q_proj"),
-    })))
+    Ok(Reply::json(&wire::WeightsInfoResponse {
+        base_model: meta.base_model,
+        optimizer_config: wire::OptimizerConfig::default(),
+        is_lora: true,
+        lora_rank: Some(meta.lora.rank as u32),
+        train_unembed: false,
+        train_mlp: meta.lora.targets.iter().any(|t| t == "up_proj"),
+        train_attn: meta.lora.targets.iter().any(|t| t == "q_proj"),
+    }))
 }
 
 fn training_run(state: &Arc<State>, rest: &str) -> Handled {
@@ -694,7 +694,7 @@ fn training_run(state: &Arc<State>, rest: &str) -> Handled {
     };
     let (states, samplers) = (list(tinker::CheckpointKind::State), list(tinker::CheckpointKind::Sampler));
     if checkpoints {
-        return Ok(Reply::ok(json!({"checkpoints": states.iter().chain(&samplers).collect::<Vec<_>>(), "cursor": null})));
+        return Ok(Reply::json(&wire::CheckpointsListResponse { checkpoints: states.into_iter().chain(samplers).collect(), cursor: None }));
     }
     Ok(Reply::json(&wire::TrainingRun {
         training_run_id: id.to_string(),
@@ -706,5 +706,34 @@ fn training_run(state: &Arc<State>, rest: &str) -> Handled {
         last_request_time: super::record::now(),
         last_checkpoint: states.last().cloned(),
         last_sampler_checkpoint: samplers.last().cloned(),
+        user_metadata: m.meta.user_metadata.clone(),
     }))
+}
+
+fn loaded(path: String, model_id: String) -> wire::LoadWeightsResponse {
+    wire::LoadWeightsResponse { path: Some(path), model_id: Some(model_id), r#type: Some(Default::default()) }
+}
+
+/// The legacy JSON shape of a forward/backward result.
+fn forward_backward_json(o: &seam::ForwardBackwardOutput) -> wire::ForwardBackwardOutput {
+    let logprobs = |d: &seam::DatumOutput| wire::TensorData { data: d.logprobs.iter().map(|&x| f64::from(x)).collect(), dtype: "float32".into(), shape: Some(vec![d.logprobs.len() as i64]) };
+    wire::ForwardBackwardOutput {
+        loss_fn_output_type: "ArrayRecord".into(),
+        loss_fn_outputs: o.outputs.iter().map(|d| std::collections::BTreeMap::from([("logprobs".to_string(), logprobs(d))])).collect(),
+        metrics: std::collections::BTreeMap::from([(convert::LOSS_SUM.to_string(), o.loss)]),
+    }
+}
+
+/// The JSON shape of a sample result.
+fn sample_json(sequences: &[seam::SampledSequence], prompt_logprobs: Option<&[f32]>) -> wire::SampleResponse {
+    let stop_reason = |r: seam::StopReason| match r {
+        seam::StopReason::Stop => "stop",
+        seam::StopReason::Length => "length",
+    };
+    wire::SampleResponse {
+        r#type: Default::default(),
+        sequences: sequences.iter().map(|q| wire::SampledSequence { stop_reason: stop_reason(q.stop_reason).into(), tokens: q.tokens.clone(), logprobs: q.logprobs.clone() }).collect(),
+        // JSON has no NaN: unscored positions are `null`, as in the legacy shape.
+        prompt_logprobs: prompt_logprobs.map(|v| v.iter().map(|x| (!x.is_nan()).then_some(*x)).collect()),
+    }
 }

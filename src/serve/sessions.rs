@@ -15,18 +15,16 @@ use crate::tinker::wire::FinishStatus;
 
 /// One client session.
 #[derive(Debug, Clone)]
-pub struct Session {
+pub(crate) struct Session {
     /// When the last request or heartbeat named it.
     pub last_seen: SystemTime,
     /// The first finish reason, once finished.
     pub finished: Option<FinishStatus>,
-    /// `user_metadata` of `create_session`.
-    pub user_metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A sampler over fixed weights.
 #[derive(Clone)]
-pub struct SamplingSession {
+pub(crate) struct SamplingSession {
     /// The sampler.
     pub sampler: Arc<dyn Sampler>,
     /// The base model's name.
@@ -44,7 +42,7 @@ struct Inner {
 
 /// Why a session cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// Never created here.
     #[error("unknown session `{0}` (sessions do not survive a restart of `rlx serve`)")]
     Unknown(String),
@@ -54,7 +52,7 @@ pub enum Error {
 }
 
 /// All sessions of the server.
-pub struct Sessions {
+pub(crate) struct Sessions {
     prefix: String,
     /// Never held across an `.await`.
     inner: Mutex<Inner>,
@@ -63,7 +61,7 @@ pub struct Sessions {
 impl Sessions {
     /// No sessions; ids start with `prefix` (unique per server start, so checkpoints of an
     /// earlier instance are never overwritten by a new session's models).
-    pub fn new(prefix: &str) -> Self {
+    pub(crate) fn new(prefix: &str) -> Self {
         Sessions { prefix: prefix.to_string(), inner: Mutex::new(Inner::default()) }
     }
 
@@ -72,11 +70,11 @@ impl Sessions {
     }
 
     /// Opens a session.
-    pub fn create(&self, user_metadata: serde_json::Map<String, serde_json::Value>) -> String {
+    pub(crate) fn create(&self) -> String {
         let mut inner = self.lock();
         inner.next += 1;
         let id = format!("{}-{}", self.prefix, inner.next);
-        inner.sessions.insert(id.clone(), Session { last_seen: SystemTime::now(), finished: None, user_metadata });
+        inner.sessions.insert(id.clone(), Session { last_seen: SystemTime::now(), finished: None });
         id
     }
 
@@ -84,7 +82,7 @@ impl Sessions {
     ///
     /// # Errors
     /// An unknown or finished session.
-    pub fn touch(&self, id: &str) -> Result<(), Error> {
+    pub(crate) fn touch(&self, id: &str) -> Result<(), Error> {
         let mut inner = self.lock();
         let s = inner.sessions.get_mut(id).ok_or_else(|| Error::Unknown(id.to_string()))?;
         if s.finished.is_some() {
@@ -98,30 +96,25 @@ impl Sessions {
     ///
     /// # Errors
     /// An unknown session.
-    pub fn finish(&self, id: &str, status: FinishStatus) -> Result<(), Error> {
+    pub(crate) fn finish(&self, id: &str, status: FinishStatus) -> Result<(), Error> {
         let mut inner = self.lock();
         let s = inner.sessions.get_mut(id).ok_or_else(|| Error::Unknown(id.to_string()))?;
         s.finished.get_or_insert(status);
         Ok(())
     }
 
-    /// A session's state.
-    pub fn get(&self, id: &str) -> Option<Session> {
-        self.lock().sessions.get(id).cloned()
-    }
-
     /// Registers a sampling session under `id`, unless one exists (then that one is kept).
-    pub fn add_sampler(&self, id: &str, s: SamplingSession) {
+    pub(crate) fn add_sampler(&self, id: &str, s: SamplingSession) {
         self.lock().samplers.entry(id.to_string()).or_insert(s);
     }
 
     /// A sampling session.
-    pub fn sampler(&self, id: &str) -> Option<SamplingSession> {
+    pub(crate) fn sampler(&self, id: &str) -> Option<SamplingSession> {
         self.lock().samplers.get(id).cloned()
     }
 
     /// Whether a sampling session exists.
-    pub fn has_sampler(&self, id: &str) -> bool {
+    pub(crate) fn has_sampler(&self, id: &str) -> bool {
         self.lock().samplers.contains_key(id)
     }
 }
@@ -130,16 +123,22 @@ impl Sessions {
 mod tests {
     use super::*;
 
+    impl Sessions {
+        fn get(&self, id: &str) -> Option<Session> {
+            self.lock().sessions.get(id).cloned()
+        }
+    }
+
     #[test]
     fn finish_is_first_wins_and_blocks_further_use() {
         let s = Sessions::new("x");
-        let id = s.create(Default::default());
+        let id = s.create();
         assert!(s.touch(&id).is_ok());
         s.finish(&id, FinishStatus::Success).unwrap();
         s.finish(&id, FinishStatus::Errored).unwrap();
         assert_eq!(s.get(&id).unwrap().finished, Some(FinishStatus::Success));
         assert_eq!(s.touch(&id), Err(Error::Finished(id.clone())));
         assert!(matches!(s.touch("x-99"), Err(Error::Unknown(_))));
-        assert_ne!(s.create(Default::default()), id);
+        assert_ne!(s.create(), id);
     }
 }

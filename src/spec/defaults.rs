@@ -13,6 +13,13 @@ pub const OPENAI_TIMEOUT_S: f64 = 300.0;
 /// `backend.max_retries` (openai).
 pub const OPENAI_MAX_RETRIES: u32 = 4;
 
+/// `reward.function`: the Python function a `python` reward calls.
+pub const REWARD_FUNCTION: &str = "reward";
+/// `reward.call_timeout_s`: seconds per call of the Python reward function.
+pub const REWARD_CALL_TIMEOUT_S: f64 = 10.0;
+/// `reward.max_failures`: failed Python reward calls a run tolerates before it stops.
+pub const REWARD_MAX_FAILURES: u32 = 3;
+
 /// `eval.samples`: the largest k of `eval.k` (pass@k needs at least k samples), 1 without k.
 pub fn eval_samples(samples: Option<u32>, k: &[u32]) -> u32 {
     samples.unwrap_or_else(|| k.iter().copied().max().unwrap_or(1))
@@ -50,6 +57,9 @@ mod tests {
             ("concurrency", OPENAI_CONCURRENCY.to_string()),
             ("timeout_s", format!("{OPENAI_TIMEOUT_S}")),
             ("max_retries", OPENAI_MAX_RETRIES.to_string()),
+            ("function", REWARD_FUNCTION.to_string()),
+            ("call_timeout_s", format!("{REWARD_CALL_TIMEOUT_S}")),
+            ("max_failures", REWARD_MAX_FAILURES.to_string()),
         ] {
             let ds = description(&schema, key);
             assert!(ds.iter().any(|d| d.contains(&format!("Default `{value}`"))), "`{key}`: no description says Default `{value}`: {ds:?}");

@@ -85,7 +85,7 @@ impl fmt::Display for Diagnostics {
 }
 
 /// The closest candidate to `name` among `candidates`, if one is close enough to be a typo.
-pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let mut best: Option<(&str, f64)> = None;
     for c in candidates {
         let score = strsim::jaro_winkler(&name.to_lowercase(), &c.to_lowercase());

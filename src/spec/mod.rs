@@ -11,7 +11,7 @@
 //! What the spec means (checks across fields, defaults applied, run ids) is `crate::plan`'s.
 
 pub mod defaults;
-pub mod diagnostic;
+pub(crate) mod diagnostic;
 pub mod node;
 pub mod overrides;
 pub mod sample;

@@ -818,6 +818,24 @@ pub struct Reward {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_tests: Option<u32>,
+    /// The Python file of a `python` reward (or of the `python` terms of a `weighted` one),
+    /// relative to the spec. It runs in the sandbox, isolated like submissions; see
+    /// docs/rewards.md for the function's arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The function in `path` that scores a completion. Default `reward`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// Time limit per call of the Python function, seconds. Default `10`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub call_timeout_s: Option<f64>,
+    /// Failed calls of the Python function (it raised, hung past `call_timeout_s`, or returned
+    /// something other than a number or a dict of numbers) that a run tolerates: each is
+    /// counted and its group dropped, never scored; the next one stops the run with its
+    /// traceback. Default `3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failures: Option<u32>,
 }
 
 fn default_format_coef() -> f64 {
@@ -835,6 +853,10 @@ impl Default for Reward {
             terms: vec![],
             test_timeout_s: default_test_timeout(),
             max_tests: None,
+            path: None,
+            function: None,
+            call_timeout_s: None,
+            max_failures: None,
         }
     }
 }
@@ -850,6 +872,9 @@ pub enum RewardKind {
     TestsFraction,
     /// Σ weight × term over `terms`.
     Weighted,
+    /// The Python function `function` in `path`: a number, or the sum of a dict of named
+    /// components (each logged as `reward/<name>`).
+    Python,
 }
 
 /// One term of a weighted reward.
@@ -860,6 +885,10 @@ pub struct RewardTerm {
     pub kind: RewardTermKind,
     /// Its weight.
     pub weight: f64,
+    /// For a `python` term: the component of the function's dict to weigh. Default: the
+    /// function's whole value (the number it returns, or the sum of its components).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
 }
 
 /// Terms a weighted reward can combine.
@@ -872,6 +901,8 @@ pub enum RewardTermKind {
     TestsFraction,
     /// 0 with a code block, −1 without.
     Format,
+    /// The Python reward function of `reward.path` (or one `component` of it).
+    Python,
 }
 
 /// Where model-written code runs.

@@ -10,16 +10,16 @@
 //! - [`scheduler`]: the calls to `sbatch`, `squeue` and `sacct`, and what their output means.
 //! - [`status`]: each member's state from its run directory and from the scheduler.
 
-pub mod scheduler;
-pub mod script;
-pub mod status;
+pub(crate) mod scheduler;
+pub(crate) mod script;
+pub(crate) mod status;
 
 /// The default of `sweep.slurm.stop_before_s`: seconds of warning before the time limit.
-pub const DEFAULT_STOP_BEFORE_S: u32 = 300;
+pub(crate) const DEFAULT_STOP_BEFORE_S: u32 = 300;
 
 /// A sweep's Slurm settings, the spec's `sweep.slurm` with `rlx sweep`'s flags applied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Options {
+pub(crate) struct Options {
     /// `--partition`.
     pub partition: Option<String>,
     /// `--time`.

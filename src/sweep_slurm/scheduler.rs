@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 
 /// Why a Slurm command gave no answer.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The command is not installed here (not a Slurm login node).
     #[error("`{program}` is not on PATH (is this a Slurm login node?)")]
     NotFound {
@@ -47,7 +47,7 @@ pub enum Error {
 impl Error {
     /// Whether the user can fix it (install Slurm, log in to the cluster, fix an option that
     /// sbatch refused), as opposed to a broken installation.
-    pub fn is_user_error(&self) -> bool {
+    pub(crate) fn is_user_error(&self) -> bool {
         matches!(self, Error::NotFound { .. } | Error::Failed { .. })
     }
 }
@@ -65,17 +65,12 @@ fn failed(program: &'static str, out: &Output) -> Error {
     Error::Failed { program, message }
 }
 
-/// Whether `program` can be run here (its `--version` answers).
-pub fn available(program: &'static str) -> bool {
-    run(program, &["--version"]).is_ok_and(|o| o.status.success())
-}
-
 /// Submits a batch script; the job id.
 ///
 /// # Errors
 /// [`Error::NotFound`] without `sbatch`; [`Error::Failed`] with sbatch's message when it refuses
 /// the job (an unknown partition, a time limit above the partition's).
-pub fn submit(script: &Path) -> Result<String, Error> {
+pub(crate) fn submit(script: &Path) -> Result<String, Error> {
     let path = script.display().to_string();
     let out = run("sbatch", &["--parsable", &path])?;
     if !out.status.success() {
@@ -86,14 +81,14 @@ pub fn submit(script: &Path) -> Result<String, Error> {
 }
 
 /// The job id in `sbatch --parsable`'s answer (`12` or `12;cluster`).
-pub fn parse_sbatch(text: &str) -> Option<String> {
+pub(crate) fn parse_sbatch(text: &str) -> Option<String> {
     let id = text.trim().lines().last()?.split(';').next()?.trim();
     (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then(|| id.to_string())
 }
 
 /// A task as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskState {
+pub(crate) struct TaskState {
     /// Slurm's state: `PENDING`, `RUNNING`, `COMPLETED`, `FAILED`, `CANCELLED`, `TIMEOUT`, ...
     pub state: String,
     /// `squeue`'s reason for a pending task (`Priority`, `BeginTime`), or `sacct`'s exit code
@@ -106,7 +101,7 @@ pub struct TaskState {
 ///
 /// # Errors
 /// [`Error::NotFound`] without `squeue`; [`Error::Failed`] when it fails otherwise.
-pub fn queue(jobs: &[String]) -> Result<BTreeMap<String, TaskState>, Error> {
+pub(crate) fn queue(jobs: &[String]) -> Result<BTreeMap<String, TaskState>, Error> {
     if jobs.is_empty() {
         return Ok(BTreeMap::new());
     }
@@ -123,7 +118,7 @@ pub fn queue(jobs: &[String]) -> Result<BTreeMap<String, TaskState>, Error> {
 }
 
 /// `squeue --format %i|%T|%r` lines.
-pub fn parse_squeue(text: &str) -> BTreeMap<String, TaskState> {
+pub(crate) fn parse_squeue(text: &str) -> BTreeMap<String, TaskState> {
     let mut out = BTreeMap::new();
     for l in text.lines() {
         let f: Vec<&str> = l.trim().split('|').collect();
@@ -144,7 +139,7 @@ pub fn parse_squeue(text: &str) -> BTreeMap<String, TaskState> {
 /// # Errors
 /// [`Error::NotFound`] without `sacct`; [`Error::Failed`] when the cluster keeps no accounting
 /// (`Slurm accounting storage is disabled`) or it fails otherwise.
-pub fn accounting(jobs: &[String]) -> Result<BTreeMap<String, TaskState>, Error> {
+pub(crate) fn accounting(jobs: &[String]) -> Result<BTreeMap<String, TaskState>, Error> {
     if jobs.is_empty() {
         return Ok(BTreeMap::new());
     }
@@ -160,7 +155,7 @@ pub fn accounting(jobs: &[String]) -> Result<BTreeMap<String, TaskState>, Error>
 
 /// `sacct --parsable2 --format JobID,State,ExitCode` lines. A task requeued since keeps its
 /// last line.
-pub fn parse_sacct(text: &str) -> BTreeMap<String, TaskState> {
+pub(crate) fn parse_sacct(text: &str) -> BTreeMap<String, TaskState> {
     let mut out = BTreeMap::new();
     for l in text.lines() {
         let f: Vec<&str> = l.trim().split('|').collect();
@@ -177,7 +172,7 @@ pub fn parse_sacct(text: &str) -> BTreeMap<String, TaskState> {
 }
 
 /// `12_3` → `[12_3]`; a pending array's `12_[0-2,5%2]` → `[12_0, 12_1, 12_2, 12_5]`; `12` → `[12]`.
-pub fn expand_task_ids(id: &str) -> Vec<String> {
+pub(crate) fn expand_task_ids(id: &str) -> Vec<String> {
     let id = id.trim();
     let Some((job, rest)) = id.split_once('_') else { return vec![id.to_string()] };
     let Some(inner) = rest.strip_prefix('[').and_then(|r| r.strip_suffix(']')) else { return vec![id.to_string()] };

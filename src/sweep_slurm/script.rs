@@ -28,7 +28,7 @@ use super::Options;
 
 /// One array task: a member of the sweep.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Task {
+pub(crate) struct Task {
     /// The member's index in the sweep, and so its array index.
     pub index: usize,
     /// Its run id (for the task's log lines).
@@ -39,7 +39,7 @@ pub struct Task {
 
 /// What the script is made from.
 #[derive(Debug, Clone)]
-pub struct Script<'a> {
+pub(crate) struct Script<'a> {
     /// The sweep id: the job name.
     pub sweep_id: &'a str,
     /// The sweep directory, absolute: the tasks' output files go there.
@@ -55,7 +55,7 @@ pub struct Script<'a> {
 
 /// Slurm's `--array` value for `indices` (sorted, distinct): runs of consecutive indices as
 /// `a-b`, then `%K` when at most `max_parallel` tasks may run at once.
-pub fn array_spec(indices: &[usize], max_parallel: Option<u32>) -> String {
+pub(crate) fn array_spec(indices: &[usize], max_parallel: Option<u32>) -> String {
     let mut parts: Vec<String> = vec![];
     let mut i = 0;
     while i < indices.len() {
@@ -74,7 +74,7 @@ pub fn array_spec(indices: &[usize], max_parallel: Option<u32>) -> String {
 }
 
 /// `s` as one shell word: unchanged when it holds only safe characters, single-quoted otherwise.
-pub fn sh_quote(s: &str) -> String {
+pub(crate) fn sh_quote(s: &str) -> String {
     let safe = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"@%+=:,./_-".contains(&b));
     if safe { s.to_string() } else { format!("'{}'", s.replace('\'', r"'\''")) }
 }
@@ -86,7 +86,7 @@ fn sbatch_value(s: &str) -> String {
 }
 
 /// The batch script.
-pub fn render(s: &Script<'_>) -> String {
+pub(crate) fn render(s: &Script<'_>) -> String {
     let o = s.options;
     let mut out = String::new();
     let mut line = |l: String| {

@@ -11,7 +11,7 @@ use crate::runlog::{RunDir, State};
 
 /// One member's line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberStatus {
+pub(crate) struct MemberStatus {
     /// Its index (and array index under Slurm).
     pub index: usize,
     /// Its run id.
@@ -30,7 +30,7 @@ pub struct MemberStatus {
 
 /// What the scheduler said about a sweep's jobs, and why it said nothing where it did not.
 #[derive(Debug, Clone, Default)]
-pub struct SchedulerView {
+pub(crate) struct SchedulerView {
     /// `squeue`'s tasks, or why there are none (not installed, failed).
     pub queue: Option<Result<BTreeMap<String, TaskState>, String>>,
     /// `sacct`'s tasks, or why there are none (accounting disabled, not installed).
@@ -39,7 +39,7 @@ pub struct SchedulerView {
 
 impl SchedulerView {
     /// Asks `squeue` and `sacct` about the sweep's jobs (nothing when it has none).
-    pub fn query(record: &SweepRecord) -> SchedulerView {
+    pub(crate) fn query(record: &SweepRecord) -> SchedulerView {
         let jobs: Vec<String> = record.slurm_jobs.iter().map(|j| j.job_id.clone()).collect();
         if jobs.is_empty() {
             return SchedulerView::default();
@@ -55,25 +55,12 @@ impl SchedulerView {
         let from = |m: &Option<Result<BTreeMap<String, TaskState>, String>>| m.as_ref().and_then(|r| r.as_ref().ok()).and_then(|m| m.get(id).cloned());
         from(&self.queue).or_else(|| from(&self.accounting))
     }
-
-    /// The task ids of members that are pending or running now.
-    pub fn active(&self) -> Vec<String> {
-        match &self.queue {
-            Some(Ok(q)) => q.iter().filter(|(_, t)| !is_ended(&t.state)).map(|(id, _)| id.clone()).collect(),
-            _ => vec![],
-        }
-    }
-}
-
-/// Whether a Slurm state is final.
-fn is_ended(state: &str) -> bool {
-    !matches!(state, "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "REQUEUED" | "RESIZING" | "SUSPENDED" | "REQUEUE_HOLD" | "REQUEUE_FED" | "STOPPED" | "SIGNALING" | "STAGE_OUT")
 }
 
 /// Where member `dir` (as recorded: relative to the directory `rlx sweep` ran in) is, seen from
 /// here: as recorded when that exists, else beside the sweep directory's `sweeps/` (the layout
 /// `rlx sweep` writes), so the status reads from anywhere.
-pub fn member_dir(sweep_dir: &Path, recorded: &Path) -> PathBuf {
+pub(crate) fn member_dir(sweep_dir: &Path, recorded: &Path) -> PathBuf {
     if recorded.is_absolute() || recorded.exists() {
         return recorded.to_path_buf();
     }
@@ -92,7 +79,7 @@ pub fn member_dir(sweep_dir: &Path, recorded: &Path) -> PathBuf {
 }
 
 /// Each member's status, in member order.
-pub fn members(sweep_dir: &Path, record: &SweepRecord, view: &SchedulerView) -> Vec<MemberStatus> {
+pub(crate) fn members(sweep_dir: &Path, record: &SweepRecord, view: &SchedulerView) -> Vec<MemberStatus> {
     record
         .members
         .iter()
@@ -128,10 +115,8 @@ mod tests {
         assert_eq!(v.task("12_0").unwrap().state, "RUNNING");
         assert_eq!(v.task("12_1").unwrap().state, "COMPLETED");
         assert_eq!(v.task("12_9"), None);
-        assert_eq!(v.active(), vec!["12_0".to_string()]);
         let none = SchedulerView { queue: Some(Err("`squeue` is not on PATH".into())), accounting: None };
         assert_eq!(none.task("12_0"), None);
-        assert!(none.active().is_empty());
     }
 
     #[test]

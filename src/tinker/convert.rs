@@ -15,7 +15,7 @@ use crate::seam::{Datum, DatumOutput, LossFn, LossFnInputs, SampledSequence, Sto
 
 /// A wire value rlx cannot use, with where it is.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// A datum's encoding or inputs are unusable.
     #[error("datum {index}: {reason}")]
     Datum {
@@ -45,17 +45,17 @@ fn field(field: impl Into<String>, reason: impl Into<String>) -> Error {
 // Little-endian arrays
 
 /// Token ids as `i32` LE bytes.
-pub fn i32_bytes(tokens: &[u32]) -> Vec<u8> {
+pub(crate) fn i32_bytes(tokens: &[u32]) -> Vec<u8> {
     tokens.iter().flat_map(|&t| (t as i32).to_le_bytes()).collect()
 }
 
 /// `f32` LE bytes.
-pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+pub(crate) fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// `i64` LE bytes.
-pub fn i64_bytes(v: &[i64]) -> Vec<u8> {
+pub(crate) fn i64_bytes(v: &[i64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
@@ -70,7 +70,7 @@ fn chunks<const N: usize>(bytes: &[u8], what: &str) -> Result<impl Iterator<Item
 ///
 /// # Errors
 /// A length that is not a multiple of 4, or a negative id.
-pub fn tokens_from_i32_bytes(bytes: &[u8], what: &str) -> Result<Vec<u32>, String> {
+pub(crate) fn tokens_from_i32_bytes(bytes: &[u8], what: &str) -> Result<Vec<u32>, String> {
     chunks::<4>(bytes, what)?
         .map(i32::from_le_bytes)
         .map(|t| u32::try_from(t).map_err(|_| format!("{what} contains the negative token id {t}")))
@@ -81,7 +81,7 @@ pub fn tokens_from_i32_bytes(bytes: &[u8], what: &str) -> Result<Vec<u32>, Strin
 ///
 /// # Errors
 /// A length that is not a multiple of 4.
-pub fn f32_from_bytes(bytes: &[u8], what: &str) -> Result<Vec<f32>, String> {
+pub(crate) fn f32_from_bytes(bytes: &[u8], what: &str) -> Result<Vec<f32>, String> {
     Ok(chunks::<4>(bytes, what)?.map(f32::from_le_bytes).collect())
 }
 
@@ -89,7 +89,7 @@ pub fn f32_from_bytes(bytes: &[u8], what: &str) -> Result<Vec<f32>, String> {
 ///
 /// # Errors
 /// A length that is not a multiple of 8.
-pub fn i64_from_bytes(bytes: &[u8], what: &str) -> Result<Vec<i64>, String> {
+pub(crate) fn i64_from_bytes(bytes: &[u8], what: &str) -> Result<Vec<i64>, String> {
     Ok(chunks::<8>(bytes, what)?.map(i64::from_le_bytes).collect())
 }
 
@@ -116,7 +116,7 @@ fn check_1d(t: &proto::Tensor, name: &str, len: usize) -> Result<(), String> {
 ///
 /// # Errors
 /// Another dtype, sparse storage, a shape that does not match.
-pub fn tensor_f32(t: &proto::Tensor, name: &str) -> Result<Vec<f32>, String> {
+pub(crate) fn tensor_f32(t: &proto::Tensor, name: &str) -> Result<Vec<f32>, String> {
     let bytes = dense(t, name)?;
     let v = match DType::try_from(t.dtype) {
         Ok(DType::Float32) => f32_from_bytes(bytes, name)?,
@@ -131,7 +131,7 @@ pub fn tensor_f32(t: &proto::Tensor, name: &str) -> Result<Vec<f32>, String> {
 ///
 /// # Errors
 /// Another dtype, sparse storage, a shape that does not match, a negative or too-large id.
-pub fn tensor_tokens(t: &proto::Tensor, name: &str) -> Result<Vec<u32>, String> {
+pub(crate) fn tensor_tokens(t: &proto::Tensor, name: &str) -> Result<Vec<u32>, String> {
     let bytes = dense(t, name)?;
     let wide = match DType::try_from(t.dtype) {
         Ok(DType::Int64) => i64_from_bytes(bytes, name)?,
@@ -143,25 +143,25 @@ pub fn tensor_tokens(t: &proto::Tensor, name: &str) -> Result<Vec<u32>, String> 
 }
 
 /// A dense 1-D FLOAT32 tensor.
-pub fn f32_tensor(v: &[f32]) -> proto::Tensor {
+pub(crate) fn f32_tensor(v: &[f32]) -> proto::Tensor {
     proto::Tensor { encoding: Some(proto::tensor::Encoding::Dense(f32_bytes(v))), dtype: DType::Float32 as i32, shape: vec![v.len() as i64] }
 }
 
 /// A dense 1-D INT64 tensor of token ids.
-pub fn tokens_tensor(v: &[u32]) -> proto::Tensor {
+pub(crate) fn tokens_tensor(v: &[u32]) -> proto::Tensor {
     let wide: Vec<i64> = v.iter().map(|&t| i64::from(t)).collect();
     proto::Tensor { encoding: Some(proto::tensor::Encoding::Dense(i64_bytes(&wide))), dtype: DType::Int64 as i32, shape: vec![v.len() as i64] }
 }
 
 /// The `loss_fn_inputs` names rlx's backends use; any other name is refused rather than ignored
 /// (a silently dropped `mask` would change the objective).
-pub const INPUT_NAMES: [&str; 4] = ["target_tokens", "weights", "logprobs", "advantages"];
+pub(crate) const INPUT_NAMES: [&str; 4] = ["target_tokens", "weights", "logprobs", "advantages"];
 
 /// A protobuf datum as rlx's [`Datum`] (`index` is for errors).
 ///
 /// # Errors
 /// A non-text chunk, bytes of the wrong length, an unknown or malformed input.
-pub fn datum_from_proto(d: &proto::Datum, index: usize) -> Result<Datum, Error> {
+pub(crate) fn datum_from_proto(d: &proto::Datum, index: usize) -> Result<Datum, Error> {
     let bad = |reason: String| Error::Datum { index, reason };
     let mut model_input = Vec::new();
     for (i, c) in d.model_input.iter().enumerate() {
@@ -187,7 +187,7 @@ pub fn datum_from_proto(d: &proto::Datum, index: usize) -> Result<Datum, Error> 
 
 /// rlx's [`Datum`] as the protobuf the SDK would send (one text chunk; INT64 targets, FLOAT32
 /// for the rest).
-pub fn datum_to_proto(d: &Datum) -> proto::Datum {
+pub(crate) fn datum_to_proto(d: &Datum) -> proto::Datum {
     let text = proto::EncodedTextChunk { tokens: i32_bytes(&d.model_input) };
     let mut inputs = BTreeMap::new();
     let i = &d.loss_fn_inputs;
@@ -213,7 +213,7 @@ pub fn datum_to_proto(d: &Datum) -> proto::Datum {
 ///
 /// # Errors
 /// An unknown loss or key, a text value (no rlx loss takes one), an out-of-range value.
-pub fn loss_from_proto(r: &proto::ForwardBackwardRequest) -> Result<LossFn, Error> {
+pub(crate) fn loss_from_proto(r: &proto::ForwardBackwardRequest) -> Result<LossFn, Error> {
     let config: BTreeMap<String, f64> = if r.loss_fn_config_v2.is_empty() {
         r.loss_fn_config.clone()
     } else {
@@ -230,7 +230,7 @@ pub fn loss_from_proto(r: &proto::ForwardBackwardRequest) -> Result<LossFn, Erro
 }
 
 /// A `ForwardBackwardRequest` as the SDK builds it: floats of the config written to both maps.
-pub fn forward_backward_request(model_id: &str, seq_id: i32, data: &[Datum], loss: &LossFn, forward_only: bool) -> proto::ForwardBackwardRequest {
+pub(crate) fn forward_backward_request(model_id: &str, seq_id: i32, data: &[Datum], loss: &LossFn, forward_only: bool) -> proto::ForwardBackwardRequest {
     let config = loss.config();
     let v2 = config.iter().map(|(k, &x)| (k.clone(), proto::LossConfigValue { value: Some(proto::loss_config_value::Value::Number(x)) })).collect();
     proto::ForwardBackwardRequest {
@@ -245,11 +245,11 @@ pub fn forward_backward_request(model_id: &str, seq_id: i32, data: &[Datum], los
 }
 
 /// The metric key of the summed loss.
-pub const LOSS_SUM: &str = "loss:sum";
+pub(crate) const LOSS_SUM: &str = "loss:sum";
 
 /// rlx's forward/backward result as the protobuf `retrieve_future` returns: one `ArrayRecord`
 /// whose `logprobs` field holds every datum's learner log-probabilities, and `loss:sum`.
-pub fn forward_backward_output_to_proto(out: &seam::ForwardBackwardOutput) -> proto::ForwardBackwardOutput {
+pub(crate) fn forward_backward_output_to_proto(out: &seam::ForwardBackwardOutput) -> proto::ForwardBackwardOutput {
     let mut data = Vec::new();
     let mut offsets = vec![0i64];
     for o in &out.outputs {
@@ -270,7 +270,7 @@ pub fn forward_backward_output_to_proto(out: &seam::ForwardBackwardOutput) -> pr
 ///
 /// # Errors
 /// A missing `logprobs` field, bad offsets, a missing `loss:sum`.
-pub fn forward_backward_output_from_proto(p: &proto::ForwardBackwardOutput) -> Result<seam::ForwardBackwardOutput, Error> {
+pub(crate) fn forward_backward_output_from_proto(p: &proto::ForwardBackwardOutput) -> Result<seam::ForwardBackwardOutput, Error> {
     let mut outputs = Vec::new();
     for (r, record) in p.loss_fn_outputs.iter().enumerate() {
         let f = |reason: String| field(format!("loss_fn_outputs[{r}]"), reason);
@@ -291,7 +291,7 @@ pub fn forward_backward_output_from_proto(p: &proto::ForwardBackwardOutput) -> R
 }
 
 /// `optim_step` metrics in Tinker's `name:reduction` form from rlx's result.
-pub fn optim_metrics(out: &seam::OptimStepOutput) -> BTreeMap<String, f64> {
+pub(crate) fn optim_metrics(out: &seam::OptimStepOutput) -> BTreeMap<String, f64> {
     BTreeMap::from([
         ("grad_norm:mean".to_string(), out.grad_norm),
         ("clipped:mean".to_string(), if out.clipped { 1.0 } else { 0.0 }),
@@ -306,7 +306,7 @@ pub fn optim_metrics(out: &seam::OptimStepOutput) -> BTreeMap<String, f64> {
 ///
 /// # Errors
 /// A negative or too-large id.
-pub fn prompt_from_wire(m: &wire::ModelInput) -> Result<Vec<u32>, Error> {
+pub(crate) fn prompt_from_wire(m: &wire::ModelInput) -> Result<Vec<u32>, Error> {
     m.chunks
         .iter()
         .flat_map(|c| c.tokens.iter())
@@ -316,14 +316,14 @@ pub fn prompt_from_wire(m: &wire::ModelInput) -> Result<Vec<u32>, Error> {
 
 /// Tokens generated when the request names no `max_tokens` (the SDK makes it optional; the
 /// service's default is undocumented).
-pub const DEFAULT_MAX_TOKENS: usize = 256;
+pub(crate) const DEFAULT_MAX_TOKENS: usize = 256;
 
 /// Tinker's sampling params as rlx's. An absent `stop` means the model's EOS tokens (`eos`);
 /// `[]` means no stop at all.
 ///
 /// # Errors
 /// `top_k` of 0 or below -1, out-of-range values (see [`seam::SamplingParams::validate`]).
-pub fn sampling_params_from_wire(p: &wire::SamplingParams, eos: &[u32]) -> Result<seam::SamplingParams, Error> {
+pub(crate) fn sampling_params_from_wire(p: &wire::SamplingParams, eos: &[u32]) -> Result<seam::SamplingParams, Error> {
     let top_k = match p.top_k {
         -1 => None,
         k if k > 0 => Some(k as usize),
@@ -355,7 +355,7 @@ pub fn sampling_params_from_wire(p: &wire::SamplingParams, eos: &[u32]) -> Resul
 ///
 /// # Errors
 /// A stop list mixing tokens and strings (Tinker takes one kind per request).
-pub fn sampling_params_to_wire(p: &seam::SamplingParams) -> Result<wire::SamplingParams, Error> {
+pub(crate) fn sampling_params_to_wire(p: &seam::SamplingParams) -> Result<wire::SamplingParams, Error> {
     let tokens: Vec<i64> = p.stop.iter().filter_map(|s| if let Stop::Token(t) = s { Some(i64::from(*t)) } else { None }).collect();
     let texts: Vec<String> = p.stop.iter().filter_map(|s| if let Stop::Text(t) = s { Some(t.clone()) } else { None }).collect();
     let stop = match (tokens.is_empty(), texts.is_empty()) {
@@ -374,7 +374,7 @@ pub fn sampling_params_to_wire(p: &seam::SamplingParams) -> Result<wire::Samplin
 }
 
 /// Sampled sequences as the protobuf `SampleResponse` (log-probabilities always present).
-pub fn sample_response_to_proto(seqs: &[SampledSequence], prompt_logprobs: Option<&[f32]>) -> proto::SampleResponse {
+pub(crate) fn sample_response_to_proto(seqs: &[SampledSequence], prompt_logprobs: Option<&[f32]>) -> proto::SampleResponse {
     proto::SampleResponse {
         sequences: seqs
             .iter()
@@ -400,7 +400,7 @@ pub fn sample_response_to_proto(seqs: &[SampledSequence], prompt_logprobs: Optio
 ///
 /// # Errors
 /// Malformed bytes, an unknown stop reason, missing log-probabilities, lengths that differ.
-pub fn sampled_sequences_from_proto(p: &proto::SampleResponse) -> Result<Vec<SampledSequence>, Error> {
+pub(crate) fn sampled_sequences_from_proto(p: &proto::SampleResponse) -> Result<Vec<SampledSequence>, Error> {
     p.sequences
         .iter()
         .enumerate()

@@ -10,90 +10,90 @@
 //!
 //! Nothing here does I/O.
 
-pub mod convert;
-pub mod proto;
-pub mod wire;
+pub(crate) mod convert;
+pub(crate) mod proto;
+pub(crate) mod wire;
 
 /// The SDK version whose protocol this module implements (sent as `sdk_version`).
-pub const SDK_VERSION: &str = "0.38.0";
+pub(crate) const SDK_VERSION: &str = "0.38.0";
 
 /// Header names the SDK sends or reads (lowercase: HTTP/1.1 header names are case-insensitive
 /// and `http` stores them lowercase).
-pub mod header {
+pub(crate) mod header {
     /// The credential on every request (`tml-…` API key or a JWT).
-    pub const API_KEY: &str = "x-api-key";
+    pub(crate) const API_KEY: &str = "x-api-key";
     /// Same key across the HTTP-layer retries of one call, a new one per resubmission.
-    pub const IDEMPOTENCY_KEY: &str = "x-idempotency-key";
+    pub(crate) const IDEMPOTENCY_KEY: &str = "x-idempotency-key";
     /// `retrieve_future`: which poll this is (0, 1, ...).
-    pub const REQUEST_ITERATION: &str = "x-tinker-request-iteration";
+    pub(crate) const REQUEST_ITERATION: &str = "x-tinker-request-iteration";
     /// `retrieve_future`: the expected result (`ForwardBackward`, `Sample`, ...).
-    pub const REQUEST_TYPE: &str = "x-tinker-request-type";
-    /// `asample`: 429 means "not accepted, back off" instead of queueing.
-    pub const SAMPLING_BACKPRESSURE: &str = "x-tinker-sampling-backpressure";
+    pub(crate) const REQUEST_TYPE: &str = "x-tinker-request-type";
     /// Server hint: retry (or not) regardless of the status.
-    pub const SHOULD_RETRY: &str = "x-should-retry";
+    pub(crate) const SHOULD_RETRY: &str = "x-should-retry";
     /// Server hint: wait this many milliseconds before retrying.
-    pub const RETRY_AFTER_MS: &str = "retry-after-ms";
+    pub(crate) const RETRY_AFTER_MS: &str = "retry-after-ms";
     /// Server hint: wait this many seconds (or until this HTTP date).
-    pub const RETRY_AFTER: &str = "retry-after";
+    pub(crate) const RETRY_AFTER: &str = "retry-after";
     /// HTTP-layer retry counter of the SDK.
-    pub const RETRY_COUNT: &str = "x-stainless-retry-count";
+    pub(crate) const RETRY_COUNT: &str = "x-stainless-retry-count";
     /// The public SDK method behind a request (`TrainingClient.forward_backward`).
-    pub const SDK_METHOD: &str = "x-sdk-method";
+    pub(crate) const SDK_METHOD: &str = "x-sdk-method";
+    /// The SDK version, beside `SDK_METHOD`.
+    pub(crate) const SDK_VERSION: &str = "x-sdk-version";
 }
 
 /// Content types.
-pub mod content_type {
+pub(crate) mod content_type {
     /// JSON bodies.
-    pub const JSON: &str = "application/json";
+    pub(crate) const JSON: &str = "application/json";
     /// Protobuf bodies (`forward_backward` requests; `ForwardBackwardOutput`/`SampleResponse`
     /// results when the `Accept` header names it).
-    pub const PROTOBUF: &str = "application/x-protobuf";
+    pub(crate) const PROTOBUF: &str = "application/x-protobuf";
 }
 
 /// Endpoint paths, relative to the base URL (append; never `Url::join`, §1.1).
-pub mod path {
+pub(crate) mod path {
     /// Server feature flags (must exist: a 404 aborts the SDK).
-    pub const CLIENT_CONFIG: &str = "/api/v1/client/config";
+    pub(crate) const CLIENT_CONFIG: &str = "/api/v1/client/config";
     /// Dynamic config (may 404).
-    pub const DYNAMIC_CONFIG: &str = "/api/v1/client/dynamic_config";
+    pub(crate) const DYNAMIC_CONFIG: &str = "/api/v1/client/dynamic_config";
     /// Liveness.
-    pub const HEALTHZ: &str = "/api/v1/healthz";
+    pub(crate) const HEALTHZ: &str = "/api/v1/healthz";
     /// Models served.
-    pub const SERVER_CAPABILITIES: &str = "/api/v1/get_server_capabilities";
+    pub(crate) const SERVER_CAPABILITIES: &str = "/api/v1/get_server_capabilities";
     /// New session.
-    pub const CREATE_SESSION: &str = "/api/v1/create_session";
+    pub(crate) const CREATE_SESSION: &str = "/api/v1/create_session";
     /// Heartbeat.
-    pub const SESSION_HEARTBEAT: &str = "/api/v1/session_heartbeat";
+    pub(crate) const SESSION_HEARTBEAT: &str = "/api/v1/session_heartbeat";
     /// New LoRA model (future).
-    pub const CREATE_MODEL: &str = "/api/v1/create_model";
+    pub(crate) const CREATE_MODEL: &str = "/api/v1/create_model";
     /// Model facts (direct).
-    pub const GET_INFO: &str = "/api/v1/get_info";
+    pub(crate) const GET_INFO: &str = "/api/v1/get_info";
     /// Protobuf forward/backward (future).
-    pub const FORWARD_BACKWARD: &str = "/api/v1/forward_backward";
+    pub(crate) const FORWARD_BACKWARD: &str = "/api/v1/forward_backward";
     /// Adam step (future).
-    pub const OPTIM_STEP: &str = "/api/v1/optim_step";
+    pub(crate) const OPTIM_STEP: &str = "/api/v1/optim_step";
     /// Save training state (future).
-    pub const SAVE_WEIGHTS: &str = "/api/v1/save_weights";
+    pub(crate) const SAVE_WEIGHTS: &str = "/api/v1/save_weights";
     /// Save sampler weights / open a sampling session on current weights (future).
-    pub const SAVE_WEIGHTS_FOR_SAMPLER: &str = "/api/v1/save_weights_for_sampler";
+    pub(crate) const SAVE_WEIGHTS_FOR_SAMPLER: &str = "/api/v1/save_weights_for_sampler";
     /// Load state (future).
-    pub const LOAD_WEIGHTS: &str = "/api/v1/load_weights";
+    pub(crate) const LOAD_WEIGHTS: &str = "/api/v1/load_weights";
     /// Sampling session on a path or base model (direct).
-    pub const CREATE_SAMPLING_SESSION: &str = "/api/v1/create_sampling_session";
+    pub(crate) const CREATE_SAMPLING_SESSION: &str = "/api/v1/create_sampling_session";
     /// Sample (future, protobuf result).
-    pub const ASAMPLE: &str = "/api/v1/asample";
+    pub(crate) const ASAMPLE: &str = "/api/v1/asample";
     /// Poll a future.
-    pub const RETRIEVE_FUTURE: &str = "/api/v1/retrieve_future";
+    pub(crate) const RETRIEVE_FUTURE: &str = "/api/v1/retrieve_future";
     /// Telemetry batches.
-    pub const TELEMETRY: &str = "/api/v1/telemetry";
+    pub(crate) const TELEMETRY: &str = "/api/v1/telemetry";
     /// Checkpoint facts.
-    pub const WEIGHTS_INFO: &str = "/api/v1/weights_info";
+    pub(crate) const WEIGHTS_INFO: &str = "/api/v1/weights_info";
 }
 
 /// What a future will hold: the SDK's `X-Tinker-Request-Type` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum RequestType {
+pub(crate) enum RequestType {
     /// `create_model`.
     CreateModel,
     /// `forward_backward` with `forward_only = false`.
@@ -114,7 +114,7 @@ pub enum RequestType {
 
 impl RequestType {
     /// The header value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RequestType::CreateModel => "CreateModel",
             RequestType::ForwardBackward => "ForwardBackward",
@@ -126,25 +126,26 @@ impl RequestType {
             RequestType::Sample => "Sample",
         }
     }
+}
 
-    /// Whether the result travels as protobuf (when the `Accept` header asks for it).
-    pub fn has_protobuf_result(self) -> bool {
-        matches!(self, RequestType::ForwardBackward | RequestType::Forward | RequestType::Sample)
+impl std::fmt::Display for RequestType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
 /// `<session_id>:train:<model_seq_id>`: every training model's id (§4, §12).
-pub fn model_id(session_id: &str, model_seq_id: u64) -> String {
+pub(crate) fn model_id(session_id: &str, model_seq_id: u64) -> String {
     format!("{session_id}:train:{model_seq_id}")
 }
 
 /// `<session_id>:sample:<n>`: a sampling session's id.
-pub fn sampling_session_id(session_id: &str, n: u64) -> String {
+pub(crate) fn sampling_session_id(session_id: &str, n: u64) -> String {
     format!("{session_id}:sample:{n}")
 }
 
 /// The session part of a model or sampling session id (`None` if it has neither form).
-pub fn session_of(id: &str) -> Option<&str> {
+pub(crate) fn session_of(id: &str) -> Option<&str> {
     let (head, n) = id.rsplit_once(':')?;
     n.parse::<u64>().ok()?;
     head.strip_suffix(":train").or_else(|| head.strip_suffix(":sample"))
@@ -152,7 +153,7 @@ pub fn session_of(id: &str) -> Option<&str> {
 
 /// What kind of checkpoint a [`TinkerPath`] names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum CheckpointKind {
+pub(crate) enum CheckpointKind {
     /// `weights`: full training state (weights and optimizer moments), `save_weights`.
     State,
     /// `sampler_weights`: weights to sample from, `save_weights_for_sampler`.
@@ -161,7 +162,7 @@ pub enum CheckpointKind {
 
 impl CheckpointKind {
     /// The path segment.
-    pub fn segment(self) -> &'static str {
+    pub(crate) fn segment(self) -> &'static str {
         match self {
             CheckpointKind::State => "weights",
             CheckpointKind::Sampler => "sampler_weights",
@@ -172,7 +173,7 @@ impl CheckpointKind {
 /// A parsed `tinker://<training_run_id>/<weights|sampler_weights>/<name>`: exactly three
 /// segments after the scheme (the run id, which is a model id, contains colons).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TinkerPath {
+pub(crate) struct TinkerPath {
     /// The model that wrote it.
     pub training_run_id: String,
     /// State or sampler weights.
@@ -184,7 +185,7 @@ pub struct TinkerPath {
 /// Why a string is not a [`TinkerPath`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{path}` is not a tinker path: {reason} (expected `tinker://<model_id>/weights/<name>` or `tinker://<model_id>/sampler_weights/<name>`)")]
-pub struct PathError {
+pub(crate) struct PathError {
     /// The string.
     pub path: String,
     /// What is wrong.
@@ -197,7 +198,7 @@ impl TinkerPath {
     /// # Errors
     /// A missing `tinker://` scheme, a number of segments other than three, an unknown kind, an
     /// empty segment, or a name that could leave its directory (`.`, `..`).
-    pub fn parse(s: &str) -> Result<Self, PathError> {
+    pub(crate) fn parse(s: &str) -> Result<Self, PathError> {
         let bad = |reason| PathError { path: s.to_string(), reason };
         let rest = s.strip_prefix("tinker://").ok_or_else(|| bad("it does not start with `tinker://`"))?;
         let parts: Vec<&str> = rest.split('/').collect();

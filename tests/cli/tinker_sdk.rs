@@ -17,16 +17,16 @@ use serde_json::Value;
 use crate::common::{TestContext, python_env, repo};
 
 /// The pinned SDK set (one cached virtualenv for every Tinker test).
-pub const SDK_REQUIREMENTS: &[&str] = &["tinker==0.38.0", "transformers==5.23.0", "tokenizers==0.23.3", "numpy==2.4.6"];
+pub(crate) const SDK_REQUIREMENTS: &[&str] = &["tinker==0.38.0", "transformers==5.23.0", "tokenizers==0.23.3", "numpy==2.4.6"];
 
 /// Python with the Tinker SDK, or `None` (after a SKIPPED line) without a package registry.
 #[track_caller]
-pub fn sdk_python() -> Option<PathBuf> {
+pub(crate) fn sdk_python() -> Option<PathBuf> {
     python_env("tinker", SDK_REQUIREMENTS)
 }
 
 /// A running `rlx serve`; killed on drop.
-pub struct Server {
+pub(crate) struct Server {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     pub url: String,
@@ -37,7 +37,7 @@ pub struct Server {
 impl Server {
     /// Starts `rlx serve` in `cx` on a free port over the model at `model` (served as
     /// `tiny-model` too), with `extra` arguments; waits until it listens.
-    pub fn start(cx: &TestContext, model: &Path, extra: &[&str]) -> Server {
+    pub(crate) fn start(cx: &TestContext, model: &Path, extra: &[&str]) -> Server {
         let record = cx.path().join("record.jsonl");
         let mut child = cx
             .rlx()
@@ -66,13 +66,13 @@ impl Server {
     }
 
     /// The request record's lines so far.
-    pub fn record(&self) -> Vec<Value> {
+    pub(crate) fn record(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.record).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 
     /// A command running `script` with the SDK pointed at this server only: no telemetry, no
     /// proxy, no Hub.
-    pub fn python(&self, python: &Path, script: &Path) -> Command {
+    pub(crate) fn python(&self, python: &Path, script: &Path) -> Command {
         let mut c = Command::new(python);
         c.arg(script)
             .env("TINKER_BASE_URL", &self.url)
@@ -147,6 +147,15 @@ fn the_official_sdk_drives_rlx_serve() {
     assert!((s["is_loss"].as_f64().unwrap() + 0.5 * s["tokens"].as_f64().unwrap()).abs() < 1e-2, "{s}");
     assert!(s["too_long_error"].as_str().unwrap().contains("exceed the model's context"), "{s}");
     assert!(s["state_path"].as_str().unwrap().starts_with("tinker://"), "{s}");
+    // `user_metadata` of create_model comes back from GET /training_runs/{id}, for the model and
+    // for the one created from its checkpoint.
+    for key in ["user_metadata", "resumed_user_metadata"] {
+        assert_eq!(s[key]["renderer_name"], "qwen3", "{key}: {s}");
+        assert_eq!(s[key]["recipe"], "rlx-test", "{key}: {s}");
+    }
+    let refusal = s["stable_reinforce_error"].as_str().unwrap();
+    assert!(refusal.contains("400") || refusal.contains("BadRequest"), "refused at submission, not in the future: {refusal}");
+    assert!(refusal.contains("stable_reinforce") && refusal.contains("ppo") && refusal.contains("importance_sampling"), "{refusal}");
 
     let record = server.record();
     let paths: Vec<&str> = record.iter().filter_map(|l| l["path"].as_str()).collect();
@@ -185,8 +194,11 @@ fn the_official_sdk_drives_rlx_serve() {
     for (id, v) in &seqs {
         assert_eq!(*v, (1..=v.len() as u64).collect::<Vec<_>>(), "seq_ids of {id}");
     }
-    // The record's failures are the two bad requests' futures, answered 200 with an error.
-    assert!(record.iter().all(|l| l["status"] == 200 || l["path"] == "/api/v1/retrieve_future"), "unexpected HTTP errors");
+    // The record's failures are the two bad requests' futures, answered 200 with an error, and
+    // the stable_reinforce submission, refused with 400.
+    let refused: Vec<&Value> = record.iter().filter(|l| l["status"] != 200 && l["path"] != "/api/v1/retrieve_future").collect();
+    assert_eq!(refused.len(), 1, "unexpected HTTP errors: {refused:?}");
+    assert_eq!((refused[0]["path"].as_str(), refused[0]["status"].as_u64()), (Some("/api/v1/forward_backward"), Some(400)));
 }
 
 #[test]

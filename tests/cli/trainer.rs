@@ -15,7 +15,7 @@ use rlx::backend::local::model::{Arch, Config, Model, ParamBuilder, Tuning, rand
 use rlx::backend::local::{LocalTrainer, LoraConfig, TrainerOptions};
 use rlx::seam::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, SamplingParams, Stop, StopReason};
 
-pub fn tiny_config(arch: Arch) -> Config {
+pub(crate) fn tiny_config(arch: Arch) -> Config {
     Config {
         arch,
         vocab_size: 40,

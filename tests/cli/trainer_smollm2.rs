@@ -12,7 +12,7 @@ use rlx::backend::local::{LocalSampler, Model};
 use rlx::seam::{SamplingParams, Stop};
 
 #[path = "smollm2_fetch.rs"]
-pub mod fetch;
+pub(crate) mod fetch;
 
 #[test]
 fn smollm2_gguf_writes_a_correct_add_function() {

@@ -122,14 +122,21 @@ data:
 prompt: {{user: {user}}}
 sampling: {{max_tokens: 64}}
 grpo: {{prompts_per_step: 3, group_size: 4, loss: {{kind: ppo}}, dynamic_sampling: {{max_extra_rounds: {max_extra_rounds}}}{grpo_extra}}}
-reward: {{test_timeout_s: 5, format_coef: 0}}
+reward: {reward}
 sandbox: {{kind: local, strict: false}}
 log: {{root: {root}, rollouts: all}}
 schedule: {{max_steps: 3, eval_every: 0, save_every: 1, eval_at_start: false}}",
         train = data.join("easy_python_train.jsonl").display(),
         user = repo().join("prompts/mbpp_user.j2").display(),
         root = cx.path().join("runs").display(),
+        reward = if grpo_extra.contains("python") {
+            format!("{{kind: python, path: {}, function: reward, test_timeout_s: 5}}", repo().join("rewards/example_reward.py").display())
+        } else {
+            "{test_timeout_s: 5, format_coef: 0}".to_string()
+        },
     );
+    // `python` in `grpo_extra` only selects the reward above.
+    let spec = spec.replace(", python}", "}");
     let path = cx.write("spec.yaml", &spec);
     rlx::plan::plan(&path, &[]).unwrap()
 }
@@ -418,4 +425,27 @@ async fn sequence_mean_divides_each_datum_by_its_length_and_the_datum_count() {
             }
         }
     }
+}
+
+/// With a Python reward the function is called once per group as rounds come in, and its values
+/// stay with their groups across rounds: the rounds follow the scripted rule and the `tests`
+/// component's mean is the share of right answers over every group drawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_sampling_with_a_python_reward() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let plan = dynamic_plan_with(&cx, 10, ", python");
+    let (trainer, asked) = run(&cx, &plan, None).await;
+    let metrics = jsonl(&cx.path().join("runs").join(&plan.run_id).join("metrics.jsonl"));
+    let mut at = 0;
+    for m in &metrics {
+        let drawn = metric(m, "train/problems_drawn");
+        let informative = asked[at..at + drawn].iter().filter(|&&i| Scripted::informative(i)).count();
+        assert_eq!((informative, metric(m, "train/groups") - metric(m, "train/groups_discarded")), (3, 3), "{m}");
+        at += drawn;
+        let right = m["train/correct_mean"].as_f64().unwrap();
+        assert!((m["reward/tests"].as_f64().unwrap() - right).abs() < 1e-9, "{m}");
+        assert_eq!(m["train/reward_failures"], 0.0, "{m}");
+    }
+    assert_eq!(*trainer.datums.lock().unwrap(), vec![12, 12, 12]);
 }

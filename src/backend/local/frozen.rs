@@ -14,7 +14,7 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 ///
 /// # Errors
 /// Tensor failures (shape mismatch).
-pub fn frozen_aware_matmul_t(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+pub(crate) fn frozen_aware_matmul_t(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
     if x.track_op() && !w.track_op() {
         x.apply_op1_arc(std::sync::Arc::new(Box::new(FrozenMatmulT { w: w.clone() })))
     } else {

@@ -8,7 +8,7 @@ use crate::seam::LossFn;
 
 /// Per-token inputs as tensors of one shape (typically `[batch, seq]`, f32).
 #[derive(Debug, Clone)]
-pub struct TokenInputs {
+pub(crate) struct TokenInputs {
     /// `weights` (cross_entropy), ones where absent.
     pub weights: Tensor,
     /// Sampler log-probs `q`, zeros where absent.
@@ -23,7 +23,7 @@ pub struct TokenInputs {
 ///
 /// # Errors
 /// Shape mismatches between `logp` and `inputs`.
-pub fn loss_tensor(loss: &LossFn, logp: &Tensor, inputs: &TokenInputs) -> candle_core::Result<Tensor> {
+pub(crate) fn loss_tensor(loss: &LossFn, logp: &Tensor, inputs: &TokenInputs) -> candle_core::Result<Tensor> {
     let TokenInputs { weights, logprobs: q, advantages: a, valid } = inputs;
     let per_token = match *loss {
         LossFn::CrossEntropy => (logp * weights)?,

@@ -18,20 +18,20 @@
 //! §e); candle parallelises each matmul over the cores itself (rayon).
 
 pub mod cpu;
-pub mod frozen;
-pub mod handle;
+pub(crate) mod frozen;
+pub(crate) mod handle;
 pub mod load;
 pub(crate) mod loss_tensor;
-pub mod lora;
+pub(crate) mod lora;
 pub mod model;
-pub mod optim;
-pub mod options;
+pub(crate) mod optim;
+pub(crate) mod options;
 pub mod quant;
-pub mod sampler;
-pub mod state;
-pub mod target_logprob;
-pub mod train_pass;
-pub mod trainer;
+pub(crate) mod sampler;
+pub(crate) mod state;
+pub(crate) mod target_logprob;
+pub(crate) mod train_pass;
+pub(crate) mod trainer;
 mod worker;
 
 pub use handle::{Options, SamplerHandle, TrainerHandle, open, policy_of};

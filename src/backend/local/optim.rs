@@ -13,7 +13,7 @@ use crate::seam::AdamParams;
 
 /// Optimizer state for a fixed list of parameters.
 #[derive(Debug, Clone)]
-pub struct AdamW {
+pub(crate) struct AdamW {
     /// First moments, one per parameter.
     pub(crate) m: Vec<Tensor>,
     /// Second moments, one per parameter.
@@ -24,7 +24,7 @@ pub struct AdamW {
 
 /// What one step did.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepReport {
+pub(crate) struct StepReport {
     /// Global gradient norm before clipping.
     pub grad_norm: f64,
     /// Whether the gradient was scaled down.
@@ -36,14 +36,14 @@ impl AdamW {
     ///
     /// # Errors
     /// Tensor failures.
-    pub fn new(params: &[Var]) -> Result<Self> {
+    pub(crate) fn new(params: &[Var]) -> Result<Self> {
         let m = params.iter().map(|p| p.zeros_like()).collect::<candle_core::Result<Vec<_>>>()?;
         let v = params.iter().map(|p| p.zeros_like()).collect::<candle_core::Result<Vec<_>>>()?;
         Ok(Self { m, v, step: 0 })
     }
 
     /// Steps taken so far.
-    pub fn step_count(&self) -> u64 {
+    pub(crate) fn step_count(&self) -> u64 {
         self.step
     }
 
@@ -51,7 +51,7 @@ impl AdamW {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for negative or non-finite values, or betas outside [0, 1).
-    pub fn check(p: &AdamParams) -> Result<()> {
+    pub(crate) fn check(p: &AdamParams) -> Result<()> {
         let bad = |what, reason: String| Err(Error::InvalidArgument { what, reason });
         for (name, x) in [("learning_rate", p.learning_rate), ("eps", p.eps), ("weight_decay", p.weight_decay), ("grad_clip_norm", p.grad_clip_norm)] {
             if !x.is_finite() || x < 0.0 {
@@ -70,7 +70,7 @@ impl AdamW {
     ///
     /// # Errors
     /// Invalid hyper-parameters, a non-finite gradient norm, tensor failures.
-    pub fn step(&mut self, params: &[Var], grads: &[Tensor], p: &AdamParams) -> Result<StepReport> {
+    pub(crate) fn step(&mut self, params: &[Var], grads: &[Tensor], p: &AdamParams) -> Result<StepReport> {
         Self::check(p)?;
         // Fixed chunks summed in order: the same norm whatever the thread count.
         let mut sq = 0.0f64;

@@ -275,7 +275,7 @@ impl LocalSampler {
 }
 
 /// Choose the next token from `logits` and report its log-probability (see the module docs).
-pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut Rng, scratch: &mut Vec<(f32, u32)>) -> (u32, f32) {
+pub(crate) fn pick(logits: &[f32], params: &SamplingParams, rng: &mut Rng, scratch: &mut Vec<(f32, u32)>) -> (u32, f32) {
     if params.temperature == 0.0 {
         let (tok, _) = logits.iter().enumerate().fold((0usize, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
         return (tok as u32, log_softmax_at(logits, tok, 1.0));

@@ -22,7 +22,7 @@ const FORMAT_VERSION: u32 = 1;
 
 /// `state.json`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Header {
+pub(crate) struct Header {
     /// Layout version.
     pub format_version: u32,
     /// Optimizer steps taken.
@@ -39,7 +39,7 @@ pub struct Header {
 
 impl Header {
     /// The header for a trainer's current state.
-    pub fn new(config: &Config, options: &TrainerOptions, step: u64, params: &[String], base: &Path) -> Self {
+    pub(crate) fn new(config: &Config, options: &TrainerOptions, step: u64, params: &[String], base: &Path) -> Self {
         Self { format_version: FORMAT_VERSION, step, config: config.clone(), options: options.clone(), params: params.to_vec(), base_model: base.to_path_buf() }
     }
 }
@@ -48,7 +48,7 @@ impl Header {
 ///
 /// # Errors
 /// I/O failures from `write` or the rename.
-pub fn write_atomic(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let tmp = path.with_extension(format!("{}.tmp", path.extension().and_then(|e| e.to_str()).unwrap_or("")));
     write(&tmp)?;
     std::fs::rename(&tmp, path).map_err(|source| Error::Io { action: "rename into", path: path.to_path_buf(), source })
@@ -58,7 +58,7 @@ pub fn write_atomic(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Res
 ///
 /// # Errors
 /// I/O failures.
-pub fn save(dir: &Path, header: &Header, vars: &[Var], opt: &AdamW) -> Result<()> {
+pub(crate) fn save(dir: &Path, header: &Header, vars: &[Var], opt: &AdamW) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|source| Error::Io { action: "create", path: dir.to_path_buf(), source })?;
     let mut tensors: HashMap<String, Tensor> = HashMap::new();
     for (i, name) in header.params.iter().enumerate() {
@@ -75,7 +75,7 @@ pub fn save(dir: &Path, header: &Header, vars: &[Var], opt: &AdamW) -> Result<()
 ///
 /// # Errors
 /// I/O failures, or [`Error::StateMismatch`] when the state belongs to another model or tuning.
-pub fn load(dir: &Path, expected: &Header, vars: &[Var], opt: &mut AdamW) -> Result<u64> {
+pub(crate) fn load(dir: &Path, expected: &Header, vars: &[Var], opt: &mut AdamW) -> Result<u64> {
     let mismatch = |reason: String| Error::StateMismatch { path: dir.to_path_buf(), reason };
     let hp = dir.join("state.json");
     let text = std::fs::read_to_string(&hp).map_err(|source| Error::Io { action: "read", path: hp.clone(), source })?;
@@ -118,6 +118,6 @@ pub fn load(dir: &Path, expected: &Header, vars: &[Var], opt: &mut AdamW) -> Res
 }
 
 /// Where [`save`] puts the tensors of a state directory (for tools that read it).
-pub fn tensors_path(dir: &Path) -> PathBuf {
+pub(crate) fn tensors_path(dir: &Path) -> PathBuf {
     dir.join("state.safetensors")
 }

@@ -13,7 +13,7 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 ///
 /// # Errors
 /// Shape mismatches, or a dtype other than f32/f64.
-pub fn target_logprobs(logits: &Tensor, targets: &[u32]) -> candle_core::Result<Tensor> {
+pub(crate) fn target_logprobs(logits: &Tensor, targets: &[u32]) -> candle_core::Result<Tensor> {
     let (n, v) = logits.dims2()?;
     if targets.len() != n {
         candle_core::bail!("target_logprobs: {} targets for {n} rows", targets.len());
@@ -91,7 +91,7 @@ impl CustomOp1 for TargetLogprob {
 
 /// The two float types the local kernels support, without a dependency on `num-traits`.
 mod num_traits_like {
-    pub trait Float: Copy + PartialOrd + std::ops::Sub<Output = Self> + std::ops::Add<Output = Self> {
+    pub(super) trait Float: Copy + PartialOrd + std::ops::Sub<Output = Self> + std::ops::Add<Output = Self> {
         fn neg_infinity() -> Self;
         fn max(self, o: Self) -> Self;
         fn to_f64(self) -> f64;

@@ -23,7 +23,7 @@ const BODY_QUOTE: usize = 300;
 
 /// A client for one server.
 #[derive(Debug)]
-pub struct Client {
+pub(crate) struct Client {
     http: reqwest::Client,
     base_url: String,
     api_key: Option<String>,
@@ -47,7 +47,7 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::Invalid`] when the HTTP client cannot be built (a TLS backend failure).
-    pub fn new(config: &Config) -> Result<Client, Error> {
+    pub(crate) fn new(config: &Config) -> Result<Client, Error> {
         let http = reqwest::Client::builder()
             .timeout(config.timeout)
             .connect_timeout(config.timeout.min(Duration::from_secs(10)))
@@ -65,7 +65,7 @@ impl Client {
     }
 
     /// Retries made so far.
-    pub fn retries(&self) -> u64 {
+    pub(crate) fn retries(&self) -> u64 {
         self.retries.load(Ordering::Relaxed)
     }
 
@@ -73,7 +73,7 @@ impl Client {
     ///
     /// # Errors
     /// As [`Client::post`].
-    pub async fn models(&self) -> Result<Vec<(String, String)>, Error> {
+    pub(crate) async fn models(&self) -> Result<Vec<(String, String)>, Error> {
         self.call("models", None, |v| {
             let data = v.get("data").and_then(Value::as_array).ok_or("no `data` list")?;
             Ok(data
@@ -94,7 +94,7 @@ impl Client {
     /// # Errors
     /// [`Error::Unreachable`], [`Error::Status`] or [`Error::Malformed`] once the retries are
     /// spent (or at once for a 4xx other than 429).
-    pub async fn post<T>(&self, path: &str, body: &Value, parse: impl Fn(Value) -> Result<T, String>) -> Result<T, Error> {
+    pub(crate) async fn post<T>(&self, path: &str, body: &Value, parse: impl Fn(Value) -> Result<T, String>) -> Result<T, Error> {
         self.call(path, Some(body), parse).await
     }
 

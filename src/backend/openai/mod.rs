@@ -14,9 +14,9 @@
 //! counted group, never a zero reward. A 4xx other than 429 is the request's fault (a wrong
 //! model name, a server that takes no token ids) and stops the run with a hint.
 
-pub mod client;
-pub mod sampler;
-pub mod tokens;
+pub(crate) mod client;
+pub(crate) mod sampler;
+pub(crate) mod tokens;
 pub mod wire;
 
 use std::sync::Arc;

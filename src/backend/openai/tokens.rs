@@ -24,7 +24,7 @@ use super::wire::Reported;
 
 /// Our tokenizer, with the reverse map from a token's text to its id built on first use.
 #[derive(Debug)]
-pub struct Vocab {
+pub(crate) struct Vocab {
     tokenizer: Arc<Tokenizer>,
     /// Single-token decoding → id; `None` where several ids decode the same.
     pieces: OnceLock<HashMap<String, Option<u32>>>,
@@ -41,12 +41,12 @@ fn quote(s: &str) -> String {
 
 impl Vocab {
     /// Wraps our tokenizer.
-    pub fn new(tokenizer: Arc<Tokenizer>) -> Vocab {
+    pub(crate) fn new(tokenizer: Arc<Tokenizer>) -> Vocab {
         Vocab { tokenizer, pieces: OnceLock::new() }
     }
 
     /// The tokenizer.
-    pub fn tokenizer(&self) -> &Tokenizer {
+    pub(crate) fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
     }
 
@@ -70,7 +70,7 @@ impl Vocab {
     ///
     /// # Errors
     /// [`Error::TokenMismatch`] naming the first disagreement.
-    pub fn ids(&self, reported: &Reported, text: &str) -> Result<Vec<u32>, Error> {
+    pub(crate) fn ids(&self, reported: &Reported, text: &str) -> Result<Vec<u32>, Error> {
         match reported {
             Reported::Ids(ids) => {
                 let vocab = self.tokenizer.vocab_size();

@@ -18,7 +18,7 @@ fn protocol(what: &str, e: impl std::fmt::Display) -> Error {
 
 /// The protobuf body of `forward_backward` for one chunk. Tinker's `cross_entropy` requires
 /// `weights` (rlx's datums may leave them out to mean all ones), so they are filled in.
-pub fn forward_backward_body(model_id: &str, seq_id: i64, data: &[Datum], loss: &LossFn, forward_only: bool) -> Vec<u8> {
+pub(crate) fn forward_backward_body(model_id: &str, seq_id: i64, data: &[Datum], loss: &LossFn, forward_only: bool) -> Vec<u8> {
     let filled;
     let data = if *loss == LossFn::CrossEntropy && data.iter().any(|d| d.loss_fn_inputs.weights.is_none()) {
         filled = data
@@ -40,7 +40,7 @@ pub fn forward_backward_body(model_id: &str, seq_id: i64, data: &[Datum], loss: 
 ///
 /// # Errors
 /// [`Error::Protocol`] for a message that does not decode or another number of datums.
-pub fn forward_backward_output(bytes: &[u8], n: usize) -> Result<(Vec<Vec<f32>>, f64), Error> {
+pub(crate) fn forward_backward_output(bytes: &[u8], n: usize) -> Result<(Vec<Vec<f32>>, f64), Error> {
     let p = proto::ForwardBackwardOutput::decode(bytes).map_err(|e| protocol("ForwardBackwardOutput", e))?;
     let out = convert::forward_backward_output_from_proto(&p).map_err(|e| protocol("ForwardBackwardOutput", e))?;
     if out.outputs.len() != n {
@@ -55,7 +55,7 @@ pub fn forward_backward_output(bytes: &[u8], n: usize) -> Result<(Vec<Vec<f32>>,
 ///
 /// # Errors
 /// Log-probabilities whose count differs from a datum's tokens.
-pub fn fb_output(data: &[Datum], loss: &LossFn, logprobs: Vec<Vec<f32>>, loss_sum: f64) -> backend::Result<ForwardBackwardOutput> {
+pub(crate) fn fb_output(data: &[Datum], loss: &LossFn, logprobs: Vec<Vec<f32>>, loss_sum: f64) -> backend::Result<ForwardBackwardOutput> {
     let (mut lp, mut q, mut adv, mut w) = (vec![], vec![], vec![], vec![]);
     for (d, l) in data.iter().zip(&logprobs) {
         let i = &d.loss_fn_inputs;
@@ -73,7 +73,7 @@ pub fn fb_output(data: &[Datum], loss: &LossFn, logprobs: Vec<Vec<f32>>, loss_su
 
 /// An [`OptimStepOutput`] from `optim_step`'s metrics; the gradient norm is the service's when
 /// it reports one (`grad_norm:…`), NaN otherwise (the run log records NaN as absent).
-pub fn optim_output(r: wire::OptimStepResponse, step: u64) -> OptimStepOutput {
+pub(crate) fn optim_output(r: wire::OptimStepResponse, step: u64) -> OptimStepOutput {
     let metrics: BTreeMap<String, f64> = r.metrics.unwrap_or_default();
     let named = |name: &str| metrics.iter().find(|(k, _)| k.split(':').next() == Some(name)).map(|(_, &v)| v);
     OptimStepOutput { grad_norm: named("grad_norm").unwrap_or(f64::NAN), clipped: named("clipped").is_some_and(|v| v > 0.0), step, metrics }
@@ -84,7 +84,7 @@ pub fn optim_output(r: wire::OptimStepResponse, step: u64) -> OptimStepOutput {
 /// # Errors
 /// [`Error::Protocol`] for a message that does not decode, another number of sequences, or
 /// missing log-probabilities (rlx trains on them).
-pub fn sample_response(bytes: &[u8], n: usize) -> Result<Vec<SampledSequence>, Error> {
+pub(crate) fn sample_response(bytes: &[u8], n: usize) -> Result<Vec<SampledSequence>, Error> {
     let p = proto::SampleResponse::decode(bytes).map_err(|e| protocol("SampleResponse", e))?;
     let seqs = convert::sampled_sequences_from_proto(&p).map_err(|e| protocol("SampleResponse", e))?;
     if seqs.len() != n {
@@ -98,7 +98,7 @@ pub fn sample_response(bytes: &[u8], n: usize) -> Result<Vec<SampledSequence>, E
 ///
 /// # Errors
 /// A body that is not a `SampleResponse`, or one without prompt log-probabilities.
-pub fn prompt_logprobs_response(bytes: &[u8]) -> Result<Vec<f32>, Error> {
+pub(crate) fn prompt_logprobs_response(bytes: &[u8]) -> Result<Vec<f32>, Error> {
     let p = proto::SampleResponse::decode(bytes).map_err(|e| protocol("SampleResponse", e))?;
     let raw = p.prompt_logprobs.ok_or_else(|| protocol("SampleResponse", "no `prompt_logprobs` in a reply to `prompt_logprobs: true`"))?;
     convert::f32_from_bytes(&raw, "prompt_logprobs").map_err(|e| protocol("SampleResponse", e))

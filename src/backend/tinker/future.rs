@@ -10,11 +10,11 @@ use serde_json::Value;
 
 use super::Error;
 use super::http::{Body, Client};
-use crate::tinker::wire;
+use crate::tinker::{RequestType, content_type, header, wire};
 
 /// The result encoding a request type returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Accept {
+pub(crate) enum Accept {
     /// A JSON document (create_model, optim_step, saves, loads).
     Json,
     /// A protobuf message (`ForwardBackwardOutput`, `SampleResponse`).
@@ -23,7 +23,7 @@ pub enum Accept {
 
 /// A finished future's result.
 #[derive(Debug)]
-pub enum Payload {
+pub(crate) enum Payload {
     /// A JSON result.
     Json(Value),
     /// A protobuf result, undecoded.
@@ -37,7 +37,7 @@ pub enum Payload {
 /// [`Error::RequestFailed`] when the request itself failed (final), [`Error::Expired`] on 410,
 /// [`Error::GaveUp`] when the service cannot be reached for the policy's budget, and
 /// [`Error::Status`]/[`Error::Protocol`] for answers outside the protocol.
-pub async fn retrieve(client: &Client, request_id: &str, kind: &'static str, accept: Accept) -> Result<Payload, Error> {
+pub(crate) async fn retrieve(client: &Client, request_id: &str, kind: RequestType, accept: Accept) -> Result<Payload, Error> {
     const PATH: &str = "/api/v1/retrieve_future";
     let policy = &client.policy;
     let mut allow_metadata_only = true;
@@ -53,9 +53,9 @@ pub async fn retrieve(client: &Client, request_id: &str, kind: &'static str, acc
     loop {
         let ask = wire::FutureRetrieveRequest { request_id: request_id.to_string(), allow_metadata_only };
         let body = Body::json(&ask);
-        let mut extra = vec![("x-tinker-request-iteration", iteration.to_string()), ("x-tinker-request-type", kind.to_string()), ("x-idempotency-key", key.clone())];
+        let mut extra = vec![(header::REQUEST_ITERATION, iteration.to_string()), (header::REQUEST_TYPE, kind.to_string()), (header::IDEMPOTENCY_KEY, key.clone())];
         if accept == Accept::Proto {
-            extra.push(("accept", "application/x-protobuf".to_string()));
+            extra.push(("accept", content_type::PROTOBUF.to_string()));
         }
         iteration += 1;
         // Above the server's ~30 s long poll, as the SDK's 45 s.
@@ -88,31 +88,24 @@ pub async fn retrieve(client: &Client, request_id: &str, kind: &'static str, acc
                     return Ok(Payload::Proto(bytes));
                 }
                 let v: Value = super::http::parse_json(PATH, &bytes)?;
-                if v.get("type").and_then(Value::as_str) == Some("try_again") {
-                    let state = v.get("queue_state").and_then(Value::as_str).unwrap_or("active");
-                    if state != "active" && !paused_warned {
-                        paused_warned = true;
-                        let why = v.get("queue_state_reason").and_then(Value::as_str).unwrap_or(state);
-                        tracing::warn!(request_id, state, "Tinker paused this request: {why}");
+                match answer(v) {
+                    Answer::TryAgain(t) => {
+                        if t.queue_state != wire::QueueState::Active && !paused_warned {
+                            paused_warned = true;
+                            let why = t.queue_state_reason.unwrap_or_else(|| format!("{:?}", t.queue_state));
+                            tracing::warn!(request_id, state = ?t.queue_state, "Tinker paused this request: {why}");
+                        }
                     }
-                    continue;
+                    Answer::MetadataOnly => allow_metadata_only = false,
+                    Answer::Failed { category, message } => return Err(Error::RequestFailed { request_id: request_id.to_string(), category, message }),
+                    Answer::Done(v) if accept == Accept::Proto => {
+                        return Err(Error::Protocol {
+                            path: PATH.into(),
+                            reason: format!("asked for a protobuf {kind} result and got JSON (a server that predates protobuf results?): {}", super::http::detail(&v.to_string())),
+                        });
+                    }
+                    Answer::Done(v) => return Ok(Payload::Json(v)),
                 }
-                if v.get("status").and_then(Value::as_str) == Some("complete_metadata") {
-                    allow_metadata_only = false;
-                    continue;
-                }
-                if let Some(err) = v.get("error") {
-                    let message = err.as_str().map(str::to_string).unwrap_or_else(|| err.to_string());
-                    let category = v.get("category").and_then(Value::as_str).unwrap_or("unknown").to_string();
-                    return Err(Error::RequestFailed { request_id: request_id.to_string(), category, message });
-                }
-                if accept == Accept::Proto {
-                    return Err(Error::Protocol {
-                        path: PATH.into(),
-                        reason: format!("asked for a protobuf {kind} result and got JSON (a server that predates protobuf results?): {}", super::http::detail(&v.to_string())),
-                    });
-                }
-                return Ok(Payload::Json(v));
             }
             408 | 500.. => {
                 // The SDK re-polls at once; a short pause keeps a failing proxy from being
@@ -143,6 +136,45 @@ pub async fn retrieve(client: &Client, request_id: &str, kind: &'static str, acc
     }
 }
 
+/// What a JSON answer of `retrieve_future` says.
+enum Answer {
+    /// Not done: poll again.
+    TryAgain(wire::TryAgainResponse),
+    /// Done, but too large to inline: poll again without `allow_metadata_only`.
+    MetadataOnly,
+    /// The request failed (final).
+    Failed { category: String, message: String },
+    /// The result.
+    Done(Value),
+}
+
+/// Reads an answer by the shapes of [`wire`]; a failure whose fields are not the documented
+/// types (a server of another version) is still a failure, with its text as sent.
+fn answer(v: Value) -> Answer {
+    if v.get("type").and_then(Value::as_str) == Some(wire::literal::TryAgain::VALUE) {
+        let t = serde_json::from_value(v.clone()).unwrap_or(wire::TryAgainResponse {
+            r#type: wire::literal::TryAgain,
+            request_id: String::new(),
+            queue_state: wire::QueueState::Active,
+            queue_state_reason: None,
+        });
+        return Answer::TryAgain(t);
+    }
+    if serde_json::from_value::<wire::CompleteMetadataResponse>(v.clone()).is_ok_and(|m| m.status == wire::CompleteMetadataResponse::STATUS) {
+        return Answer::MetadataOnly;
+    }
+    if let Ok(f) = serde_json::from_value::<wire::RequestFailedResponse>(v.clone()) {
+        let category = serde_json::to_value(f.category).ok().and_then(|c| c.as_str().map(str::to_string)).unwrap_or_default();
+        return Answer::Failed { category, message: f.error };
+    }
+    if let Some(err) = v.get("error") {
+        let message = err.as_str().map(str::to_string).unwrap_or_else(|| err.to_string());
+        let category = v.get("category").and_then(Value::as_str).unwrap_or("unknown").to_string();
+        return Answer::Failed { category, message };
+    }
+    Answer::Done(v)
+}
+
 /// Sleeps `delay` unless that would pass `budget` since the last HTTP answer.
 async fn wait(delay: Duration, last_answer: Instant, budget: Duration, request_id: &str, reason: &str) -> Result<(), Error> {
     if last_answer.elapsed() + delay > budget {
@@ -157,7 +189,7 @@ async fn wait(delay: Duration, last_answer: Instant, budget: Duration, request_i
 ///
 /// # Errors
 /// As [`retrieve`], and [`Error::Protocol`] for a result that is not a `T`.
-pub async fn retrieve_json<T: serde::de::DeserializeOwned>(client: &Client, request_id: &str, kind: &'static str) -> Result<T, Error> {
+pub(crate) async fn retrieve_json<T: serde::de::DeserializeOwned>(client: &Client, request_id: &str, kind: RequestType) -> Result<T, Error> {
     match retrieve(client, request_id, kind, Accept::Json).await? {
         Payload::Json(v) => serde_json::from_value(v.clone()).map_err(|e| Error::Protocol { path: format!("retrieve_future ({kind})"), reason: format!("{e}: {}", super::http::detail(&v.to_string())) }),
         Payload::Proto(_) => Err(Error::Protocol { path: format!("retrieve_future ({kind})"), reason: "a protobuf result where JSON was asked for".into() }),

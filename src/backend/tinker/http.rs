@@ -19,9 +19,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Error;
-
-/// The protocol version whose shapes rlx sends; the server resolves feature flags by it (§9.12).
-pub const SDK_VERSION: &str = "0.38.0";
+use crate::tinker::{SDK_VERSION, header};
 
 /// How long to keep retrying, and how fast.
 #[derive(Debug, Clone)]
@@ -117,7 +115,7 @@ impl Client {
         let key = HeaderValue::from_str(api_key).map_err(|_| Error::BadKey { reason: "it contains characters that cannot go into an HTTP header".into() })?;
         let mut key = key;
         key.set_sensitive(true);
-        headers.insert("x-api-key", key);
+        headers.insert(header::API_KEY, key);
         let http = reqwest::Client::builder()
             .default_headers(headers)
             .connect_timeout(Duration::from_secs(5))
@@ -191,9 +189,9 @@ impl Client {
         let mut billing_since: Option<Instant> = None;
         let mut attempt = 0u32;
         loop {
-            let mut extra = vec![("x-stainless-retry-count", attempt.to_string()), ("x-sdk-method", method.to_string()), ("x-sdk-version", SDK_VERSION.to_string())];
+            let mut extra = vec![(header::RETRY_COUNT, attempt.to_string()), (header::SDK_METHOD, method.to_string()), (header::SDK_VERSION, SDK_VERSION.to_string())];
             if body.is_some() {
-                extra.push(("x-idempotency-key", key.clone()));
+                extra.push((header::IDEMPOTENCY_KEY, key.clone()));
             }
             let verdict = match self.send_once(path, body, &extra, Duration::from_secs(60)).await {
                 Ok(resp) => match classify(&resp) {
@@ -250,7 +248,7 @@ pub(super) enum Verdict {
 pub(super) fn classify(resp: &reqwest::Response) -> Verdict {
     let status = resp.status().as_u16();
     let h = resp.headers();
-    let should_retry = h.get("x-should-retry").and_then(|v| v.to_str().ok()).map(|v| v == "true");
+    let should_retry = h.get(header::SHOULD_RETRY).and_then(|v| v.to_str().ok()).map(|v| v == "true");
     let after = retry_after(h);
     let retry = || Verdict::Retry { after, reason: format!("HTTP {status}") };
     match (status, should_retry) {
@@ -270,7 +268,7 @@ pub(super) fn classify(resp: &reqwest::Response) -> Verdict {
 /// anything longer).
 fn retry_after(h: &HeaderMap) -> Option<Duration> {
     let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok());
-    let d = get("retry-after-ms").map(|ms| ms / 1000.0).or_else(|| get("retry-after"))?;
+    let d = get(header::RETRY_AFTER_MS).map(|ms| ms / 1000.0).or_else(|| get(header::RETRY_AFTER))?;
     (d > 0.0 && d <= 60.0).then(|| Duration::from_secs_f64(d))
 }
 

@@ -19,15 +19,15 @@
 
 use std::sync::Arc;
 
-use crate::tinker::wire;
+use crate::tinker::{RequestType, wire};
 
-pub mod convert;
+pub(crate) mod convert;
 mod error;
-pub mod future;
-pub mod http;
-pub mod sampler;
-pub mod session;
-pub mod trainer;
+pub(crate) mod future;
+pub(crate) mod http;
+pub(crate) mod sampler;
+pub(crate) mod session;
+pub(crate) mod trainer;
 
 pub use error::Error;
 pub use http::RetryPolicy;
@@ -125,7 +125,7 @@ pub async fn open(options: Options) -> Result<Policy, Error> {
         r#type: wire::literal::CreateModel,
     };
     let submitted: wire::UntypedApiFuture = client.post_json("/api/v1/create_model", &body, "ServiceClient.create_lora_training_client").await?;
-    let created: wire::CreateModelResponse = future::retrieve_json(&client, &submitted.request_id, "CreateModel").await?;
+    let created: wire::CreateModelResponse = future::retrieve_json(&client, &submitted.request_id, RequestType::CreateModel).await?;
     let model_id = created.model_id;
     let ask = wire::GetInfoRequest { model_id: model_id.clone(), r#type: wire::literal::GetInfo };
     let info: wire::GetInfoResponse = client.post_json("/api/v1/get_info", &ask, "TrainingClient.get_info").await?;

@@ -19,7 +19,7 @@ use super::{Error as TinkerError, convert};
 use crate::backend::{Error, Pending, Result, Sampler};
 use crate::seam::{SampleRequest, SampledSequence, SamplingParams, Stop};
 use crate::prompt::Tokenizer;
-use crate::tinker::{convert as wire_convert, wire};
+use crate::tinker::{RequestType, convert as wire_convert, wire};
 
 /// Whole-sample resubmissions before a sample is reported failed.
 const SAMPLE_ATTEMPTS: u32 = 4;
@@ -167,7 +167,7 @@ impl<T> Job<T> {
                 if ids != self.num_samples {
                     return Err(TinkerError::Protocol { path: "/api/v1/asample".into(), reason: format!("asked for {} samples and got {ids} sample_sequence_ids", self.num_samples) });
                 }
-                match future::retrieve(&client, &s.request_id, "Sample", Accept::Proto).await? {
+                match future::retrieve(&client, &s.request_id, RequestType::Sample, Accept::Proto).await? {
                     Payload::Proto(b) => (self.decode)(&b, self.num_samples),
                     Payload::Json(_) => unreachable!("retrieve returns protobuf when asked for it"),
                 }

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::Error;
-use super::http::{Body, Client, SDK_VERSION};
+use super::http::{Body, Client};
+use crate::tinker::SDK_VERSION;
 use crate::tinker::wire;
 
 /// Heartbeat period (SDK: 10 s).

@@ -25,6 +25,7 @@ use super::session::Session;
 use super::{Error as TinkerError, convert};
 use crate::backend::{Error, Pending, Result, Sampler, Trainer};
 use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, StateRef};
+use crate::tinker::RequestType;
 use crate::tinker::wire::{self, literal};
 
 /// A request waiting for its turn at the submitter.
@@ -243,7 +244,7 @@ impl Submitter {
             let mut outputs = Vec::with_capacity(data.len());
             let mut loss_sum = 0.0;
             for (request_id, n) in polls {
-                let kind = if forward_only { "Forward" } else { "ForwardBackward" };
+                let kind = if forward_only { RequestType::Forward } else { RequestType::ForwardBackward };
                 let out = match future::retrieve(&client, &request_id, kind, Accept::Proto).await {
                     Ok(Payload::Proto(b)) => convert::forward_backward_output(&b, n),
                     Ok(Payload::Json(_)) => unreachable!("retrieve returns protobuf when asked for it"),
@@ -274,7 +275,7 @@ impl Submitter {
         tokio::spawn(async move {
             let r = async {
                 let s = submitted?;
-                let r: wire::OptimStepResponse = future::retrieve_json(&client, &s.request_id, "OptimStep").await?;
+                let r: wire::OptimStepResponse = future::retrieve_json(&client, &s.request_id, RequestType::OptimStep).await?;
                 Ok::<_, TinkerError>(convert::optim_output(r, step))
             };
             let _ = reply.send(r.await.map_err(Into::into));
@@ -291,7 +292,7 @@ impl Submitter {
         tokio::spawn(async move {
             let r = async {
                 let s = submitted?;
-                let r: wire::SaveWeightsResponse = future::retrieve_json(&client, &s.request_id, "SaveWeights").await?;
+                let r: wire::SaveWeightsResponse = future::retrieve_json(&client, &s.request_id, RequestType::SaveWeights).await?;
                 Ok::<_, TinkerError>(StateRef(r.path))
             };
             let _ = reply.send(r.await.map_err(Into::into));
@@ -322,7 +323,7 @@ impl Submitter {
         };
         let client = self.session.client().clone();
         let s: wire::UntypedApiFuture = client.post_json("/api/v1/load_weights", &body, "ServiceClient.create_training_client_from_state_with_optimizer").await?;
-        let _: wire::LoadWeightsResponse = future::retrieve_json(&client, &s.request_id, "LoadWeights").await?;
+        let _: wire::LoadWeightsResponse = future::retrieve_json(&client, &s.request_id, RequestType::LoadWeights).await?;
         self.model_id = format!("{}:train:{model_seq}", self.session.id());
         self.next_seq = 1;
         tracing::info!(model_id = %self.model_id, from = %state, "Tinker model restored");
@@ -349,7 +350,7 @@ impl Submitter {
         tokio::spawn(async move {
             let r = async {
                 let s = submitted?;
-                let r: wire::SaveWeightsForSamplerResponse = future::retrieve_json(session.client(), &s.request_id, "SaveWeightsForSampler").await?;
+                let r: wire::SaveWeightsForSamplerResponse = future::retrieve_json(session.client(), &s.request_id, RequestType::SaveWeightsForSampler).await?;
                 let id = r.sampling_session_id.ok_or_else(|| TinkerError::Protocol { path: "save_weights_for_sampler".into(), reason: "no `sampling_session_id` in the result".into() })?;
                 Ok::<_, TinkerError>(Arc::new(TinkerSampler::new(session, id, options)) as Arc<dyn Sampler>)
             };

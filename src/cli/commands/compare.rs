@@ -70,7 +70,7 @@ fn parse_steps(s: &str) -> Result<(StepSel, StepSel), String> {
     Ok((a.parse()?, b.parse()?))
 }
 
-pub fn run(args: CompareArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
     let mut warnings = vec![];
     let runs = compare::collect(&args.paths, &mut warnings)?;
     let opts = Options {

@@ -105,7 +105,7 @@ pub enum Encoding {
     Text,
 }
 
-pub fn run(args: EvalArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: EvalArgs) -> anyhow::Result<u8> {
     let (specs, mut ovs) = match split_args(&args.args) {
         Ok(x) => x,
         Err(code) => return Ok(code),

@@ -56,7 +56,7 @@ pub enum DtypeArg {
     Q8_0,
 }
 
-pub fn run(args: ExportArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: ExportArgs) -> anyhow::Result<u8> {
     let req = export::Request {
         source: args.source,
         format: match args.format {

@@ -126,7 +126,7 @@ impl Progress for Bar {
 /// # Errors
 /// Unreadable or malformed inputs (exit code 2), a sandbox that cannot start, output that cannot
 /// be written.
-pub fn run(args: GradeArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
     let problems = data::load_file(&args.problems, args.format).with_context(|| format!("cannot load problems from `{}`", args.problems.display()))?;
     let submissions = read_completions(&args.completions)?;
     // An unknown problem id is a usage error (exit 2), found before any sandbox starts.

@@ -9,19 +9,19 @@ mod schema;
 mod sweep;
 mod validate;
 
-pub mod compare;
-pub mod eval;
-pub mod export;
-pub mod grade;
-pub mod sandbox;
-pub mod serve;
-pub mod sync;
+pub(crate) mod compare;
+pub(crate) mod eval;
+pub(crate) mod export;
+pub(crate) mod grade;
+pub(crate) mod sandbox;
+pub(crate) mod serve;
+pub(crate) mod sync;
 
 use super::{Cli, Command, exit, printer};
 use crate::spec::{self, overrides};
 
 /// Runs the chosen subcommand.
-pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Validate(args) => validate::validate(args),
         Command::Schema => schema::schema(),

@@ -9,7 +9,7 @@ use super::{report_plan_error, split_args};
 use crate::cli::{RenderArgs, exit, printer};
 use crate::engine::prompting::Prompting;
 
-pub fn render(args: RenderArgs) -> anyhow::Result<u8> {
+pub(super) fn render(args: RenderArgs) -> anyhow::Result<u8> {
     let (specs, ovs) = match split_args(&args.args) {
         Ok(x) => x,
         Err(code) => return Ok(code),

@@ -11,7 +11,7 @@ use crate::engine;
 use crate::runlog::RunDir;
 use crate::spec;
 
-pub fn run(args: RunArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: RunArgs) -> anyhow::Result<u8> {
     let (specs, mut ovs) = match split_args(&args.args) {
         Ok(x) => x,
         Err(code) => return Ok(code),

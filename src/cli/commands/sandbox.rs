@@ -54,7 +54,7 @@ pub enum SandboxCommand {
 }
 
 /// Run `rlx sandbox ...`.
-pub fn run(cmd: SandboxCommand) -> anyhow::Result<u8> {
+pub(crate) fn run(cmd: SandboxCommand) -> anyhow::Result<u8> {
     let runtime = super::runtime()?;
     runtime.block_on(async {
         match cmd {

@@ -7,7 +7,7 @@ use crate::cli::{exit, printer};
 ///
 /// # Errors
 /// Never in practice (the schema is built from types and always serializes).
-pub fn schema() -> anyhow::Result<u8> {
+pub(super) fn schema() -> anyhow::Result<u8> {
     printer::out(serde_json::to_string_pretty(&crate::spec::schema::json_schema())?);
     Ok(exit::OK)
 }

@@ -51,7 +51,7 @@ pub struct ServeArgs {
 }
 
 /// Runs `rlx serve`.
-pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(args: ServeArgs) -> anyhow::Result<u8> {
     let mut faults = Faults::default();
     let from_env = std::env::var("RLX_SERVE_FAULTS").unwrap_or_default();
     for spec in from_env.split(',').map(str::trim).filter(|s| !s.is_empty()).chain(args.faults.iter().map(String::as_str)) {

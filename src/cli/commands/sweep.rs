@@ -30,7 +30,7 @@ use crate::spec::types::Launcher;
 use crate::sweep_sample::{self, Dimension, Sampling};
 
 /// The spec used when `rlx sweep` is given none.
-pub const DEFAULT_SPEC: &str = "experiments/default.yaml";
+pub(super) const DEFAULT_SPEC: &str = "experiments/default.yaml";
 
 /// The most member processes at once on this machine.
 const MAX_LOCAL_PARALLEL: u32 = 64;
@@ -50,7 +50,7 @@ enum Item {
     Ranged(Ranged),
 }
 
-pub fn sweep(args: SweepArgs) -> anyhow::Result<u8> {
+pub(super) fn sweep(args: SweepArgs) -> anyhow::Result<u8> {
     if let Some(SweepCommand::Status { dir }) = &args.command {
         return status::status(dir);
     }

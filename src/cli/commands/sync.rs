@@ -129,7 +129,7 @@ fn config_for(cmd: &SyncCommand, s: &Sinks) -> SinkConfig {
 }
 
 /// Runs `rlx sync`.
-pub fn run(cmd: SyncCommand) -> anyhow::Result<u8> {
+pub(crate) fn run(cmd: SyncCommand) -> anyhow::Result<u8> {
     let dirs = match &cmd {
         SyncCommand::Wandb(a) => &a.dirs,
         SyncCommand::Tensorboard(a) => &a.dirs,

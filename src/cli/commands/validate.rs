@@ -4,10 +4,12 @@ use std::path::Path;
 
 use super::{report_plan_error, split_args};
 use crate::cli::{ValidateArgs, exit, printer};
+use crate::engine;
 use crate::plan::{self, Plan, explain};
+use crate::rl::reward::Custom;
 use crate::seam::Finetune;
 
-pub fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
+pub(super) fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
     let (specs, ovs) = match split_args(&args.args) {
         Ok(x) => x,
         Err(code) => return Ok(code),
@@ -22,6 +24,9 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
         match plan::plan(Path::new(s), &ovs) {
             Ok(plan) => {
                 printer::status(format!("ok: `{s}` is valid (run `{}`)", plan.run_id));
+                if plan.python_reward.is_some() {
+                    code = code.max(sample_python_reward(&plan)?);
+                }
                 plans.push(plan);
             }
             Err(e) => code = report_plan_error(&e),
@@ -37,6 +42,55 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(code)
+}
+
+/// Calls the spec's Python reward once on a sample (the first training problem, a trivial
+/// completion) in the local sandbox: a bug in it shows here, with its traceback, rather than
+/// mid-run. Exit code 2 when the call fails or a `weighted` term names a component the
+/// function did not return.
+fn sample_python_reward(plan: &Plan) -> anyhow::Result<u8> {
+    let sample = match super::runtime()?.block_on(engine::pyreward::sample_call(plan)) {
+        Ok(Some(sample)) => sample,
+        Ok(None) => return Ok(exit::OK),
+        Err(e) => {
+            let code = if e.is_user_error() { exit::USAGE } else { exit::INTERNAL };
+            printer::error_chain(&e, &["`rlx validate` calls the Python reward once on the first training problem".into()]);
+            return Ok(code);
+        }
+    };
+    for w in &sample.warnings {
+        printer::warning(&format!("the Python reward's sandbox: {w}"), &[]);
+    }
+    let what = format!("the Python reward `{}` in `{}`", sample.function, sample.file);
+    match &sample.result {
+        Ok(custom) => {
+            let value = match custom {
+                Custom::Components(parts) => {
+                    let parts: Vec<String> = parts.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+                    format!("components {}", parts.join(", "))
+                }
+                other => format!("{}", other.total().unwrap_or(f64::NAN)),
+            };
+            if !sample.missing_components.is_empty() {
+                let names: Vec<String> = sample.missing_components.iter().map(|c| format!("`{c}`")).collect();
+                printer::error_message(
+                    &format!("{what} returned {value} on problem `{}`, without the component(s) {} that `reward.terms` weigh", sample.problem, names.join(", ")),
+                    &["a `python` term's `component` must be a key of the dict the function returns".into()],
+                );
+                return Ok(exit::USAGE);
+            }
+            printer::status(format!("ok: {what} returned {value} on problem `{}` (a trivial completion)", sample.problem));
+            Ok(exit::OK)
+        }
+        Err(failure) => {
+            let mut message = format!("{what} {failure}\n(called on problem `{}` with a trivial completion)", sample.problem);
+            if !failure.traceback.is_empty() {
+                message.push_str(&format!("\n{}", failure.traceback.trim_end()));
+            }
+            printer::error_message(&message, &["at run time a failing call is counted and its group dropped; the run stops after `reward.max_failures` failures".into()]);
+            Ok(exit::USAGE)
+        }
+    }
 }
 
 fn explain_plan(plan: &Plan, pilot: Option<f64>) {
@@ -91,7 +145,7 @@ fn explain_plan(plan: &Plan, pilot: Option<f64>) {
 }
 
 /// `1234567` → `1,234,567`.
-pub fn thousands(n: u64) -> String {
+pub(super) fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {

@@ -5,7 +5,7 @@ use super::{AdvantageStrategy, mean};
 
 /// Reward minus group mean.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct MeanCenter;
+pub(crate) struct MeanCenter;
 
 impl AdvantageStrategy for MeanCenter {
     fn name(&self) -> &'static str {
@@ -17,7 +17,7 @@ impl AdvantageStrategy for MeanCenter {
 }
 
 /// The origin pipeline's `compute_advantages(rewards)`: each reward minus the group mean.
-pub fn compute_advantages(rewards: &[f64]) -> Vec<f64> {
+pub(crate) fn compute_advantages(rewards: &[f64]) -> Vec<f64> {
     let m = mean(rewards);
     rewards.iter().map(|r| r - m).collect()
 }

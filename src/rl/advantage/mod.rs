@@ -5,17 +5,17 @@ mod mean_center;
 mod rloo;
 mod zscore;
 
-pub use mean_center::{MeanCenter, compute_advantages};
-pub use rloo::Rloo;
-pub use zscore::Zscore;
+pub(crate) use mean_center::MeanCenter;
+pub(crate) use rloo::Rloo;
+pub(crate) use zscore::Zscore;
 
 use crate::spec::types::Advantage;
 
 /// Below this magnitude an advantage counts as zero (the origin pipeline's threshold).
-pub const ZERO: f64 = 1e-8;
+pub(crate) const ZERO: f64 = 1e-8;
 
 /// Turns the rewards of one group (the completions of one problem) into advantages.
-pub trait AdvantageStrategy: Send + Sync {
+pub(crate) trait AdvantageStrategy: Send + Sync {
     /// The spec name (`mean_center`, ...).
     fn name(&self) -> &'static str;
     /// One advantage per reward, same order. An empty group gives an empty vector.
@@ -23,7 +23,7 @@ pub trait AdvantageStrategy: Send + Sync {
 }
 
 /// The strategy a spec asks for.
-pub fn strategy(spec: &Advantage) -> Box<dyn AdvantageStrategy> {
+pub(crate) fn strategy(spec: &Advantage) -> Box<dyn AdvantageStrategy> {
     match spec {
         Advantage::MeanCenter => Box::new(MeanCenter),
         Advantage::Zscore { eps } => Box::new(Zscore { eps: *eps }),
@@ -33,7 +33,7 @@ pub fn strategy(spec: &Advantage) -> Box<dyn AdvantageStrategy> {
 
 /// True when a group carries no learning signal: every advantage is (numerically) zero, i.e.
 /// every completion scored the same.
-pub fn should_skip(advantages: &[f64]) -> bool {
+pub(crate) fn should_skip(advantages: &[f64]) -> bool {
     advantages.iter().all(|a| a.abs() < ZERO)
 }
 
@@ -43,6 +43,7 @@ pub(crate) fn mean(xs: &[f64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use super::mean_center::compute_advantages;
     use super::*;
 
     #[test]

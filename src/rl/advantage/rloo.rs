@@ -5,7 +5,7 @@ use super::AdvantageStrategy;
 
 /// Reward minus the mean of the others.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Rloo;
+pub(crate) struct Rloo;
 
 impl AdvantageStrategy for Rloo {
     fn name(&self) -> &'static str {

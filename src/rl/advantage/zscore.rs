@@ -5,7 +5,7 @@ use super::{AdvantageStrategy, mean};
 
 /// Group-standardised rewards.
 #[derive(Debug, Clone, Copy)]
-pub struct Zscore {
+pub(crate) struct Zscore {
     /// Added to the standard deviation so uniform groups give zeros, not NaN.
     pub eps: f64,
 }

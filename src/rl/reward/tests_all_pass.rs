@@ -4,7 +4,7 @@ use super::{Outcome, RewardStrategy};
 
 /// Binary correctness with a format penalty.
 #[derive(Debug, Clone, Copy)]
-pub struct TestsAllPass {
+pub(crate) struct TestsAllPass {
     /// Weight of the format score.
     pub format_coef: f64,
 }
@@ -13,7 +13,7 @@ impl RewardStrategy for TestsAllPass {
     fn name(&self) -> &'static str {
         "tests_all_pass"
     }
-    fn reward(&self, o: &Outcome) -> Option<f64> {
+    fn reward(&self, o: &Outcome<'_>) -> Option<f64> {
         if o.infra_error {
             return None;
         }

@@ -5,7 +5,7 @@ use super::{Outcome, RewardStrategy};
 
 /// Partial credit with a format penalty.
 #[derive(Debug, Clone, Copy)]
-pub struct TestsFraction {
+pub(crate) struct TestsFraction {
     /// Weight of the format score.
     pub format_coef: f64,
 }
@@ -14,7 +14,7 @@ impl RewardStrategy for TestsFraction {
     fn name(&self) -> &'static str {
         "tests_fraction"
     }
-    fn reward(&self, o: &Outcome) -> Option<f64> {
+    fn reward(&self, o: &Outcome<'_>) -> Option<f64> {
         if o.infra_error {
             return None;
         }

@@ -1,34 +1,38 @@
-//! `weighted`: Σ weight × term over the spec's `reward.terms`.
+//! `weighted`: Σ weight × term over the spec's `reward.terms`; a `python` term weighs the
+//! Python function's value or one named component of it.
 
 use super::{Outcome, RewardStrategy};
-use crate::spec::types::RewardTermKind;
+use crate::spec::types::{RewardTerm, RewardTermKind};
 
 /// A weighted sum of terms.
 #[derive(Debug, Clone)]
-pub struct Weighted {
-    /// (term, weight) pairs.
-    pub terms: Vec<(RewardTermKind, f64)>,
+pub(crate) struct Weighted {
+    /// The terms, as the spec lists them.
+    pub terms: Vec<RewardTerm>,
 }
 
 impl RewardStrategy for Weighted {
     fn name(&self) -> &'static str {
         "weighted"
     }
-    fn reward(&self, o: &Outcome) -> Option<f64> {
+    fn reward(&self, o: &Outcome<'_>) -> Option<f64> {
         if o.infra_error {
             return None;
         }
-        Some(
-            self.terms
-                .iter()
-                .map(|(kind, w)| {
-                    w * match kind {
-                        RewardTermKind::TestsAllPass => f64::from(u8::from(o.all_passed())),
-                        RewardTermKind::TestsFraction => o.fraction(),
-                        RewardTermKind::Format => o.format_score(),
-                    }
-                })
-                .sum(),
-        )
+        let mut sum = 0.0;
+        for t in &self.terms {
+            let value = match t.kind {
+                RewardTermKind::TestsAllPass => f64::from(u8::from(o.all_passed())),
+                RewardTermKind::TestsFraction => o.fraction(),
+                RewardTermKind::Format => o.format_score(),
+                // A failed call, or a component the function did not return: not scored.
+                RewardTermKind::Python => match &t.component {
+                    None => o.custom?.total()?,
+                    Some(name) => o.custom?.component(name)?,
+                },
+            };
+            sum += t.weight * value;
+        }
+        Some(sum)
     }
 }

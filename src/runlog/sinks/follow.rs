@@ -21,7 +21,7 @@ use super::super::{Error, MetricsLine, io, json};
 
 /// Where a tracker stands in `metrics.jsonl`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cursor {
+pub(crate) struct Cursor {
     /// Byte offset just past the last line mirrored (0: nothing yet).
     pub offset: u64,
     /// Byte offset where that line starts.
@@ -33,7 +33,7 @@ pub struct Cursor {
 /// What a tracker saves in `sinks/<tracker>.json`: its cursor and its own identity (the W&B run
 /// id, the MLflow run id, the TensorBoard event file), written together so they cannot disagree.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Saved {
+pub(crate) struct Saved {
     /// The cursor.
     pub cursor: Cursor,
     /// The tracker's own state.
@@ -43,7 +43,7 @@ pub struct Saved {
 
 /// One line to mirror, with the cursor to save once it is mirrored.
 #[derive(Debug, Clone)]
-pub struct Pending {
+pub(crate) struct Pending {
     /// The line.
     pub line: MetricsLine,
     /// The cursor just past it.
@@ -52,7 +52,7 @@ pub struct Pending {
 
 /// Follows `metrics.jsonl` for one tracker.
 #[derive(Debug)]
-pub struct Follower {
+pub(crate) struct Follower {
     metrics: PathBuf,
     state: PathBuf,
     /// What is saved now.
@@ -66,7 +66,7 @@ impl Follower {
     ///
     /// # Errors
     /// I/O errors and a state file that is not JSON.
-    pub fn open(metrics: &Path, state: &Path) -> Result<Follower, Error> {
+    pub(crate) fn open(metrics: &Path, state: &Path) -> Result<Follower, Error> {
         let saved = json::read(state)?.unwrap_or_default();
         Ok(Follower { metrics: metrics.to_path_buf(), state: state.to_path_buf(), saved, bad_lines: vec![] })
     }
@@ -76,7 +76,7 @@ impl Follower {
     ///
     /// # Errors
     /// I/O errors reading `metrics.jsonl`.
-    pub fn pending(&mut self) -> Result<Vec<Pending>, Error> {
+    pub(crate) fn pending(&mut self) -> Result<Vec<Pending>, Error> {
         let path = &self.metrics;
         let mut file = match File::open(path) {
             Ok(f) => f,
@@ -146,14 +146,14 @@ impl Follower {
     ///
     /// # Errors
     /// I/O errors.
-    pub fn commit(&mut self, cursor: Cursor, sink: serde_json::Value) -> Result<(), Error> {
+    pub(crate) fn commit(&mut self, cursor: Cursor, sink: serde_json::Value) -> Result<(), Error> {
         self.saved = Saved { cursor, sink };
         json::write(&self.state, &self.saved)
     }
 
     /// Moves the cursor in memory only: for a tracker that saves it itself once the lines are
     /// durable ([`super::Mirror::SAVES_CURSOR`]).
-    pub fn advance(&mut self, cursor: Cursor) {
+    pub(crate) fn advance(&mut self, cursor: Cursor) {
         self.saved.cursor = cursor;
     }
 
@@ -161,7 +161,7 @@ impl Follower {
     ///
     /// # Errors
     /// I/O errors and a state file that is not JSON.
-    pub fn reload(&mut self) -> Result<(), Error> {
+    pub(crate) fn reload(&mut self) -> Result<(), Error> {
         self.saved = json::read(&self.state)?.unwrap_or_default();
         Ok(())
     }
@@ -170,7 +170,7 @@ impl Follower {
     ///
     /// # Errors
     /// I/O errors.
-    pub fn save_sink(&mut self, sink: serde_json::Value) -> Result<(), Error> {
+    pub(crate) fn save_sink(&mut self, sink: serde_json::Value) -> Result<(), Error> {
         self.commit(self.saved.cursor, sink)
     }
 }

@@ -42,7 +42,7 @@ struct State {
 }
 
 /// Mirrors a run into an MLflow tracking server.
-pub struct Mlflow {
+pub(crate) struct Mlflow {
     api: String,
     experiment: String,
     run_name: String,
@@ -62,7 +62,7 @@ enum Auth {
 impl Mlflow {
     /// A mirror into `tracking_uri`'s experiment `experiment`, logging `config` (the resolved
     /// spec) flattened as params. `saved` is the tracker's saved state.
-    pub fn new(tracking_uri: &str, experiment: &str, run_name: &str, config: &Value, saved: &Value) -> Mlflow {
+    pub(crate) fn new(tracking_uri: &str, experiment: &str, run_name: &str, config: &Value, saved: &Value) -> Mlflow {
         let uri = tracking_uri.trim_end_matches('/').to_string();
         let mut state: State = serde_json::from_value(saved.clone()).unwrap_or_default();
         let moved = !state.tracking_uri.is_empty() && (state.tracking_uri != uri || state.experiment != experiment);
@@ -218,7 +218,7 @@ fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
 /// A metric name as MLflow accepts it: letters, digits, `_ - . : /` and spaces. rlx's only other
 /// character is the `@` of `eval/pass@k`, which becomes `_at_` (`eval/pass_at_1`); anything else
 /// becomes `_`.
-pub fn metric_name(name: &str) -> String {
+pub(crate) fn metric_name(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 3);
     for c in name.chars() {
         match c {

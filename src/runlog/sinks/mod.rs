@@ -17,10 +17,10 @@
 //! - [`mlflow`]: the MLflow REST API (reqwest).
 //! - [`wandb`]: the official W&B SDK through a helper script run with `python3`.
 
-pub mod follow;
-pub mod mlflow;
-pub mod tensorboard;
-pub mod wandb;
+pub(crate) mod follow;
+pub(crate) mod mlflow;
+pub(crate) mod tensorboard;
+pub(crate) mod wandb;
 
 use std::future::Future;
 use std::path::Path;
@@ -29,14 +29,14 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-pub use follow::{Cursor, Follower};
+pub(crate) use follow::{Cursor, Follower};
 
 use super::{MetricsLine, RunDir, files};
 use crate::spec::types::{MlflowSink, Sinks as SinkSpecs, TensorboardSink, WandbSink};
 
 /// Why a tracker did not take lines.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum SinkError {
+pub(crate) enum SinkError {
     /// It cannot work in this process (no Python, no `wandb`, the helper died): no more tries.
     #[error("{0}")]
     Unavailable(String),
@@ -47,7 +47,7 @@ pub enum SinkError {
 
 /// How the run ended, for the tracker's run status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// Every step ran.
     Finished,
     /// Stopped on request; resumable.
@@ -58,7 +58,7 @@ pub enum End {
 
 /// A tracker's side of mirroring: set up, take lines, finish. Implemented by [`tensorboard`],
 /// [`mlflow`] and [`wandb`]; the follower and the task around it are shared.
-pub trait Mirror: Send + 'static {
+pub(crate) trait Mirror: Send + 'static {
     /// Whether the tracker saves the cursor itself, once what it took is durable, instead of the
     /// task saving it after each batch. W&B's service buffers its writes, so a helper killed
     /// after logging loses rows it had taken: its helper saves the cursor after `run.finish()`.
@@ -91,7 +91,7 @@ pub trait Mirror: Send + 'static {
 
 /// One tracker and its settings, as `log.sinks` (or `rlx sync`) gives it.
 #[derive(Debug, Clone)]
-pub enum SinkConfig {
+pub(crate) enum SinkConfig {
     /// W&B.
     Wandb(WandbSink),
     /// TensorBoard.
@@ -102,7 +102,7 @@ pub enum SinkConfig {
 
 impl SinkConfig {
     /// The configured trackers of a spec's `log.sinks`.
-    pub fn all(specs: &SinkSpecs) -> Vec<SinkConfig> {
+    pub(crate) fn all(specs: &SinkSpecs) -> Vec<SinkConfig> {
         let mut out = vec![];
         out.extend(specs.wandb.clone().map(SinkConfig::Wandb));
         out.extend(specs.tensorboard.clone().map(SinkConfig::Tensorboard));
@@ -111,7 +111,7 @@ impl SinkConfig {
     }
 
     /// The file stem of its state in `sinks/` (and the `rlx sync` subcommand).
-    pub fn key(&self) -> &'static str {
+    pub(crate) fn key(&self) -> &'static str {
         match self {
             SinkConfig::Wandb(_) => "wandb",
             SinkConfig::Tensorboard(_) => "tensorboard",
@@ -122,7 +122,7 @@ impl SinkConfig {
 
 /// What the trackers need to know about the run.
 #[derive(Debug, Clone)]
-pub struct RunInfo {
+pub(crate) struct RunInfo {
     /// The run id (`<name>-<hash>`).
     pub run_id: String,
     /// The spec's `name` (the default W&B project and MLflow experiment).
@@ -133,7 +133,7 @@ pub struct RunInfo {
 
 /// What one tracker did, at the end.
 #[derive(Debug, Clone)]
-pub struct Report {
+pub(crate) struct Report {
     /// The tracker (`W&B`).
     pub name: &'static str,
     /// The `rlx sync` subcommand that sends what is missing.
@@ -156,7 +156,7 @@ impl Report {
     }
 
     /// A warning when something is missing: which steps, why, and how to send them.
-    pub fn warning(&self, dir: &Path) -> Option<String> {
+    pub(crate) fn warning(&self, dir: &Path) -> Option<String> {
         if self.missing.is_empty() {
             return self.error.as_ref().map(|e| format!("{}: {e}", self.name));
         }
@@ -201,7 +201,7 @@ struct Task {
 }
 
 /// The trackers of one run, each mirroring in a task of its own.
-pub struct Sinks {
+pub(crate) struct Sinks {
     tasks: Vec<Task>,
     warnings: Arc<Mutex<Vec<String>>>,
 }
@@ -214,7 +214,7 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 impl Sinks {
     /// Starts the trackers in `configs` for the run in `dir`. Never fails: a tracker that cannot
     /// start becomes a warning ([`Sinks::started`]). Must be called inside a tokio runtime.
-    pub fn start(dir: &RunDir, run: &RunInfo, configs: Vec<SinkConfig>) -> Sinks {
+    pub(crate) fn start(dir: &RunDir, run: &RunInfo, configs: Vec<SinkConfig>) -> Sinks {
         Self::start_as(dir, run, configs, false)
     }
 
@@ -233,7 +233,7 @@ impl Sinks {
     }
 
     /// The trackers of `log.sinks`, started (see [`Sinks::start`]).
-    pub fn for_spec(dir: &RunDir, run: &RunInfo, specs: &SinkSpecs) -> Sinks {
+    pub(crate) fn for_spec(dir: &RunDir, run: &RunInfo, specs: &SinkSpecs) -> Sinks {
         Self::start(dir, run, SinkConfig::all(specs))
     }
 
@@ -284,7 +284,7 @@ impl Sinks {
     /// Waits (at most a minute) until every tracker has started or failed to, and returns the
     /// warnings so far: call it once, after the run's own setup, so a missing `wandb` is said at
     /// the start of the run rather than after its first step.
-    pub async fn started(&mut self) -> Vec<String> {
+    pub(crate) async fn started(&mut self) -> Vec<String> {
         for t in &mut self.tasks {
             if let Some(rx) = t.started.take() {
                 let _ = tokio::time::timeout(START_LIMIT, rx).await;
@@ -296,7 +296,7 @@ impl Sinks {
     /// Tells every tracker that `metrics.jsonl` has new lines; returns at once with the warnings
     /// gathered since the last call. A tracker still busy with the last poke picks the new
     /// lines up when it is done (pokes coalesce; the engine never waits for a tracker).
-    pub fn poke(&self) -> Vec<String> {
+    pub(crate) fn poke(&self) -> Vec<String> {
         for t in &self.tasks {
             // Full: a poke is pending already, and it will read to the end of the file.
             let _ = t.tx.try_send(Msg::Poke);
@@ -310,7 +310,7 @@ impl Sinks {
 
     /// Mirrors what is left, marks each tracker's run as ended, and reports what each mirrored
     /// and missed. Waits at most five minutes for all of them.
-    pub async fn finish(self, end: End) -> Vec<Report> {
+    pub(crate) async fn finish(self, end: End) -> Vec<Report> {
         let mut reports = vec![];
         for t in &self.tasks {
             let _ = t.tx.send(Msg::Finish(end)).await;
@@ -454,7 +454,7 @@ async fn pump<M: Mirror>(m: &mut M, f: &mut Follower) -> Result<usize, SinkError
 /// Mirrors a whole run directory into one tracker (what `rlx sync` does): starts it, sends every
 /// line it has not mirrored, ends its run as `end`, and reports. Warnings met on the way are in
 /// the second value.
-pub async fn sync(dir: &RunDir, run: &RunInfo, cfg: SinkConfig, end: End) -> (Option<Report>, Vec<String>) {
+pub(crate) async fn sync(dir: &RunDir, run: &RunInfo, cfg: SinkConfig, end: End) -> (Option<Report>, Vec<String>) {
     let mut sinks = Sinks::start_as(dir, run, vec![cfg], true);
     let mut warnings = sinks.started().await;
     warnings.extend(sinks.poke());

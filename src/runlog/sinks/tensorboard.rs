@@ -23,7 +23,7 @@ use crate::runlog::MetricsLine;
 
 /// `tensorflow.Event`, the fields rlx writes.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Event {
+pub(crate) struct Event {
     /// Seconds since the epoch.
     #[prost(double, tag = "1")]
     pub wall_time: f64,
@@ -37,7 +37,7 @@ pub struct Event {
 
 /// `Event.what`.
 #[derive(Clone, PartialEq, prost::Oneof)]
-pub enum What {
+pub(crate) enum What {
     /// The first record of a file: `brain.Event:2`.
     #[prost(string, tag = "3")]
     FileVersion(String),
@@ -48,7 +48,7 @@ pub enum What {
 
 /// `tensorflow.Summary`.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// The values.
     #[prost(message, repeated, tag = "1")]
     pub value: Vec<Value>,
@@ -56,7 +56,7 @@ pub struct Summary {
 
 /// `tensorflow.Summary.Value` with a `simple_value`, which TensorBoard reads as a scalar.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Value {
+pub(crate) struct Value {
     /// The metric name (`train/loss`); TensorBoard groups by what precedes the `/`.
     #[prost(string, tag = "1")]
     pub tag: String,
@@ -75,7 +75,7 @@ fn masked_crc(bytes: &[u8]) -> u32 {
 }
 
 /// One TFRecord around `data`.
-pub fn record(data: &[u8]) -> Vec<u8> {
+pub(crate) fn record(data: &[u8]) -> Vec<u8> {
     let len = (data.len() as u64).to_le_bytes();
     let mut out = Vec::with_capacity(data.len() + 16);
     out.extend_from_slice(&len);
@@ -86,7 +86,7 @@ pub fn record(data: &[u8]) -> Vec<u8> {
 }
 
 /// The event of one metrics line.
-pub fn line_event(line: &MetricsLine, wall_time: f64) -> Event {
+pub(crate) fn line_event(line: &MetricsLine, wall_time: f64) -> Event {
     let value = line.values.iter().map(|(k, &v)| Value { tag: k.clone(), simple_value: Some(v as f32) }).collect();
     Event { wall_time, step: line.step, what: Some(What::Summary(Summary { value })) }
 }
@@ -106,7 +106,7 @@ struct State {
 
 /// Writes a run's metrics as TensorBoard scalars into `dir`.
 #[derive(Debug)]
-pub struct TensorBoard {
+pub(crate) struct TensorBoard {
     dir: PathBuf,
     state: State,
     file: Option<File>,
@@ -116,7 +116,7 @@ pub struct TensorBoard {
 
 impl TensorBoard {
     /// A writer into `dir`, continuing the file named in `saved` (the tracker's saved state).
-    pub fn new(dir: PathBuf, saved: &serde_json::Value) -> TensorBoard {
+    pub(crate) fn new(dir: PathBuf, saved: &serde_json::Value) -> TensorBoard {
         let mut state: State = serde_json::from_value(saved.clone()).unwrap_or_default();
         let moved = state.file.as_ref().is_some_and(|f| f.parent() != Some(dir.as_path()));
         if moved {

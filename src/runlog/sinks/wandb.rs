@@ -55,7 +55,7 @@ struct State {
 }
 
 /// Mirrors a run into W&B through the helper.
-pub struct Wandb {
+pub(crate) struct Wandb {
     python: PathBuf,
     settings: Value,
     log_file: PathBuf,
@@ -77,7 +77,7 @@ struct Helper {
 impl Wandb {
     /// A mirror with the spec's settings for rlx run `run_id` (spec `name`) in `run_dir`, keeping
     /// its files in `sinks_dir`; `saved` is the tracker's saved state.
-    pub fn new(cfg: &WandbSink, name: &str, run_id: &str, run_dir: PathBuf, sinks_dir: &std::path::Path, saved: &Value) -> Wandb {
+    pub(crate) fn new(cfg: &WandbSink, name: &str, run_id: &str, run_dir: PathBuf, sinks_dir: &std::path::Path, saved: &Value) -> Wandb {
         let (log_file, state_file, lock_file) = (sinks_dir.join("wandb.log"), sinks_dir.join("wandb.json"), sinks_dir.join("wandb.helper.lock"));
         let mut state: State = serde_json::from_value(saved.clone()).unwrap_or_default();
         let project = cfg.project.clone().unwrap_or_else(|| name.to_string());

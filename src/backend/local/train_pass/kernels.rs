@@ -18,7 +18,7 @@ const PAR_MACS: usize = 1 << 18;
 
 /// A strided matrix operand: element `(i, j)` is `data[i · rs + j · cs]`.
 #[derive(Clone, Copy)]
-pub struct Mat<'a> {
+pub(crate) struct Mat<'a> {
     pub data: &'a [f32],
     pub rs: usize,
     pub cs: usize,
@@ -26,12 +26,12 @@ pub struct Mat<'a> {
 
 impl<'a> Mat<'a> {
     /// A row-major matrix with `cols` columns.
-    pub fn rows(data: &'a [f32], cols: usize) -> Self {
+    pub(crate) fn rows(data: &'a [f32], cols: usize) -> Self {
         Self { data, rs: cols, cs: 1 }
     }
 
     /// The transpose of a row-major matrix with `cols` columns.
-    pub fn t(data: &'a [f32], cols: usize) -> Self {
+    pub(crate) fn t(data: &'a [f32], cols: usize) -> Self {
         Self { data, rs: 1, cs: cols }
     }
 
@@ -46,7 +46,7 @@ impl<'a> Mat<'a> {
 /// `dst = (accumulate ? dst : 0) + scale · A·B` for `A` `m×k`, `B` `k×n`, `dst` `m×n` row-major
 /// with row stride `ldd`. Runs on rayon's pool when `parallel` and the product is large.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm(m: usize, n: usize, k: usize, dst: &mut [f32], ldd: usize, accumulate: bool, a: Mat, b: Mat, scale: f32, parallel: bool) {
+pub(crate) fn gemm(m: usize, n: usize, k: usize, dst: &mut [f32], ldd: usize, accumulate: bool, a: Mat, b: Mat, scale: f32, parallel: bool) {
     if m > 0 && n > 0 {
         assert!((m - 1) * ldd + n <= dst.len() && ldd >= n, "gemm: destination of {m}x{n} overruns its buffer");
     }
@@ -116,7 +116,7 @@ unsafe fn gemm_raw(m: usize, n: usize, k: usize, dst: *mut f32, ldd: usize, accu
 /// `0` below −87.3 and the largest finite power near 88.7. `libm`'s scalar `expf` was 5% of a
 /// LoRA step (log-softmax over the vocabulary, SiLU, attention probabilities).
 #[inline(always)]
-pub fn exp(x: f32) -> f32 {
+pub(crate) fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23
     // Not `clamp`: `max` maps a NaN to the floor (and so to 0) as before, without a branch.
@@ -162,7 +162,7 @@ fn chunked_sum(n: usize, width: usize, f: impl Fn(std::ops::Range<usize>, &mut [
 
 /// RMSNorm over rows of width `d`: `y = x · rstd · w`, `rstd = 1/√(mean(x²) + eps)`. Returns
 /// `(y, rstd)`.
-pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> (Vec<f32>, Vec<f32>) {
     let d = w.len();
     let n = x.len() / d;
     let mut y = vec![0f32; x.len()];
@@ -182,7 +182,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> (Vec<f32>, Vec<f32>) {
 /// The RMSNorm backward: adds `dL/dx` to `dx` and returns `dL/dw` when `want_dw`.
 ///
 /// With `x̂ = x · rstd` and `g = dy · w`: `dx = rstd · (g − x̂ · mean(g · x̂))`, `dw = Σ dy · x̂`.
-pub fn rms_norm_backward(dy: &[f32], x: &[f32], rstd: &[f32], w: &[f32], dx: &mut [f32], want_dw: bool) -> Option<Vec<f32>> {
+pub(crate) fn rms_norm_backward(dy: &[f32], x: &[f32], rstd: &[f32], w: &[f32], dx: &mut [f32], want_dw: bool) -> Option<Vec<f32>> {
     let d = w.len();
     dx.par_chunks_mut(d * ROW_CHUNK).zip(dy.par_chunks(d * ROW_CHUNK)).zip(x.par_chunks(d * ROW_CHUNK)).zip(rstd.par_chunks(ROW_CHUNK)).for_each(
         |(((dx, dy), x), r)| {
@@ -207,7 +207,7 @@ pub fn rms_norm_backward(dy: &[f32], x: &[f32], rstd: &[f32], w: &[f32], dx: &mu
 }
 
 /// Column sums of a row-major `[n, width]` matrix (bias gradients).
-pub fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
+pub(crate) fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
     chunked_sum(x.len() / width, width, |rows, part| {
         for i in rows {
             for (p, v) in part.iter_mut().zip(&x[i * width..(i + 1) * width]) {
@@ -219,7 +219,7 @@ pub fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
 
 /// Rotates every head of token-major `x` `[b·t, heads·hd]` in place ("rotate half" layout), token
 /// `i` of each sequence at position `i`; `inverse` applies the transpose (the backward).
-pub fn rope(x: &mut [f32], t: usize, heads: usize, hd: usize, cos: &[f32], sin: &[f32], inverse: bool) {
+pub(crate) fn rope(x: &mut [f32], t: usize, heads: usize, hd: usize, cos: &[f32], sin: &[f32], inverse: bool) {
     let half = hd / 2;
     let width = heads * hd;
     let sign = if inverse { -1.0 } else { 1.0 };
@@ -245,7 +245,7 @@ fn silu(g: f32) -> (f32, f32) {
 }
 
 /// `silu(g) · u`, element-wise.
-pub fn swiglu(g: &[f32], u: &[f32]) -> Vec<f32> {
+pub(crate) fn swiglu(g: &[f32], u: &[f32]) -> Vec<f32> {
     let mut out = vec![0f32; g.len()];
     out.par_chunks_mut(4096).zip(g.par_chunks(4096)).zip(u.par_chunks(4096)).for_each(|((o, g), u)| {
         for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
@@ -256,7 +256,7 @@ pub fn swiglu(g: &[f32], u: &[f32]) -> Vec<f32> {
 }
 
 /// The SwiGLU backward: overwrites `g` with `dL/dg` and `u` with `dL/du` given `da`.
-pub fn swiglu_backward(da: &[f32], g: &mut [f32], u: &mut [f32]) {
+pub(crate) fn swiglu_backward(da: &[f32], g: &mut [f32], u: &mut [f32]) {
     g.par_chunks_mut(4096).zip(u.par_chunks_mut(4096)).zip(da.par_chunks(4096)).for_each(|((g, u), da)| {
         for ((g, u), &da) in g.iter_mut().zip(u.iter_mut()).zip(da) {
             let (a, s) = silu(*g);
@@ -270,7 +270,7 @@ pub fn swiglu_backward(da: &[f32], g: &mut [f32], u: &mut [f32]) {
 /// Shapes of one causal self-attention: `b` sequences of `t` tokens, `heads` query heads
 /// sharing `kv_heads` key/value heads, `hd` wide.
 #[derive(Clone, Copy)]
-pub struct AttnShape {
+pub(crate) struct AttnShape {
     pub b: usize,
     pub t: usize,
     pub heads: usize,
@@ -322,7 +322,7 @@ fn causal_softmax(s: &mut [f32], t: usize, lse: &mut [f32]) {
 /// Causal grouped-query attention over token-major `q` `[b·t, heads·hd]`, `k`, `v`
 /// `[b·t, kv_heads·hd]`: returns the output `[b·t, heads·hd]` and the log-sum-exp of every
 /// score row `[b, heads, t]` (all the backward needs to rebuild the probabilities).
-pub fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttnShape) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttnShape) -> (Vec<f32>, Vec<f32>) {
     let AttnShape { b, t, heads, kv_heads, hd } = s;
     let (qw, kw) = (heads * hd, kv_heads * hd);
     let rep = heads / kv_heads;
@@ -363,7 +363,7 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttnShape) -> (Vec<f32>, Ve
 /// `dS = P ⊙ (dP − rowsum(dO ⊙ O))`, `dQ = scale · dS K`, `dK += scale · dSᵀ Q`. The query heads
 /// sharing a key/value head run in one task, so `dK`, `dV` sum in a fixed order.
 #[allow(clippy::too_many_arguments)]
-pub fn attention_backward(dout: &[f32], q: &[f32], k: &[f32], v: &[f32], out: &[f32], lse: &[f32], s: AttnShape) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+pub(crate) fn attention_backward(dout: &[f32], q: &[f32], k: &[f32], v: &[f32], out: &[f32], lse: &[f32], s: AttnShape) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let AttnShape { b, t, heads, kv_heads, hd } = s;
     let (qw, kw) = (heads * hd, kv_heads * hd);
     let rep = heads / kv_heads;
@@ -417,7 +417,7 @@ pub fn attention_backward(dout: &[f32], q: &[f32], k: &[f32], v: &[f32], out: &[
 }
 
 /// Per row of `logits` `[n, vocab]`: the log-sum-exp, and the log-probability of `targets[row]`.
-pub fn target_logprobs(logits: &[f32], vocab: usize, targets: &[u32]) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn target_logprobs(logits: &[f32], vocab: usize, targets: &[u32]) -> (Vec<f32>, Vec<f32>) {
     let rows: Vec<(f32, f32)> = logits
         .par_chunks(vocab)
         .zip(targets.par_iter())
@@ -433,7 +433,7 @@ pub fn target_logprobs(logits: &[f32], vocab: usize, targets: &[u32]) -> (Vec<f3
 }
 
 /// Overwrites `logits` with `dL/dlogits = dlogp · (onehot(target) − softmax)`.
-pub fn target_logprobs_backward(logits: &mut [f32], vocab: usize, targets: &[u32], lse: &[f32], dlogp: &[f32]) {
+pub(crate) fn target_logprobs_backward(logits: &mut [f32], vocab: usize, targets: &[u32], lse: &[f32], dlogp: &[f32]) {
     logits.par_chunks_mut(vocab).zip(targets.par_iter()).zip(lse.par_iter()).zip(dlogp.par_iter()).for_each(|(((row, &t), &l), &g)| {
         if g == 0.0 {
             row.fill(0.0);

@@ -24,7 +24,7 @@
 //! gradients against it (and so, transitively, against finite differences and the numpy
 //! reference).
 
-pub mod kernels;
+pub(crate) mod kernels;
 
 use std::collections::HashMap;
 
@@ -35,13 +35,13 @@ use super::model::{Layer, Linear, Model, RmsNorm};
 
 /// Gradient buffers of the trainable tensors, by tensor id; a tensor absent here is frozen.
 #[derive(Debug, Default)]
-pub struct Grads {
+pub(crate) struct Grads {
     map: HashMap<TensorId, Vec<f32>>,
 }
 
 impl Grads {
     /// Zeroed buffers for `params`.
-    pub fn zeros<'a>(params: impl IntoIterator<Item = &'a Tensor>) -> Self {
+    pub(crate) fn zeros<'a>(params: impl IntoIterator<Item = &'a Tensor>) -> Self {
         Self { map: params.into_iter().map(|t| (t.id(), vec![0f32; t.elem_count()])).collect() }
     }
 
@@ -51,7 +51,7 @@ impl Grads {
     }
 
     /// Takes the buffer of `t` out (`None` if `t` is not trainable).
-    pub fn take(&mut self, t: &Tensor) -> Option<Vec<f32>> {
+    pub(crate) fn take(&mut self, t: &Tensor) -> Option<Vec<f32>> {
         self.map.remove(&t.id())
     }
 }
@@ -103,7 +103,7 @@ fn view(t: &Tensor) -> candle_core::Result<View<impl std::ops::Deref<Target = St
 
 /// Token ids of a right-padded batch of `b` rows of `t` positions.
 #[derive(Debug, Clone, Copy)]
-pub struct Batch<'a> {
+pub(crate) struct Batch<'a> {
     /// `[b · t]` inputs.
     pub tokens: &'a [u32],
     /// `[b · t]` targets.
@@ -149,7 +149,7 @@ struct QkPre {
 }
 
 /// Everything [`backward`] needs from [`forward`].
-pub struct Tape {
+pub(crate) struct Tape {
     layers: Vec<LayerTape>,
     /// Input of the final norm, its `rstd`, its output.
     x_last: Vec<f32>,
@@ -348,7 +348,7 @@ fn layer_backward(layer: &Layer, tape: LayerTape, dout: Vec<f32>, c: &Ctx, grads
 ///
 /// # Errors
 /// Parameters that are not contiguous f32 CPU tensors, or shape mismatches.
-pub fn forward(model: &Model, batch: Batch, keep: bool) -> candle_core::Result<(Vec<f32>, Option<Tape>)> {
+pub(crate) fn forward(model: &Model, batch: Batch, keep: bool) -> candle_core::Result<(Vec<f32>, Option<Tape>)> {
     let cfg = model.config();
     let (n, d, vocab) = (batch.b * batch.t, cfg.hidden_size, cfg.vocab_size);
     if batch.tokens.len() != n || batch.targets.len() != n {
@@ -385,7 +385,7 @@ pub fn forward(model: &Model, batch: Batch, keep: bool) -> candle_core::Result<(
 ///
 /// # Errors
 /// As [`forward`].
-pub fn backward(model: &Model, batch: Batch, tape: Tape, dlogp: &[f32], grads: &mut Grads) -> candle_core::Result<()> {
+pub(crate) fn backward(model: &Model, batch: Batch, tape: Tape, dlogp: &[f32], grads: &mut Grads) -> candle_core::Result<()> {
     let cfg = model.config();
     let (n, vocab) = (batch.b * batch.t, cfg.vocab_size);
     let (cos, sin) = (view(model.rope_cos())?, view(model.rope_sin())?);
