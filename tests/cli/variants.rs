@@ -70,12 +70,15 @@ impl Sampler for Scripted {
     }
 }
 
+/// Each datum's (sampler log-probabilities, advantages) as one `forward_backward` received them.
+type Received = Vec<(Vec<f32>, Vec<f32>)>;
+
 /// A trainer that trains nothing: counts datums per `forward_backward`, keeps states by name.
 struct Recorder {
     sampler: Arc<Scripted>,
     datums: Mutex<Vec<usize>>,
     /// Per `forward_backward`, each datum's (sampler log-probabilities, advantages).
-    inputs: Mutex<Vec<Vec<(Vec<f32>, Vec<f32>)>>>,
+    inputs: Mutex<Vec<Received>>,
     states: Mutex<HashMap<String, usize>>,
 }
 
