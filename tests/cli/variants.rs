@@ -312,12 +312,64 @@ fn the_embedded_trainer_runs_the_variants() {
     }
     assert!(penalised > 0, "no completion reached the penalty zone");
 
+    // At step 0 the policy is the base (the adapter's B starts at zero): the estimate is the
+    // sampler's Q8_0 weights against the f32 reference, close to 0.
+    assert!(metrics[0]["train/kl_reference"].as_f64().unwrap() < 0.05, "{}", metrics[0]);
+
     let (metrics, _) = run("overlong: {kind: mask}");
     for m in &metrics {
         let masked = metric(m, "train/overlong_masked");
         let truncated = (m["train/truncated_rate"].as_f64().unwrap() * 6.0).round() as usize;
         assert_eq!(masked, truncated, "{m}");
         assert_eq!(metric(m, "train/datums"), 6 - masked, "{m}");
+    }
+}
+
+/// Under full fine-tuning the reference is a frozen copy of the base, loaded again from the
+/// model's source: at step 0 it is the policy itself.
+#[test]
+fn under_full_fine_tuning_the_reference_is_a_frozen_copy() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    let text = crate::engine::spec_with(2, 100, "").replace("skip_degenerate: false}", "skip_degenerate: false, kl: {coef: 0.1}}");
+    assert!(text.contains("finetune: full"));
+    cx.write("spec.yaml", &text);
+    let r = cx.run(&["run", "spec.yaml"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let metrics: Vec<Value> = jsonl(&only_run(&cx).join("metrics.jsonl")).into_iter().filter(|m| m["step"].as_i64().unwrap() >= 0).collect();
+    let kl: Vec<f64> = metrics.iter().map(|m| m["train/kl_reference"].as_f64().unwrap()).collect();
+    assert!(kl[0].abs() < 0.05, "step 0: {kl:?}");
+    assert!(kl.iter().all(|k| k.is_finite()), "{kl:?}");
+}
+
+/// The reference stays the base while the policy moves: after an update the trainer's own
+/// log-probabilities change and the reference's are still those of the untrained model, under
+/// full fine-tuning (a frozen copy loaded from the model's files) and under LoRA (adapter off).
+#[test]
+fn the_reference_does_not_move_with_the_policy() {
+    let cx = TestContext::new();
+    let dir = cx.path().join("tiny");
+    crate::engine::tiny_model(&dir);
+    let datum = Datum {
+        model_input: vec![5, 6, 7, 8, 9],
+        loss_fn_inputs: rlx::seam::LossFnInputs { target_tokens: vec![6, 7, 8, 9, 10], weights: None, logprobs: Some(vec![-4.0; 5]), advantages: Some(vec![1.0; 5]) },
+    };
+    let adam = AdamParams { learning_rate: 1e-2, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, grad_clip_norm: 0.0 };
+    for tuning in [rlx::backend::local::Tuning::Full, rlx::backend::local::Tuning::Lora(rlx::backend::local::LoraConfig::all_linear(4))] {
+        let opts = rlx::backend::local::TrainerOptions { tuning: tuning.clone(), ..Default::default() };
+        let mut tr = rlx::backend::local::LocalTrainer::new(rlx::backend::local::load(&dir).unwrap(), opts).unwrap();
+        let before = tr.forward(std::slice::from_ref(&datum)).unwrap()[0].logprobs.clone();
+        for _ in 0..3 {
+            tr.forward_backward(std::slice::from_ref(&datum), &LossFn::ImportanceSampling).unwrap();
+            tr.optim_step(&adam).unwrap();
+        }
+        let after = tr.forward(std::slice::from_ref(&datum)).unwrap()[0].logprobs.clone();
+        let reference = tr.reference_logprobs(std::slice::from_ref(&datum)).unwrap().remove(0);
+        let moved = before.iter().zip(&after).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(moved > 0.05, "{tuning:?}: the policy did not move ({moved})");
+        for (r, b) in reference.iter().zip(&before) {
+            assert!((r - b).abs() < 1e-4, "{tuning:?}: reference {r} vs the untrained policy {b}");
+        }
     }
 }
 
