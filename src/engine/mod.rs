@@ -328,11 +328,15 @@ async fn set_up(plan: &Plan, policy: PolicySource, dir: &RunDir, sink: &dyn Even
         p.stop = stops;
         p
     };
+    let advantage = crate::rl::advantage::strategy(&plan.grpo.advantage);
+    let reward = crate::rl::reward::strategy(&plan.reward);
+    // In logs.log, so that a run's log says which strategies scored it.
+    tracing::info!(advantage = advantage.name(), reward = reward.name(), loss = plan.grpo.loss.name(), "strategies");
     Ok(Setup {
         sampling: with_stops(&plan.sampling),
         eval_sampling: with_stops(&plan.eval.sampling),
-        advantage: crate::rl::advantage::strategy(&plan.grpo.advantage),
-        reward: crate::rl::reward::strategy(&plan.reward),
+        advantage,
+        reward,
         python,
         opts: grading::Sandboxes::options(plan),
         grader: Arc::new(grader),
