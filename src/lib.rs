@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //!
-//! Data flows one way through the crate (see `docs/design.md` §1 in the shared docs):
+//! Data flows one way through the crate (see `docs/architecture.md`):
 //!
 //! ```text
 //! spec ──► plan (resolved spec, run id) ──► engine ──► runlog (runs/<id>/)

@@ -4,7 +4,7 @@
 //! `backend_contract` runs it on the local backend.
 //!
 //! Every clause is behavioural (shapes, seeds, the loss definitions of
-//! reference/tinker-protocol.md computed from the returned log-probabilities, a gradient step
+//! Tinker's definitions computed from the returned log-probabilities, a gradient step
 //! that makes the trained tokens likelier, bit-exact state round trips), since a remote backend
 //! exposes no tensors. A failed clause is a [`Violation`] naming it.
 

@@ -14,7 +14,7 @@
 //! serves one trainer's requests in the order they were submitted. Rejected alternative: `async
 //! fn` in the traits — an async fn does nothing until polled, so two calls joined together would
 //! be submitted in whatever order the executor polls them, and `dyn Trainer` would not be
-//! object-safe. The local backend is a handle to a thread that owns the model (style.md §e).
+//! object-safe. The local backend is a handle to a thread that owns the model.
 
 use std::future::Future;
 use std::path::PathBuf;

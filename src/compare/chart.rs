@@ -199,30 +199,7 @@ pub(crate) fn line_chart(c: &LineChart) -> Scene {
         .map(|s| Series { band: s.band.iter().map(|seg| seg.iter().map(|&(x, lo, hi)| (x, clip(lo), clip(hi))).collect()).collect(), ..s.clone() })
         .collect();
     let c = &LineChart { series, ..c.clone() };
-    let xs = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.0).chain(s.thin.iter().flatten().map(|p| p.0)));
-    let ys = c.series.iter().flat_map(|s| {
-        s.points.iter().map(|p| p.1).chain(s.thin.iter().flatten().map(|p| p.1)).chain(s.band.iter().flatten().flat_map(|b| [b.1, b.2]))
-    });
-    let (mut x0, mut x1) = bounds(xs);
-    let (mut y0, mut y1) = bounds(ys.filter(|y| y.is_finite()));
-    if x1 <= x0 {
-        x0 -= 1.0;
-        x1 += 1.0;
-    }
-    if y1 <= y0 {
-        let pad = if y0 == 0.0 { 0.5 } else { y0.abs() * 0.1 };
-        y0 -= pad;
-        y1 += pad;
-    }
-    // Fractions keep their natural floor and ceiling when the data come close.
-    if c.percent {
-        y0 = if y0 < 0.05 { y0.min(0.0) } else { y0 };
-        y1 = if y1 > 0.95 { y1.max(1.0) } else { y1 };
-    }
-    let yt = ticks(y0, y1, 5);
-    let (y0, y1) = (y0.min(*yt.first().unwrap_or(&y0)), y1.max(*yt.last().unwrap_or(&y1)));
-    let xt = ticks(x0, x1, 8);
-    let (x0, x1) = (x0.min(*xt.first().unwrap_or(&x0)), x1.max(*xt.last().unwrap_or(&x1)));
+    let Ranges { x: (x0, x1), y: (y0, y1), xt, yt } = ranges(c);
 
     let ytext: Vec<String> = yt.iter().map(|&v| tick_text(v, c.percent)).collect();
     let left = 14.0 + ytext.iter().map(|t| font::width(t, TICK)).fold(0.0, f32::max) + 8.0;
@@ -282,8 +259,55 @@ pub(crate) fn line_chart(c: &LineChart) -> Scene {
         }
     }
 
-    // Legend: swatch + label, flowing left to right, wrapping; labels shortened in the middle.
-    let mut y = py + PLOT_H + 10.0 + TICK + LABEL + 24.0;
+    let y = legend(c, &mut shapes, py + PLOT_H + 10.0 + TICK + LABEL + 24.0);
+    let height = y + 14.0;
+    if let Shape::Rect { h, .. } = &mut shapes[0] {
+        *h = height;
+    }
+    Scene { width: W, height, title: c.title.clone(), shapes }
+}
+
+/// The axes' ranges and ticks.
+struct Ranges {
+    x: (f64, f64),
+    y: (f64, f64),
+    xt: Vec<f64>,
+    yt: Vec<f64>,
+}
+
+/// Ranges that hold every point and band, widened to whole ticks; fractions keep 0% and 100%
+/// when the data come close.
+fn ranges(c: &LineChart) -> Ranges {
+    let xs = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.0).chain(s.thin.iter().flatten().map(|p| p.0)));
+    let ys = c.series.iter().flat_map(|s| {
+        s.points.iter().map(|p| p.1).chain(s.thin.iter().flatten().map(|p| p.1)).chain(s.band.iter().flatten().flat_map(|b| [b.1, b.2]))
+    });
+    let (mut x0, mut x1) = bounds(xs);
+    let (mut y0, mut y1) = bounds(ys.filter(|y| y.is_finite()));
+    if x1 <= x0 {
+        x0 -= 1.0;
+        x1 += 1.0;
+    }
+    if y1 <= y0 {
+        let pad = if y0 == 0.0 { 0.5 } else { y0.abs() * 0.1 };
+        y0 -= pad;
+        y1 += pad;
+    }
+    // Fractions keep their natural floor and ceiling when the data come close.
+    if c.percent {
+        y0 = if y0 < 0.05 { y0.min(0.0) } else { y0 };
+        y1 = if y1 > 0.95 { y1.max(1.0) } else { y1 };
+    }
+    let yt = ticks(y0, y1, 5);
+    let (y0, y1) = (y0.min(*yt.first().unwrap_or(&y0)), y1.max(*yt.last().unwrap_or(&y1)));
+    let xt = ticks(x0, x1, 8);
+    let (x0, x1) = (x0.min(*xt.first().unwrap_or(&x0)), x1.max(*xt.last().unwrap_or(&x1)));
+    Ranges { x: (x0, x1), y: (y0, y1), xt, yt }
+}
+
+/// The legend below the plot from baseline `y`: swatch + label, flowing left to right, wrapping;
+/// labels shortened in the middle. Returns the baseline of its last line.
+fn legend(c: &LineChart, shapes: &mut Vec<Shape>, mut y: f32) -> f32 {
     let mut x = 14.0;
     let max_label = W - 28.0 - 22.0;
     for s in &c.series {
@@ -302,11 +326,7 @@ pub(crate) fn line_chart(c: &LineChart) -> Scene {
         y += LABEL + 8.0;
         shapes.push(text(14.0, y, &font::fit(note, TICK, W - 28.0), TICK, GREY, Anchor::Start));
     }
-    let height = y + 14.0;
-    if let Shape::Rect { h, .. } = &mut shapes[0] {
-        *h = height;
-    }
-    Scene { width: W, height, title: c.title.clone(), shapes }
+    y
 }
 
 fn text(x: f32, y: f32, s: &str, size: f32, color: Color, anchor: Anchor) -> Shape {

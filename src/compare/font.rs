@@ -4,7 +4,7 @@
 //! One font for measuring, rasterising (PNG) and displaying (the HTML embeds it as a `data:`
 //! URL) means a label that fits when rlx lays the chart out fits on every screen, and a PNG needs
 //! no fonts installed on the machine (slim containers have none; fontconfig-based routes crash
-//! there, see reference/compare.md §3).
+//! there).
 
 use std::sync::OnceLock;
 

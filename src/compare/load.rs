@@ -22,7 +22,7 @@ use crate::runlog::{CheckpointRecord, MetricsLine, RunDir, State, Status, files}
 
 /// One problem of one evaluation: pass@k's `n` and `c`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Outcome {
+pub(crate) struct PassCounts {
     /// Samples graded (infrastructure failures left out).
     pub n: u32,
     /// Samples that passed every test.
@@ -44,7 +44,7 @@ pub(crate) struct Run {
     /// `metrics.jsonl`, in file order.
     pub metrics: Vec<MetricsLine>,
     /// `eval_results.jsonl`: step → problem id → outcome.
-    pub evals: BTreeMap<i64, BTreeMap<String, Outcome>>,
+    pub evals: BTreeMap<i64, BTreeMap<String, PassCounts>>,
     /// `checkpoints.jsonl`.
     pub checkpoints: Vec<CheckpointRecord>,
     /// Fingerprint of the eval problems (provenance), when recorded.
@@ -167,12 +167,12 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
     torn(&mut notes, files::METRICS, metrics.torn_line);
     let results = dir.eval_results().map_err(err)?;
     torn(&mut notes, files::EVAL_RESULTS, results.torn_line);
-    let mut evals: BTreeMap<i64, BTreeMap<String, Outcome>> = BTreeMap::new();
+    let mut evals: BTreeMap<i64, BTreeMap<String, PassCounts>> = BTreeMap::new();
     for r in results.rows {
         // A resume drops what a crashed attempt wrote after its checkpoint, so a (step,
         // problem) pair appears once; if it ever did twice, the later record is the one that
         // stands, as it is for metrics.
-        evals.entry(r.step).or_default().insert(r.problem_id, Outcome { n: r.n, correct: r.correct });
+        evals.entry(r.step).or_default().insert(r.problem_id, PassCounts { n: r.n, correct: r.correct });
     }
     let checkpoints = dir.checkpoints().map_err(err)?;
     torn(&mut notes, files::CHECKPOINTS, checkpoints.torn_line);

@@ -392,7 +392,6 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
     if runs.is_empty() {
         return Err(Error::NoRuns { given: "the list given".into() });
     }
-    let mut warnings: Vec<String> = vec![];
     let known: BTreeSet<String> = runs.iter().flat_map(|r| r.metrics.iter().flat_map(|l| l.values.keys().cloned())).collect();
     let metrics: Vec<String> = if opts.metrics.is_empty() { metric::defaults(&known) } else { opts.metrics.clone() };
     for m in &metrics {
@@ -407,23 +406,80 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
     }
     let differing = configdiff::differing(runs.iter().map(|r| &r.config));
     let groups = arms::group(&runs, &differing);
-    let arm_of = |i: usize| groups.iter().position(|a| a.runs.contains(&i)).expect("every run is in an arm");
+    let eval = eval_decision(&runs, &decisions, opts.at);
+    let cx = Ctx { runs: &runs, decisions: &decisions, differing: &differing, groups: &groups, eval: eval.as_ref(), opts };
+    let base = match &opts.baseline {
+        Some(b) => find_baseline(b, &runs, &groups)?,
+        None => cx.arm_of(runs.iter().position(|r| r.id == first_id).unwrap_or(0)),
+    };
+    let comparisons = comparisons(&cx, base);
+    let within = within(&cx);
+    let mut warnings = vec![];
+    warn(&cx, &comparisons, &within, &mut warnings);
+    Ok(Report {
+        config: if runs.len() == 1 { runs[0].config.clone() } else { BTreeMap::new() },
+        runs: run_rows(&cx),
+        arms: arm_rows(&cx),
+        pass_at_k: pass_at_k_rows(&cx),
+        curves: decisions.iter().map(|d| curves(&runs, &groups, &d.metric)).collect(),
+        eval_summary: eval_summary(&runs, eval.as_ref()),
+        comparisons,
+        within,
+        warnings,
+        resamples: opts.resamples,
+        seed: opts.seed,
+        differing,
+        metrics,
+        decisions,
+    })
+}
 
-    // Runs.
-    let primary = decisions.first();
-    let eval_metric = eval_decision(&runs, &decisions, opts.at);
+/// What the parts of a report are built from.
+struct Ctx<'a> {
+    runs: &'a [Run],
+    decisions: &'a [Decision],
+    differing: &'a [String],
+    groups: &'a [Arm],
+    /// The eval metric whose step the paired tests use.
+    eval: Option<&'a Decision>,
+    opts: &'a Options,
+}
+
+impl Ctx<'_> {
+    fn arm_of(&self, run: usize) -> usize {
+        self.groups.iter().position(|a| a.runs.contains(&run)).expect("every run is in an arm")
+    }
+
+    /// The deciding metric.
+    fn primary(&self) -> Option<&Decision> {
+        self.decisions.first()
+    }
+
+    /// The k of the paired tests: the deciding metric's when it is a pass@k.
+    fn k(&self) -> u32 {
+        self.primary().and_then(|d| eval_names::parse_pass_at(&d.metric)).unwrap_or(1)
+    }
+
+    /// An arm's values of `d` at its deciding step, one per run that has one.
+    fn decision_values(&self, arm: &Arm, d: &Decision) -> Vec<f64> {
+        arm.runs.iter().filter_map(|&i| value_at(&self.runs[i], d)).map(|a| a.value).collect()
+    }
+}
+
+/// One row per run: status, metrics, wall clock, tokens, best checkpoint.
+fn run_rows(cx: &Ctx<'_>) -> Vec<RunRow> {
     let mut rows = vec![];
-    for (i, r) in runs.iter().enumerate() {
+    for (i, r) in cx.runs.iter().enumerate() {
         let clock = wall_clock(r);
         let mut mv = BTreeMap::new();
-        for d in &decisions {
+        for d in cx.decisions {
             let s = series(r, &d.metric);
             mv.insert(
                 d.metric.clone(),
                 MetricValues { last: s.last().map(|&(step, value)| AtStep { step, value }), best: best_of(&s, d.higher_is_better), at: value_at(r, d) },
             );
         }
-        let best_checkpoint = eval_metric.as_ref().and_then(|d| {
+        let best_checkpoint = cx.eval.and_then(|d| {
             let best = best_of(&series(r, &d.metric), true)?;
             let ck = r.checkpoints.iter().rev().find(|c| i64::from(c.step) == best.step);
             Some(BestCheckpoint { metric: d.metric.clone(), best, checkpoint: ck.map(|c| c.name.clone()), state_path: ck.and_then(|c| c.state_path.clone()) })
@@ -432,39 +488,43 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
             index: i + 1,
             id: r.id.clone(),
             path: r.path.display().to_string(),
-            arm: groups[arm_of(i)].label.clone(),
+            arm: cx.groups[cx.arm_of(i)].label.clone(),
             seed: r.seed().map(str::to_string),
             status: r.state().to_string(),
             reason: r.status.reason.clone(),
             steps_done: r.status.steps_done,
             max_steps: r.status.max_steps,
-            config: arms::values(r, &differing),
+            config: arms::values(r, cx.differing),
             metrics: mv,
             wall_s: clock.values().last().copied().filter(|_| sum_of(r, &[time::STEP_S, time::EVAL_S]).is_some()),
             tokens: sum_of(r, &[train::COMPLETION_TOKENS]),
             best_checkpoint,
         });
     }
+    rows
+}
 
-    // Arms.
-    let decision_values = |arm: &Arm, d: &Decision| -> Vec<f64> { arm.runs.iter().filter_map(|&i| value_at(&runs[i], d)).map(|a| a.value).collect() };
-    let mut arm_rows: Vec<ArmRow> = groups
+/// One row per arm: the mean over seeds of each metric; ★ for a strict winner.
+fn arm_rows(cx: &Ctx<'_>) -> Vec<ArmRow> {
+    let mut arm_rows: Vec<ArmRow> = cx
+        .groups
         .iter()
         .map(|a| ArmRow {
             label: a.label.clone(),
             runs: a.runs.iter().map(|i| i + 1).collect(),
-            seeds: arms::seeds(&runs, a),
-            values: decisions
+            seeds: arms::seeds(cx.runs, a),
+            values: cx
+                .decisions
                 .iter()
                 .map(|d| {
-                    let xs = decision_values(a, d);
+                    let xs = cx.decision_values(a, d);
                     ArmValue { metric: d.metric.clone(), stat: (!xs.is_empty()).then(|| stats::seed_mean(&xs)) }
                 })
                 .collect(),
             best: false,
         })
         .collect();
-    if let Some(d) = primary
+    if let Some(d) = cx.primary()
         && arm_rows.len() > 1
     {
         let key = |a: &ArmRow| a.values[0].stat.map(|s| if d.higher_is_better { s.mean } else { -s.mean });
@@ -476,96 +536,80 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
             arm_rows[*best].best = true;
         }
     }
+    arm_rows
+}
 
-    // Comparisons against the reference arm.
-    let base = match &opts.baseline {
-        Some(b) => find_baseline(b, &runs, &groups)?,
-        None => arm_of(runs.iter().position(|r| r.id == first_id).unwrap_or(0)),
-    };
-    let k = primary.and_then(|d| eval_names::parse_pass_at(&d.metric)).unwrap_or(1);
-    let mut comparisons = vec![];
-    if let Some(d) = primary {
-        for (ai, arm) in groups.iter().enumerate() {
-            if ai == base {
-                continue;
-            }
-            let (xa, xb) = (decision_values(arm, d), decision_values(&groups[base], d));
-            let recipe = stats::welch(&xa, &xb);
-            let side = |a: &Arm| -> Side {
-                Side { label: a.label.clone(), runs: a.runs.iter().filter_map(|&i| eval_step_of(&runs[i], eval_metric.as_ref()).map(|s| (&runs[i], s))).collect() }
-            };
-            let (sa, sb) = (side(arm), side(&groups[base]));
-            let paired = if sa.runs.is_empty() || sb.runs.is_empty() { None } else { paired::compare(&sa, &sb, k, opts.resamples, opts.seed) };
-            let verdict = verdict(&arm.label, &groups[base].label, d, recipe.as_ref(), (xa.len(), xb.len()), paired.as_ref());
-            comparisons.push(Comparison {
-                arm: arm.label.clone(),
-                baseline: groups[base].label.clone(),
-                metric: d.metric.clone(),
-                recipe,
-                seeds: (xa.len(), xb.len()),
-                eval_step: eval_metric.as_ref().and_then(|e| e.step),
-                paired,
-                verdict,
-            });
+/// Each arm against the reference arm `base`: over seeds (Welch) and paired on problems.
+fn comparisons(cx: &Ctx<'_>, base: usize) -> Vec<Comparison> {
+    let Some(d) = cx.primary() else { return vec![] };
+    let (runs, groups) = (cx.runs, cx.groups);
+    let mut out = vec![];
+    for (ai, arm) in groups.iter().enumerate() {
+        if ai == base {
+            continue;
         }
+        let (xa, xb) = (cx.decision_values(arm, d), cx.decision_values(&groups[base], d));
+        let recipe = stats::welch(&xa, &xb);
+        let side = |a: &Arm| -> Side { Side { label: a.label.clone(), runs: a.runs.iter().filter_map(|&i| eval_step_of(&runs[i], cx.eval).map(|s| (&runs[i], s))).collect() } };
+        let (sa, sb) = (side(arm), side(&groups[base]));
+        let paired = if sa.runs.is_empty() || sb.runs.is_empty() { None } else { paired::compare(&sa, &sb, cx.k(), cx.opts.resamples, cx.opts.seed) };
+        let verdict = verdict(&arm.label, &groups[base].label, d, recipe.as_ref(), (xa.len(), xb.len()), paired.as_ref());
+        out.push(Comparison {
+            arm: arm.label.clone(),
+            baseline: groups[base].label.clone(),
+            metric: d.metric.clone(),
+            recipe,
+            seeds: (xa.len(), xb.len()),
+            eval_step: cx.eval.and_then(|e| e.step),
+            paired,
+            verdict,
+        });
     }
+    out
+}
 
-    // Within runs.
+/// Within each run: the eval between two steps, paired on problems (asked for with `--steps`,
+/// or by default for up to four runs).
+fn within(cx: &Ctx<'_>) -> Vec<Within> {
+    let opts = cx.opts;
+    if opts.steps.is_none() && cx.runs.len() > 4 {
+        return vec![];
+    }
+    let (from, to) = opts.steps.unwrap_or((StepSel::First, StepSel::Last));
     let mut within = vec![];
-    if opts.steps.is_some() || runs.len() <= 4 {
-        let (from, to) = opts.steps.unwrap_or((StepSel::First, StepSel::Last));
-        for (i, r) in runs.iter().enumerate() {
-            let steps: Vec<i64> = r.evals.keys().copied().collect();
-            let (f, t) = (from.pick(&steps), to.pick(&steps));
-            let mut w = Within { run: i + 1, from: f, to: t, paired: None, note: None };
-            match (f, t) {
-                _ if steps.is_empty() => w.note = Some("no eval results".into()),
-                (None, _) => w.note = Some(format!("no eval at step {from} (eval steps: {})", list(&steps))),
-                (_, None) => w.note = Some(format!("no eval at step {to} (eval steps: {})", list(&steps))),
-                (Some(f), Some(t)) if f == t => w.note = Some(format!("only one eval step ({f})")),
-                (Some(f), Some(t)) => {
-                    let a = Side { label: format!("step {t}"), runs: vec![(r, t)] };
-                    let b = Side { label: format!("step {f}"), runs: vec![(r, f)] };
-                    w.paired = paired::compare(&a, &b, k, opts.resamples, opts.seed);
-                    if w.paired.is_none() {
-                        w.note = Some("the two evaluations share no problems".into());
-                    }
+    for (i, r) in cx.runs.iter().enumerate() {
+        let steps: Vec<i64> = r.evals.keys().copied().collect();
+        let (f, t) = (from.pick(&steps), to.pick(&steps));
+        let mut w = Within { run: i + 1, from: f, to: t, paired: None, note: None };
+        match (f, t) {
+            _ if steps.is_empty() => w.note = Some("no eval results".into()),
+            (None, _) => w.note = Some(format!("no eval at step {from} (eval steps: {})", list(&steps))),
+            (_, None) => w.note = Some(format!("no eval at step {to} (eval steps: {})", list(&steps))),
+            (Some(f), Some(t)) if f == t => w.note = Some(format!("only one eval step ({f})")),
+            (Some(f), Some(t)) => {
+                let a = Side { label: format!("step {t}"), runs: vec![(r, t)] };
+                let b = Side { label: format!("step {f}"), runs: vec![(r, f)] };
+                w.paired = paired::compare(&a, &b, cx.k(), opts.resamples, opts.seed);
+                if w.paired.is_none() {
+                    w.note = Some("the two evaluations share no problems".into());
                 }
             }
-            within.push(w);
         }
+        within.push(w);
     }
+    within
+}
 
-    // pass@k for k = 1..n.
-    let mut pass_at_k = vec![];
-    if runs.iter().any(|r| r.evals.values().flat_map(|m| m.values()).any(|o| o.n > 1)) {
-        for (i, r) in runs.iter().enumerate() {
-            if let Some(step) = eval_step_of(r, eval_metric.as_ref()) {
-                pass_at_k.push(PassAtKRow { run: i + 1, step, values: paired::pass_at_ks(r, step) });
-            }
-        }
+/// pass@k for k = 1..n at each run's paired eval step, when some eval drew more than one sample.
+fn pass_at_k_rows(cx: &Ctx<'_>) -> Vec<PassAtKRow> {
+    if !cx.runs.iter().any(|r| r.evals.values().flat_map(|m| m.values()).any(|o| o.n > 1)) {
+        return vec![];
     }
-
-    warn(&runs, &decisions, &differing, &groups, &comparisons, &within, eval_metric.as_ref(), &mut warnings);
-    let curves = decisions.iter().map(|d| curves(&runs, &groups, &d.metric)).collect();
-    let eval_summary = eval_summary(&runs, eval_metric.as_ref());
-    let config = if runs.len() == 1 { runs[0].config.clone() } else { BTreeMap::new() };
-    Ok(Report {
-        config,
-        differing,
-        metrics,
-        decisions,
-        runs: rows,
-        arms: arm_rows,
-        comparisons,
-        within,
-        pass_at_k,
-        warnings,
-        eval_summary,
-        resamples: opts.resamples,
-        seed: opts.seed,
-        curves,
-    })
+    cx.runs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| eval_step_of(r, cx.eval).map(|step| PassAtKRow { run: i + 1, step, values: paired::pass_at_ks(r, step) }))
+        .collect()
 }
 
 /// The eval metric whose step the paired tests use: the deciding metric when it is an eval
@@ -649,8 +693,8 @@ fn verdict(a: &str, b: &str, d: &Decision, recipe: Option<&Welch>, seeds: (usize
     out.join("; ")
 }
 
-#[allow(clippy::too_many_arguments)]
-fn warn(runs: &[Run], decisions: &[Decision], differing: &[String], groups: &[Arm], comparisons: &[Comparison], within: &[Within], eval: Option<&Decision>, w: &mut Vec<String>) {
+fn warn(cx: &Ctx<'_>, comparisons: &[Comparison], within: &[Within], w: &mut Vec<String>) {
+    let Ctx { runs, decisions, differing, groups, eval, .. } = *cx;
     let name = |i: usize| format!("#{} `{}`", i + 1, runs[i].id);
     for (i, r) in runs.iter().enumerate() {
         for n in &r.notes {

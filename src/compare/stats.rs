@@ -41,7 +41,7 @@ pub(crate) struct Interval {
 /// Mean of `m` seeds with its 95% t interval `x̄ ± t₀.₉₇₅,ₘ₋₁ · s/√m`.
 ///
 /// A t interval rather than a percentile bootstrap: with 3 seeds a percentile bootstrap covers
-/// about 68% instead of 95% (reference/compare.md §2.3, measured), and z = 1.96 about 81%.
+/// about 68% instead of 95% (measured by simulation), and z = 1.96 about 81%.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub(crate) struct SeedMean {
     /// Seeds (values) averaged.
@@ -399,7 +399,7 @@ mod tests {
         assert!(close(m.p, 0.3323, 1e-4));
         // mid-p = p − C(17,6)/2^17 = 0.332306 − 12376/131072 = 0.237885.
         assert!(close(m.mid_p, (2.0 * 21_778.0 - 2.0 * 0.5 * 12_376.0) / 131_072.0, 1e-12), "{}", m.mid_p);
-        // reference/compare.md §2.4: b=9, c=3 → 0.146 / 0.092; b=41, c=15 → 6.9e−4 / 4.6e−4
+        // b=9, c=3 → 0.146 / 0.092; b=41, c=15 → 6.9e−4 / 4.6e−4
         // (scipy binomtest: 0.14599609375 and 0.000685564).
         let m = mcnemar(9, 3);
         assert!(close(m.p, 0.146, 1e-3) && close(m.mid_p, 0.092, 1e-3), "{m:?}");

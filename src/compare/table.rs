@@ -52,6 +52,22 @@ fn step_text(s: i64) -> String {
 /// The report's blocks, in reading order.
 pub(crate) fn blocks(r: &Report) -> Vec<Block> {
     let mut out = vec![];
+    head_block(r, &mut out);
+    runs_table(r, &mut out);
+    metrics_table(r, &mut out);
+    arms_table(r, &mut out);
+    config_diff_table(r, &mut out);
+    config_table(r, &mut out);
+    comparison_blocks(r, &mut out);
+    within_block(r, &mut out);
+    pass_at_k_table(r, &mut out);
+    best_block(r, &mut out);
+    warnings_block(r, &mut out);
+    out
+}
+
+/// The title lines: runs, arms, what differs, seeds, eval, the deciding metric.
+fn head_block(r: &Report, out: &mut Vec<Block>) {
     let n_runs = r.runs.len();
     let mut head = vec![];
     let seeds: std::collections::BTreeSet<&str> = r.runs.iter().filter_map(|x| x.seed.as_deref()).collect();
@@ -68,8 +84,10 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
         head.push(format!("deciding metric: {} ({} is better) at {}", d.metric, if d.higher_is_better { "higher" } else { "lower" }, d.rule));
     }
     out.push(Block::Lines { title: String::new(), lines: head });
+}
 
-    // Runs.
+/// The runs, one row each, with the keys that differ.
+fn runs_table(r: &Report, out: &mut Vec<Block>) {
     let mut headers: Vec<String> = ["#", "run", "status", "steps", "wall", "tokens"].map(String::from).to_vec();
     headers.extend(r.differing.iter().map(|k| short(k).to_string()));
     if r.runs.iter().any(|x| x.seed.is_some()) {
@@ -96,8 +114,10 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
         .collect();
     let right = headers.iter().map(|h| ["steps", "wall", "tokens", "seed"].contains(&h.as_str())).collect();
     out.push(Block::Table(Table { title: "runs".into(), headers, rows, right, key_cols: 1, shrink: Some(1) }));
+}
 
-    // Metrics per run.
+/// Per run: final value, best value and its step, value at the deciding step.
+fn metrics_table(r: &Report, out: &mut Vec<Block>) {
     let mut headers = vec!["#".to_string()];
     let mut right = vec![false];
     for m in &r.metrics {
@@ -127,9 +147,11 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
         })
         .collect();
     out.push(Block::Table(Table { title: "metrics (final value, best value and its step, value at the deciding step)".into(), headers, rows, right, key_cols: 1, shrink: None }));
+}
 
-    // Arms.
-    if n_runs > 1 {
+/// Arms: mean over seeds with a t interval.
+fn arms_table(r: &Report, out: &mut Vec<Block>) {
+    if r.runs.len() > 1 {
         let mut headers: Vec<String> = ["", "arm", "runs", "seeds"].map(String::from).to_vec();
         let mut right = vec![false, false, false, false];
         for m in &r.metrics {
@@ -160,12 +182,14 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
                 row
             })
             .collect();
-                // Arm labels are never shortened (they are the only place that names an arm in full);
+    // Arm labels are never shortened (they are the only place that names an arm in full);
         // a wide table splits into column groups instead.
         out.push(Block::Table(Table { title: "arms (mean over seeds [95% t interval, m−1 df]; ★ best)".into(), headers, rows, right, key_cols: 2, shrink: None }));
     }
+}
 
-    // Config diff by arm.
+/// The keys that differ, by arm.
+fn config_diff_table(r: &Report, out: &mut Vec<Block>) {
     if !r.differing.is_empty() && r.arms.len() > 1 {
         let mut headers = vec!["key".to_string()];
         headers.extend(r.arms.iter().map(|a| a.runs.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(",")));
@@ -181,14 +205,18 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
         let n = headers.len();
         out.push(Block::Table(Table { title: "config (keys that differ; seed, name and log hidden)".into(), headers, rows, right: vec![false; n], key_cols: 1, shrink: None }));
     }
+}
 
-    // One run: its whole config.
+/// One run: its whole config.
+fn config_table(r: &Report, out: &mut Vec<Block>) {
     if !r.config.is_empty() {
         let rows = r.config.iter().map(|(k, v)| vec![k.clone(), v.clone()]).collect();
         out.push(Block::Table(Table { title: "config (resolved spec)".into(), headers: vec!["key".into(), "value".into()], rows, right: vec![false, false], key_cols: 1, shrink: Some(1) }));
     }
+}
 
-    // Comparisons.
+/// Each arm against the baseline: recipe level, checkpoints, verdict.
+fn comparison_blocks(r: &Report, out: &mut Vec<Block>) {
     for c in &r.comparisons {
         let m = &c.metric;
         let mut lines = vec![];
@@ -212,8 +240,10 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
         let at = c.eval_step.map_or("each run's last eval".into(), |s| format!("eval step {s}"));
         out.push(Block::Lines { title: format!("`{}` − `{}` ({m}; paired at {at})", c.arm, c.baseline), lines });
     }
+}
 
-    // Within runs.
+/// Within runs: a metric between two eval steps, paired on problems.
+fn within_block(r: &Report, out: &mut Vec<Block>) {
     if !r.within.is_empty() {
         let m = r.decisions.first().map(|d| d.metric.as_str()).unwrap_or("eval/pass@1");
         let m = if metric::is_fraction(m) && m.starts_with("eval/") { m.to_string() } else { "eval/pass@1".into() };
@@ -239,8 +269,10 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
         }
         out.push(Block::Lines { title: format!("within runs: {m} between two eval steps, paired on problems (Δ = later − earlier; 95% paired bootstrap)"), lines });
     }
+}
 
-    // pass@k.
+/// pass@k for k = 1..n.
+fn pass_at_k_table(r: &Report, out: &mut Vec<Block>) {
     if !r.pass_at_k.is_empty() {
         let max_k = r.pass_at_k.iter().flat_map(|x| x.values.iter().map(|v| v.k)).max().unwrap_or(1);
         let ks: Vec<u32> = if max_k <= 10 { (1..=max_k).collect() } else { (0..).map(|i| 1u32 << i).take_while(|&k| k < max_k).chain([max_k]).collect() };
@@ -272,8 +304,10 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
             shrink: None,
         }));
     }
+}
 
-    // Best checkpoints.
+/// The best evaluation of each run, with its checkpoint.
+fn best_block(r: &Report, out: &mut Vec<Block>) {
     let best: Vec<String> = r
         .runs
         .iter()
@@ -292,11 +326,13 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
         lines.push("(the best of several noisy evals is biased upward; decide on the deciding step, not on this)".into());
         out.push(Block::Lines { title: "best evaluation per run".into(), lines });
     }
+}
 
+/// Warnings met while loading and comparing.
+fn warnings_block(r: &Report, out: &mut Vec<Block>) {
     if !r.warnings.is_empty() {
         out.push(Block::Lines { title: "warnings".into(), lines: r.warnings.clone() });
     }
-    out
 }
 
 fn plural(n: usize) -> &'static str {

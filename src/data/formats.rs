@@ -1,6 +1,6 @@
 //! Dataset row formats and their adapters to [`Problem`](super::Problem).
 //!
-//! Shapes (see the shared `reference/datasets.md`):
+//! Shapes:
 //! - `lcb`: `{problem, starter_code, tests: [{input, output, testtype}]}` (rLLM files), the
 //!   DeepCoder `lcbv5` subset (`tests` as a JSON string, `metadata.func_name`), and native
 //!   LiveCodeBench rows (`question_content`, `public_test_cases` JSON string).

@@ -19,6 +19,14 @@ pub(crate) enum Error {
         /// Why: none recorded, or recorded but deleted.
         detail: String,
     },
+    /// `RUN_DIR@best` of a run with no evaluation at a checkpointed step.
+    #[error("run `{run}` has no evaluation at a step it kept a checkpoint of, so `@best` names none")]
+    NoBest {
+        /// The run directory.
+        run: PathBuf,
+        /// The steps it has checkpoints of.
+        checkpoints: Vec<u32>,
+    },
     /// `RUN_DIR@STEP` names a step the run has no checkpoint of.
     #[error("run `{run}` has no checkpoint at step `{step}`")]
     NoStep {
@@ -70,7 +78,7 @@ impl Error {
     /// Whether the user can fix it (exit code 2): bad input rather than a failure of rlx.
     pub(crate) fn is_user_error(&self) -> bool {
         match self {
-            Error::NotACheckpoint { .. } | Error::NoCheckpoints { .. } | Error::NoStep { .. } | Error::OutNotEmpty { .. } | Error::Remote { .. } | Error::Usage(_) => true,
+            Error::NotACheckpoint { .. } | Error::NoCheckpoints { .. } | Error::NoBest { .. } | Error::NoStep { .. } | Error::OutNotEmpty { .. } | Error::Remote { .. } | Error::Usage(_) => true,
             Error::Run(e) => e.is_user_error(),
             Error::Model(e) => e.is_user_error(),
             Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
@@ -86,6 +94,13 @@ impl Error {
             Error::NoStep { available, run, .. } => {
                 let list: Vec<String> = available.iter().map(u32::to_string).collect();
                 vec![format!("checkpoints exist at steps {}: e.g. `{}@{}`", list.join(", "), run.display(), available[available.len() - 1])]
+            }
+            Error::NoBest { checkpoints, run } => {
+                let list: Vec<String> = checkpoints.iter().map(u32::to_string).collect();
+                vec![
+                    format!("checkpoints exist at steps {}; evaluations run every `schedule.eval_every` steps", list.join(", ")),
+                    format!("name a step instead: `{}@{}`", run.display(), checkpoints.last().copied().unwrap_or_default()),
+                ]
             }
             Error::OutNotEmpty { .. } => vec!["choose a new directory with `--out`, or remove this one".into()],
             Error::NotACheckpoint { .. } => vec!["pass `runs/<run-id>`, `runs/<run-id>@STEP` or `runs/<run-id>/checkpoints/step-000011`".into()],

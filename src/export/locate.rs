@@ -1,5 +1,6 @@
 //! Which checkpoint a command-line argument names: `RUN_DIR` (its last checkpoint),
-//! `RUN_DIR@STEP` (`@11`, `@step-000011`, `@last`), or a checkpoint directory itself
+//! `RUN_DIR@STEP` (`@11`, `@step-000011`, `@last`, `@best`: the checkpoint whose evaluation scored
+//! highest), or a checkpoint directory itself
 //! (`runs/<id>/checkpoints/step-000011`, or any directory holding a trainer's `state.json`).
 //!
 //! `rlx export` and `rlx eval` share it, so the two commands read an argument the same way.
@@ -7,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use super::Error;
+use crate::runlog::metrics::eval;
 use crate::runlog::{CheckpointRecord, RunDir, files};
 
 /// A located checkpoint.
@@ -59,12 +61,41 @@ pub(crate) fn split(arg: &str) -> (&Path, Option<&str>) {
     (Path::new(arg), None)
 }
 
-/// The step a selector names: `11`, `step-000011`; `None` for `last`.
-fn parse_step(sel: &str) -> Option<Option<u32>> {
-    if sel == "last" {
-        return Some(None);
+/// Which checkpoint of a run a selector asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// The last one (`@last`, or no selector).
+    Last,
+    /// The one at a step (`@11`, `@step-000011`).
+    Step(u32),
+    /// The one whose evaluation scored highest (`@best`).
+    Best,
+}
+
+fn parse_selector(sel: &str) -> Option<Want> {
+    match sel {
+        "last" => Some(Want::Last),
+        "best" => Some(Want::Best),
+        _ => sel.strip_prefix("step-").unwrap_or(sel).parse().ok().map(Want::Step),
     }
-    sel.strip_prefix("step-").unwrap_or(sel).parse().ok().map(Some)
+}
+
+/// The checkpointed step whose evaluation scored highest on the run's smallest pass@k (pass@1
+/// when it has it); the earliest of equals. The eval at step `s` measured the weights the
+/// checkpoint of step `s` holds.
+fn best_step(run: &RunDir, steps: &[u32]) -> Result<Option<(u32, String, f64)>, Error> {
+    let lines = run.metrics()?.rows;
+    let k = lines.iter().flat_map(|l| l.values.keys().filter_map(|n| eval::parse_pass_at(n))).min();
+    let Some(k) = k else { return Ok(None) };
+    let name = eval::pass_at(k);
+    let mut best: Option<(u32, f64)> = None;
+    for l in &lines {
+        let (Ok(step), Some(v)) = (u32::try_from(l.step), l.get(&name)) else { continue };
+        if steps.contains(&step) && v.is_finite() && best.is_none_or(|(_, b)| v > b) {
+            best = Some((step, v));
+        }
+    }
+    Ok(best.map(|(s, v)| (s, name, v)))
 }
 
 fn in_run(path: &Path, selector: Option<&str>) -> Result<Checkpoint, Error> {
@@ -83,12 +114,23 @@ fn in_run(path: &Path, selector: Option<&str>) -> Result<Checkpoint, Error> {
         usable.push((rec.clone(), abs));
     }
     let want = match selector {
-        None => None,
-        Some(sel) => parse_step(sel).ok_or_else(|| Error::Usage(format!("`@{sel}` is not a step: write `@11`, `@step-000011` or `@last`")))?,
+        None => Want::Last,
+        Some(sel) => parse_selector(sel).ok_or_else(|| Error::Usage(format!("`@{sel}` is not a step: write `@11`, `@step-000011`, `@last` or `@best`")))?,
     };
     let found = match want {
-        None => usable.last(),
-        Some(step) => usable.iter().rev().find(|(r, _)| r.step == step),
+        Want::Last => usable.last(),
+        Want::Step(step) => usable.iter().rev().find(|(r, _)| r.step == step),
+        Want::Best => {
+            let steps: Vec<u32> = usable.iter().map(|(r, _)| r.step).collect();
+            match best_step(&run, &steps)? {
+                Some((step, metric, value)) => {
+                    tracing::info!(step, metric, value, "`@best`: the checkpoint whose evaluation scored highest");
+                    usable.iter().rev().find(|(r, _)| r.step == step)
+                }
+                None if usable.is_empty() => None,
+                None => return Err(Error::NoBest { run: path.to_path_buf(), checkpoints: steps }),
+            }
+        }
     };
     match found {
         Some((rec, state)) => Ok(Checkpoint { state: state.clone(), name: rec.name.clone(), step: Some(rec.step), run: Some(run) }),
@@ -132,9 +174,10 @@ mod tests {
 
     #[test]
     fn steps_parse() {
-        assert_eq!(parse_step("11"), Some(Some(11)));
-        assert_eq!(parse_step("step-000011"), Some(Some(11)));
-        assert_eq!(parse_step("last"), Some(None));
-        assert_eq!(parse_step("best"), None);
+        assert_eq!(parse_selector("11"), Some(Want::Step(11)));
+        assert_eq!(parse_selector("step-000011"), Some(Want::Step(11)));
+        assert_eq!(parse_selector("last"), Some(Want::Last));
+        assert_eq!(parse_selector("best"), Some(Want::Best));
+        assert_eq!(parse_selector("worst"), None);
     }
 }

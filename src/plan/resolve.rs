@@ -3,7 +3,7 @@
 //! [`ChatTemplateChoice`], LoRA targets module names, the loss, optimizer and sampling settings
 //! the backends' own types).
 //!
-//! Why two representations (style.md §a.3, ripgrep's low/high args, uv's `OptionsWire`): the
+//! Why two representations (ripgrep's low/high args, uv's `OptionsWire`): the
 //! YAML types mirror what users write (for the schema, the diagnostics and the run id), while
 //! the program wants values with no string left to interpret and no default left to apply.
 

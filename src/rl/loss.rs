@@ -1,6 +1,6 @@
 //! Policy-gradient and supervised loss definitions, shared by every backend.
 //!
-//! The definitions are Tinker's (reference/tinker-protocol.md §5.3), so a spec's `grpo.loss` means
+//! The definitions are Tinker's (its loss-function documentation, https://tinker-docs.thinkingmachines.ai/losses), so a spec's `grpo.loss` means
 //! the same objective whether the local candle trainer or the Tinker service computes it. All are
 //! token-level **sums**: nothing is divided by a token or sequence count (scale advantages or
 //! weights to normalise). Notation, per target token: `logp` learner log-prob, `q` sampler log-prob

@@ -6,7 +6,7 @@
 //! in flight is *waiting*: it used (almost) no CPU over the last sampling tick because it sleeps,
 //! blocks on a lock or a pipe, or sits out a deadline. Why not simply more slots: timeouts are
 //! wall clock, so CPU-bound programs sharing cores get less CPU inside their limit and slow but
-//! correct code turns into timeouts (reference/sandbox-fusion.md §4 measured it on Sandbox
+//! correct code turns into timeouts (measured on Sandbox
 //! Fusion, which starts everything at once). Why not the machine's idle time (`/proc/stat`):
 //! other load on the machine would then decide, and a busy neighbour would stall the queue.
 //!

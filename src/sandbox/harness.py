@@ -45,7 +45,7 @@
 # os._exit/sys.exit therefore decide nothing. (For assert-based formats the asserts necessarily
 # run inside G; see README.sandbox.md.)
 #
-# Comparison semantics are LiveCodeBench's (sandbox-fusion.md §3.3), re-implemented here
+# Comparison semantics are LiveCodeBench's (lcb_runner/evaluation/testing_util.py), re-implemented here
 # without numpy: np.allclose(a, b) == all(|a-b| <= 1e-8 + 1e-5*|b|), plus its inf handling.
 #
 # Framing on every pipe: 4-byte big-endian length, then a UTF-8 JSON object; a job's files follow
@@ -133,7 +133,7 @@ def _allclose(outs, exps):
 
 
 def stdin_output_matches(captured, expected):
-    """The LiveCodeBench stdin comparison ladder (sandbox-fusion.md §3.3, point 7)."""
+    """The LiveCodeBench stdin comparison ladder (lcb_runner/evaluation/testing_util.py)."""
     out = captured.splitlines()
     exp = expected
     # 1 and 2: joined output against the expected text, both stripped; then per-line stripped.
@@ -1521,7 +1521,7 @@ def run_script(code_text, job):
 
 # Imported by every warm worker before it forks, so that submissions find them in sys.modules
 # instead of paying for them. Measured with `python -X importtime` on Sandbox Fusion's
-# LiveCodeBench harness request (reference/sandbox-fusion.md §5; ~330 ms of imports in all on
+# LiveCodeBench harness request (as Sandbox Fusion runs LiveCodeBench; ~330 ms of imports in all on
 # the development machine, of which numpy ~120-200 ms and unittest.mock, through asyncio, ~40 ms;
 # the rest: ast, platform, faulthandler, json, datetime, statistics, decimal, pickle, subprocess),
 # plus what solutions commonly import themselves (the prelude's modules are imported above).
@@ -1578,7 +1578,7 @@ WARM_ROUNDS = 30
 
 def warm_round():
     """One pass over the standard-library code that Sandbox Fusion's LiveCodeBench harness runs
-    for every test (sandbox-fusion.md §3.1): `mock_open` and stacked `patch` decorators around a
+    for every test (as LiveCodeBench grades call-based problems): `mock_open` and stacked `patch` decorators around a
     program that reads stdin through the patched `sys.stdin`, stdout captured in a StringIO, json,
     an Enum class, a module built with `exec`, `ast.parse`/`ast.unparse` of a `__main__` guard.
     Our own code with our own data, never a submission's."""

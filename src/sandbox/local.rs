@@ -7,7 +7,7 @@
 //! another's code, inputs or expected outputs in its memory); a submission costs one fork (more
 //! only when a test times out or crashes the program) instead of an interpreter start-up
 //! (Sandbox Fusion pays ~9 ms of start-up and ~120 ms of numpy import per request,
-//! reference/sandbox-fusion.md §4).
+//! measured against Sandbox Fusion, docs/sandbox.md).
 //!
 //! Concurrency ([`super::admission`]): up to `workers` submissions run at once, and more (up to
 //! `max_in_flight`, one worker process each) only while some in flight wait without using the

@@ -1,6 +1,6 @@
 //! `rlx sandbox serve`: a Sandbox-Fusion-compatible HTTP server backed by [`LocalSandbox`].
 //!
-//! Endpoints (reference/sandbox-fusion.md §1): `GET /v1/ping` answers `"pong"`; `POST /run_code`
+//! Endpoints (those of Sandbox Fusion (https://github.com/bytedance/SandboxFusion)): `GET /v1/ping` answers `"pong"`; `POST /run_code`
 //! takes the same request JSON (unknown fields ignored) and answers HTTP 200 with the same
 //! response JSON and status rules: `Success` iff the run finished with return code 0, `Failed`
 //! for a non-zero code, a signal or a timeout (`TimeLimitExceeded`, `return_code: null`), and

@@ -4,7 +4,7 @@
 //! but the loss definitions ([`crate::rl::loss`]), which a `forward_backward` request names.
 //!
 //! The types mirror Tinker's so that a spec means the same objective on every backend
-//! (reference/tinker-protocol.md §5.3–5.6): [`Datum`] is Tinker's datum (`model_input` tokens +
+//! (as the `tinker` SDK 0.38.0 (https://github.com/thinking-machines-lab/tinker) defines them): [`Datum`] is Tinker's datum (`model_input` tokens +
 //! `loss_fn_inputs`), [`LossFn`] is its `loss_fn` + `loss_fn_config`, [`AdamParams`] is its
 //! `adam_params`, [`SamplingParams`]/[`SampledSequence`] are its `asample` request and response.
 //!
@@ -46,7 +46,7 @@ pub enum Invalid {
 /// One training example: Tinker's `Datum`.
 ///
 /// Position `i` of `model_input` predicts `loss_fn_inputs.target_tokens[i]`; every per-token input
-/// has the same length as `model_input` (tinker-protocol.md §5.3, §10.7).
+/// has the same length as `model_input` (SDK 0.38.0).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Datum {
     /// The input tokens (prompt followed by all sampled tokens but the last).
@@ -163,7 +163,7 @@ pub struct AdamParams {
 }
 
 impl Default for AdamParams {
-    /// Tinker SDK defaults (tinker-protocol.md §5.4).
+    /// Tinker SDK defaults (SDK 0.38.0).
     fn default() -> Self {
         Self { learning_rate: 1e-4, beta1: 0.9, beta2: 0.95, eps: 1e-12, weight_decay: 0.0, grad_clip_norm: 0.0 }
     }

@@ -19,7 +19,7 @@ use crate::tinker::wire::ErrorCategory;
 
 /// A finished request.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Outcome {
+pub(crate) enum FutureResult {
     /// A JSON result (`create_model`, `optim_step`, saves, loads).
     Json(serde_json::Value),
     /// A forward/backward result (protobuf or legacy JSON, by the poll's `Accept`).
@@ -40,15 +40,15 @@ pub(crate) enum Outcome {
     },
 }
 
-impl Outcome {
+impl FutureResult {
     /// A JSON result from its `tinker::wire` type, so the client and the server read and write
     /// one definition of each reply.
     pub(crate) fn json<T: serde::Serialize>(reply: &T) -> Self {
-        Outcome::Json(serde_json::to_value(reply).expect("wire types serialise"))
+        FutureResult::Json(serde_json::to_value(reply).expect("wire types serialise"))
     }
 }
 
-type Slot = watch::Sender<Option<Arc<Outcome>>>;
+type Slot = watch::Sender<Option<Arc<FutureResult>>>;
 
 /// The sending half of one request's result.
 #[derive(Debug)]
@@ -58,13 +58,13 @@ pub(crate) struct Completion {
 
 impl Completion {
     /// Stores the result; pollers waiting on it wake up.
-    pub(crate) fn finish(self, outcome: Outcome) {
+    pub(crate) fn finish(self, outcome: FutureResult) {
         self.slot.send_replace(Some(Arc::new(outcome)));
     }
 
     /// Stores a failure.
     pub(crate) fn fail(self, category: ErrorCategory, error: impl Into<String>) {
-        self.finish(Outcome::Failed { error: error.into(), category });
+        self.finish(FutureResult::Failed { error: error.into(), category });
     }
 }
 
@@ -73,7 +73,7 @@ impl Drop for Completion {
     /// leaving its pollers waiting forever.
     fn drop(&mut self) {
         if self.slot.borrow().is_none() {
-            self.slot.send_replace(Some(Arc::new(Outcome::Failed { error: "the server dropped this request before finishing it".into(), category: ErrorCategory::Server })));
+            self.slot.send_replace(Some(Arc::new(FutureResult::Failed { error: "the server dropped this request before finishing it".into(), category: ErrorCategory::Server })));
         }
     }
 }
@@ -106,7 +106,7 @@ impl Submitted {
 
 struct Entry {
     kind: RequestType,
-    rx: watch::Receiver<Option<Arc<Outcome>>>,
+    rx: watch::Receiver<Option<Arc<FutureResult>>>,
 }
 
 #[derive(Default)]
@@ -170,7 +170,7 @@ impl Store {
     ///
     /// # Cancel safety
     /// Cancel-safe: waiting changes nothing.
-    pub(crate) async fn wait(&self, request_id: &str, timeout: Duration) -> Result<Option<Arc<Outcome>>, UnknownRequest> {
+    pub(crate) async fn wait(&self, request_id: &str, timeout: Duration) -> Result<Option<Arc<FutureResult>>, UnknownRequest> {
         let mut rx = self.lock().entries.get(request_id).map(|e| e.rx.clone()).ok_or(UnknownRequest)?;
         let done = tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await;
         Ok(match done {
@@ -194,9 +194,9 @@ mod tests {
         assert_eq!(again, request_id);
         assert!(matches!(store.submit(RequestType::OptimStep, Some(("m".into(), 3))), Submitted::New { .. }));
         assert_eq!(store.wait(&request_id, Duration::from_millis(10)).await.unwrap(), None);
-        completion.finish(Outcome::json(&crate::tinker::wire::OptimStepResponse::default()));
+        completion.finish(FutureResult::json(&crate::tinker::wire::OptimStepResponse::default()));
         for _ in 0..3 {
-            assert!(matches!(*store.wait(&request_id, Duration::from_secs(5)).await.unwrap().unwrap(), Outcome::Json(_)));
+            assert!(matches!(*store.wait(&request_id, Duration::from_secs(5)).await.unwrap().unwrap(), FutureResult::Json(_)));
         }
         assert_eq!(store.wait("nope", Duration::ZERO).await, Err(UnknownRequest));
     }
@@ -207,6 +207,6 @@ mod tests {
         let Submitted::New { request_id, completion } = store.submit(RequestType::Sample, None) else { panic!() };
         drop(completion);
         let out = store.wait(&request_id, Duration::from_secs(5)).await.unwrap().unwrap();
-        assert!(matches!(&*out, Outcome::Failed { category: ErrorCategory::Server, .. }));
+        assert!(matches!(&*out, FutureResult::Failed { category: ErrorCategory::Server, .. }));
     }
 }

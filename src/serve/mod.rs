@@ -1,6 +1,6 @@
 //! `rlx serve`: Tinker's REST protocol over the embedded trainer, complete enough for the official
 //! Python SDK (`tinker==0.38.0`) and for rlx's own Tinker backend to drive it
-//! (../shared/docs/reference/tinker-protocol.md §12 lists what a compatible server must do).
+//! (the protocol of the `tinker` SDK 0.38.0 (https://github.com/thinking-machines-lab/tinker); docs/backends.md lists what is served).
 //!
 //! - [`routes`]: HTTP in and out (hyper 1, as the sandbox server), one handler per endpoint.
 //! - [`futures`]: request ids, results, deduplication of resubmitted requests.

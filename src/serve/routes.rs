@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 
 use super::State;
 use super::faults::Fault;
-use super::futures::{Outcome, Submitted};
+use super::futures::{FutureResult, Submitted};
 use super::models::{Meta, Start};
 use super::sessions::SamplingSession;
 use crate::seam;
@@ -304,7 +304,7 @@ fn create_model(state: &Arc<State>, b: &[u8]) -> Handled {
     if let Submitted::New { completion, .. } = s {
         let meta = Meta { model_id: model_id.clone(), base_model: r.base_model, lora, seed, user_metadata: r.user_metadata.unwrap_or_default() };
         let done = move |r: Result<(), String>| match r {
-            Ok(()) => completion.finish(Outcome::json(&wire::CreateModelResponse { model_id, r#type: Default::default() })),
+            Ok(()) => completion.finish(FutureResult::json(&wire::CreateModelResponse { model_id, r#type: Default::default() })),
             Err(e) => completion.fail(ErrorCategory::Server, format!("cannot create the model: {e}")),
         };
         if state.registry.create(meta, Start::Fresh, done).is_none() {
@@ -373,7 +373,7 @@ fn submit_training(
 }
 
 /// Awaits a submitted trainer request on a task and stores its outcome.
-fn finish_with<T: Send + 'static>(completion: super::futures::Completion, pending: backend::Pending<T>, map: impl FnOnce(T) -> Outcome + Send + 'static) {
+fn finish_with<T: Send + 'static>(completion: super::futures::Completion, pending: backend::Pending<T>, map: impl FnOnce(T) -> FutureResult + Send + 'static) {
     tokio::spawn(async move {
         match pending.await {
             Ok(v) => completion.finish(map(v)),
@@ -414,7 +414,7 @@ fn forward_backward(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> Handle
         Err(e) => completion.fail(ErrorCategory::User, e),
         Ok((data, loss)) => {
             let pending = if forward_only { t.forward(data, loss) } else { t.forward_backward(data, loss) };
-            finish_with(completion, pending, Outcome::ForwardBackward);
+            finish_with(completion, pending, FutureResult::ForwardBackward);
         }
     })
 }
@@ -428,7 +428,7 @@ fn optim_step(state: &Arc<State>, b: &[u8]) -> Handled {
     };
     submit_training(state, RequestType::OptimStep, &r.model_id, r.seq_id, move |t, completion| match adam {
         Err(e) => completion.fail(ErrorCategory::User, e),
-        Ok(a) => finish_with(completion, t.optim_step(a), |o| Outcome::json(&wire::OptimStepResponse { metrics: Some(convert::optim_metrics(&o)) })),
+        Ok(a) => finish_with(completion, t.optim_step(a), |o| FutureResult::json(&wire::OptimStepResponse { metrics: Some(convert::optim_metrics(&o)) })),
     })
 }
 
@@ -449,7 +449,7 @@ fn save_weights(state: &Arc<State>, b: &[u8]) -> Handled {
     let check = checkpoint_name(&name).and_then(|()| if dir.exists() && !r.overwrite { Err(format!("checkpoint `{path}` exists; pass `overwrite`")) } else { Ok(()) });
     submit_training(state, RequestType::SaveWeights, &r.model_id, r.seq_id, move |t, completion| match check {
         Err(e) => completion.fail(ErrorCategory::User, e),
-        Ok(()) => finish_with(completion, t.save_state(&format!("weights/{name}")), move |_| Outcome::json(&wire::SaveWeightsResponse { path: path.to_string(), r#type: Some(Default::default()) })),
+        Ok(()) => finish_with(completion, t.save_state(&format!("weights/{name}")), move |_| FutureResult::json(&wire::SaveWeightsResponse { path: path.to_string(), r#type: Some(Default::default()) })),
     })
 }
 
@@ -472,7 +472,7 @@ fn save_weights_for_sampler(state: &Arc<State>, b: &[u8]) -> Handled {
                         match r {
                             Ok(s) => {
                                 st.registry.remember_sampler(&path, s).await;
-                                completion.finish(Outcome::json(&wire::SaveWeightsForSamplerResponse { path: Some(path.to_string()), sampling_session_id: None, r#type: Some(Default::default()) }));
+                                completion.finish(FutureResult::json(&wire::SaveWeightsForSamplerResponse { path: Some(path.to_string()), sampling_session_id: None, r#type: Some(Default::default()) }));
                             }
                             Err(e) => completion.fail(category(&e), e.to_string()),
                         }
@@ -491,7 +491,7 @@ fn save_weights_for_sampler(state: &Arc<State>, b: &[u8]) -> Handled {
                 Err(e) => completion.fail(ErrorCategory::User, e),
                 Ok(sid) => finish_with(completion, t.sampler(), move |s| {
                     st.sessions.add_sampler(&sid, SamplingSession { sampler: s, base_model, model_path: None });
-                    Outcome::json(&wire::SaveWeightsForSamplerResponse { path: None, sampling_session_id: Some(sid), r#type: Some(Default::default()) })
+                    FutureResult::json(&wire::SaveWeightsForSamplerResponse { path: None, sampling_session_id: Some(sid), r#type: Some(Default::default()) })
                 }),
             })
         }
@@ -518,7 +518,7 @@ fn load_weights(state: &Arc<State>, b: &[u8]) -> Handled {
                 let new = Meta { model_id: model_id.clone(), base_model: r.base_model.clone().unwrap_or(meta.base_model), lora: meta.lora, seed: meta.seed, user_metadata };
                 let shown = path.to_string();
                 let done = move |res: Result<(), String>| match res {
-                    Ok(()) => completion.finish(Outcome::json(&loaded(shown, model_id))),
+                    Ok(()) => completion.finish(FutureResult::json(&loaded(shown, model_id))),
                     Err(e) => completion.fail(ErrorCategory::User, format!("cannot load `{shown}`: {e}")),
                 };
                 let _ = state.registry.create(new, Start::From(dir), done);
@@ -532,7 +532,7 @@ fn load_weights(state: &Arc<State>, b: &[u8]) -> Handled {
             let shown = path.to_string();
             submit_training(state, RequestType::LoadWeights, &model_id.clone(), r.seq_id, move |t, completion| match exists {
                 Err(e) => completion.fail(ErrorCategory::User, e),
-                Ok(_) => finish_with(completion, t.load_state(&seam::StateRef::local(&dir)), move |()| Outcome::json(&loaded(shown, model_id))),
+                Ok(_) => finish_with(completion, t.load_state(&seam::StateRef::local(&dir)), move |()| FutureResult::json(&loaded(shown, model_id))),
             })
         }
         _ => Err(bad("`load_weights` needs `session_id` + `model_seq_id` (create from state) or `model_id` + `seq_id`")),
@@ -613,7 +613,7 @@ fn asample(state: &Arc<State>, b: &[u8]) -> Handled {
                     }
                     Ok((sampled.await?, lp))
                 });
-                finish_with(completion, both, |(mut v, prompt_logprobs)| Outcome::Sample { sequences: v.pop().unwrap_or_default(), prompt_logprobs });
+                finish_with(completion, both, |(mut v, prompt_logprobs)| FutureResult::Sample { sequences: v.pop().unwrap_or_default(), prompt_logprobs });
             }
         }
     }
@@ -633,14 +633,14 @@ async fn retrieve_future(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> H
     let Some(outcome) = outcome else { return Ok(try_again()) };
     let proto = headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(content_type::PROTOBUF));
     Ok(match &*outcome {
-        Outcome::Json(v) => Reply::ok(v.clone()),
-        Outcome::Failed { error, category } => Reply::json(&wire::RequestFailedResponse { error: error.clone(), category: *category }),
-        Outcome::ForwardBackward(o) if proto => Reply { status: StatusCode::OK, body: Body::Proto(convert::forward_backward_output_to_proto(o).encode_to_vec()), duplicate: None },
-        Outcome::ForwardBackward(o) => Reply::json(&forward_backward_json(o)),
-        Outcome::Sample { sequences, prompt_logprobs } if proto => {
+        FutureResult::Json(v) => Reply::ok(v.clone()),
+        FutureResult::Failed { error, category } => Reply::json(&wire::RequestFailedResponse { error: error.clone(), category: *category }),
+        FutureResult::ForwardBackward(o) if proto => Reply { status: StatusCode::OK, body: Body::Proto(convert::forward_backward_output_to_proto(o).encode_to_vec()), duplicate: None },
+        FutureResult::ForwardBackward(o) => Reply::json(&forward_backward_json(o)),
+        FutureResult::Sample { sequences, prompt_logprobs } if proto => {
             Reply { status: StatusCode::OK, body: Body::Proto(convert::sample_response_to_proto(sequences, prompt_logprobs.as_deref()).encode_to_vec()), duplicate: None }
         }
-        Outcome::Sample { sequences, prompt_logprobs } => {
+        FutureResult::Sample { sequences, prompt_logprobs } => {
             Reply::json(&sample_json(sequences, prompt_logprobs.as_deref()))
         }
     })

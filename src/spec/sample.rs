@@ -199,6 +199,12 @@ pub fn parse(arg: &str) -> Result<Option<Ranged>, Vec<Diagnostic>> {
     if !diags.is_empty() {
         return Err(diags);
     }
+    let dist = distribution(name, nodes, whole.clone())?;
+    Ok(Some(Ranged { path, dist, key_span, span: whole, raw: arg.to_string() }))
+}
+
+/// The distribution `name(nodes)` written at `whole`, its arguments checked.
+fn distribution(name: &str, nodes: Vec<Node>, whole: Span) -> Result<Distribution, Vec<Diagnostic>> {
     let arity = |want: &str, ok: bool| -> Result<(), Vec<Diagnostic>> {
         if ok {
             return Ok(());
@@ -208,7 +214,7 @@ pub fn parse(arg: &str) -> Result<Option<Ranged>, Vec<Diagnostic>> {
                 .hint(format!("for example `{}`", example(name))),
         ])
     };
-    let dist = match name {
+    Ok(match name {
         "uniform" | "loguniform" => {
             arity("2 arguments (low, high)", nodes.len() == 2)?;
             let (low, high) = (number(&nodes[0])?, number(&nodes[1])?);
@@ -251,8 +257,7 @@ pub fn parse(arg: &str) -> Result<Option<Ranged>, Vec<Diagnostic>> {
             arity("at least one value", !nodes.is_empty())?;
             Distribution::Choice(nodes)
         }
-    };
-    Ok(Some(Ranged { path, dist, key_span, span: whole, raw: arg.to_string() }))
+    })
 }
 
 fn example(name: &str) -> &'static str {

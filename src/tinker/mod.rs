@@ -1,7 +1,7 @@
 //! Tinker's wire protocol, shared by rlx's Tinker client (`backend::tinker`) and its
 //! Tinker-compatible server (`rlx serve`, [`crate::serve`]): what SDK 0.38.0 sends and expects
-//! (../shared/docs/reference/tinker-protocol.md; §12 wins where it disagrees with earlier
-//! sections).
+//! (the `tinker` package on PyPI, https://github.com/thinking-machines-lab/tinker; where its
+//! documentation and its client disagree, the client wins).
 //!
 //! - [`wire`]: serde types of every JSON request and response body.
 //! - [`proto`]: the `tinker_public` protobuf messages (prost derive, no `protoc`).

@@ -3,7 +3,7 @@
 //! `retrieve_future` answers in protobuf ([`ForwardBackwardOutput`], [`SampleResponse`]).
 //!
 //! Field names, numbers and types are those of the descriptor embedded in the SDK 0.38.0 wheel
-//! (`tinker/proto/tinker_public_pb2.py`; tinker-protocol.md §6). Maps are `BTreeMap`s so that
+//! (`tinker/proto/tinker_public_pb2.py`; SDK 0.38.0). Maps are `BTreeMap`s so that
 //! what rlx encodes is byte-for-byte reproducible (protobuf allows any entry order; the SDK's
 //! own order is its dict's). Numeric payloads inside `bytes` fields are little-endian arrays;
 //! [`crate::tinker::convert`] packs and unpacks them.
@@ -416,7 +416,7 @@ pub(crate) struct StopTokens {
 }
 
 #[cfg(test)]
-/// tinker-protocol.md §5.3 golden vector 1: the 312 bytes SDK 0.38.0 sends for one `ppo` datum.
+/// SDK 0.38.0golden vector 1: the 312 bytes SDK 0.38.0 sends for one `ppo` datum.
 pub(crate) const GOLDEN_PPO: &str = "0a0e736573732d313a747261696e3a3010011a9c010a140a120a100100000002000000030000000400000012250a0a61
         6476616e746167657312170a1000000000000000000000803f0000803f180122010412380a0d7461726765745f746f6b
         656e7312270a200200000000000000030000000000000004000000000000000500000000000000180222010412230a08

@@ -1,5 +1,5 @@
 //! The JSON bodies of Tinker's REST protocol, as SDK 0.38.0 sends and expects them
-//! (tinker-protocol.md §2–§5 and §12), for both sides: rlx's client serializes the requests and
+//! (SDK 0.38.0and §12), for both sides: rlx's client serializes the requests and
 //! parses the responses; `rlx serve` does the reverse.
 //!
 //! Serialization follows the SDK's pydantic rule (`exclude_none=True`): an absent optional field
@@ -954,7 +954,7 @@ mod tests {
         v
     }
 
-    // The bodies below are what SDK 0.38.0 serializes (tinker-protocol.md §2, §5; pydantic's
+    // The bodies below are what SDK 0.38.0 serializes (SDK 0.38.0; pydantic's
     // `model_dump(exclude_none=True)` in declaration order).
 
     #[test]

@@ -196,6 +196,22 @@ fn a_run_exports_by_step_with_a_card_and_bad_input_exits_2() {
     let w0 = std::fs::read(cx.path().join("at0/model.safetensors")).unwrap();
     assert_eq!(w1.len(), w0.len());
 
+    // `@best`: the checkpointed step whose eval scored highest. Only step 1 has both an eval and
+    // a checkpoint; an eval of step 0 scoring above it (appended to the run's metrics) moves it.
+    let step_of = |out: &str| -> Value { serde_json::from_slice::<Value>(&std::fs::read(cx.path().join(out).join("rlx_export.json")).unwrap()).unwrap()["step"].clone() };
+    let r = cx.run(&["export", &format!("{run_s}@best"), "--out", "best"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(step_of("best"), 1);
+    let at1 = jsonl(&run.join("metrics.jsonl")).into_iter().find(|l| l["step"] == 1 && l.get("eval/pass@1").is_some()).unwrap()["eval/pass@1"].as_f64().unwrap();
+    let mut metrics = std::fs::OpenOptions::new().append(true).open(run.join("metrics.jsonl")).unwrap();
+    std::io::Write::write_all(&mut metrics, format!("{}\n", json!({"step": 0, "eval/pass@1": at1 + 0.25})).as_bytes()).unwrap();
+    let r = cx.run(&["export", &format!("{run_s}@best"), "--out", "best0"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(step_of("best0"), 0);
+    let r = cx.run(&["export", &format!("{run_s}@worst"), "--out", "nope"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("`@worst` is not a step") && r.stderr.contains("@best"), "{}", r.stderr);
+
     // Bad input: exit 2, a message naming what is wrong, nothing written.
     let r = cx.run(&["export", &format!("{run_s}@7"), "--out", "nope"]);
     assert_eq!(r.code, 2, "{}", r.stderr);

@@ -14,8 +14,8 @@
 //! - [`handle`]: the backend behind the async seams: [`open`] loads the model on a thread that
 //!   owns the trainer; requests queue to it ([`worker`]) in submission order.
 //!
-//! Threading ([`cpu`] sets candle's pools up at start-up): the trainer lives on its own thread, each sampler snapshot on another (style.md
-//! §e); candle parallelises each matmul over the cores itself (rayon).
+//! Threading ([`cpu`] sets candle's pools up at start-up): the trainer lives on its own thread, each sampler snapshot on another;
+//! candle parallelises each matmul over the cores itself (rayon).
 
 pub mod cpu;
 pub(crate) mod frozen;

@@ -4,7 +4,7 @@
 //! and restored bit for bit, and it has no gradient clipping. The update matches
 //! `torch.optim.AdamW` (decoupled decay applied first, bias-corrected moments) after
 //! `torch.nn.utils.clip_grad_norm_` (scale `max_norm / (norm + 1e-6)` when the norm exceeds it),
-//! which is what Tinker's `AdamParams` describe (tinker-protocol.md §5.4).
+//! which is what Tinker's `AdamParams` describe (SDK 0.38.0).
 
 use candle_core::{CpuStorage, InplaceOp1, Layout, Tensor, Var};
 

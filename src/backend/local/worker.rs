@@ -1,6 +1,6 @@
 //! A thread that owns a value and runs requests against it, one at a time, in submission order:
-//! how the local backend serves the async seams without blocking the async executor (style.md
-//! §e: "candle forward/backward ... run on a dedicated `std::thread` that owns the model").
+//! how the local backend serves the async seams without blocking the async executor: candle's
+//! forward and backward run on a dedicated `std::thread` that owns the model.
 //!
 //! Rejected alternative: moving the trainer in and out of `spawn_blocking` for every call (what
 //! the engine did before): it needs `&mut` ownership at every call site, so two requests can

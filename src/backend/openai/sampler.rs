@@ -164,13 +164,22 @@ impl Inner {
             }
         }
         let chat = cfg.api == Api::Chat;
+        // The prompt length the server should count: ours, or for a text prompt our encoding of
+        // the text it is sent as. Decoding and encoding again need not give the prompt's own ids
+        // back (a sampled completion inside a retry turn can merge into other tokens), so
+        // comparing with `job.prompt.len()` took a served model's correct count for a mismatch.
+        let mut expected_prompt_tokens = job.prompt.len() as u64;
         let (path, body) = if chat {
             let messages = job.messages.as_deref().unwrap_or_default();
             ("chat/completions", wire::chat_body(&cfg.model, messages, params, job.seed, &stop_texts, self.dialect))
         } else {
             let prompt = match cfg.prompt {
                 PromptEncoding::Tokens => Prompt::Tokens(&job.prompt),
-                PromptEncoding::Text => Prompt::Text(tok.decode(&job.prompt, false).map_err(|e| Error::Tokenizer(e.to_string()))?),
+                PromptEncoding::Text => {
+                    let text = tok.decode(&job.prompt, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+                    expected_prompt_tokens = tok.encode(&text).map_err(|e| Error::Tokenizer(e.to_string()))?.len() as u64;
+                    Prompt::Text(text)
+                }
             };
             ("completions", wire::completion_body(&cfg.model, prompt, params, job.seed, &stop_texts, &stop_ids, self.dialect))
         };
@@ -182,7 +191,7 @@ impl Inner {
         // The prompt the server saw must be ours (a text prompt is tokenized again; a server
         // may add a BOS token of its own).
         if !chat && let Some(n) = choice.prompt_tokens {
-            let ours = job.prompt.len() as u64;
+            let ours = expected_prompt_tokens;
             if n != ours && n != ours + 1 {
                 return Err(Error::TokenMismatch { detail: format!("the server counted {n} prompt tokens, our tokenizer {ours}: is `model.base` the served model?") });
             }

@@ -114,7 +114,7 @@ mod tests {
         (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
-    /// Golden vector 1 of tinker-protocol.md §5.3: the bytes SDK 0.38.0 sends for one ppo datum.
+    /// Golden vector 1 of SDK 0.38.0: the bytes SDK 0.38.0 sends for one ppo datum.
     #[test]
     fn forward_backward_body_decodes_like_the_sdks_golden_vector() {
         let golden = unhex(

@@ -1,4 +1,4 @@
-//! Waiting for a Tinker future (tinker-protocol.md §3, §12): `retrieve_future` is polled until
+//! Waiting for a Tinker future (SDK 0.38.0): `retrieve_future` is polled until
 //! the result is there. The server long-polls (about 30 s) and answers `try_again` while the
 //! request waits or runs, so `try_again`, 408 and 5xx are re-polled at once; 429 and connection
 //! errors back off; a bare 400 is re-polled three times; 402 pauses; 410 means the future is

@@ -1,5 +1,5 @@
 //! One HTTP exchange with Tinker, and the retry policy around *submissions*
-//! (tinker-protocol.md §1.5–1.6): connection errors, timeouts, 408, 409, 429 and 5xx are retried
+//! (SDK 0.38.0): connection errors, timeouts, 408, 409, 429 and 5xx are retried
 //! with capped exponential back-off (or the server's `Retry-After`) for up to five minutes; 402
 //! (billing) pauses 5 s at a time for up to an hour; the server's `x-should-retry` overrides the
 //! decision. Polling a future has its own policy ([`super::future`]).

@@ -1,5 +1,5 @@
-//! The Tinker backend: rlx's own client of Tinker's HTTP protocol (tinker-protocol.md; §12
-//! where it disagrees with earlier sections), behind the [`Trainer`] and [`Sampler`] seams.
+//! The Tinker backend: rlx's own client of Tinker's HTTP protocol (as the `tinker` SDK 0.38.0
+//! speaks it, [`crate::tinker`]), behind the [`Trainer`] and [`Sampler`] seams.
 //!
 //! | module | job |
 //! |---|---|

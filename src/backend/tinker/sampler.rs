@@ -218,7 +218,7 @@ mod tests {
             "sampling_session_id": "sess-1:sample:1", "seq_id": 0,
             "prompt_logprobs": false, "topk_prompt_logprobs": 0, "topk_sample_logprobs": 0,
             "prompt_alt_tokens_k": 0, "record_stability_info": false, "type": "sample"});
-        // The example body of tinker-protocol.md §5.6, field for field.
+        // The example body of SDK 0.38.0field for field.
         assert_eq!(b, want);
     }
 }

@@ -1,4 +1,4 @@
-//! A Tinker session (tinker-protocol.md §2, §4): the client configuration, `create_session`, a
+//! A Tinker session (SDK 0.38.0): the client configuration, `create_session`, a
 //! heartbeat every 10 s while it lives, `sessions/{id}/finish` when it ends, and the per-session
 //! counters that name models (`{session}:train:{n}`) and sampling sessions.
 

@@ -2,7 +2,7 @@
 //!
 //! Every request addressed to a model carries the next `seq_id` (1, 2, 3, … per model, no
 //! gaps), and the server runs a model's requests in `seq_id` order, waiting for a missing id
-//! forever (tinker-protocol.md §4). So one task per trainer (the *submitter*) takes requests in
+//! forever (SDK 0.38.0). So one task per trainer (the *submitter*) takes requests in
 //! the order the seam methods were called, gives each its `seq_id`, and submits it — retrying
 //! with the same `seq_id` and idempotency key until the server has accepted it — before it
 //! submits the next. Accepted requests are then polled concurrently, so `forward_backward` and

@@ -67,23 +67,7 @@ pub(super) fn sweep(args: SweepArgs) -> anyhow::Result<u8> {
         printer::error_message(&format!("spec `{}` does not exist", spec_path.display()), &["run from the repository root, or name a spec: `rlx sweep SPEC lr=[1e-5,4e-5]`".into()]);
         return Ok(exit::USAGE);
     }
-    let mut items = vec![];
-    let mut diags: Vec<Diagnostic> = vec![];
-    for a in rest {
-        if !overrides::looks_like_override(a) {
-            diags.push(Diagnostic::new(format!("`{a}` is not `KEY=VALUES`; the spec comes first, once"), None));
-            continue;
-        }
-        let parsed = match sample::parse(a) {
-            Ok(Some(r)) => Ok(Item::Ranged(r)),
-            Ok(None) => overrides::parse_sweep(a, &validator).map(Item::Arg),
-            Err(d) => Err(d),
-        };
-        match parsed {
-            Ok(i) => items.push(i),
-            Err(d) => diags.extend(d),
-        }
-    }
+    let (items, mut diags) = parse_items(rest, &validator);
     let sampling = args.sample.map(|n| Sampling { n: n as usize, seed: args.sample_seed });
     // A grid lists the values of ranges; `--sample` draws from lists and ranges alike.
     let mut grid: Vec<SweepArg> = vec![];
@@ -136,6 +120,45 @@ pub(super) fn sweep(args: SweepArgs) -> anyhow::Result<u8> {
         let options = slurm::options(&args, &launch.slurm, max_parallel)?;
         return slurm::launch(&sw, &spec_path, &states, &options, args.dry_run, sample);
     }
+    warn_slurm_flags(&args);
+    let max_parallel = max_parallel.unwrap_or(1);
+    if max_parallel > MAX_LOCAL_PARALLEL {
+        printer::error_message(
+            &format!("--max-parallel {max_parallel}: at most {MAX_LOCAL_PARALLEL} member processes run at once on this machine"),
+            &["with `--launcher slurm` it bounds the job array instead".into()],
+        );
+        return Ok(exit::USAGE);
+    }
+    if args.dry_run {
+        return Ok(exit::OK);
+    }
+    execute(&sw, &spec_path, &states, max_parallel as usize, sample)
+}
+
+/// The `KEY=VALUES` arguments after the spec, and what is wrong with those that do not parse.
+fn parse_items(rest: &[String], validator: &Validator) -> (Vec<Item>, Vec<Diagnostic>) {
+    let mut items = vec![];
+    let mut diags: Vec<Diagnostic> = vec![];
+    for a in rest {
+        if !overrides::looks_like_override(a) {
+            diags.push(Diagnostic::new(format!("`{a}` is not `KEY=VALUES`; the spec comes first, once"), None));
+            continue;
+        }
+        let parsed = match sample::parse(a) {
+            Ok(Some(r)) => Ok(Item::Ranged(r)),
+            Ok(None) => overrides::parse_sweep(a, validator).map(Item::Arg),
+            Err(d) => Err(d),
+        };
+        match parsed {
+            Ok(i) => items.push(i),
+            Err(d) => diags.extend(d),
+        }
+    }
+    (items, diags)
+}
+
+/// Slurm's flags on a sweep that runs here: said, not silently dropped.
+fn warn_slurm_flags(args: &SweepArgs) {
     let slurm_flags: Vec<&str> = [
         ("--partition", args.partition.is_some()),
         ("--time", args.time.is_some()),
@@ -152,18 +175,6 @@ pub(super) fn sweep(args: SweepArgs) -> anyhow::Result<u8> {
     if !slurm_flags.is_empty() {
         printer::warning(&format!("{} apply to Slurm sweeps only; this sweep runs here", slurm_flags.join(", ")), &["add `--launcher slurm` (or `sweep.launcher: slurm` in the spec)".into()]);
     }
-    let max_parallel = max_parallel.unwrap_or(1);
-    if max_parallel > MAX_LOCAL_PARALLEL {
-        printer::error_message(
-            &format!("--max-parallel {max_parallel}: at most {MAX_LOCAL_PARALLEL} member processes run at once on this machine"),
-            &["with `--launcher slurm` it bounds the job array instead".into()],
-        );
-        return Ok(exit::USAGE);
-    }
-    if args.dry_run {
-        return Ok(exit::OK);
-    }
-    execute(&sw, &spec_path, &states, max_parallel as usize, sample)
 }
 
 fn print_table(sw: &Sweep, states: &[(String, bool)], sample: Option<SampleRecord>) {
