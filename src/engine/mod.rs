@@ -144,9 +144,9 @@ pub enum PolicySource {
 /// A stop request shared between the signal handler and the engine. Passed explicitly (no
 /// global), so tests can stop a run.
 #[derive(Debug, Clone, Default)]
-pub struct Stop(Arc<AtomicBool>);
+pub struct StopSignal(Arc<AtomicBool>);
 
-impl Stop {
+impl StopSignal {
     /// Asks the run to stop at the next safe point.
     pub fn request(&self) {
         self.0.store(true, Ordering::SeqCst);
@@ -159,7 +159,7 @@ impl Stop {
 
 /// How a run ended (errors are `Err`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum RunOutcome {
     /// Every step ran.
     Finished {
         /// Steps completed.
@@ -177,7 +177,7 @@ pub enum Outcome {
 /// # Errors
 /// Setup failures (data, model, sandbox), backend failures; the status file says `failed`, with
 /// the error's causes.
-pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn EventSink) -> Result<Outcome, Error> {
+pub async fn run(plan: &Plan, policy: PolicySource, stop: &StopSignal, sink: &dyn EventSink) -> Result<RunOutcome, Error> {
     let dir = RunDir::create(plan)?;
     // Before anything is written: a second process on the same run must not touch its files.
     let _lock = dir.lock()?;
@@ -186,7 +186,7 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn Even
         && s.steps_done >= plan.schedule.max_steps
     {
         // Re-running a finished experiment (a re-launched sweep) is a no-op.
-        return Ok(Outcome::Finished { steps: s.steps_done });
+        return Ok(RunOutcome::Finished { steps: s.steps_done });
     }
     let _ = runlog::logfile::attach(&dir.file(files::LOG));
     // Trackers follow metrics.jsonl: the engine only pokes them after each line it writes and
@@ -197,13 +197,13 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn Even
     let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     let mut events = dir.jsonl(files::EVENTS)?;
     match &result {
-        Ok(Outcome::Finished { steps }) => {
+        Ok(RunOutcome::Finished { steps }) => {
             status.state = State::Finished;
             status.steps_done = *steps;
             status.reason = None;
             events.append(&EventRecord::finished(*steps))?;
         }
-        Ok(Outcome::Interrupted { steps }) => {
+        Ok(RunOutcome::Interrupted { steps }) => {
             status.state = State::Interrupted;
             status.steps_done = *steps;
             status.reason = Some("stopped by a signal".into());
@@ -220,8 +220,8 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &Stop, sink: &dyn Even
     status.pid = None;
     dir.set_status(&status)?;
     let end = match &result {
-        Ok(Outcome::Finished { .. }) => End::Finished,
-        Ok(Outcome::Interrupted { .. }) => End::Interrupted,
+        Ok(RunOutcome::Finished { .. }) => End::Finished,
+        Ok(RunOutcome::Interrupted { .. }) => End::Interrupted,
         Err(_) => End::Failed,
     };
     for report in sinks.finish(end).await {
@@ -398,7 +398,7 @@ async fn resume_point(dir: &RunDir, trainer: Option<&Arc<dyn Trainer>>, events: 
     }
 }
 
-async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, sink: &dyn EventSink, sinks: &mut Sinks) -> Result<Outcome, Error> {
+async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &StopSignal, sink: &dyn EventSink, sinks: &mut Sinks) -> Result<RunOutcome, Error> {
     let setup = set_up(plan, policy, dir, sink).await?;
     let mut events = dir.jsonl(files::EVENTS)?;
     let (first_step, cursor) = resume_point(dir, setup.trainer.as_ref(), &mut events).await?;
@@ -431,13 +431,13 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &Stop, si
     // Baseline.
     if first_step == 0 && (plan.schedule.eval_at_start || max_steps == 0) && !setup.eval_set.is_empty() {
         let sampler = setup.policy.sampler().await?;
-        let Some(res) = eval::run(&*sampler, -1, plan, &setup.eval_set, &setup.eval_sampling, &cx).await? else { return Ok(Outcome::Interrupted { steps: 0 }) };
+        let Some(res) = eval::run(&*sampler, -1, plan, &setup.eval_set, &setup.eval_sampling, &cx).await? else { return Ok(RunOutcome::Interrupted { steps: 0 }) };
         write_eval(&mut logs.metrics, &mut logs.eval, -1, &res)?;
         warn(sink, sinks.poke());
         sink.event(Event::Eval { step: -1, metrics: res.metrics });
     }
     if setup.trainer.is_none() && !plan.schedule.dry_run {
-        return Ok(Outcome::Finished { steps: 0 });
+        return Ok(RunOutcome::Finished { steps: 0 });
     }
     let mut driver = Driver { plan, setup: &setup, cfg: &cfg, cx: &cx, dir, sinks, status, logs, cursor, last_saved: first_step.checked_sub(1), ahead: None };
     driver.drive(first_step).await
@@ -478,7 +478,7 @@ impl<'a> Driver<'a> {
         self.setup.trainer.as_deref()
     }
 
-    async fn drive(&mut self, first_step: u32) -> Result<Outcome, Error> {
+    async fn drive(&mut self, first_step: u32) -> Result<RunOutcome, Error> {
         let max_steps = self.plan.schedule.max_steps;
         for s in first_step..max_steps {
             if self.cx.stop.requested() {
@@ -494,7 +494,7 @@ impl<'a> Driver<'a> {
                 return self.interrupted(s + 1).await;
             }
         }
-        Ok(Outcome::Finished { steps: max_steps })
+        Ok(RunOutcome::Finished { steps: max_steps })
     }
 
     /// Step `s`: sampled and trained, pipelined or not; a dry run's without its update. `None`
@@ -582,14 +582,14 @@ impl<'a> Driver<'a> {
 
     /// Saves what the run has (unless the last completed step is already saved) and reports an
     /// interruption after `done` completed steps.
-    async fn interrupted(&mut self, done: u32) -> Result<Outcome, Error> {
+    async fn interrupted(&mut self, done: u32) -> Result<RunOutcome, Error> {
         if let Some(trainer) = self.trainer()
             && done > 0
             && self.last_saved != Some(done - 1)
         {
             checkpoint(trainer, done - 1, self.cursor, "interrupt", self.dir, &mut self.logs.checkpoints, self.cx.sink).await?;
         }
-        Ok(Outcome::Interrupted { steps: done })
+        Ok(RunOutcome::Interrupted { steps: done })
     }
 }
 

@@ -1,6 +1,6 @@
 //! The run's Python reward: the user's function (`crate::sandbox::reward`) over a step's groups
 //! after grading. [`PythonRewards::score`] gives [`Scores`], which reach the reward strategies as
-//! [`crate::rl::reward::Outcome::custom`]; a failed call is counted and its group dropped, never
+//! [`crate::rl::reward::Grading::custom`]; a failed call is counted and its group dropped, never
 //! scored, and past `reward.max_failures` the run stops with the traceback. [`sample_call`] is
 //! `rlx validate`'s one call on a sample.
 //!

@@ -16,7 +16,7 @@ use crate::sandbox::{AnyGrader, GradeOptions, VerdictStatus};
 
 use super::grading::{Graded, grade_group};
 use super::prompting::{Prompting, Rendered};
-use super::{Error, Event, EventSink, Stop, feedback, problems};
+use super::{Error, Event, EventSink, StopSignal, feedback, problems};
 
 /// One attempt: the prompt it saw, what was sampled, and its grade.
 #[derive(Debug)]
@@ -79,7 +79,7 @@ pub(crate) struct Ctx<'a> {
     /// Events.
     pub sink: &'a dyn EventSink,
     /// Stop request.
-    pub stop: &'a Stop,
+    pub stop: &'a StopSignal,
 }
 
 /// A sampler's reply: per request, its completions.

@@ -16,7 +16,7 @@ use crate::quantile::quantile;
 use crate::rl::advantage::{AdvantageStrategy, should_skip};
 use crate::rl::shaping;
 use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SamplingParams, StopReason, make_multiturn_datum};
-use crate::rl::reward::{Custom, Outcome, RewardStrategy};
+use crate::rl::reward::{Custom, Grading, RewardStrategy};
 use crate::sandbox::VerdictStatus;
 use crate::runlog::metrics::{optim, sandbox, time, train};
 use crate::runlog::{Attempt, RolloutRecord};
@@ -56,8 +56,8 @@ pub(crate) struct StepConfig<'a> {
 }
 
 /// The outcome the reward strategies see.
-pub(crate) fn outcome<'a>(g: &Graded, custom: Option<&'a Custom>) -> Outcome<'a> {
-    Outcome {
+pub(crate) fn outcome<'a>(g: &Graded, custom: Option<&'a Custom>) -> Grading<'a> {
+    Grading {
         format_ok: g.verdict.status != VerdictStatus::FormatError,
         tests_passed: g.verdict.tests_passed as u32,
         tests_total: g.verdict.tests_total as u32,

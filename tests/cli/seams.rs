@@ -191,8 +191,8 @@ async fn the_engine_drives_any_backend_with_requests_in_flight() {
     let plan = plan(&cx, 2, 8, "save_every: 1, eval_at_start: false");
     let sampler = scripted(&cx);
     let trainer = Recorder::new(sampler.clone());
-    let outcome = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::Stop::default(), &()).await.unwrap();
-    assert_eq!(outcome, engine::Outcome::Finished { steps: 2 });
+    let outcome = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::StopSignal::default(), &()).await.unwrap();
+    assert_eq!(outcome, engine::RunOutcome::Finished { steps: 2 });
 
     // 3 prompts × 16 samples in batches of 2 prompts: the second batch was submitted before the
     // first was answered; forward_backward and optim_step were submitted back to back.
@@ -228,7 +228,7 @@ async fn a_run_resumes_from_a_remote_state_reference() {
     let plan = plan(&cx, 2, 4, "save_every: 0, eval_at_start: false");
     let sampler = scripted(&cx);
     let trainer = Recorder::new(sampler);
-    let stop = engine::Stop::default();
+    let stop = engine::StopSignal::default();
     let on_step = {
         let stop = stop.clone();
         move |e: engine::Event| {
@@ -238,9 +238,9 @@ async fn a_run_resumes_from_a_remote_state_reference() {
         }
     };
     let first = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &stop, &on_step).await.unwrap();
-    assert_eq!(first, engine::Outcome::Interrupted { steps: 1 });
-    let second = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::Stop::default(), &()).await.unwrap();
-    assert_eq!(second, engine::Outcome::Finished { steps: 2 });
+    assert_eq!(first, engine::RunOutcome::Interrupted { steps: 1 });
+    let second = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::StopSignal::default(), &()).await.unwrap();
+    assert_eq!(second, engine::RunOutcome::Finished { steps: 2 });
 
     let log = trainer.log.lock().unwrap().clone();
     let saves: Vec<&String> = log.iter().filter(|l| l.starts_with("save_state")).collect();
@@ -262,8 +262,8 @@ async fn evaluation_needs_only_a_sampler() {
     crate::engine::tiny_model(&cx.path().join("tiny"));
     let plan = plan(&cx, 0, 40, "save_every: 1");
     let sampler = scripted(&cx);
-    let outcome = engine::run(&plan, PolicySource::Given(Policy::Fixed(sampler.clone())), &engine::Stop::default(), &()).await.unwrap();
-    assert_eq!(outcome, engine::Outcome::Finished { steps: 0 });
+    let outcome = engine::run(&plan, PolicySource::Given(Policy::Fixed(sampler.clone())), &engine::StopSignal::default(), &()).await.unwrap();
+    assert_eq!(outcome, engine::RunOutcome::Finished { steps: 0 });
     let dir = cx.path().join("runs").join(&plan.run_id);
     let results = jsonl(&dir.join("eval_results.jsonl"));
     assert_eq!(results.len(), 40);
@@ -277,7 +277,7 @@ async fn evaluation_needs_only_a_sampler() {
 
     // Training with a sampler-only policy is refused with a clear error.
     let plan = plan_steps(&cx);
-    let err = engine::run(&plan, PolicySource::Given(Policy::Fixed(sampler)), &engine::Stop::default(), &()).await.unwrap_err();
+    let err = engine::run(&plan, PolicySource::Given(Policy::Fixed(sampler)), &engine::StopSignal::default(), &()).await.unwrap_err();
     assert!(err.is_user_error());
     assert!(err.to_string().contains("cannot train"), "{err}");
 }

@@ -151,7 +151,7 @@ async fn run(cx: &TestContext, plan: &rlx::plan::Plan, stop_after: Option<u32>) 
     let trainer = Arc::new(Recorder { sampler: sampler.clone(), datums: Mutex::default(), inputs: Mutex::default(), states: Mutex::default() });
     let mut asked = vec![];
     if let Some(n) = stop_after {
-        let stop = engine::Stop::default();
+        let stop = engine::StopSignal::default();
         let on_step = {
             let stop = stop.clone();
             move |e: engine::Event| {
@@ -161,11 +161,11 @@ async fn run(cx: &TestContext, plan: &rlx::plan::Plan, stop_after: Option<u32>) 
             }
         };
         let first = engine::run(plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &stop, &on_step).await.unwrap();
-        assert_eq!(first, engine::Outcome::Interrupted { steps: n });
+        assert_eq!(first, engine::RunOutcome::Interrupted { steps: n });
         asked.extend(sampler.asked.lock().unwrap().drain(..));
     }
-    let outcome = engine::run(plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::Stop::default(), &()).await.unwrap();
-    assert_eq!(outcome, engine::Outcome::Finished { steps: 3 });
+    let outcome = engine::run(plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::StopSignal::default(), &()).await.unwrap();
+    assert_eq!(outcome, engine::RunOutcome::Finished { steps: 3 });
     asked.extend(sampler.asked.lock().unwrap().drain(..));
     (trainer, asked)
 }

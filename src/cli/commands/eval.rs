@@ -162,8 +162,8 @@ pub(crate) fn run(args: EvalArgs) -> anyhow::Result<u8> {
     }
     let outcome = super::run::execute(&plan)?;
     match outcome {
-        Ok(engine::Outcome::Finished { .. }) => {}
-        Ok(engine::Outcome::Interrupted { .. }) => {
+        Ok(engine::RunOutcome::Finished { .. }) => {}
+        Ok(engine::RunOutcome::Interrupted { .. }) => {
             printer::status("interrupted; the evaluation is incomplete");
             return Ok(exit::INTERRUPTED);
         }

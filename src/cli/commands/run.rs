@@ -60,12 +60,12 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     let outcome = execute(&plan)?;
     match outcome {
-        Ok(engine::Outcome::Finished { steps }) => {
+        Ok(engine::RunOutcome::Finished { steps }) => {
             let what = if plan.schedule.dry_run { " (dry run: nothing trained)" } else { "" };
             printer::status(format!("finished {} ({steps} steps){what} → {}", plan.run_id, plan.run_dir().display()));
             Ok(exit::OK)
         }
-        Ok(engine::Outcome::Interrupted { steps }) => {
+        Ok(engine::RunOutcome::Interrupted { steps }) => {
             printer::status(format!("interrupted after {steps} steps; `rlx run --resume {}` continues", plan.run_dir().display()));
             Ok(exit::INTERRUPTED)
         }
@@ -79,9 +79,9 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<u8> {
 ///
 /// # Errors
 /// The runtime cannot start (the engine's own errors are the inner result).
-pub(super) fn execute(plan: &crate::plan::Plan) -> anyhow::Result<Result<engine::Outcome, engine::Error>> {
+pub(super) fn execute(plan: &crate::plan::Plan) -> anyhow::Result<Result<engine::RunOutcome, engine::Error>> {
     let rt = super::runtime()?;
-    let stop = engine::Stop::default();
+    let stop = engine::StopSignal::default();
     let console = Console::new();
     Ok(rt.block_on(async {
         let signals = stop.clone();

@@ -7,7 +7,7 @@
 //!
 //! A `python` reward (and a `python` term of `weighted`) is the user's function, which the engine
 //! runs in the sandbox (`engine::pyreward`) before rewards are computed; what it
-//! returned reaches the strategies as [`Outcome::custom`], so they stay pure functions.
+//! returned reaches the strategies as [`Grading::custom`], so they stay pure functions.
 
 mod python;
 mod tests_all_pass;
@@ -57,7 +57,7 @@ impl Custom {
 
 /// What grading found about one completion: the input of every reward strategy.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Outcome<'a> {
+pub(crate) struct Grading<'a> {
     /// Whether a code block could be extracted.
     pub format_ok: bool,
     /// Tests passed.
@@ -70,12 +70,7 @@ pub(crate) struct Outcome<'a> {
     pub custom: Option<&'a Custom>,
 }
 
-impl Outcome<'_> {
-    /// A completion without a code block (the sandbox is not called).
-    pub(crate) fn format_error() -> Self {
-        Outcome { format_ok: false, tests_passed: 0, tests_total: 0, infra_error: false, custom: None }
-    }
-
+impl Grading<'_> {
     /// Every test passed (and there was at least one).
     pub(crate) fn all_passed(&self) -> bool {
         self.format_ok && self.tests_total > 0 && self.tests_passed == self.tests_total
@@ -98,7 +93,7 @@ pub(crate) trait RewardStrategy: Send + Sync {
     fn name(&self) -> &'static str;
     /// The reward; `None` for an infrastructure failure or a failed Python reward call, which
     /// must never be scored (the engine retries it or drops the group).
-    fn reward(&self, outcome: &Outcome<'_>) -> Option<f64>;
+    fn reward(&self, outcome: &Grading<'_>) -> Option<f64>;
 }
 
 /// The strategy a spec asks for.
@@ -123,17 +118,24 @@ pub(crate) fn uses_python(spec: &Reward) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Grading<'_> {
+        /// A completion without a code block (the sandbox is not called).
+        fn format_error() -> Self {
+            Grading { format_ok: false, tests_passed: 0, tests_total: 0, infra_error: false, custom: None }
+        }
+    }
     use crate::spec::types::{RewardTerm, RewardTermKind};
 
-    fn o(format_ok: bool, passed: u32, total: u32) -> Outcome<'static> {
-        Outcome { format_ok, tests_passed: passed, tests_total: total, infra_error: false, custom: None }
+    fn o(format_ok: bool, passed: u32, total: u32) -> Grading<'static> {
+        Grading { format_ok, tests_passed: passed, tests_total: total, infra_error: false, custom: None }
     }
 
     #[test]
     fn origin_reward_table() {
         let s = strategy(&Reward::default());
         assert_eq!(s.name(), "tests_all_pass");
-        assert_eq!(s.reward(&Outcome::format_error()), Some(-0.1));
+        assert_eq!(s.reward(&Grading::format_error()), Some(-0.1));
         assert_eq!(s.reward(&o(true, 3, 4)), Some(0.0));
         assert_eq!(s.reward(&o(true, 4, 4)), Some(1.0));
         assert_eq!(s.reward(&o(true, 0, 0)), Some(0.0), "no tests is not a pass");
@@ -141,7 +143,7 @@ mod tests {
 
     #[test]
     fn infra_errors_are_never_scored() {
-        let bad = Outcome { infra_error: true, ..o(true, 0, 4) };
+        let bad = Grading { infra_error: true, ..o(true, 0, 4) };
         let weighted = Reward { kind: RewardKind::Weighted, terms: vec![RewardTerm { kind: RewardTermKind::TestsFraction, weight: 1.0, component: None }], ..Reward::default() };
         for spec in [Reward::default(), Reward { kind: RewardKind::TestsFraction, ..Reward::default() }, weighted] {
             assert_eq!(strategy(&spec).reward(&bad), None);
@@ -152,7 +154,7 @@ mod tests {
     fn fraction_and_weighted() {
         let frac = strategy(&Reward { kind: RewardKind::TestsFraction, format_coef: 0.2, ..Reward::default() });
         assert_eq!(frac.reward(&o(true, 1, 4)), Some(0.25));
-        assert_eq!(frac.reward(&Outcome::format_error()), Some(-0.2));
+        assert_eq!(frac.reward(&Grading::format_error()), Some(-0.2));
         let w = strategy(&Reward {
             kind: RewardKind::Weighted,
             terms: vec![
@@ -165,7 +167,7 @@ mod tests {
         assert_eq!(w.name(), "weighted");
         assert_eq!(w.reward(&o(true, 2, 4)), Some(0.25));
         assert_eq!(w.reward(&o(true, 4, 4)), Some(1.0));
-        assert_eq!(w.reward(&Outcome::format_error()), Some(-0.1));
+        assert_eq!(w.reward(&Grading::format_error()), Some(-0.1));
     }
 
     fn term(kind: RewardTermKind, weight: f64, component: Option<&str>) -> RewardTerm {
@@ -179,12 +181,12 @@ mod tests {
         let value = Custom::Value(0.75);
         let parts = Custom::Components([("style".to_string(), 0.25), ("tests".to_string(), 0.5)].into());
         // The Python value is the reward as is: no format penalty is added.
-        assert_eq!(py.reward(&Outcome { custom: Some(&value), ..Outcome::format_error() }), Some(0.75));
+        assert_eq!(py.reward(&Grading { custom: Some(&value), ..Grading::format_error() }), Some(0.75));
         // A dict's value is the sum of its components: 0.25 + 0.5.
-        assert_eq!(py.reward(&Outcome { custom: Some(&parts), ..o(true, 1, 2) }), Some(0.75));
-        assert_eq!(py.reward(&Outcome { custom: Some(&Custom::Failed), ..o(true, 2, 2) }), None, "a failed call is never scored");
+        assert_eq!(py.reward(&Grading { custom: Some(&parts), ..o(true, 1, 2) }), Some(0.75));
+        assert_eq!(py.reward(&Grading { custom: Some(&Custom::Failed), ..o(true, 2, 2) }), None, "a failed call is never scored");
         assert_eq!(py.reward(&o(true, 2, 2)), None, "no call, no score");
-        assert_eq!(py.reward(&Outcome { custom: Some(&value), infra_error: true, ..o(true, 0, 2) }), None);
+        assert_eq!(py.reward(&Grading { custom: Some(&value), infra_error: true, ..o(true, 0, 2) }), None);
     }
 
     #[test]
@@ -200,14 +202,14 @@ mod tests {
             ..Reward::default()
         });
         // 1.0 × 3/4 + 0.2 × 0.5 + 0.4 × (0.5 − 0.25) = 0.75 + 0.1 + 0.1 = 0.95
-        let r = w.reward(&Outcome { custom: Some(&parts), ..o(true, 3, 4) }).unwrap();
+        let r = w.reward(&Grading { custom: Some(&parts), ..o(true, 3, 4) }).unwrap();
         assert!((r - 0.95).abs() < 1e-12, "{r}");
         // A component the function did not return, a number where a component is named, and a
         // failed call are not scored.
         let missing = Custom::Components([("length".to_string(), 1.0)].into());
-        assert_eq!(w.reward(&Outcome { custom: Some(&missing), ..o(true, 3, 4) }), None);
-        assert_eq!(w.reward(&Outcome { custom: Some(&Custom::Value(1.0)), ..o(true, 3, 4) }), None);
-        assert_eq!(w.reward(&Outcome { custom: Some(&Custom::Failed), ..o(true, 3, 4) }), None);
+        assert_eq!(w.reward(&Grading { custom: Some(&missing), ..o(true, 3, 4) }), None);
+        assert_eq!(w.reward(&Grading { custom: Some(&Custom::Value(1.0)), ..o(true, 3, 4) }), None);
+        assert_eq!(w.reward(&Grading { custom: Some(&Custom::Failed), ..o(true, 3, 4) }), None);
         assert!(uses_python(&Reward { kind: RewardKind::Weighted, terms: vec![term(RewardTermKind::Python, 1.0, None)], ..Reward::default() }));
         assert!(!uses_python(&Reward { kind: RewardKind::Weighted, terms: vec![term(RewardTermKind::Format, 1.0, None)], ..Reward::default() }));
         assert!(!uses_python(&Reward::default()));

@@ -2,7 +2,7 @@
 //! by the engine in the sandbox before rewards are computed ([`super::Custom`] carries what it
 //! returned). A number is the reward; a dict's components are summed.
 
-use super::{Outcome, RewardStrategy};
+use super::{Grading, RewardStrategy};
 
 /// The user's Python function.
 #[derive(Debug, Clone, Copy)]
@@ -12,7 +12,7 @@ impl RewardStrategy for Python {
     fn name(&self) -> &'static str {
         "python"
     }
-    fn reward(&self, o: &Outcome<'_>) -> Option<f64> {
+    fn reward(&self, o: &Grading<'_>) -> Option<f64> {
         if o.infra_error {
             return None;
         }

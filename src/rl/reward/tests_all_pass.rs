@@ -1,6 +1,6 @@
 //! `tests_all_pass`: 1 when every test passes, plus `format_coef` × format score.
 
-use super::{Outcome, RewardStrategy};
+use super::{Grading, RewardStrategy};
 
 /// Binary correctness with a format penalty.
 #[derive(Debug, Clone, Copy)]
@@ -13,7 +13,7 @@ impl RewardStrategy for TestsAllPass {
     fn name(&self) -> &'static str {
         "tests_all_pass"
     }
-    fn reward(&self, o: &Outcome<'_>) -> Option<f64> {
+    fn reward(&self, o: &Grading<'_>) -> Option<f64> {
         if o.infra_error {
             return None;
         }

@@ -1,7 +1,7 @@
 //! `tests_fraction`: the fraction of tests passed, plus `format_coef` × format score. Denser than
 //! all-pass on hard problems, at the risk of rewarding special-casing of easy tests.
 
-use super::{Outcome, RewardStrategy};
+use super::{Grading, RewardStrategy};
 
 /// Partial credit with a format penalty.
 #[derive(Debug, Clone, Copy)]
@@ -14,7 +14,7 @@ impl RewardStrategy for TestsFraction {
     fn name(&self) -> &'static str {
         "tests_fraction"
     }
-    fn reward(&self, o: &Outcome<'_>) -> Option<f64> {
+    fn reward(&self, o: &Grading<'_>) -> Option<f64> {
         if o.infra_error {
             return None;
         }

@@ -1,7 +1,7 @@
 //! `weighted`: Σ weight × term over the spec's `reward.terms`; a `python` term weighs the
 //! Python function's value or one named component of it.
 
-use super::{Outcome, RewardStrategy};
+use super::{Grading, RewardStrategy};
 use crate::spec::types::{RewardTerm, RewardTermKind};
 
 /// A weighted sum of terms.
@@ -15,7 +15,7 @@ impl RewardStrategy for Weighted {
     fn name(&self) -> &'static str {
         "weighted"
     }
-    fn reward(&self, o: &Outcome<'_>) -> Option<f64> {
+    fn reward(&self, o: &Grading<'_>) -> Option<f64> {
         if o.infra_error {
             return None;
         }

@@ -43,15 +43,40 @@ impl<'a> Mat<'a> {
     }
 }
 
+/// Where a product goes: an `m×n` block of `buf`, rows `ld` apart.
+pub(crate) struct Out<'a> {
+    pub(crate) buf: &'a mut [f32],
+    pub(crate) ld: usize,
+}
+
+/// [`Out`] by pointer, for tasks that write disjoint strided blocks of one buffer.
+struct RawOut {
+    ptr: *mut f32,
+    ld: usize,
+}
+
+/// How a product is combined and run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct How {
+    /// Added to the destination (else written over it).
+    pub(crate) accumulate: bool,
+    /// The factor on `A·B`.
+    pub(crate) scale: f32,
+    /// On rayon's pool when the product is large.
+    pub(crate) parallel: bool,
+}
+
 /// `dst = (accumulate ? dst : 0) + scale · A·B` for `A` `m×k`, `B` `k×n`, `dst` `m×n` row-major
-/// with row stride `ldd`. Runs on rayon's pool when `parallel` and the product is large.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm(m: usize, n: usize, k: usize, dst: &mut [f32], ldd: usize, accumulate: bool, a: Mat, b: Mat, scale: f32, parallel: bool) {
+/// with row stride `out.ld`. Runs on rayon's pool when `how.parallel` and the product is large.
+// The shape stays three plain numbers beside the operands, as BLAS writes them: folded into a
+// struct it made each call harder to check against the formula in its comment.
+pub(crate) fn gemm(m: usize, n: usize, k: usize, out: Out<'_>, a: Mat, b: Mat, how: How) {
+    let Out { buf: dst, ld: ldd } = out;
     if m > 0 && n > 0 {
         assert!((m - 1) * ldd + n <= dst.len() && ldd >= n, "gemm: destination of {m}x{n} overruns its buffer");
     }
     // SAFETY: checked just above; `dst` is borrowed mutably, so nothing else aliases it.
-    unsafe { gemm_raw(m, n, k, dst.as_mut_ptr(), ldd, accumulate, a, b, scale, parallel) }
+    unsafe { gemm_raw(m, n, k, RawOut { ptr: dst.as_mut_ptr(), ld: ldd }, a, b, how) }
 }
 
 /// [`gemm`] into a destination given by pointer, for tasks that write disjoint strided blocks of
@@ -60,8 +85,9 @@ pub(crate) fn gemm(m: usize, n: usize, k: usize, dst: &mut [f32], ldd: usize, ac
 /// # Safety
 /// `dst` must be valid for writes at `i · ldd + j` for every `i < m`, `j < n`, and no other thread
 /// may access those elements during the call.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_raw(m: usize, n: usize, k: usize, dst: *mut f32, ldd: usize, accumulate: bool, a: Mat, b: Mat, scale: f32, parallel: bool) {
+unsafe fn gemm_raw(m: usize, n: usize, k: usize, out: RawOut, a: Mat, b: Mat, how: How) {
+    let RawOut { ptr: dst, ld: ldd } = out;
+    let How { accumulate, scale, parallel } = how;
     if m == 0 || n == 0 {
         return;
     }
@@ -340,7 +366,7 @@ pub(crate) fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttnShape) -> (Vec<f
                 let g = h / rep;
                 let qh = Mat { data: &q[bi * t * qw + h * hd..], rs: qw, cs: 1 };
                 let kt = Mat { data: &k[bi * t * kw + g * hd..], rs: 1, cs: kw };
-                gemm(t, t, hd, p, t, false, qh, kt, scale, false);
+                gemm(t, t, hd, Out { buf: p, ld: t }, qh, kt, How { accumulate: false, scale, parallel: false });
                 let mut l = vec![0f32; t];
                 causal_softmax(p, t, &mut l);
                 let off = bi * t * qw + h * hd;
@@ -348,7 +374,7 @@ pub(crate) fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttnShape) -> (Vec<f
                 let vh = Mat { data: &v[bi * t * kw + g * hd..], rs: kw, cs: 1 };
                 // SAFETY: the block fits (asserted); task (bi, h) alone writes the head-h columns
                 // of sequence bi's rows.
-                unsafe { gemm_raw(t, hd, t, po.at(off), qw, false, Mat::rows(p, t), vh, 1.0, false) };
+                unsafe { gemm_raw(t, hd, t, RawOut { ptr: po.at(off), ld: qw }, Mat::rows(p, t), vh, How { accumulate: false, scale: 1.0, parallel: false }) };
                 l
             },
         )
@@ -362,7 +388,6 @@ pub(crate) fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttnShape) -> (Vec<f
 /// Per head, with `P` rebuilt from the scores and `lse`: `dV += Pᵀ dO`, `dP = dO Vᵀ`,
 /// `dS = P ⊙ (dP − rowsum(dO ⊙ O))`, `dQ = scale · dS K`, `dK += scale · dSᵀ Q`. The query heads
 /// sharing a key/value head run in one task, so `dK`, `dV` sum in a fixed order.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_backward(dout: &[f32], q: &[f32], k: &[f32], v: &[f32], out: &[f32], lse: &[f32], s: AttnShape) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let AttnShape { b, t, heads, kv_heads, hd } = s;
     let (qw, kw) = (heads * hd, kv_heads * hd);
@@ -386,7 +411,7 @@ pub(crate) fn attention_backward(dout: &[f32], q: &[f32], k: &[f32], v: &[f32], 
                 let qo = bi * t * qw + h * hd;
                 let qh = Mat { data: &q[qo..], rs: qw, cs: 1 };
                 let doh = Mat { data: &dout[qo..], rs: qw, cs: 1 };
-                gemm(t, t, hd, p, t, false, qh, Mat { data: &k[kg..], rs: 1, cs: kw }, scale, false);
+                gemm(t, t, hd, Out { buf: p, ld: t }, qh, Mat { data: &k[kg..], rs: 1, cs: kw }, How { accumulate: false, scale, parallel: false });
                 let l = &lse[(bi * heads + h) * t..(bi * heads + h + 1) * t];
                 for (i, row) in p.chunks_exact_mut(t).enumerate() {
                     for v in &mut row[..=i] {
@@ -395,8 +420,8 @@ pub(crate) fn attention_backward(dout: &[f32], q: &[f32], k: &[f32], v: &[f32], 
                     row[i + 1..].fill(0.0);
                 }
                 let acc = h > g * rep;
-                unsafe { gemm_raw(t, hd, t, dvg, kw, acc, Mat::t(p, t), doh, 1.0, false) };
-                gemm(t, t, hd, dp, t, false, doh, Mat { data: &v[kg..], rs: 1, cs: kw }, 1.0, false);
+                unsafe { gemm_raw(t, hd, t, RawOut { ptr: dvg, ld: kw }, Mat::t(p, t), doh, How { accumulate: acc, scale: 1.0, parallel: false }) };
+                gemm(t, t, hd, Out { buf: dp, ld: t }, doh, Mat { data: &v[kg..], rs: 1, cs: kw }, How { accumulate: false, scale: 1.0, parallel: false });
                 for (i, d) in dsum.iter_mut().enumerate() {
                     *d = (0..hd).map(|c| dout[qo + i * qw + c] * out[qo + i * qw + c]).sum();
                 }
@@ -407,8 +432,8 @@ pub(crate) fn attention_backward(dout: &[f32], q: &[f32], k: &[f32], v: &[f32], 
                 }
                 assert!(fits(qo, t, hd, qw, lq));
                 unsafe {
-                    gemm_raw(t, hd, t, pq.at(qo), qw, false, Mat::rows(dp, t), Mat { data: &k[kg..], rs: kw, cs: 1 }, scale, false);
-                    gemm_raw(t, hd, t, dkg, kw, acc, Mat::t(dp, t), qh, scale, false);
+                    gemm_raw(t, hd, t, RawOut { ptr: pq.at(qo), ld: qw }, Mat::rows(dp, t), Mat { data: &k[kg..], rs: kw, cs: 1 }, How { accumulate: false, scale, parallel: false });
+                    gemm_raw(t, hd, t, RawOut { ptr: dkg, ld: kw }, Mat::t(dp, t), qh, How { accumulate: acc, scale, parallel: false });
                 }
             }
         },
@@ -467,11 +492,11 @@ mod tests {
         let bt: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.11).cos()).collect(); // [n, k]
         let want = naive(m, n, k, |i, p| a[i * k + p], |p, j| bt[j * k + p]);
         let mut dst = vec![1f32; m * n];
-        gemm(m, n, k, &mut dst, n, false, Mat::rows(&a, k), Mat::t(&bt, k), 1.0, true);
+        gemm(m, n, k, Out { buf: &mut dst, ld: n }, Mat::rows(&a, k), Mat::t(&bt, k), How { accumulate: false, scale: 1.0, parallel: true });
         for (x, y) in dst.iter().zip(&want) {
             assert!((x - y).abs() < 1e-5);
         }
-        gemm(m, n, k, &mut dst, n, true, Mat::rows(&a, k), Mat::t(&bt, k), 0.5, true);
+        gemm(m, n, k, Out { buf: &mut dst, ld: n }, Mat::rows(&a, k), Mat::t(&bt, k), How { accumulate: true, scale: 0.5, parallel: true });
         for (x, y) in dst.iter().zip(&want) {
             assert!((x - 1.5 * y).abs() < 1e-5);
         }

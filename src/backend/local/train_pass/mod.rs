@@ -30,7 +30,7 @@ use std::collections::HashMap;
 
 use candle_core::{CpuStorage, Storage, Tensor, TensorId};
 
-use self::kernels::{AttnShape, Mat, gemm};
+use self::kernels::{AttnShape, How, Mat, Out, gemm};
 use super::model::{Layer, Linear, Model, RmsNorm};
 
 /// Gradient buffers of the trainable tensors, by tensor id; a tensor absent here is frozen.
@@ -165,7 +165,7 @@ fn proj_forward(lin: &Linear, x: &[f32], n: usize) -> candle_core::Result<(Vec<f
     let (out, inn) = lin.weight.dims2()?;
     let w = view(&lin.weight)?;
     let mut y = vec![0f32; n * out];
-    gemm(n, out, inn, &mut y, out, false, Mat::rows(x, inn), Mat::t(w.s(), inn), 1.0, true);
+    gemm(n, out, inn, Out { buf: &mut y, ld: out }, Mat::rows(x, inn), Mat::t(w.s(), inn), How { accumulate: false, scale: 1.0, parallel: true });
     if let Some(b) = &lin.bias {
         let b = view(b)?;
         for row in y.chunks_exact_mut(out) {
@@ -179,8 +179,8 @@ fn proj_forward(lin: &Linear, x: &[f32], n: usize) -> candle_core::Result<(Vec<f
             let (a, bm) = (view(l.a())?, view(l.b())?);
             let r = l.a().dim(0)?;
             let mut xa = vec![0f32; n * r];
-            gemm(n, r, inn, &mut xa, r, false, Mat::rows(x, inn), Mat::t(a.s(), inn), 1.0, true);
-            gemm(n, out, r, &mut y, out, true, Mat::rows(&xa, r), Mat::t(bm.s(), r), l.scale() as f32, true);
+            gemm(n, r, inn, Out { buf: &mut xa, ld: r }, Mat::rows(x, inn), Mat::t(a.s(), inn), How { accumulate: false, scale: 1.0, parallel: true });
+            gemm(n, out, r, Out { buf: &mut y, ld: out }, Mat::rows(&xa, r), Mat::t(bm.s(), r), How { accumulate: true, scale: l.scale() as f32, parallel: true });
             Some(xa)
         }
         None => None,
@@ -190,31 +190,33 @@ fn proj_forward(lin: &Linear, x: &[f32], n: usize) -> candle_core::Result<(Vec<f
 
 /// The backward of [`proj_forward`]: `dx = dy W (+ adapter path)`, written over `dx` or added to
 /// it (`accumulate`), and the gradients of whichever of `W`, `b`, `A`, `B` are trainable.
-#[allow(clippy::too_many_arguments)]
-fn proj_backward(lin: &Linear, x: &[f32], xa: Option<&[f32]>, dy: &[f32], n: usize, dx: &mut [f32], accumulate: bool, grads: &mut Grads) -> candle_core::Result<()> {
+fn proj_backward(lin: &Linear, x: &[f32], xa: Option<&[f32]>, dy: &[f32], dx: &mut [f32], accumulate: bool, grads: &mut Grads) -> candle_core::Result<()> {
     let (out, inn) = lin.weight.dims2()?;
+    // Rows: `dy` is `n × out`.
+    let n = dy.len() / out;
+    debug_assert_eq!(n * out, dy.len(), "proj_backward: dy is not rows of {out}");
     let w = view(&lin.weight)?;
     if let Some(gw) = grads.get(&lin.weight) {
-        gemm(out, inn, n, gw, inn, true, Mat::t(dy, out), Mat::rows(x, inn), 1.0, true);
+        gemm(out, inn, n, Out { buf: gw, ld: inn }, Mat::t(dy, out), Mat::rows(x, inn), How { accumulate: true, scale: 1.0, parallel: true });
     }
     if let Some(gb) = lin.bias.as_ref().and_then(|b| grads.get(b)) {
         add(gb, &kernels::column_sums(dy, out));
     }
-    gemm(n, inn, out, dx, inn, accumulate, Mat::rows(dy, out), Mat::rows(w.s(), inn), 1.0, true);
+    gemm(n, inn, out, Out { buf: dx, ld: inn }, Mat::rows(dy, out), Mat::rows(w.s(), inn), How { accumulate, scale: 1.0, parallel: true });
     if let Some(l) = &lin.lora {
         let Some(xa) = xa else { candle_core::bail!("training pass: adapter activations missing") };
         let (a, bm) = (view(l.a())?, view(l.b())?);
         let r = l.a().dim(0)?;
         let s = l.scale() as f32;
         if let Some(gb) = grads.get(l.b()) {
-            gemm(out, r, n, gb, r, true, Mat::t(dy, out), Mat::rows(xa, r), s, true);
+            gemm(out, r, n, Out { buf: gb, ld: r }, Mat::t(dy, out), Mat::rows(xa, r), How { accumulate: true, scale: s, parallel: true });
         }
         let mut dxa = vec![0f32; n * r];
-        gemm(n, r, out, &mut dxa, r, false, Mat::rows(dy, out), Mat::rows(bm.s(), r), s, true);
+        gemm(n, r, out, Out { buf: &mut dxa, ld: r }, Mat::rows(dy, out), Mat::rows(bm.s(), r), How { accumulate: false, scale: s, parallel: true });
         if let Some(ga) = grads.get(l.a()) {
-            gemm(r, inn, n, ga, inn, true, Mat::t(&dxa, r), Mat::rows(x, inn), 1.0, true);
+            gemm(r, inn, n, Out { buf: ga, ld: inn }, Mat::t(&dxa, r), Mat::rows(x, inn), How { accumulate: true, scale: 1.0, parallel: true });
         }
-        gemm(n, inn, r, dx, inn, true, Mat::rows(&dxa, r), Mat::rows(a.s(), inn), 1.0, true);
+        gemm(n, inn, r, Out { buf: dx, ld: inn }, Mat::rows(&dxa, r), Mat::rows(a.s(), inn), How { accumulate: true, scale: 1.0, parallel: true });
     }
     Ok(())
 }
@@ -306,14 +308,14 @@ fn layer_backward(layer: &Layer, tape: LayerTape, dout: Vec<f32>, c: &Ctx, grads
     // MLP: out = h + down(silu(gate) · up).
     let act = kernels::swiglu(&gate, &up);
     let mut dact = vec![0f32; n * inter];
-    proj_backward(&m.down_proj, &act, lora_down.as_deref(), &dout, n, &mut dact, false, grads)?;
+    proj_backward(&m.down_proj, &act, lora_down.as_deref(), &dout, &mut dact, false, grads)?;
     drop(act);
     kernels::swiglu_backward(&dact, &mut gate, &mut up);
     drop(dact);
     let mut dhn2 = vec![0f32; n * d];
     let [lg, lu] = lora_gate_up;
-    proj_backward(&m.gate_proj, &hn2, lg.as_deref(), &gate, n, &mut dhn2, false, grads)?;
-    proj_backward(&m.up_proj, &hn2, lu.as_deref(), &up, n, &mut dhn2, true, grads)?;
+    proj_backward(&m.gate_proj, &hn2, lg.as_deref(), &gate, &mut dhn2, false, grads)?;
+    proj_backward(&m.up_proj, &hn2, lu.as_deref(), &up, &mut dhn2, true, grads)?;
     drop((gate, up, hn2));
     let mut dh = dout;
     norm_backward(&layer.post_attention_layernorm, &dhn2, &h, &rstd2, &mut dh, grads)?;
@@ -321,7 +323,7 @@ fn layer_backward(layer: &Layer, tape: LayerTape, dout: Vec<f32>, c: &Ctx, grads
 
     // Attention: h = x + o_proj(attn(rope(q), rope(k), v)).
     let mut dobuf = vec![0f32; o.len()];
-    proj_backward(&a.o_proj, &o, lora_o.as_deref(), &dh, n, &mut dobuf, false, grads)?;
+    proj_backward(&a.o_proj, &o, lora_o.as_deref(), &dh, &mut dobuf, false, grads)?;
     let shape = AttnShape { b: c.b, t: c.t, heads, kv_heads: kvh, hd };
     let (mut dq, mut dk, dv) = kernels::attention_backward(&dobuf, &q, &k, &v, &o, &lse, shape);
     drop((dobuf, q, k, o, lse));
@@ -336,9 +338,9 @@ fn layer_backward(layer: &Layer, tape: LayerTape, dout: Vec<f32>, c: &Ctx, grads
     }
     let mut dxn1 = vec![0f32; n * d];
     let [lq, lk, lv] = lora_qkv;
-    proj_backward(&a.q_proj, &xn1, lq.as_deref(), &dq, n, &mut dxn1, false, grads)?;
-    proj_backward(&a.k_proj, &xn1, lk.as_deref(), &dk, n, &mut dxn1, true, grads)?;
-    proj_backward(&a.v_proj, &xn1, lv.as_deref(), &dv, n, &mut dxn1, true, grads)?;
+    proj_backward(&a.q_proj, &xn1, lq.as_deref(), &dq, &mut dxn1, false, grads)?;
+    proj_backward(&a.k_proj, &xn1, lk.as_deref(), &dk, &mut dxn1, true, grads)?;
+    proj_backward(&a.v_proj, &xn1, lv.as_deref(), &dv, &mut dxn1, true, grads)?;
     drop((dq, dk, dv, xn1));
     norm_backward(&layer.input_layernorm, &dxn1, &x, &rstd1, &mut dh, grads)?;
     Ok(dh)
@@ -399,7 +401,7 @@ pub(crate) fn backward(model: &Model, batch: Batch, tape: Tape, dlogp: &[f32], g
     let d = cfg.hidden_size;
     let mut dxf = vec![0f32; xf.len()];
     if live.len() == n {
-        proj_backward(model.lm_head(), &xf, lora_head.as_deref(), &logits, n, &mut dxf, false, grads)?;
+        proj_backward(model.lm_head(), &xf, lora_head.as_deref(), &logits, &mut dxf, false, grads)?;
     } else if !live.is_empty() {
         for (j, &i) in live.iter().enumerate() {
             logits.copy_within(i * vocab..(i + 1) * vocab, j * vocab);
@@ -408,7 +410,7 @@ pub(crate) fn backward(model: &Model, batch: Batch, tape: Tape, dlogp: &[f32], g
         let xf_live = rows(&xf, d);
         let xa_live = lora_head.as_deref().map(|xa| rows(xa, xa.len() / n));
         let mut dxf_live = vec![0f32; live.len() * d];
-        proj_backward(model.lm_head(), &xf_live, xa_live.as_deref(), &logits[..live.len() * vocab], live.len(), &mut dxf_live, false, grads)?;
+        proj_backward(model.lm_head(), &xf_live, xa_live.as_deref(), &logits[..live.len() * vocab], &mut dxf_live, false, grads)?;
         for (j, &i) in live.iter().enumerate() {
             dxf[i * d..(i + 1) * d].copy_from_slice(&dxf_live[j * d..(j + 1) * d]);
         }
