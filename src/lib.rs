@@ -47,6 +47,7 @@ pub mod engine;
 pub mod plan;
 pub(crate) mod export;
 pub(crate) mod hub;
+pub mod dotenv;
 pub(crate) mod http_server;
 pub mod prompt;
 pub(crate) mod rl;

@@ -6,8 +6,11 @@
 static ALLOC: rlx::alloc::ReuseLarge = rlx::alloc::ReuseLarge::new();
 
 fn main() -> std::process::ExitCode {
-    // SAFETY: first statement of `main`; no other thread exists yet.
+    // SAFETY: first statements of `main`; no other thread exists yet. `.env` goes first so its
+    // `RLX_*` settings are seen by the configuration below.
+    let dotenv = unsafe { rlx::dotenv::load(std::path::Path::new(".")) };
+    // SAFETY: as above.
     unsafe { rlx::backend::local::cpu::configure() };
     rlx::alloc::configure();
-    rlx::cli::main()
+    rlx::cli::main(dotenv)
 }

@@ -327,9 +327,19 @@ fn parse_probability(s: &str) -> Result<f64, String> {
 }
 
 /// Parses the command line, runs the command, maps the outcome to an exit code.
-pub fn main() -> ExitCode {
+/// `dotenv` is what `main` took from `./.env` before any thread started
+/// ([`crate::dotenv::load`]): the names set, and lines it could not read.
+pub fn main(dotenv: (Vec<String>, Vec<(usize, String)>)) -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
+    let (set, bad) = dotenv;
+    if !set.is_empty() {
+        // Names only: the values are secrets.
+        tracing::debug!(names = ?set, "read from {}", crate::dotenv::FILE);
+    }
+    for (line, why) in bad {
+        printer::warning(&format!("{}:{line}: {why}; line skipped", crate::dotenv::FILE), &[]);
+    }
     match commands::dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         // A closed stdout is the reader's choice (`rlx schema | head -1`), not a failure.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// Layers, lowest first. A module may use modules of strictly lower layers.
 const LAYERS: &[&[&str]] = &[
-    &["spec", "calendar", "alloc", "causes", "hub", "rng", "quantile", "http_server"],
+    &["spec", "calendar", "alloc", "causes", "hub", "rng", "quantile", "http_server", "dotenv"],
     &["rl"],
     &["seam"],
     &["data"],

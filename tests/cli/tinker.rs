@@ -248,3 +248,37 @@ fn an_evaluation_only_tinker_run_needs_no_training_model() {
     let r = cx.run(&["validate", "bad2.yaml"]);
     assert!(r.stderr.contains("`schedule.max_steps` is 2") && r.stderr.contains("max_steps: 0"), "{}", r.stderr);
 }
+
+/// `./.env` supplies the Tinker key when the environment has none; it never overrides the real
+/// environment (an empty `TINKER_API_KEY` set by the user stays empty); names rlx does not use
+/// are left alone; an unreadable line is a warning naming `.env:LINE`; the key is written nowhere.
+#[test]
+fn a_dotenv_file_supplies_the_key_without_overriding_the_environment() {
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let served = serve(&cx, &model, &[]);
+    cx.write("spec.yaml", &spec(&served.url, 1, 1));
+    cx.write(".env", "# keys\nexport TINKER_API_KEY=\"tml-dotenv-secret\"\nnot a line\nUNRELATED_SETTING=1\n");
+    let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env_remove("TINKER_API_KEY").output().unwrap());
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains(".env:3: expected `NAME=value`; line skipped"), "{}", r.stderr);
+    assert!(!format!("{}{}", r.stdout, r.stderr).contains("tml-dotenv-secret"), "the key was printed");
+    let dir = only_run(&cx);
+    for e in walk(&dir) {
+        let bytes = std::fs::read(&e).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains("tml-dotenv-secret"), "the key is in {}", e.display());
+    }
+    // The real environment wins, even when empty.
+    let r = Run::from(cx.rlx().args(["run", "spec.yaml", "seed=1"]).env("TINKER_API_KEY", "").output().unwrap());
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("no Tinker API key"), "{}", r.stderr);
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+    }
+    out
+}
