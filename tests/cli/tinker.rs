@@ -121,16 +121,17 @@ async fn a_missing_model_and_a_missing_key_are_clear_errors() {
     // No key: nothing is sent.
     let e = tinker::Options::credentials(None, "RLX_TEST_TINKER_KEY_THAT_IS_NOT_SET").unwrap_err();
     assert!(e.to_string().contains("set `RLX_TEST_TINKER_KEY_THAT_IS_NOT_SET`"), "{e}");
-    // A server that is not there: the retry budget runs out with the cause named.
+    // A server that is not there at the first request: a setting to fix, said at once (the
+    // retry budget, long here, is not waited out), with the cause named.
     let mut o = options("http://127.0.0.1:9", &model);
-    o.retry = tinker::RetryPolicy { budget: Duration::from_secs(2), ..Default::default() };
+    o.retry = tinker::RetryPolicy { budget: Duration::from_secs(600), ..Default::default() };
     let err = match tinker::open(o).await {
         Err(e) => e,
         Ok(_) => panic!("nothing listens on port 9"),
     };
     let msg = chain(&err);
-    assert!(msg.contains("client/config") && msg.to_lowercase().contains("connect"), "{msg}");
-    assert!(!err.is_user_error());
+    assert!(msg.contains("nothing answers at the Tinker URL `http://127.0.0.1:9`") && msg.to_lowercase().contains("connect"), "{msg}");
+    assert!(err.is_user_error(), "{msg}");
 }
 
 /// A spec training the tiny model through `url`, which serves it under its path.
@@ -281,4 +282,23 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
     }
     out
+}
+
+/// `TINKER_BASE_URL` at a port where nothing listens (a typo) fails at the first request, naming
+/// the URL and where it came from, as the user's error; it used to be retried for minutes.
+#[test]
+fn a_closed_base_url_fails_at_once_naming_it() {
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let spec = spec("http://unused", 1, 1).replace("base_url: 'http://unused', ", "");
+    assert!(!spec.contains("http://unused"), "the test's spec must take the URL from the environment:\n{spec}");
+    cx.write("spec.yaml", &spec);
+    let _ = model;
+    let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").env("TINKER_BASE_URL", &url).output().unwrap());
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains(&format!("nothing answers at the Tinker URL `{url}`")), "{}", r.stderr);
+    assert!(r.stderr.contains("TINKER_BASE_URL"), "{}", r.stderr);
 }

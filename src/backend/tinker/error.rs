@@ -25,6 +25,15 @@ pub enum Error {
         /// The cause chain.
         reason: String,
     },
+    /// The first request of a session found nothing listening at the URL, or no such host: a
+    /// setting to fix, not an outage to wait out.
+    #[error("nothing answers at the Tinker URL `{url}` (it comes from `backend.base_url`, else `TINKER_BASE_URL`, else Tinker's own service): {reason}")]
+    Unreachable {
+        /// The service URL.
+        url: String,
+        /// The cause chain.
+        reason: String,
+    },
     /// The service kept failing (connection errors, 5xx, 429) for the whole retry budget.
     #[error("Tinker did not accept {path} after {after:.0?} of retries; last failure: {last}")]
     GaveUp {
@@ -109,7 +118,7 @@ impl Error {
     /// than rlx or the service having failed.
     pub fn is_user_error(&self) -> bool {
         match self {
-            Error::NoKey { .. } | Error::BadKey { .. } | Error::Billing { .. } | Error::Refused { .. } | Error::Unsupported { .. } => true,
+            Error::NoKey { .. } | Error::BadKey { .. } | Error::Billing { .. } | Error::Refused { .. } | Error::Unsupported { .. } | Error::Unreachable { .. } => true,
             Error::Status { status, .. } => matches!(status, 400 | 401 | 403 | 404 | 422),
             Error::RequestFailed { category, .. } => category == "user",
             _ => false,

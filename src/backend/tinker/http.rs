@@ -166,6 +166,33 @@ impl Client {
         parse_json(path, &bytes)
     }
 
+    /// [`Client::post_json`] for a session's first request: a refused connection or an unknown
+    /// host fails at once with [`Error::Unreachable`] (a mistyped `TINKER_BASE_URL` used to be
+    /// retried for the whole budget, minutes); anything else is retried as usual.
+    ///
+    /// # Errors
+    /// As [`Client::post_json`], and [`Error::Unreachable`].
+    pub async fn first_contact<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize, method: &'static str) -> Result<T, Error> {
+        let json = Body::Json(serde_json::to_value(body).map_err(|e| Error::Protocol { path: path.to_string(), reason: e.to_string() })?);
+        let extra = [
+            (header::RETRY_COUNT, "0".to_string()),
+            (header::SDK_METHOD, method.to_string()),
+            (header::SDK_VERSION, SDK_VERSION.to_string()),
+            (header::IDEMPOTENCY_KEY, idempotency_key()),
+        ];
+        match self.send_once(path, Some(&json), &extra, Duration::from_secs(60)).await {
+            // A refused connection or a failed lookup; a timeout may be an outage and is retried.
+            Err(e) if e.is_connect() && !e.is_timeout() => Err(Error::Unreachable { url: self.base.clone(), reason: super::causes(&e) }),
+            Ok(resp) if classify(&resp) == Verdict::Success => match resp.bytes().await {
+                Ok(bytes) => parse_json(path, &bytes),
+                Err(_) => self.post_json(path, body, method).await,
+            },
+            // Anything else goes the usual way, which sends again: the requests that open a
+            // session are idempotent.
+            _ => self.post_json(path, body, method).await,
+        }
+    }
+
     /// GETs a JSON document, retrying as [`Client::post_json`].
     ///
     /// # Errors

@@ -32,7 +32,7 @@ impl Session {
     /// not implement (JWT exchange, compressed forward_backward bodies).
     pub async fn create(client: Client, user_metadata: serde_json::Map<String, serde_json::Value>) -> Result<Arc<Session>, Error> {
         let ask = wire::ClientConfigRequest { sdk_version: SDK_VERSION.into() };
-        let config: wire::ClientConfigResponse = client.post_json("/api/v1/client/config", &ask, "ServiceClient.__init__").await?;
+        let config: wire::ClientConfigResponse = client.first_contact("/api/v1/client/config", &ask, "ServiceClient.__init__").await?;
         if config.pjwt_auth_enabled {
             return Err(Error::Unsupported { what: "the service requires the JWT credential exchange (`pjwt_auth_enabled`), which rlx does not implement yet".into() });
         }
