@@ -173,24 +173,9 @@ impl Client {
     /// # Errors
     /// As [`Client::post_json`], and [`Error::Unreachable`].
     pub async fn first_contact<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize, method: &'static str) -> Result<T, Error> {
-        let json = Body::Json(serde_json::to_value(body).map_err(|e| Error::Protocol { path: path.to_string(), reason: e.to_string() })?);
-        let extra = [
-            (header::RETRY_COUNT, "0".to_string()),
-            (header::SDK_METHOD, method.to_string()),
-            (header::SDK_VERSION, SDK_VERSION.to_string()),
-            (header::IDEMPOTENCY_KEY, idempotency_key()),
-        ];
-        match self.send_once(path, Some(&json), &extra, Duration::from_secs(60)).await {
-            // A refused connection or a failed lookup; a timeout may be an outage and is retried.
-            Err(e) if e.is_connect() && !e.is_timeout() => Err(Error::Unreachable { url: self.base.clone(), reason: super::causes(&e) }),
-            Ok(resp) if classify(&resp) == Verdict::Success => match resp.bytes().await {
-                Ok(bytes) => parse_json(path, &bytes),
-                Err(_) => self.post_json(path, body, method).await,
-            },
-            // Anything else goes the usual way, which sends again: the requests that open a
-            // session are idempotent.
-            _ => self.post_json(path, body, method).await,
-        }
+        let body = Body::Json(serde_json::to_value(body).map_err(|e| Error::Protocol { path: path.to_string(), reason: e.to_string() })?);
+        let bytes = self.retrying_from(path, Some(&body), method, Contact::First).await?;
+        parse_json(path, &bytes)
     }
 
     /// GETs a JSON document, retrying as [`Client::post_json`].
@@ -211,6 +196,10 @@ impl Client {
     }
 
     async fn retrying(&self, path: &str, body: Option<&Body>, method: &'static str) -> Result<bytes::Bytes, Error> {
+        self.retrying_from(path, body, method, Contact::Established).await
+    }
+
+    async fn retrying_from(&self, path: &str, body: Option<&Body>, method: &'static str, contact: Contact) -> Result<bytes::Bytes, Error> {
         let key = idempotency_key();
         let start = Instant::now();
         let mut billing_since: Option<Instant> = None;
@@ -234,6 +223,11 @@ impl Client {
                     }
                     v => v,
                 },
+                // A refused connection or a failed lookup at the first request is a setting to fix;
+                // a timeout may be an outage and is retried.
+                Err(e) if contact == Contact::First && attempt == 0 && e.is_connect() && !e.is_timeout() => {
+                    return Err(Error::Unreachable { url: self.base.clone(), reason: super::causes(&e) });
+                }
                 Err(e) => Verdict::Retry { after: None, reason: super::causes(&e) },
             };
             match verdict {
@@ -259,6 +253,15 @@ impl Client {
             }
         }
     }
+}
+
+/// Whether a request opens the conversation with the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contact {
+    /// The session's first request: nothing listening means a wrong URL.
+    First,
+    /// Later requests: a refused connection is an outage to wait out.
+    Established,
 }
 
 /// What to do with a reply.
