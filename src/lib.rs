@@ -24,6 +24,8 @@
 //! - [`prompt`]: prompt templates, chat templates, tokenizers.
 //! - [`rl`]: losses, advantages, rewards, pass@k: the math shared by every backend.
 //! - [`engine`]: the step loop that joins the pieces.
+//! - [`health`]: run-health signals (`diagnostics:`), checked live by the engine and replayed by
+//!   `rlx doctor`.
 //! - [`compare`]: `rlx compare`: tables, statistics and charts over run directories.
 //! - [`sweep_sample`]: `rlx sweep --sample N`: configurations drawn from ranges, seeded.
 //! - [`sweep_slurm`]: `rlx sweep --launcher slurm`: a sweep as a Slurm job array, and its status.
@@ -44,6 +46,7 @@ pub mod cli;
 pub(crate) mod compare;
 pub mod data;
 pub mod engine;
+pub mod health;
 pub mod plan;
 pub(crate) mod export;
 pub(crate) mod hub;

@@ -11,7 +11,7 @@ use serde_json::Value;
 /// executes, without changing what it computes (the run id's hash leaves `description`, `log` and
 /// `sweep` out for the same reason).
 pub(crate) fn is_hidden(key: &str) -> bool {
-    key == "seed" || key == "name" || key == "description" || key == "log" || key.starts_with("log.") || key == "sweep" || key.starts_with("sweep.")
+    key == "seed" || key == "name" || key == "description" || key == "log" || key.starts_with("log.") || key == "sweep" || key.starts_with("sweep.") || key == "diagnostics" || key.starts_with("diagnostics.")
 }
 
 /// Flattens a resolved spec: objects by `.`, arrays of objects by index (`data.train.0.path`);

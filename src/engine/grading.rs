@@ -28,6 +28,7 @@ impl Sandboxes {
             tracing::warn!("{w}");
             sink.event(Event::Warning(format!("{w} (set `sandbox.strict: true` to refuse to run instead)")));
         }
+        crate::sandbox::preflight(&started.grader).await.map_err(Error::Sandbox)?;
         Ok((started.grader, started.protection))
     }
 

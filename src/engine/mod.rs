@@ -92,6 +92,29 @@ pub enum Error {
         /// The last failure.
         failure: Box<crate::sandbox::reward::Failure>,
     },
+    /// A diagnostic signal with `action: stop` fired; the run saved a checkpoint and can resume.
+    #[error("stopped by the diagnostic `{signal}` at step {step} (diagnostics.{signal}.action: stop): {evidence}; remedy: {remedy}")]
+    Diagnostic {
+        /// The signal.
+        signal: &'static str,
+        /// The step it fired after.
+        step: i64,
+        /// What it saw.
+        evidence: String,
+        /// What to do.
+        remedy: &'static str,
+    },
+    /// Every group of a step was dropped for sandbox infrastructure errors: the sandbox is down,
+    /// and sampling on would only spend samples. The step is not counted; the run resumes at it.
+    #[error("step {step}: all {groups} groups were dropped after sandbox infrastructure errors; the last: {last}")]
+    SandboxDown {
+        /// The step.
+        step: u32,
+        /// Its groups.
+        groups: usize,
+        /// The last infrastructure error seen.
+        last: String,
+    },
     /// A task of the run panicked or was cancelled (a bug).
     #[error("an internal task failed")]
     Task(#[from] tokio::task::JoinError),
@@ -102,7 +125,8 @@ impl Error {
     /// rather than it being a failure of rlx or of a service (exit code 3).
     pub fn is_user_error(&self) -> bool {
         match self {
-            Error::NoProblems | Error::CannotTrain { .. } | Error::RewardFailures { .. } => true,
+            Error::NoProblems | Error::CannotTrain { .. } | Error::RewardFailures { .. } | Error::Diagnostic { .. } => true,
+            Error::SandboxDown { .. } => false,
             Error::Data(e) => e.is_user_error(),
             Error::Sandbox(e) => e.is_user_error(),
             Error::Backend(e) => e.is_user_error(),
@@ -259,7 +283,7 @@ struct Setup {
     /// `None` for a dry run or an evaluation-only run.
     trainer: Option<Arc<dyn Trainer>>,
     train: Vec<Arc<crate::data::Problem>>,
-    eval_set: Vec<Arc<crate::data::Problem>>,
+    eval_set: eval::EvalSet,
     prompting: Arc<prompting::Prompting>,
     grader: Arc<crate::sandbox::AnyGrader>,
     opts: crate::sandbox::GradeOptions,
@@ -297,7 +321,10 @@ async fn set_up(plan: &Plan, policy: PolicySource, dir: &RunDir, sink: &dyn Even
     }
     record_data(dir, &dataset)?;
     let train: Vec<_> = dataset.train.problems.into_iter().map(Arc::new).collect();
-    let eval_set: Vec<_> = dataset.eval.problems.into_iter().map(Arc::new).collect();
+    let eval_set = eval::EvalSet {
+        problems: dataset.eval.problems.into_iter().map(Arc::new).collect(),
+        sources: plan.data.eval.iter().zip(&dataset.eval.sources).map(|(s, summary)| (s.label(), summary.stats.after)).collect(),
+    };
 
     // Prompts: the model's tokenizer and chat template, read without its weights.
     let prompting = {
@@ -378,7 +405,7 @@ fn record_prompt_tokens(dir: &RunDir, prompting: &prompting::Prompting, train: &
 /// 0. Whatever a crashed attempt wrote for later steps is dropped first, so every step appears
 /// exactly once. Returns the first step and the data cursor.
 async fn resume_point(dir: &RunDir, trainer: Option<&Arc<dyn Trainer>>, events: &mut JsonlWriter) -> Result<(u32, u64), Error> {
-    let logs = [files::METRICS, files::ROLLOUTS, files::EVAL_RESULTS];
+    let logs = [files::METRICS, files::ROLLOUTS, files::EVAL_RESULTS, files::EVAL_ROLLOUTS];
     match (dir.last_checkpoint()?, trainer) {
         (Some(ck), Some(trainer)) => {
             let state = StateRef(ck.state_path.clone().expect("last_checkpoint has a state"));
@@ -402,6 +429,11 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &StopSign
     let setup = set_up(plan, policy, dir, sink).await?;
     let mut events = dir.jsonl(files::EVENTS)?;
     let (first_step, cursor) = resume_point(dir, setup.trainer.as_ref(), &mut events).await?;
+    // The signals look back over recent steps: a resumed run's monitor sees the steps it kept.
+    let mut monitor = crate::health::Monitor::new(plan.diagnostics.clone());
+    if first_step > 0 {
+        crate::health::replay(&mut monitor, &dir.metrics()?.rows, &dir.rollouts()?.rows);
+    }
     let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     status.state = State::Running;
     status.steps_done = first_step;
@@ -409,14 +441,16 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &StopSign
     status.reason = None;
     dir.set_status(&status)?;
     let max_steps = plan.schedule.max_steps;
-    sink.event(Event::Started { run_id: plan.run_id.clone(), dir: dir.path().to_path_buf(), first_step, max_steps, problems: (setup.train.len(), setup.eval_set.len()) });
+    sink.event(Event::Started { run_id: plan.run_id.clone(), dir: dir.path().to_path_buf(), first_step, max_steps, problems: (setup.train.len(), setup.eval_set.problems.len()) });
     warn(sink, sinks.started().await);
 
     let mut logs = Logs {
         metrics: dir.jsonl(files::METRICS)?,
         rollouts: dir.jsonl(files::ROLLOUTS)?,
         eval: dir.jsonl(files::EVAL_RESULTS)?,
+        eval_rollouts: dir.jsonl(files::EVAL_ROLLOUTS)?,
         checkpoints: dir.jsonl(files::CHECKPOINTS)?,
+        events,
     };
     let cx = rollout::Ctx { prompting: &setup.prompting, grader: &setup.grader, opts: &setup.opts, retries: plan.rollout.infra_retries, sink, stop };
     let cfg = step::StepConfig {
@@ -432,14 +466,19 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &StopSign
     if first_step == 0 && (plan.schedule.eval_at_start || max_steps == 0) && !setup.eval_set.is_empty() {
         let sampler = setup.policy.sampler().await?;
         let Some(res) = eval::run(&*sampler, -1, plan, &setup.eval_set, &setup.eval_sampling, &cx).await? else { return Ok(RunOutcome::Interrupted { steps: 0 }) };
-        write_eval(&mut logs.metrics, &mut logs.eval, -1, &res)?;
+        write_eval(&mut logs, -1, &res)?;
         warn(sink, sinks.poke());
+        let fired = monitor.eval(-1, &res.metrics);
         sink.event(Event::Eval { step: -1, metrics: res.metrics });
+        // A stop signal at the baseline has no step to checkpoint: nothing trained yet.
+        if let Some(stop) = report(&fired, &mut logs.events, sink)? {
+            return Err(stop);
+        }
     }
     if setup.trainer.is_none() && !plan.schedule.dry_run {
         return Ok(RunOutcome::Finished { steps: 0 });
     }
-    let mut driver = Driver { plan, setup: &setup, cfg: &cfg, cx: &cx, dir, sinks, status, logs, cursor, last_saved: first_step.checked_sub(1), ahead: None };
+    let mut driver = Driver { plan, setup: &setup, cfg: &cfg, cx: &cx, dir, sinks, status, logs, cursor, last_saved: first_step.checked_sub(1), ahead: None, monitor };
     driver.drive(first_step).await
 }
 
@@ -448,7 +487,27 @@ struct Logs {
     metrics: JsonlWriter,
     rollouts: JsonlWriter,
     eval: JsonlWriter,
+    eval_rollouts: JsonlWriter,
     checkpoints: JsonlWriter,
+    events: JsonlWriter,
+}
+
+/// Prints and records the diagnostics that fired; the error to stop with when one of them says
+/// `action: stop`.
+fn report(fired: &[crate::health::Firing], events: &mut JsonlWriter, sink: &dyn EventSink) -> Result<Option<Error>, Error> {
+    let mut stop = None;
+    for f in fired {
+        tracing::info!("diagnostic: {}", f.line());
+        sink.event(Event::Warning(format!("diagnostic {}", f.line())));
+        events.append(&f.record())?;
+        if f.action == crate::spec::health::Action::Stop && stop.is_none() {
+            stop = Some(Error::Diagnostic { signal: f.signal.name(), step: f.step, evidence: f.evidence.clone(), remedy: f.signal.remedy() });
+        }
+    }
+    if !fired.is_empty() {
+        events.sync()?;
+    }
+    Ok(stop)
 }
 
 /// The step loop: one [`Driver::step`] after another, each followed by its eval, log lines and
@@ -470,6 +529,8 @@ struct Driver<'a> {
     /// data cursor in a checkpoint counts trained steps only, so a resumed run samples those
     /// problems again.
     ahead: Option<fill::Fill>,
+    /// Run-health signals over the steps so far.
+    monitor: crate::health::Monitor,
 }
 
 impl<'a> Driver<'a> {
@@ -486,6 +547,12 @@ impl<'a> Driver<'a> {
             }
             let t_step = std::time::Instant::now();
             let Some(mut res) = self.step(s).await? else { return self.interrupted(s).await };
+            if let Some(last) = res.sandbox_down.take() {
+                // The step trained nothing; a resumed run samples it again.
+                self.ahead = None;
+                self.save_unsaved(s).await?;
+                return Err(Error::SandboxDown { step: s, groups: res.metrics.get(metrics::train::GROUPS).copied().unwrap_or(0.0) as usize, last });
+            }
             // Every problem the step drew, refills included: a resumed run starts after them.
             self.cursor += res.drawn;
             res.metrics.insert(metrics::time::STEP_S.into(), t_step.elapsed().as_secs_f64());
@@ -555,27 +622,51 @@ impl<'a> Driver<'a> {
         let last = s + 1 == plan.schedule.max_steps;
         let due = |every: u32| last || (every > 0 && (s + 1).is_multiple_of(every));
         let mut metrics = res.metrics;
+        let mut evaluated = false;
         if !self.setup.eval_set.is_empty() && due(plan.schedule.eval_every) {
             let sampler = self.setup.policy.sampler().await?;
             // `None`: stopped during the eval; the step itself is complete and is kept.
             if let Some(ev) = eval::run(&*sampler, i64::from(s), plan, &self.setup.eval_set, &self.setup.eval_sampling, self.cx).await? {
-                for r in &ev.records {
-                    self.logs.eval.append(r)?;
-                }
+                write_eval_records(&mut self.logs, &ev)?;
                 sink.event(Event::Eval { step: i64::from(s), metrics: ev.metrics.clone() });
                 metrics.extend(ev.metrics);
+                evaluated = true;
             }
         }
         self.logs.metrics.append(&MetricsLine::new(i64::from(s), metrics.clone()))?;
         self.logs.metrics.sync()?;
         self.logs.rollouts.sync()?;
         warn(sink, self.sinks.poke());
+        let mut fired = self.monitor.step(s, &metrics, &res.rollouts);
+        if evaluated {
+            fired.extend(self.monitor.eval(i64::from(s), &metrics));
+        }
         sink.event(Event::Step { step: s, metrics });
+        let stop = report(&fired, &mut self.logs.events, sink)?;
         self.status.steps_done = s + 1;
         self.dir.set_status(&self.status)?;
         if let (true, Some(trainer)) = (due(plan.schedule.save_every), self.trainer()) {
             checkpoint(trainer, s, self.cursor, if last { "final" } else { "periodic" }, self.dir, &mut self.logs.checkpoints, sink).await?;
             self.last_saved = Some(s);
+        }
+        match stop {
+            Some(e) => {
+                // Resumable: what the run has is saved before it ends as failed.
+                self.save_unsaved(s + 1).await?;
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Checkpoints the last of `done` completed steps unless it is saved already.
+    async fn save_unsaved(&mut self, done: u32) -> Result<(), Error> {
+        if let Some(trainer) = self.trainer()
+            && done > 0
+            && self.last_saved != Some(done - 1)
+        {
+            checkpoint(trainer, done - 1, self.cursor, "interrupt", self.dir, &mut self.logs.checkpoints, self.cx.sink).await?;
+            self.last_saved = Some(done - 1);
         }
         Ok(())
     }
@@ -583,23 +674,28 @@ impl<'a> Driver<'a> {
     /// Saves what the run has (unless the last completed step is already saved) and reports an
     /// interruption after `done` completed steps.
     async fn interrupted(&mut self, done: u32) -> Result<RunOutcome, Error> {
-        if let Some(trainer) = self.trainer()
-            && done > 0
-            && self.last_saved != Some(done - 1)
-        {
-            checkpoint(trainer, done - 1, self.cursor, "interrupt", self.dir, &mut self.logs.checkpoints, self.cx.sink).await?;
-        }
+        self.save_unsaved(done).await?;
         Ok(RunOutcome::Interrupted { steps: done })
     }
 }
 
 /// The baseline eval's records and its own metrics line (later evals join their step's line).
-fn write_eval(metrics: &mut JsonlWriter, results: &mut JsonlWriter, step: i64, res: &eval::EvalResult) -> Result<(), Error> {
+fn write_eval(logs: &mut Logs, step: i64, res: &eval::EvalResult) -> Result<(), Error> {
+    write_eval_records(logs, res)?;
+    logs.metrics.append(&MetricsLine::new(step, res.metrics.clone()))?;
+    logs.metrics.sync()?;
+    Ok(())
+}
+
+/// An eval's per-problem results and kept completions.
+fn write_eval_records(logs: &mut Logs, res: &eval::EvalResult) -> Result<(), Error> {
     for r in &res.records {
-        results.append(r)?;
+        logs.eval.append(r)?;
     }
-    metrics.append(&MetricsLine::new(step, res.metrics.clone()))?;
-    metrics.sync()?;
+    for r in &res.samples {
+        logs.eval_rollouts.append(r)?;
+    }
+    logs.eval_rollouts.sync()?;
     Ok(())
 }
 

@@ -19,7 +19,7 @@ use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOut
 use crate::rl::reward::{Custom, Grading, RewardStrategy};
 use crate::sandbox::VerdictStatus;
 use crate::runlog::metrics::{optim, sandbox, time, train};
-use crate::runlog::{Attempt, RolloutRecord};
+use crate::runlog::{Attempt, PromptMessage, RolloutRecord, TestOutcome, TestRecord};
 use crate::spec::types::{Overlong, RolloutLog};
 
 use super::fill::Fill;
@@ -37,6 +37,9 @@ pub(crate) struct StepResult {
     /// Problems the step drew: the data cursor advances by this (`prompts_per_step`, or more
     /// with dynamic sampling).
     pub drawn: u64,
+    /// When every group of the step was dropped for sandbox infrastructure errors: the last
+    /// error (the sandbox is down; the engine stops rather than sample on).
+    pub sandbox_down: Option<String>,
 }
 
 /// Inputs of a step that do not change between steps.
@@ -232,6 +235,47 @@ struct Tally {
     turns: usize,
     /// Trajectories left out of the update by `grpo.overlong: {kind: mask}`.
     overlong_masked: usize,
+    tests: Tests,
+    /// The last infrastructure error of a dropped group.
+    last_infra: Option<String>,
+}
+
+/// How the tests run in a step ended, over every attempt with code.
+#[derive(Debug, Default)]
+struct Tests {
+    run: usize,
+    timeouts: usize,
+    runtime_errors: usize,
+    wrong_answers: usize,
+    /// Attempts with code, and those whose grading failed for infrastructure reasons.
+    graded: usize,
+    infra: usize,
+}
+
+impl Tests {
+    fn add(&mut self, v: &crate::sandbox::Verdict) {
+        use crate::sandbox::TestStatus as T;
+        self.graded += 1;
+        self.infra += usize::from(v.status == VerdictStatus::InfraError);
+        for t in &v.tests {
+            self.run += 1;
+            match t.status {
+                T::Passed => {}
+                T::WrongAnswer => self.wrong_answers += 1,
+                T::Timeout => self.timeouts += 1,
+                T::RuntimeError | T::MemoryLimit | T::OutputLimit => self.runtime_errors += 1,
+            }
+        }
+    }
+
+    fn metrics(&self, m: &mut BTreeMap<String, f64>) {
+        let of = |x: usize, n: usize| if n == 0 { 0.0 } else { x as f64 / n as f64 };
+        m.insert(sandbox::TESTS.into(), self.run as f64);
+        m.insert(sandbox::TIMEOUT_RATE.into(), of(self.timeouts, self.run));
+        m.insert(sandbox::RUNTIME_ERROR_RATE.into(), of(self.runtime_errors, self.run));
+        m.insert(sandbox::WRONG_ANSWER_RATE.into(), of(self.wrong_answers, self.run));
+        m.insert(sandbox::INFRA_RATE.into(), of(self.infra, self.graded));
+    }
 }
 
 /// A step's groups scored: the datums to train on, the rollout records, the counts.
@@ -268,6 +312,13 @@ fn record(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory, (reward, ad
         status: super::record_status(last.graded.verdict.status),
         tests_passed: last.graded.verdict.tests_passed,
         tests_total: last.graded.verdict.tests_total,
+        tests: last.graded.verdict.tests.iter().map(test_record).collect(),
+        error: last.graded.verdict.error.clone(),
+        // Once per group: its completions share the prompt.
+        prompt: match k {
+            0 => t.turns[0].prompt.messages.iter().map(|m| PromptMessage { role: m.role.clone(), content: m.content.clone() }).collect(),
+            _ => vec![],
+        },
         reward,
         advantage,
         skipped,
@@ -276,6 +327,20 @@ fn record(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory, (reward, ad
         attempts: t.turns.len(),
         turns,
     }
+}
+
+/// A test's result as the run log records it (the log's own enum, as for verdicts).
+pub(crate) fn test_record(t: &crate::sandbox::TestResult) -> TestRecord {
+    use crate::sandbox::TestStatus as T;
+    let status = match t.status {
+        T::Passed => TestOutcome::Passed,
+        T::WrongAnswer => TestOutcome::WrongAnswer,
+        T::RuntimeError => TestOutcome::RuntimeError,
+        T::Timeout => TestOutcome::Timeout,
+        T::MemoryLimit => TestOutcome::MemoryLimit,
+        T::OutputLimit => TestOutcome::OutputLimit,
+    };
+    TestRecord { status, time_ms: t.time_ms, got: t.got.clone(), error: t.error.clone() }
 }
 
 /// Rewards and advantages of `groups`, their datums (degenerate groups skipped, truncated
@@ -290,6 +355,7 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
             n.infra_errors += t.graded.infra_errors;
             if t.graded.code.is_some() {
                 n.latencies.push(t.graded.latency_ms);
+                n.tests.add(&t.graded.verdict);
             }
         }
         let Some(rewards) = group_rewards(g, gi, &fill.scores, cfg) else {
@@ -300,6 +366,7 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
             // Infrastructure failure that survived retries: the group says nothing about the
             // model, so it is dropped rather than scored.
             n.infra_dropped += 1;
+            n.last_infra = g.trajectories.iter().flat_map(|t| &t.turns).filter_map(|t| t.graded.verdict.error.clone()).next_back().or(n.last_infra.take());
             cx.sink.event(super::Event::Warning(format!("step {step}: group of `{}` dropped after sandbox infrastructure errors", g.problem.id)));
             continue;
         };
@@ -407,7 +474,9 @@ pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, fill: &Fill,
         m.insert(train::KL_REFERENCE.into(), kl);
     }
     step_metrics(&mut m, &tally, fill, off_policy, cfg);
-    Ok(StepResult { metrics: m, rollouts, drawn: fill.drawn })
+    let all_dropped = !fill.groups.is_empty() && tally.infra_dropped as usize == fill.groups.len();
+    let sandbox_down = all_dropped.then(|| tally.last_infra.clone().unwrap_or_else(|| "no message".into()));
+    Ok(StepResult { metrics: m, rollouts, drawn: fill.drawn, sandbox_down })
 }
 
 /// The step's metrics besides the loss's: rewards, groups, tokens, sandbox, timing, and the
@@ -449,6 +518,7 @@ fn step_metrics(m: &mut BTreeMap<String, f64>, n: &Tally, fill: &Fill, off_polic
     m.insert(sandbox::INFRA_ERRORS.into(), f64::from(n.infra_errors));
     m.insert(sandbox::P50_MS.into(), quantile(&mut n.latencies.clone(), 0.5));
     m.insert(sandbox::P95_MS.into(), quantile(&mut n.latencies.clone(), 0.95));
+    n.tests.metrics(m);
     m.insert(time::SAMPLE_S.into(), timing.sample_s);
     m.insert(time::GRADE_S.into(), timing.grade_s);
 }

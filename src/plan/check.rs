@@ -389,6 +389,19 @@ fn check_data(cx: &mut Ctx<'_>, spec: &mut Spec) {
             }
         }
     }
+    // Per-source eval metrics are keyed by the label: two sources under one name would mix.
+    let mut seen: Vec<(String, usize)> = vec![];
+    for (i, src) in spec.data.eval.iter().enumerate() {
+        let label = src.label();
+        if let Some((_, first)) = seen.iter().find(|(l, _)| *l == label) {
+            let key = if src.name.is_some() { format!("data.eval.{i}.name") } else { format!("data.eval.{i}.path") };
+            cx.err(&key, format!("eval sources {first} and {i} are both called `{label}` (eval metrics are written per source, as `eval/{label}/pass@k`)"))
+                .hints
+                .push(format!("give one of them a `name:` (data.eval.{i}.name)"));
+        } else {
+            seen.push((label, i));
+        }
+    }
 }
 
 /// Model files written as paths must exist (made absolute); the chat template is a builtin or a file that compiles.

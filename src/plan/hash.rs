@@ -17,7 +17,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 ///
 /// It covers the resolved spec (defaults included, so changing a default in a later rlx version
 /// changes the id rather than silently reusing a run) and the templates' contents, and leaves out
-/// what does not change results: `description`, `log` and `sweep` (where the run executes). Local paths are hashed relative to
+/// what does not change results: `description`, `log`, `sweep` (where the run executes) and `diagnostics` (watching a run does not change it). Local paths are hashed relative to
 /// the spec's directory, so a checkout moved elsewhere keeps its run ids.
 pub(crate) fn spec_hash(spec: &Spec, spec_path: &Path, templates: &[Template]) -> String {
     let mut v = serde_json::to_value(spec).expect("a spec serialises");
@@ -25,6 +25,7 @@ pub(crate) fn spec_hash(spec: &Spec, spec_path: &Path, templates: &[Template]) -
         obj.remove("description");
         obj.remove("log");
         obj.remove("sweep");
+        obj.remove("diagnostics");
     }
     let base = spec_path.parent().unwrap_or(Path::new("/"));
     relativize(&mut v, base);

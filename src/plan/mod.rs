@@ -116,6 +116,8 @@ pub struct Plan {
     pub log: Log,
     /// How `rlx sweep` launches the runs of this spec (local processes or Slurm).
     pub sweep: crate::spec::types::SweepLaunch,
+    /// Run-health signals (`diagnostics:`), defaults filled in.
+    pub diagnostics: crate::spec::health::Health,
     /// What the user wrote, for provenance and the run id.
     pub written: Written,
 }

@@ -36,6 +36,7 @@ pub fn to_json(plan: &Plan) -> Value {
         reward["call_timeout_s"] = json!(py.call_timeout.as_secs_f64());
         reward["max_failures"] = json!(py.max_failures);
     }
+    obj.insert("diagnostics".into(), serde_json::to_value(&plan.diagnostics).unwrap_or_else(|_| json!({})));
     let backend = obj.entry("backend").or_insert_with(|| json!({}));
     match &plan.backend {
         BackendChoice::Local { max_tokens_per_microbatch, sample_weights, .. } => {

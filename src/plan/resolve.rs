@@ -79,6 +79,7 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
         eval,
         log: spec.log.clone(),
         sweep: spec.sweep.clone(),
+        diagnostics: spec.diagnostics.clone(),
         written,
     })
 }

@@ -62,6 +62,26 @@ pub enum EventRecord {
         /// When.
         time: String,
     },
+    /// A diagnostic signal fired after a step or an eval (the `diagnostics:` section of the
+    /// spec; `rlx doctor` reads these back).
+    Diagnostic {
+        /// The signal's name (`reward_flat_zero`, `sandbox_timeouts`, ...).
+        signal: String,
+        /// The step it fired at (−1 for the baseline eval).
+        step: i64,
+        /// What was seen, with its numbers.
+        evidence: String,
+        /// What to do about it.
+        remedy: String,
+        /// `warn`, or `stop` when the run ended because of it.
+        action: String,
+        /// Where to look: problems and rollouts (`step 7, problem abc, group 2`), when the
+        /// signal names some; absent on disk when empty.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        leads: Vec<String>,
+        /// When.
+        time: String,
+    },
     /// An event this rlx does not know, written by a newer one. Reading it is not an error:
     /// adding an event kind does not change the meaning of the others. Never written.
     #[serde(other)]
@@ -108,7 +128,8 @@ impl EventRecord {
             | EventRecord::Resume { time, .. }
             | EventRecord::Finished { time, .. }
             | EventRecord::Interrupted { time, .. }
-            | EventRecord::Failed { time, .. } => Some(time),
+            | EventRecord::Failed { time, .. }
+            | EventRecord::Diagnostic { time, .. } => Some(time),
             EventRecord::Unknown => None,
         }
     }
@@ -128,7 +149,8 @@ mod tests {
             | EventRecord::Resume { time, .. }
             | EventRecord::Finished { time, .. }
             | EventRecord::Interrupted { time, .. }
-            | EventRecord::Failed { time, .. } => *time = T.into(),
+            | EventRecord::Failed { time, .. }
+            | EventRecord::Diagnostic { time, .. } => *time = T.into(),
             EventRecord::Unknown => {}
         }
         e

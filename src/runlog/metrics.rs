@@ -109,6 +109,17 @@ pub mod sandbox {
     pub const P50_MS: &str = "sandbox/p50_ms";
     /// 95th-percentile grading latency of completions with code, in milliseconds (0 when none).
     pub const P95_MS: &str = "sandbox/p95_ms";
+    /// Tests run in the step (every attempt's, fail-fast cut-offs not counted).
+    pub const TESTS: &str = "sandbox/tests";
+    /// Fraction (0–1) of the tests run that hit the time limit.
+    pub const TIMEOUT_RATE: &str = "sandbox/timeout_rate";
+    /// Fraction (0–1) of the tests run that raised, exited non-zero or ran out of memory.
+    pub const RUNTIME_ERROR_RATE: &str = "sandbox/runtime_error_rate";
+    /// Fraction (0–1) of the tests run that printed or returned a wrong answer.
+    pub const WRONG_ANSWER_RATE: &str = "sandbox/wrong_answer_rate";
+    /// Fraction (0–1) of the step's graded attempts with code whose grading failed for
+    /// infrastructure reasons after retries (never scored as the model's failure).
+    pub const INFRA_RATE: &str = "sandbox/infra_rate";
 }
 
 /// Wall-clock time, in seconds.
@@ -159,6 +170,24 @@ pub mod eval {
     /// The `k` of an `eval/pass@{k}` name; `None` for any other name.
     pub fn parse_pass_at(name: &str) -> Option<u32> {
         name.strip_prefix(PASS_AT_PREFIX)?.parse().ok()
+    }
+
+    /// `eval/{source}/pass@{k}`: pass@k over one eval source's problems, written beside the
+    /// pooled `eval/pass@{k}` when the spec has two or more eval sources.
+    pub fn source_pass_at(source: &str, k: u32) -> String {
+        format!("eval/{source}/pass@{k}")
+    }
+
+    /// `eval/{source}/problems`: that source's problems evaluated.
+    pub fn source_problems(source: &str) -> String {
+        format!("eval/{source}/problems")
+    }
+
+    /// The source and `k` of an `eval/{source}/pass@{k}` name; `None` for any other name
+    /// (the pooled `eval/pass@{k}` included).
+    pub fn parse_source_pass_at(name: &str) -> Option<(&str, u32)> {
+        let (source, k) = name.strip_prefix("eval/")?.rsplit_once("/pass@")?;
+        Some((source, k.parse().ok()?)).filter(|(s, _)| !s.is_empty())
     }
 }
 

@@ -51,7 +51,7 @@ pub use events::EventRecord;
 pub use jsonl::{JsonlWriter, Read, read_jsonl};
 pub use metrics::MetricsLine;
 pub use provenance::{Data, DataSet, Dataset, Git, Host, ModelIds, PromptTokens, Provenance, Split, Template};
-pub use records::{Attempt, CheckpointRecord, EvalResultRecord, PassAtK, RolloutRecord, StopReason, VerdictStatus};
+pub use records::{Attempt, CheckpointRecord, EvalResultRecord, EvalSampleRecord, PassAtK, PromptMessage, RolloutRecord, StopReason, TestOutcome, TestRecord, VerdictStatus};
 pub use run_dir::RunDir;
 pub use status::{State, Status, now};
 
@@ -78,6 +78,8 @@ pub mod files {
     pub const EVENTS: &str = "events.jsonl";
     /// Per-problem evaluation results.
     pub const EVAL_RESULTS: &str = "eval_results.jsonl";
+    /// Per-completion evaluation records.
+    pub const EVAL_ROLLOUTS: &str = "eval_rollouts.jsonl";
     /// Directory of checkpoint states.
     pub const CHECKPOINT_DIR: &str = "checkpoints";
     /// Human log.

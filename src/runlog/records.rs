@@ -1,5 +1,6 @@
 //! The per-record JSONL files: `rollouts.jsonl` ([`RolloutRecord`]), `eval_results.jsonl`
-//! ([`EvalResultRecord`]) and `checkpoints.jsonl` ([`CheckpointRecord`]).
+//! ([`EvalResultRecord`]), `eval_rollouts.jsonl` ([`EvalSampleRecord`]) and `checkpoints.jsonl`
+//! ([`CheckpointRecord`]).
 //!
 //! These types own the on-disk shape. The engine converts its own types (the sandbox's verdict,
 //! the sampler's stop reason) into the small enums here rather than runlog importing them, so a
@@ -61,6 +62,18 @@ pub struct RolloutRecord {
     pub tests_passed: usize,
     /// Tests the problem has.
     pub tests_total: usize,
+    /// Each test's verdict, in test order (shorter than `tests_total` when grading stopped at
+    /// the first failure; empty, and absent on disk, for a format or infrastructure error and in
+    /// runs written before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tests: Vec<TestRecord>,
+    /// For an infrastructure error: what failed (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The prompt's messages as the model saw them (before the chat template), on the first
+    /// completion of each group only (the others share it); absent elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt: Vec<PromptMessage>,
     /// Reward (units of the spec's reward); `null` on disk if it was NaN.
     #[serde(deserialize_with = "super::nan::f64_or_null")]
     pub reward: f64,
@@ -78,6 +91,48 @@ pub struct RolloutRecord {
     /// Every attempt with the feedback it answered; empty (and absent on disk) for a single one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub turns: Vec<Attempt>,
+}
+
+/// How one test ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TestOutcome {
+    /// Output matched.
+    Passed,
+    /// Ran to completion with the wrong output (or a failed assert).
+    WrongAnswer,
+    /// Raised, exited non-zero, or was killed by a signal.
+    RuntimeError,
+    /// Passed the wall-clock or CPU limit.
+    Timeout,
+    /// Ran out of memory.
+    MemoryLimit,
+    /// Wrote more than the output limit.
+    OutputLimit,
+}
+
+/// One test of a graded completion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestRecord {
+    /// How it ended.
+    pub status: TestOutcome,
+    /// Its wall time in milliseconds.
+    pub time_ms: u64,
+    /// For a wrong answer: what the program printed or returned, clipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub got: Option<String>,
+    /// For a failed test: the end of its stderr (the traceback), clipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One message of a prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// Its text.
+    pub content: String,
 }
 
 /// One attempt of a multi-attempt completion.
@@ -101,6 +156,10 @@ pub struct EvalResultRecord {
     pub step: i64,
     /// The problem's id in its dataset.
     pub problem_id: String,
+    /// The eval source it came from (its `name`, or its file's stem); absent in runs written
+    /// before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// Samples graded (infrastructure failures left out): pass@k's `n`.
     pub n: u32,
     /// Samples that passed every test: pass@k's `c`.
@@ -111,6 +170,46 @@ pub struct EvalResultRecord {
     pub tests_passed: Vec<usize>,
     /// The problem's pass@k for each `k` of the spec.
     pub metrics: PassAtK,
+}
+
+/// One line of `eval_rollouts.jsonl`: one completion of an evaluation, as graded (what
+/// `rlx show --eval` prints and the compare report's regressions link to). Which completions are
+/// written follows `log.rollouts`, as for training rollouts (`sample`: the first of each problem).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalSampleRecord {
+    /// The step the evaluation followed (−1 for the baseline).
+    pub step: i64,
+    /// The problem's id in its dataset.
+    pub problem_id: String,
+    /// The eval source it came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Index of the completion among the problem's samples.
+    pub sample: usize,
+    /// The completion's text.
+    pub text: String,
+    /// The code extracted from it; `None` on a format error.
+    pub code: Option<String>,
+    /// The verdict.
+    pub status: VerdictStatus,
+    /// Tests passed.
+    pub tests_passed: usize,
+    /// Tests the problem has.
+    pub tests_total: usize,
+    /// Each test's verdict, in test order (empty and absent on disk for a format or
+    /// infrastructure error).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tests: Vec<TestRecord>,
+    /// For an infrastructure error: what failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The prompt's messages, on the problem's first sample only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt: Vec<PromptMessage>,
+    /// Why sampling stopped.
+    pub stop_reason: StopReason,
+    /// Sampled tokens.
+    pub tokens: usize,
 }
 
 /// pass@k values in the order of the spec's `eval.k`, stored as `{"pass@1": 0.5, "pass@5": 0.9}`.

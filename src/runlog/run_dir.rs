@@ -144,6 +144,15 @@ impl RunDir {
         read_jsonl(&self.file(files::EVAL_RESULTS))
     }
 
+    /// `eval_rollouts.jsonl`; a torn last line is skipped; missing (runs before it existed)
+    /// reads as empty.
+    ///
+    /// # Errors
+    /// As [`RunDir::metrics`].
+    pub fn eval_rollouts(&self) -> Result<Read<crate::runlog::EvalSampleRecord>, Error> {
+        read_jsonl(&self.file(files::EVAL_ROLLOUTS))
+    }
+
     /// `events.jsonl`; a torn last line is skipped.
     ///
     /// # Errors

@@ -99,6 +99,28 @@ impl FusionClient {
         Ok(FusionClient { uri, client, permits: Arc::new(Semaphore::new(config.concurrency.max(1))), config })
     }
 
+    /// The server's address without `/run_code`.
+    pub fn base_url(&self) -> String {
+        self.uri.to_string().trim_end_matches("/run_code").to_owned()
+    }
+
+    /// `GET /v1/ping`, once, within the connect timeout plus five seconds: `Err` with the reason
+    /// when no Sandbox Fusion answers `"pong"`.
+    pub(crate) async fn ping(&self) -> Result<(), String> {
+        let uri: Uri = format!("{}/v1/ping", self.base_url()).parse().map_err(|e| format!("{e}"))?;
+        let req = Request::get(uri).body(Full::new(Bytes::new())).expect("static request parts are valid");
+        let exchange = async {
+            let resp = self.client.request(req).await.map_err(|e| error_chain(&e))?;
+            let status = resp.status();
+            let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+            match serde_json::from_slice::<Value>(&body) {
+                Ok(v) if status.is_success() && v == "pong" => Ok(()),
+                _ => Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]))),
+            }
+        };
+        tokio::time::timeout(self.config.connect_timeout + Duration::from_secs(5), exchange).await.map_err(|_| "no reply".to_owned())?
+    }
+
     /// POST a `/run_code` request and return the decoded response, retrying infrastructure
     /// failures. A response with `status: SandboxError` counts as a failure.
     ///

@@ -25,6 +25,7 @@ pub mod fusion;
 pub(crate) mod grade_loop;
 pub mod harness;
 pub mod local;
+pub(crate) mod preflight;
 pub(crate) mod proc_tree;
 pub mod reward;
 pub mod server;
@@ -40,6 +41,7 @@ use crate::data::Problem;
 
 pub use extract::extract_code;
 pub use grade_loop::{Graded, grade_all, grade_group};
+pub use preflight::preflight;
 pub use start::{Started, start};
 
 /// Resource limits for one program or one test.
@@ -210,6 +212,16 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The check before a run's first sample failed: the sandbox cannot grade.
+    #[error("{sandbox} cannot grade: {reason}\n  hint: {hint}")]
+    Preflight {
+        /// Which sandbox, and the setting that names it.
+        sandbox: String,
+        /// What failed.
+        reason: String,
+        /// What to do.
+        hint: String,
+    },
     /// A remote sandbox failed (transport error, 5xx, SandboxError), after retries.
     #[error("remote sandbox failed after {attempts} attempt(s): {reason}")]
     Remote {
@@ -222,10 +234,11 @@ pub enum Error {
 
 impl Error {
     /// Whether the user can fix it by changing the spec or the arguments (exit code 2): a strict
-    /// sandbox on a machine without some isolation layer, a bad URL, a completion for an unknown
-    /// problem. Everything else is the sandbox failing (exit code 3).
+    /// sandbox on a machine without some isolation layer, a bad URL or one where no Sandbox
+    /// Fusion answers, a completion for an unknown problem. Everything else is the sandbox failing (exit code 3).
     pub fn is_user_error(&self) -> bool {
         matches!(self, Error::Incomplete { .. } | Error::Url { .. } | Error::UnknownProblem { .. })
+            || matches!(self, Error::Preflight { sandbox, .. } if sandbox.starts_with("Sandbox Fusion"))
     }
 }
 

@@ -67,6 +67,10 @@ pub struct Spec {
     /// Where the run directory goes and what is logged.
     #[serde(default)]
     pub log: Log,
+    /// Run-health signals checked after each step and eval (the reference's troubleshooting
+    /// table): thresholds and what each does when it fires.
+    #[serde(default, skip_serializing_if = "crate::spec::health::Health::is_default")]
+    pub diagnostics: crate::spec::health::Health,
     /// How `rlx sweep` launches this spec's runs: on this machine or as a Slurm job array.
     /// Not part of the run id: where a run executes does not change the experiment, so a sweep
     /// can move between a workstation and a cluster and keep its runs.
@@ -376,6 +380,13 @@ pub struct Source {
     /// `hf://owner/name[/config][:split]` for a Hugging Face dataset.
     /// Example: `hf://agentica-org/DeepCoder-Preview-Dataset/taco:train`.
     pub path: String,
+    /// What metrics and reports call this source: an eval source's pass@k is written as
+    /// `eval/<name>/pass@k` beside the pooled `eval/pass@k` when there are two or more eval
+    /// sources. Letters, digits, `_`, `-` and `.`. Default: the file's stem (`lcb_v5.jsonl` →
+    /// `lcb_v5`), or the Hugging Face dataset's config (else its name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.\-]+$"))]
+    pub name: Option<String>,
     /// Row format. Default `auto` (detected from the first rows).
     #[serde(default)]
     pub format: DataFormat,
@@ -407,10 +418,33 @@ pub struct Source {
 }
 
 impl Source {
+    /// What metrics and reports call it: `name`, else the file's stem, else the Hugging Face
+    /// dataset's config or name; characters outside `[A-Za-z0-9_.-]` become `_`.
+    pub fn label(&self) -> String {
+        if let Some(name) = &self.name {
+            return name.clone();
+        }
+        let raw = match self.path.strip_prefix("hf://") {
+            // owner/name[/config][:split]
+            Some(hf) => {
+                let repo = hf.split(':').next().unwrap_or(hf);
+                let parts: Vec<&str> = repo.split('/').collect();
+                parts.get(2).or(parts.get(1)).or(parts.first()).copied().unwrap_or(hf).to_owned()
+            }
+            None => {
+                let file = self.path.rsplit(['/', '\\']).next().unwrap_or(&self.path);
+                file.rsplit_once('.').map_or(file, |(stem, _)| stem).to_owned()
+            }
+        };
+        let clean: String = raw.chars().map(|c| if c.is_ascii_alphanumeric() || "_.-".contains(c) { c } else { '_' }).collect();
+        if clean.is_empty() { "source".into() } else { clean }
+    }
+
     /// A source with no filters and the format detected from its rows.
     pub fn new(path: impl Into<String>) -> Source {
         Source {
             path: path.into(),
+            name: None,
             format: DataFormat::Auto,
             ids: vec![],
             difficulty: vec![],

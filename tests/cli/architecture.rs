@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["backend"],
     &["plan"],
     &["runlog"],
+    &["health"],
     &["engine", "compare", "serve", "sweep_sample", "sweep_slurm", "export"],
     &["cli"],
 ];

@@ -1,0 +1,187 @@
+//! The signals: each a condition over the recent steps (or evals), the evidence it prints, and
+//! the reference workflow's remedy. One function per signal; [`Signal`] names them.
+
+use crate::runlog::metrics::{optim, sandbox, train};
+use crate::spec::health::{Action, Health};
+
+use super::{History, Point};
+
+/// The signals, in the order they are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Signal {
+    /// No completion passed for N steps.
+    RewardFlatZero,
+    /// Every completion passed for N steps.
+    RewardFlatOne,
+    /// Every group degenerate for N steps.
+    GroupsDegenerate,
+    /// Format rate fell.
+    FormatRateFalling,
+    /// Loss or gradient norm exploding.
+    LossExploding,
+    /// Tests timing out.
+    SandboxTimeouts,
+    /// Grading failing for infrastructure reasons.
+    InfraErrors,
+    /// Completions cut off by `max_tokens`.
+    Truncation,
+    /// Sampler and learner log-probabilities disagree.
+    LogprobDivergence,
+    /// Train reward up, eval pass@1 flat.
+    RewardWithoutEvalGain,
+}
+
+impl Signal {
+    /// Those checked after a step (the last is checked after an eval).
+    pub(crate) const STEP: [Signal; 9] = [
+        Signal::RewardFlatZero,
+        Signal::RewardFlatOne,
+        Signal::GroupsDegenerate,
+        Signal::FormatRateFalling,
+        Signal::LossExploding,
+        Signal::SandboxTimeouts,
+        Signal::InfraErrors,
+        Signal::Truncation,
+        Signal::LogprobDivergence,
+    ];
+
+    /// The name in the spec and in `events.jsonl`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::RewardFlatZero => "reward_flat_zero",
+            Signal::RewardFlatOne => "reward_flat_one",
+            Signal::GroupsDegenerate => "groups_degenerate",
+            Signal::FormatRateFalling => "format_rate_falling",
+            Signal::LossExploding => "loss_exploding",
+            Signal::SandboxTimeouts => "sandbox_timeouts",
+            Signal::InfraErrors => "infra_errors",
+            Signal::Truncation => "truncation",
+            Signal::LogprobDivergence => "logprob_divergence",
+            Signal::RewardWithoutEvalGain => "reward_without_eval_gain",
+        }
+    }
+
+    /// What to do about it: the reference workflow's remedy, in rlx's keys.
+    pub fn remedy(self) -> &'static str {
+        match self {
+            Signal::RewardFlatZero => "problems too hard, no positive signal: filter easier problems (data.train.*.difficulty) or increase grpo.group_size",
+            Signal::RewardFlatOne => "too easy, the model already solves everything: use a harder subset",
+            Signal::GroupsDegenerate => "group size too small or difficulty too uniform: increase grpo.group_size or diversify the dataset",
+            Signal::FormatRateFalling => "the model is degenerating: check the chat template and prompt, reduce optimizer.learning_rate",
+            Signal::LossExploding => "learning rate too high: reduce optimizer.learning_rate (the reference suggests 1e-5)",
+            Signal::SandboxTimeouts => "code with infinite loops or deep recursion: lower reward.test_timeout_s (normal early in training)",
+            Signal::InfraErrors => "the sandbox is failing: check that it runs (Sandbox Fusion's server, or logs.log for the local workers), lower sandbox.concurrency",
+            Signal::Truncation => "completions hit sampling.max_tokens: raise it, or shape length (grpo.overlong)",
+            Signal::LogprobDivergence => "sampler and learner disagree: try backend.sample_weights: f32 to rule out quantization, and check grpo.max_steps_off_policy",
+            Signal::RewardWithoutEvalGain => "possible reward hacking (hard-coded outputs): inspect the leads with `rlx show`",
+        }
+    }
+
+    /// The spec's action for it.
+    pub(crate) fn action(self, h: &Health) -> Action {
+        match self {
+            Signal::RewardFlatZero => h.reward_flat_zero.action,
+            Signal::RewardFlatOne => h.reward_flat_one.action,
+            Signal::GroupsDegenerate => h.groups_degenerate.action,
+            Signal::FormatRateFalling => h.format_rate_falling.action,
+            Signal::LossExploding => h.loss_exploding.action,
+            Signal::SandboxTimeouts => h.sandbox_timeouts.action,
+            Signal::InfraErrors => h.infra_errors.action,
+            Signal::Truncation => h.truncation.action,
+            Signal::LogprobDivergence => h.logprob_divergence.action,
+            Signal::RewardWithoutEvalGain => h.reward_without_eval_gain.action,
+        }
+    }
+
+    /// Checks the signal after the last step of `h`: the evidence when it holds.
+    pub(crate) fn check_step(self, cfg: &Health, h: &History) -> Option<String> {
+        match self {
+            Signal::RewardFlatZero => streak(h, cfg.reward_flat_zero.steps, |p| p.get(train::CORRECT_MEAN).map(|c| c <= 0.0))
+                .map(|r| format!("no completion passed for {} steps ({r}); train/reward_mean {}", cfg.reward_flat_zero.steps, fmt(h.last().and_then(|p| p.get(train::REWARD_MEAN)).unwrap_or(0.0)))),
+            Signal::RewardFlatOne => streak(h, cfg.reward_flat_one.steps, |p| p.get(train::CORRECT_MEAN).map(|c| c >= 1.0))
+                .map(|r| format!("every completion passed for {} steps ({r})", cfg.reward_flat_one.steps)),
+            Signal::GroupsDegenerate => streak(h, cfg.groups_degenerate.steps, |p| {
+                let groups = p.get(train::GROUPS)?;
+                Some(groups > 0.0 && p.get(train::GROUPS_SKIPPED)? >= groups)
+            })
+            .map(|r| format!("every group degenerate (all rewards equal) for {} steps ({r}): nothing trained", cfg.groups_degenerate.steps)),
+            Signal::FormatRateFalling => format_falling(cfg, h),
+            Signal::LossExploding => exploding(cfg, h),
+            Signal::SandboxTimeouts => {
+                let p = h.last()?;
+                let rate = p.get(sandbox::TIMEOUT_RATE)?;
+                (rate > cfg.sandbox_timeouts.rate).then(|| format!("{} of the step's {} tests timed out (threshold {})", pct(rate), p.get(sandbox::TESTS).unwrap_or(0.0), pct(cfg.sandbox_timeouts.rate)))
+            }
+            Signal::InfraErrors => {
+                let rate = h.last()?.get(sandbox::INFRA_RATE)?;
+                (rate > cfg.infra_errors.rate).then(|| format!("{} of the step's gradings failed for infrastructure reasons after retries (threshold {})", pct(rate), pct(cfg.infra_errors.rate)))
+            }
+            Signal::Truncation => window_mean(h, cfg.window, train::TRUNCATED_RATE)
+                .filter(|&m| m > cfg.truncation.rate)
+                .map(|m| format!("{} of completions cut off by max_tokens over the last {} steps (threshold {})", pct(m), cfg.window, pct(cfg.truncation.rate))),
+            Signal::LogprobDivergence => window_mean(h, cfg.window, train::KL_SAMPLE_TRAIN)
+                .filter(|&m| m > cfg.logprob_divergence.rate)
+                .map(|m| format!("train/kl_sample_train {} nats/token over the last {} steps (threshold {})", fmt(m), cfg.window, cfg.logprob_divergence.rate)),
+            Signal::RewardWithoutEvalGain => None,
+        }
+    }
+}
+
+/// `fits` held at each of the last `n` steps (a step without the metric breaks the streak): the
+/// steps' range, `3–7`.
+fn streak(h: &History, n: u32, fits: impl Fn(&Point) -> Option<bool>) -> Option<String> {
+    let n = n as usize;
+    let last = h.steps.len().checked_sub(n)?;
+    let run = &h.steps[last..];
+    run.iter().all(|p| fits(p) == Some(true)).then(|| format!("steps {}–{}", run[0].step, run[n - 1].step))
+}
+
+/// The mean of `name` over the last `window` steps, when every one of them has it.
+fn window_mean(h: &History, window: u32, name: &str) -> Option<f64> {
+    let start = h.steps.len().checked_sub(window as usize)?;
+    let xs: Option<Vec<f64>> = h.steps[start..].iter().map(|p| p.get(name)).collect();
+    let xs = xs?;
+    Some(xs.iter().sum::<f64>() / xs.len() as f64)
+}
+
+fn format_falling(cfg: &Health, h: &History) -> Option<String> {
+    let start = h.steps.len().saturating_sub(cfg.window as usize);
+    let now = h.last()?.get(train::FORMAT_RATE)?;
+    let (best_step, best) = h.steps[start..].iter().filter_map(|p| Some((p.step, p.get(train::FORMAT_RATE)?))).fold((0, f64::MIN), |a, b| if b.1 > a.1 { b } else { a });
+    (best - now > cfg.format_rate_falling.drop).then(|| format!("train/format_rate fell from {} at step {best_step} to {} (more than {})", pct(best), pct(now), pct(cfg.format_rate_falling.drop)))
+}
+
+fn exploding(cfg: &Health, h: &History) -> Option<String> {
+    let p = h.last()?;
+    let earlier = &h.steps[h.steps.len().saturating_sub(cfg.window as usize + 1)..h.steps.len() - 1];
+    for name in [train::LOSS, optim::GRAD_NORM] {
+        let Some(now) = p.get(name) else { continue };
+        if !now.is_finite() {
+            return Some(format!("{name} is {now}"));
+        }
+        let mut prev: Vec<f64> = earlier.iter().filter_map(|q| q.get(name)).filter(|x| x.is_finite()).map(f64::abs).collect();
+        // A median of fewer than three steps is one noisy step.
+        if prev.len() < 3 {
+            continue;
+        }
+        let median = crate::quantile::quantile(&mut prev, 0.5);
+        if median > 0.0 && now.abs() > cfg.loss_exploding.factor * median {
+            return Some(format!("{name} {} is {:.1}× its median over the previous {} steps ({})", fmt(now), now.abs() / median, prev.len(), fmt(median)));
+        }
+    }
+    None
+}
+
+/// A rate as a percentage, `37.5%`.
+pub(crate) fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+/// A number with four significant digits.
+pub(crate) fn fmt(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return x.to_string();
+    }
+    let digits = (3 - x.abs().log10().floor() as i32).max(0) as usize;
+    format!("{x:.digits$}")
+}
