@@ -66,6 +66,7 @@ mod engine;
 mod export;
 mod grade;
 mod grammar;
+mod health;
 mod messages;
 mod pyreward;
 mod registry;

@@ -1,0 +1,347 @@
+//! Run-health signals (docs/diagnostics.md): each driven by a run of the engine with a scripted
+//! sampler (what the completions are, step by step) and a recording trainer (what the loss,
+//! gradient norm and sampler/learner divergence are), graded by the real local sandbox. Each test
+//! asserts the `events.jsonl` event and the warning line the console prints; `action: stop` ends
+//! the run failed with a checkpoint, and the run resumes from it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rlx::backend::{Pending, Policy, Sampler, Trainer};
+use rlx::engine::{self, PolicySource};
+use rlx::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, LossStats, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef, StopReason};
+use serde_json::Value;
+
+use crate::common::{TestContext, jsonl, repo};
+
+/// What a scripted completion is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Answer {
+    /// The reference solution.
+    Right,
+    /// Code that defines the wrong function.
+    Wrong,
+    /// Prose, no code block.
+    NoCode,
+    /// Code that never ends.
+    Loop,
+    /// Wrong code, cut off by `max_tokens`.
+    Truncated,
+}
+
+/// Decides each completion from (training step, is-eval, problem index, sample index).
+type Script = dyn Fn(usize, bool, usize, usize) -> Answer + Send + Sync;
+
+struct Scripted {
+    tokenizer: tokenizers::Tokenizer,
+    /// (statement, reference solution, is eval) per problem of both files.
+    problems: Vec<(String, String, bool)>,
+    script: Box<Script>,
+    /// Training sample calls so far: the step being sampled (one call per step at this size).
+    steps: AtomicUsize,
+}
+
+impl Scripted {
+    fn new(cx: &TestContext, script: Box<Script>) -> Arc<Self> {
+        let tokenizer = tokenizers::Tokenizer::from_file(cx.path().join("tiny/tokenizer.json")).unwrap();
+        let mut problems = vec![];
+        for (file, eval) in [("easy_python_train.jsonl", false), ("easy_python_eval.jsonl", true)] {
+            for l in std::fs::read_to_string(repo().join("experiments/data").join(file)).unwrap().lines() {
+                let v: Value = serde_json::from_str(l).unwrap();
+                problems.push((v["text"].as_str().unwrap().to_string(), v["code"].as_str().unwrap().to_string(), eval));
+            }
+        }
+        Arc::new(Scripted { tokenizer, problems, script, steps: AtomicUsize::new(0) })
+    }
+
+    fn index(&self, prompt: &[u32]) -> usize {
+        let text = self.tokenizer.decode(prompt, false).unwrap();
+        self.problems.iter().position(|(statement, _, _)| text.contains(statement.as_str())).expect("a known problem")
+    }
+
+    fn completion(&self, i: usize, answer: Answer) -> (String, StopReason) {
+        match answer {
+            Answer::Right => (format!("```python\n{}\n```", self.problems[i].1), StopReason::Stop),
+            Answer::Wrong => ("```python\ndef nothing():\n    return None\n```".into(), StopReason::Stop),
+            Answer::NoCode => ("I would write a function.".into(), StopReason::Stop),
+            Answer::Loop => ("```python\nwhile True:\n    pass\n```".into(), StopReason::Stop),
+            Answer::Truncated => ("```python\ndef nothing():\n    return None\n```".into(), StopReason::Length),
+        }
+    }
+}
+
+impl Sampler for Scripted {
+    fn sample(&self, requests: Vec<SampleRequest>, _params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
+        let idx: Vec<usize> = requests.iter().map(|r| self.index(&r.prompt)).collect();
+        let eval = idx.iter().all(|&i| self.problems[i].2);
+        let step = if eval { self.steps.load(Ordering::SeqCst).saturating_sub(1) } else { self.steps.fetch_add(1, Ordering::SeqCst) };
+        let out = requests
+            .iter()
+            .zip(&idx)
+            .map(|(r, &i)| {
+                (0..r.num_samples)
+                    .map(|k| {
+                        let (text, stop_reason) = self.completion(i, (self.script)(step, eval, i, k));
+                        let mut tokens = self.tokenizer.encode(text, false).unwrap().get_ids().to_vec();
+                        if stop_reason == StopReason::Stop {
+                            tokens.push(1);
+                        }
+                        SampledSequence { logprobs: vec![-0.5; tokens.len()], tokens, stop_reason }
+                    })
+                    .collect()
+            })
+            .collect();
+        Box::pin(async move { Ok(out) })
+    }
+}
+
+/// The loss, gradient norm and sampler/learner divergence of the `n`th optimizer step.
+type Numbers = dyn Fn(usize) -> (f64, f64, f64) + Send + Sync;
+
+/// A trainer that trains nothing and reports scripted numbers; keeps states by name.
+struct Recorder {
+    sampler: Arc<Scripted>,
+    numbers: Box<Numbers>,
+    calls: AtomicUsize,
+    states: Mutex<HashMap<String, usize>>,
+}
+
+impl Trainer for Recorder {
+    fn forward_backward(&self, data: Vec<Datum>, _loss: LossFn) -> Pending<ForwardBackwardOutput> {
+        let (loss, _, kl) = (self.numbers)(self.calls.load(Ordering::SeqCst));
+        let outputs = data.iter().map(|d| rlx::seam::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
+        let stats = LossStats { tokens: 10, ratio_mean: 1.0, ratio_max: 1.0, kl_sample_train: kl, ..LossStats::default() };
+        Box::pin(async move { Ok(ForwardBackwardOutput { loss, outputs, stats }) })
+    }
+    fn optim_step(&self, _adam: AdamParams) -> Pending<OptimStepOutput> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        let (_, grad_norm, _) = (self.numbers)(n);
+        Box::pin(async move { Ok(OptimStepOutput { grad_norm, clipped: false, step: n as u64 + 1, metrics: Default::default() }) })
+    }
+    fn save_state(&self, name: &str) -> Pending<StateRef> {
+        let uri = format!("scripted://{name}");
+        self.states.lock().unwrap().insert(uri.clone(), 0);
+        Box::pin(async move { Ok(StateRef(uri)) })
+    }
+    fn load_state(&self, state: &StateRef) -> Pending<()> {
+        let found = self.states.lock().unwrap().contains_key(&state.0);
+        Box::pin(async move { found.then_some(()).ok_or_else(|| rlx::backend::Error::InvalidArgument { what: "state", reason: "unknown".into() }) })
+    }
+    fn sampler(&self) -> Pending<Arc<dyn Sampler>> {
+        let s: Arc<dyn Sampler> = self.sampler.clone();
+        Box::pin(async move { Ok(s) })
+    }
+}
+
+/// The numbers of a calm run: loss 1, gradient norm 1, no divergence.
+fn calm(_: usize) -> (f64, f64, f64) {
+    (1.0, 1.0, 0.0)
+}
+
+/// A plan of `steps` steps, 2 of 4 training problems × 2 samples, with `diagnostics`, and
+/// `extra` YAML lines replacing the base spec's sections of the same name.
+fn plan(cx: &TestContext, steps: u32, diagnostics: &str, extra: &str) -> rlx::plan::Plan {
+    if !cx.path().join("tiny").exists() {
+        crate::engine::tiny_model(&cx.path().join("tiny"));
+    }
+    let data = repo().join("experiments/data");
+    let spec = format!(
+        "name: health
+seed: 5
+model: {{base: ./tiny}}
+backend: {{kind: tinker}}
+data:
+  train: [{{path: {train}, format: mbpp, limit: 4}}]
+  eval: [{{path: {eval}, format: mbpp, limit: 2}}]
+prompt: {{user: {user}}}
+sampling: {{max_tokens: 64}}
+grpo: {{prompts_per_step: 2, group_size: 2}}
+reward: {{test_timeout_s: 1}}
+sandbox: {{kind: local, strict: false}}
+log: {{root: {root}, rollouts: all}}
+schedule: {{max_steps: {steps}, eval_every: 0, save_every: 0, eval_at_start: false}}
+diagnostics: {{{diagnostics}}}",
+        train = data.join("easy_python_train.jsonl").display(),
+        eval = data.join("easy_python_eval.jsonl").display(),
+        user = repo().join("prompts/mbpp_user.j2").display(),
+        root = cx.path().join("runs").display(),
+    );
+    // `extra`'s sections replace the base spec's.
+    let key = |l: &str| l.split(':').next().unwrap_or_default().to_owned();
+    let mut lines: Vec<String> = spec.lines().map(str::to_owned).collect();
+    for e in extra.lines().filter(|l| !l.is_empty()) {
+        match lines.iter().position(|l| key(l) == key(e)) {
+            Some(i) => lines[i] = e.to_owned(),
+            None => lines.push(e.to_owned()),
+        }
+    }
+    let path = cx.write("spec.yaml", &lines.join("\n"));
+    rlx::plan::plan(&path, &[]).unwrap()
+}
+
+/// What a run left: its outcome, the warning lines, the diagnostic events.
+struct Ran {
+    outcome: Result<engine::RunOutcome, engine::Error>,
+    warnings: Vec<String>,
+    diagnostics: Vec<Value>,
+    dir: std::path::PathBuf,
+}
+
+impl Ran {
+    /// The one event of `signal`, and the warning line that names it.
+    fn fired(&self, signal: &str) -> (&Value, &String) {
+        let events: Vec<&Value> = self.diagnostics.iter().filter(|e| e["signal"] == signal).collect();
+        assert_eq!(events.len(), 1, "{signal} fired once: {:#?}", self.diagnostics);
+        let line = self.warnings.iter().find(|w| w.contains(&format!(": {signal}"))).unwrap_or_else(|| panic!("no warning line for {signal}: {:#?}", self.warnings));
+        assert!(line.contains("remedy: "), "{line}");
+        (events[0], line)
+    }
+
+    fn not_fired(&self, signal: &str) {
+        assert!(self.diagnostics.iter().all(|e| e["signal"] != signal), "{signal} fired: {:#?}", self.diagnostics);
+    }
+}
+
+async fn run(cx: &TestContext, plan: &rlx::plan::Plan, script: Box<Script>, numbers: Box<Numbers>) -> Ran {
+    let sampler = Scripted::new(cx, script);
+    let trainer = Arc::new(Recorder { sampler, numbers, calls: AtomicUsize::new(0), states: Mutex::default() });
+    run_on(plan, trainer).await
+}
+
+async fn run_on(plan: &rlx::plan::Plan, trainer: Arc<Recorder>) -> Ran {
+    let warnings = Arc::new(Mutex::new(vec![]));
+    let sink = {
+        let warnings = warnings.clone();
+        move |e: engine::Event| {
+            if let engine::Event::Warning(w) = e {
+                warnings.lock().unwrap().push(w);
+            }
+        }
+    };
+    let outcome = engine::run(plan, PolicySource::Given(Policy::Trainable(trainer)), &engine::StopSignal::default(), &sink).await;
+    let dir = plan.log.root.join(&plan.run_id);
+    let diagnostics = jsonl(&dir.join("events.jsonl")).into_iter().filter(|e| e["event"] == "diagnostic").collect();
+    let warnings = warnings.lock().unwrap().clone();
+    Ran { outcome, warnings, diagnostics, dir }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reward_flat_at_zero_and_degenerate_groups_fire_and_a_stop_resumes() {
+    let cx = TestContext::new();
+    let p = plan(&cx, 5, "reward_flat_zero: {steps: 3, action: stop}, groups_degenerate: {steps: 2}", "");
+    let sampler = Scripted::new(&cx, Box::new(|_, _, _, _| Answer::Wrong));
+    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let ran = run_on(&p, trainer.clone()).await;
+    let (e, line) = ran.fired("groups_degenerate");
+    assert_eq!(e["step"], 1, "two degenerate steps: 0 and 1");
+    assert!(line.starts_with("diagnostic step 1: groups_degenerate: every group degenerate"), "{line}");
+    let (e, line) = ran.fired("reward_flat_zero");
+    assert_eq!((e["step"].as_i64(), e["action"].as_str()), (Some(2), Some("stop")));
+    assert!(e["evidence"].as_str().unwrap().contains("no completion passed for 3 steps (steps 0–2)"), "{e}");
+    assert!(e["remedy"].as_str().unwrap().contains("filter easier problems"), "{e}");
+    assert!(line.contains("(diagnostics action: stop)"), "{line}");
+    // Failed, with a checkpoint of the last step, and resumable.
+    let err = ran.outcome.expect_err("the stop action fails the run");
+    assert!(err.to_string().contains("stopped by the diagnostic `reward_flat_zero` at step 2"), "{err}");
+    assert!(err.is_user_error());
+    let status: Value = serde_json::from_slice(&std::fs::read(ran.dir.join("status.json")).unwrap()).unwrap();
+    assert_eq!((status["state"].as_str(), status["steps_done"].as_u64()), (Some("failed"), Some(3)));
+    let cks = jsonl(&ran.dir.join("checkpoints.jsonl"));
+    assert_eq!(cks.last().unwrap()["step"], 2, "{cks:?}");
+    // Resumed with the stop turned off (as `rlx run --resume` with an override would), the run
+    // continues at step 3; the signal's episode goes on, so it does not fire again.
+    let p2 = plan(&cx, 5, "reward_flat_zero: {steps: 3, action: warn}, groups_degenerate: {steps: 2}", "");
+    assert_eq!(p2.run_id, p.run_id, "diagnostics are not part of the run id");
+    let again = run_on(&p2, trainer).await;
+    assert_eq!(again.outcome.unwrap(), engine::RunOutcome::Finished { steps: 5 });
+    let steps: Vec<i64> = jsonl(&ran.dir.join("metrics.jsonl")).iter().map(|m| m["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, vec![0, 1, 2, 3, 4]);
+    assert_eq!(again.diagnostics.iter().filter(|e| e["signal"] == "reward_flat_zero").count(), 1, "{:#?}", again.diagnostics);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reward_flat_at_one_fires_and_off_silences_it() {
+    let cx = TestContext::new();
+    let ran = run(&cx, &plan(&cx, 3, "reward_flat_one: {steps: 2}, groups_degenerate: {steps: 9}", ""), Box::new(|_, _, _, _| Answer::Right), Box::new(calm)).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    let (e, line) = ran.fired("reward_flat_one");
+    assert_eq!(e["step"], 1);
+    assert!(line.contains("every completion passed for 2 steps (steps 0–1)"), "{line}");
+    ran.not_fired("reward_flat_zero");
+    let cx = TestContext::new();
+    let ran = run(&cx, &plan(&cx, 3, "reward_flat_one: {steps: 2, action: off}", ""), Box::new(|_, _, _, _| Answer::Right), Box::new(calm)).await;
+    ran.not_fired("reward_flat_one");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_falling_format_rate_fires() {
+    let cx = TestContext::new();
+    // Half right, half wrong (never degenerate) for two steps, then no code at all.
+    let script = |step: usize, _: bool, _: usize, k: usize| match (step < 2, k % 2) {
+        (true, 0) => Answer::Right,
+        (true, _) => Answer::Wrong,
+        (false, _) => Answer::NoCode,
+    };
+    let ran = run(&cx, &plan(&cx, 3, "format_rate_falling: {drop: 0.5}", ""), Box::new(script), Box::new(calm)).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    let (e, line) = ran.fired("format_rate_falling");
+    assert_eq!(e["step"], 2);
+    assert!(line.contains("train/format_rate fell from 100.0% at step 0 to 0.0%"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exploding_loss_and_a_sampler_learner_divergence_fire() {
+    let cx = TestContext::new();
+    let half = |_: usize, _: bool, _: usize, k: usize| if k % 2 == 0 { Answer::Right } else { Answer::Wrong };
+    // The gradient norm jumps 50× at the fifth optimizer step; the divergence is 0.3 nats/token.
+    let numbers = |n: usize| (1.0 + 0.1 * n as f64, if n == 4 { 50.0 } else { 1.0 }, 0.3);
+    let ran = run(&cx, &plan(&cx, 5, "window: 3, logprob_divergence: {rate: 0.1}", ""), Box::new(half), Box::new(numbers)).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    let (e, line) = ran.fired("loss_exploding");
+    assert_eq!(e["step"], 4);
+    assert!(line.contains("optim/grad_norm 50.00 is 50.0× its median over the previous 3 steps"), "{line}");
+    let (e, line) = ran.fired("logprob_divergence");
+    assert_eq!(e["step"], 2, "the first full window");
+    assert!(line.contains("train/kl_sample_train 0.3000 nats/token over the last 3 steps"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_timeouts_and_truncation_fire() {
+    let cx = TestContext::new();
+    // One sample in two loops forever; every completion is cut off by max_tokens.
+    let script = |_: usize, _: bool, _: usize, k: usize| if k % 2 == 0 { Answer::Loop } else { Answer::Truncated };
+    let ran = run(&cx, &plan(&cx, 2, "window: 2, sandbox_timeouts: {rate: 0.3}, truncation: {rate: 0.4}", ""), Box::new(script), Box::new(calm)).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    let (e, line) = ran.fired("sandbox_timeouts");
+    assert_eq!(e["step"], 0);
+    assert!(line.contains("of the step's") && line.contains("tests timed out (threshold 30.0%)"), "{line}");
+    let m = &jsonl(&ran.dir.join("metrics.jsonl"))[0];
+    assert!(m["sandbox/timeout_rate"].as_f64().unwrap() > 0.3, "{m}");
+    let rollouts = jsonl(&ran.dir.join("rollouts.jsonl"));
+    assert!(rollouts.iter().any(|r| r["tests"][0]["status"] == "timeout"), "per-test statuses recorded");
+    let (e, _) = ran.fired("truncation");
+    assert_eq!(e["step"], 1, "the first full window");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn train_reward_rising_while_eval_stays_flat_names_leads() {
+    let cx = TestContext::new();
+    // Training problems answered right from step 3 on; eval problems never.
+    let script = |step: usize, eval: bool, _: usize, k: usize| match (eval, step >= 3, k % 2) {
+        (true, _, _) => Answer::Wrong,
+        (false, true, _) => Answer::Right,
+        (false, false, 0) => Answer::Wrong,
+        (false, false, _) => Answer::NoCode,
+    };
+    let p = plan(&cx, 6, "window: 2, reward_without_eval_gain: {reward_rise: 0.5, eval_gain: 0.05}", "schedule: {max_steps: 6, eval_every: 3, save_every: 0, eval_at_start: true}");
+    let ran = run(&cx, &p, Box::new(script), Box::new(calm)).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    let (e, line) = ran.fired("reward_without_eval_gain");
+    assert_eq!(e["step"], 5, "checked after the eval at the end");
+    assert!(line.contains("while eval pass@1 went 0.0% → 0.0% since the baseline"), "{line}");
+    let leads: Vec<&str> = e["leads"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(!leads.is_empty() && leads.iter().all(|l| l.starts_with("training problem ") && l.contains("rlx show")), "{leads:?}");
+    // The baseline eval and the one after step 2 fired nothing: no rise yet.
+    assert_eq!(ran.diagnostics.iter().filter(|e| e["signal"] == "reward_without_eval_gain").count(), 1);
+}
