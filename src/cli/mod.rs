@@ -188,6 +188,12 @@ pub enum Command {
     /// `rlx export runs/<id> --out model/`, `rlx export runs/<id>@11 --format gguf --dtype q8_0
     /// --out gguf/`, `rlx export runs/<id> --adapter-only --out adapter/`. See docs/export.md.
     Export(commands::export::ExportArgs),
+    /// Check a run directory against the reference's smoke-test expectations (format up early,
+    /// reward and correctness trending up, eval above the baseline, scaled to the run's length)
+    /// and list every diagnostic signal that fires over it, with evidence and remedy.
+    ///
+    /// `rlx doctor runs/<id>`; works on a running run. Signals and thresholds: docs/diagnostics.md.
+    Doctor(commands::doctor::DoctorArgs),
     /// Mirror run directories into an experiment tracker after the fact:
     /// `rlx sync {wandb|tensorboard|mlflow} RUN_DIR...`.
     ///

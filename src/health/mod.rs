@@ -13,6 +13,7 @@
 //! for 200 steps would print 196 identical lines; once the condition is false again the signal
 //! re-arms.
 
+pub mod doctor;
 mod leads;
 mod signals;
 pub mod smoke;

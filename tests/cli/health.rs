@@ -258,6 +258,17 @@ async fn reward_flat_at_zero_and_degenerate_groups_fire_and_a_stop_resumes() {
     let steps: Vec<i64> = jsonl(&ran.dir.join("metrics.jsonl")).iter().map(|m| m["step"].as_i64().unwrap()).collect();
     assert_eq!(steps, vec![0, 1, 2, 3, 4]);
     assert_eq!(again.diagnostics.iter().filter(|e| e["signal"] == "reward_flat_zero").count(), 1, "{:#?}", again.diagnostics);
+    // `rlx doctor` replays the same signals over the run directory, with the smoke test.
+    let r = cx.run(&["doctor", ran.dir.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("(finished, 5 of 5 steps)"), "{}", r.stdout);
+    assert!(r.stdout.contains("Smoke test: the reference's expectations for its first 50 steps, scaled to 5 steps"), "{}", r.stdout);
+    assert!(r.stdout.contains("NO   steps 0–1    (ref. 5–15 )  train reward trends upward"), "flat at zero is no upward trend: {}", r.stdout);
+    assert!(r.stdout.contains("step 1: groups_degenerate: every group degenerate"), "{}", r.stdout);
+    assert!(r.stdout.contains("step 2: reward_flat_zero (diagnostics action: stop): no completion passed for 3 steps (steps 0–2)"), "{}", r.stdout);
+    assert!(r.stdout.contains("(2 recorded in events.jsonl while the run went)"), "{}", r.stdout);
+    let bad = cx.run(&["doctor", cx.path().to_str().unwrap()]);
+    assert_eq!(bad.code, 2, "not a run directory: {}", bad.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

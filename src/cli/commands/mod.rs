@@ -2,6 +2,7 @@
 //! prints (`printer::error`) and maps to an exit code (`exit::for_error`: 2 when the error is
 //! the user's to fix, 3 otherwise).
 
+pub(crate) mod doctor;
 mod eval_checkpoint;
 mod render;
 mod run;
@@ -34,6 +35,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Compare(args) => compare::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Export(args) => export::run(args),
+        Command::Doctor(args) => doctor::run(args),
         Command::Sync(cmd) => sync::run(cmd),
     }
 }

@@ -1,0 +1,56 @@
+//! `rlx doctor RUN_DIR`: the reference's smoke-test expectations and the diagnostic signals
+//! over a run directory (`crate::health::doctor`); this prints them.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::cli::{UserError, exit, printer};
+use crate::health::doctor;
+
+/// `rlx doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// A run directory (finished, stopped or still running).
+    #[arg(value_name = "RUN_DIR")]
+    pub dir: PathBuf,
+}
+
+pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<u8> {
+    if !args.dir.join(crate::runlog::files::STATUS).is_file() {
+        return Err(UserError::msg(format!("`{}` is not a run directory (it has no status.json); run directories are `runs/<run-id>/`", args.dir.display())));
+    }
+    let r = doctor::doctor(&args.dir)?;
+    let mut state = format!("{}, {} of {} steps", r.state, r.steps_done, r.max_steps);
+    if let Some(why) = &r.reason {
+        state.push_str(&format!(": {why}"));
+    }
+    printer::out(format!("{} ({state})", r.run_id));
+    printer::out("");
+    if r.max_steps == 0 {
+        printer::out("Smoke test: none (an evaluation-only run trains no step)");
+    } else {
+        printer::out(format!("Smoke test: the reference's expectations for its first 50 steps, scaled to {} steps", r.max_steps));
+    }
+    for e in r.smoke.iter().filter(|_| r.max_steps > 0) {
+        let mark = match e.met {
+            Some(true) => "ok  ",
+            Some(false) => "NO  ",
+            None => "n/a ",
+        };
+        printer::out(format!("  {mark} steps {:<6} (ref. {:<5})  {}", e.steps, e.reference, e.expect));
+        printer::out(format!("{:>8}{}", "", e.seen));
+    }
+    printer::out("");
+    match r.fired.len() {
+        0 => printer::out("Diagnostics: no signal fired"),
+        n => printer::out(format!("Diagnostics: {n} signal{} fired (thresholds: the run's `diagnostics:`)", if n == 1 { "" } else { "s" })),
+    }
+    for f in &r.fired {
+        printer::out(format!("  {}", f.line()));
+    }
+    if r.recorded > 0 {
+        printer::out(format!("  ({} recorded in events.jsonl while the run went)", r.recorded));
+    }
+    Ok(exit::OK)
+}
