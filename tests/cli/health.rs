@@ -5,6 +5,8 @@
 //! the run failed with a checkpoint, and the run resumes from it.
 
 use std::collections::HashMap;
+use std::io::BufRead as _;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -28,6 +30,8 @@ enum Answer {
     Loop,
     /// Wrong code, cut off by `max_tokens`.
     Truncated,
+    /// Wrong code that the fault-injecting proxy below answers with HTTP 503.
+    InfraFail,
 }
 
 /// Decides each completion from (training step, is-eval, problem index, sample index).
@@ -67,6 +71,7 @@ impl Scripted {
             Answer::NoCode => ("I would write a function.".into(), StopReason::Stop),
             Answer::Loop => ("```python\nwhile True:\n    pass\n```".into(), StopReason::Stop),
             Answer::Truncated => ("```python\ndef nothing():\n    return None\n```".into(), StopReason::Length),
+            Answer::InfraFail => ("```python\n# INFRA-FAIL\ndef nothing():\n    return None\n```".into(), StopReason::Stop),
         }
     }
 }
@@ -169,6 +174,7 @@ diagnostics: {{{diagnostics}}}",
     );
     // `extra`'s sections replace the base spec's.
     let key = |l: &str| l.split(':').next().unwrap_or_default().to_owned();
+    // (An indented line, `  eval: ...`, replaces the line of the same indentation and key.)
     let mut lines: Vec<String> = spec.lines().map(str::to_owned).collect();
     for e in extra.lines().filter(|l| !l.is_empty()) {
         match lines.iter().position(|l| key(l) == key(e)) {
@@ -355,4 +361,150 @@ async fn train_reward_rising_while_eval_stays_flat_names_leads() {
     assert!(!leads.is_empty() && leads.iter().all(|l| l.starts_with("training problem ") && l.contains("rlx show")), "{leads:?}");
     // The baseline eval and the one after step 2 fired nothing: no rise yet.
     assert_eq!(ran.diagnostics.iter().filter(|e| e["signal"] == "reward_without_eval_gain").count(), 1);
+}
+
+/// `rlx sandbox serve` on a free port: the process and its URL.
+fn sandbox_server() -> (Child, String) {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["sandbox", "serve", "--bind", "127.0.0.1:0", "--concurrency", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = server.stderr.take().unwrap();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let addr = lines.by_ref().map_while(Result::ok).find_map(|l| l.strip_prefix("rlx sandbox listening on ").and_then(|r| r.split_whitespace().next()).map(str::to_owned)).expect("the server prints its address");
+    // Keep draining its stderr so that it never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    let url = if addr.starts_with("http") { addr } else { format!("http://{addr}") };
+    (server, url)
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fusion_sandbox_with_nothing_listening_stops_the_run_before_sampling() {
+    let cx = TestContext::new();
+    let url = format!("http://127.0.0.1:{}", closed_port());
+    let p = plan(&cx, 2, "", &format!("sandbox: {{kind: fusion, url: {url}}}"));
+    let sampler = Scripted::new(&cx, Box::new(|_, _, _, _| Answer::Right));
+    let trainer = Arc::new(Recorder { sampler: sampler.clone(), numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let ran = run_on(&p, trainer).await;
+    let err = ran.outcome.expect_err("no sandbox, no run");
+    let mut chain = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        chain.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    assert!(chain.contains(&format!("Sandbox Fusion at {url} (sandbox.url) cannot grade: GET /v1/ping failed")), "{chain}");
+    assert!(chain.contains("hint: start the server"), "{chain}");
+    assert!(err.is_user_error(), "a URL where no server answers is the spec's to fix");
+    assert_eq!(sampler.steps.load(Ordering::SeqCst), 0, "nothing was sampled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_that_dies_mid_run_stops_the_run_at_that_step() {
+    let cx = TestContext::new();
+    let (server, url) = sandbox_server();
+    let p = plan(&cx, 4, "", &format!("sandbox: {{kind: fusion, url: {url}}}\nrollout: {{infra_retries: 1}}"));
+    let half = |_: usize, _: bool, _: usize, k: usize| if k % 2 == 0 { Answer::Right } else { Answer::Wrong };
+    let sampler = Scripted::new(&cx, Box::new(half));
+    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let server = Mutex::new(Some(server));
+    let sink = move |e: engine::Event| {
+        if let engine::Event::Step { step: 0, .. } = e
+            && let Some(mut s) = server.lock().unwrap().take()
+        {
+            s.kill().unwrap();
+            s.wait().unwrap();
+        }
+    };
+    let outcome = engine::run(&p, PolicySource::Given(Policy::Trainable(trainer)), &engine::StopSignal::default(), &sink).await;
+    let err = outcome.expect_err("the sandbox is gone");
+    assert!(err.to_string().starts_with("step 1: all 2 groups were dropped after sandbox infrastructure errors"), "{err}");
+    let dir = p.log.root.join(&p.run_id);
+    let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
+    assert_eq!((status["state"].as_str(), status["steps_done"].as_u64()), (Some("failed"), Some(1)));
+    let cks = jsonl(&dir.join("checkpoints.jsonl"));
+    assert_eq!((cks.len(), cks[0]["step"].as_u64()), (1, Some(0)), "resumable from step 0: {cks:?}");
+    let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().map(|m| m["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, vec![0], "the failed step is not recorded as done");
+}
+
+/// A Sandbox Fusion front that answers HTTP 503 to programs containing `INFRA-FAIL` and passes
+/// everything else to `upstream` (the real `rlx sandbox serve`).
+const FLAKY_PROXY: &str = r#"
+import base64, http.server, json, sys, urllib.request
+UP = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    def reply(self, code, body):
+        self.send_response(code)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self.reply(200, b'"pong"')
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["content-length"]))
+        req = json.loads(body)
+        # The program and its job travel as Sandbox Fusion's base64 files.
+        texts = [req.get("code", "").encode()] + [base64.b64decode(v) for v in (req.get("files") or {}).values()]
+        if any(b"INFRA-FAIL" in t for t in texts):
+            return self.reply(503, b'{"detail": "injected"}')
+        req = urllib.request.Request(UP + "/run_code", data=body, headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req) as r:
+            self.reply(200, r.read())
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infrastructure_errors_above_the_threshold_fire() {
+    let cx = TestContext::new();
+    let (mut server, upstream) = sandbox_server();
+    let mut proxy = Command::new("python3").args(["-c", FLAKY_PROXY, &upstream]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut port = String::new();
+    std::io::BufReader::new(proxy.stdout.take().unwrap()).read_line(&mut port).unwrap();
+    let url = format!("http://127.0.0.1:{}", port.trim());
+    let p = plan(&cx, 2, "infra_errors: {rate: 0.05}", &format!("sandbox: {{kind: fusion, url: {url}}}\nrollout: {{infra_retries: 1}}"));
+    // The first training problem's second sample always meets a 503; every other one is graded.
+    let script = |_: usize, eval: bool, i: usize, k: usize| if !eval && i == 0 && k == 1 { Answer::InfraFail } else if k == 0 { Answer::Right } else { Answer::Wrong };
+    let ran = run(&cx, &p, Box::new(script), Box::new(calm)).await;
+    let _ = (proxy.kill(), proxy.wait(), server.kill(), server.wait());
+    assert!(ran.outcome.is_ok(), "one group in two dropped is not a dead sandbox: {:?}", ran.outcome);
+    let (e, line) = ran.fired("infra_errors");
+    assert!(line.contains("25.0% of the step's gradings failed for infrastructure reasons after retries"), "{line}");
+    let m = &jsonl(&ran.dir.join("metrics.jsonl"))[e["step"].as_u64().unwrap() as usize];
+    assert_eq!((m["sandbox/infra_rate"].as_f64(), m["train/groups_infra_dropped"].as_f64()), (Some(0.25), Some(1.0)), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_eval_sources_are_reported_apart_and_completions_recorded() {
+    let cx = TestContext::new();
+    let eval = repo().join("experiments/data/easy_python_eval.jsonl");
+    let sources = format!("  eval: [{{path: {e}, format: mbpp, limit: 2}}, {{path: {e}, format: mbpp, skip: 2, limit: 3, name: later}}]", e = eval.display());
+    let p = plan(&cx, 1, "", &format!("{sources}\nschedule: {{max_steps: 1, eval_every: 0, save_every: 0, eval_at_start: true}}"));
+    // The first source's problems are answered right, the second's wrong.
+    let script = |_: usize, eval: bool, i: usize, _: usize| if eval && i < 34 { Answer::Right } else { Answer::Wrong };
+    let ran = run(&cx, &p, Box::new(script), Box::new(calm)).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    let metrics = jsonl(&ran.dir.join("metrics.jsonl"));
+    for m in [&metrics[0], &metrics[1]] {
+        assert_eq!(m["eval/easy_python_eval/pass@1"], 1.0, "{m}");
+        assert_eq!((m["eval/later/pass@1"].as_f64(), m["eval/later/problems"].as_f64()), (Some(0.0), Some(3.0)), "{m}");
+        assert_eq!(m["eval/pass@1"], 0.4, "pooled over 5 problems: {m}");
+    }
+    let results = jsonl(&ran.dir.join("eval_results.jsonl"));
+    assert_eq!(results.iter().filter(|r| r["source"] == "later").count(), 6, "3 problems × 2 evals");
+    let samples = jsonl(&ran.dir.join("eval_rollouts.jsonl"));
+    assert_eq!(samples.len(), 10, "one sample per problem per eval (log.rollouts: all, eval.samples 1)");
+    assert!(samples.iter().all(|s| s["prompt"].as_array().is_some_and(|p| !p.is_empty()) && s["tests"].is_array()), "{:?}", samples[0]);
 }
