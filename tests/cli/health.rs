@@ -310,7 +310,7 @@ async fn a_falling_format_rate_fires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exploding_loss_and_a_sampler_learner_divergence_fire() {
     let cx = TestContext::new();
-    let half = |_: usize, _: bool, _: usize, k: usize| if k % 2 == 0 { Answer::Right } else { Answer::Wrong };
+    let half = |_: usize, _: bool, _: usize, k: usize| if k.is_multiple_of(2) { Answer::Right } else { Answer::Wrong };
     // The gradient norm jumps 50× at the fifth optimizer step; the divergence is 0.3 nats/token.
     let numbers = |n: usize| (1.0 + 0.1 * n as f64, if n == 4 { 50.0 } else { 1.0 }, 0.3);
     let ran = run(&cx, &plan(&cx, 5, "window: 3, logprob_divergence: {rate: 0.1}", ""), Box::new(half), Box::new(numbers)).await;
@@ -327,7 +327,7 @@ async fn an_exploding_loss_and_a_sampler_learner_divergence_fire() {
 async fn sandbox_timeouts_and_truncation_fire() {
     let cx = TestContext::new();
     // One sample in two loops forever; every completion is cut off by max_tokens.
-    let script = |_: usize, _: bool, _: usize, k: usize| if k % 2 == 0 { Answer::Loop } else { Answer::Truncated };
+    let script = |_: usize, _: bool, _: usize, k: usize| if k.is_multiple_of(2) { Answer::Loop } else { Answer::Truncated };
     let ran = run(&cx, &plan(&cx, 2, "window: 2, sandbox_timeouts: {rate: 0.3}, truncation: {rate: 0.4}", ""), Box::new(script), Box::new(calm)).await;
     assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
     let (e, line) = ran.fired("sandbox_timeouts");
@@ -411,7 +411,7 @@ async fn a_sandbox_that_dies_mid_run_stops_the_run_at_that_step() {
     let cx = TestContext::new();
     let (server, url) = sandbox_server();
     let p = plan(&cx, 4, "", &format!("sandbox: {{kind: fusion, url: {url}}}\nrollout: {{infra_retries: 1}}"));
-    let half = |_: usize, _: bool, _: usize, k: usize| if k % 2 == 0 { Answer::Right } else { Answer::Wrong };
+    let half = |_: usize, _: bool, _: usize, k: usize| if k.is_multiple_of(2) { Answer::Right } else { Answer::Wrong };
     let sampler = Scripted::new(&cx, Box::new(half));
     let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
     let server = Mutex::new(Some(server));
