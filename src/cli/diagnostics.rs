@@ -49,6 +49,9 @@ pub(crate) fn hints(err: &anyhow::Error) -> Vec<String> {
                 "to run with the isolation this machine has (with a warning), set `sandbox.strict: false` in the spec, or leave out `--strict` (`rlx grade`, `rlx sandbox serve`)".into(),
             );
         }
+        if let Some(crate::sandbox::Error::Preflight { hint, .. }) = e.downcast_ref::<crate::sandbox::Error>() {
+            out.push(hint.clone());
+        }
         if let Some(crate::sandbox::Error::Python { .. }) = e.downcast_ref::<crate::sandbox::Error>() {
             out.push("the local sandbox runs Python 3: install `python3`, or grade on Sandbox Fusion (`sandbox.kind: fusion`)".into());
         }

@@ -213,13 +213,13 @@ pub enum Error {
         reason: String,
     },
     /// The check before a run's first sample failed: the sandbox cannot grade.
-    #[error("{sandbox} cannot grade: {reason}\n  hint: {hint}")]
+    #[error("{sandbox} cannot grade: {reason}")]
     Preflight {
         /// Which sandbox, and the setting that names it.
         sandbox: String,
         /// What failed.
         reason: String,
-        /// What to do.
+        /// What to do (the CLI prints it as a `help:` line).
         hint: String,
     },
     /// A remote sandbox failed (transport error, 5xx, SandboxError), after retries.
