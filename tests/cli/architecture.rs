@@ -24,7 +24,8 @@ const LAYERS: &[&[&str]] = &[
     &["backend"],
     &["plan"],
     &["runlog"],
-    &["engine", "compare", "serve", "sweep_sample", "sweep_slurm", "export"],
+    &["engine", "compare", "sweep_sample", "sweep_slurm", "export"],
+    &["serve"],
     &["cli"],
 ];
 
