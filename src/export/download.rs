@@ -57,10 +57,15 @@ impl Fetched {
 pub(crate) fn downloadable(path: &str) -> Result<TinkerPath, Error> {
     let p = TinkerPath::parse(path).map_err(|e| Error::Usage(e.to_string()))?;
     if p.kind == CheckpointKind::Sampler {
-        let state = TinkerPath { kind: CheckpointKind::State, ..p.clone() };
-        return Err(Error::SamplerPath { path: path.to_string(), state: state.to_string() });
+        return Err(refusal(&p));
     }
     Ok(p)
+}
+
+/// Why a sampler checkpoint is not downloaded, naming the training checkpoint of its name.
+fn refusal(p: &TinkerPath) -> Error {
+    let state = TinkerPath { kind: CheckpointKind::State, ..p.clone() };
+    Error::SamplerPath { path: p.to_string(), state: state.to_string() }
 }
 
 /// Downloads the files of `path` (external or training weights) into `dir`.
@@ -86,7 +91,7 @@ pub(crate) async fn fetch(session: &Session, path: &TinkerPath, dir: &Path) -> R
             }
             Ok(fetched)
         }
-        CheckpointKind::Sampler => Err(downloadable(&path.to_string()).expect_err("sampler paths are refused")),
+        CheckpointKind::Sampler => Err(refusal(path)),
     }
 }
 

@@ -44,7 +44,7 @@ pub(crate) enum Error {
         path: PathBuf,
     },
     /// The checkpoint lives on a remote service.
-    #[error("the checkpoint `{state}` is on a remote service; `rlx export` reads local checkpoints")]
+    #[error("the checkpoint `{state}` is on a remote service; `rlx export` reads local checkpoints and Tinker's (`tinker://`)")]
     Remote {
         /// The state reference.
         state: String,

@@ -178,8 +178,10 @@ fn a_tinker_run_exports_by_run_directory_and_bad_tinker_exports_exit_2() {
     let meta = json(&cx.path().join("adapter/rlx_export.json"));
     let prov = json(&run.join("provenance.json"));
     assert_eq!((meta["tinker_path"].as_str(), &meta["run_id"]), (Some(last.as_str()), &prov["run_id"]), "{meta}");
+    let started = std::time::Instant::now();
     let r = export(&cx, &server, &[run_s, "--out", "merged"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    eprintln!("rlx export of a Tinker run, merged: {:.2} s; output {:?}", started.elapsed().as_secs_f64(), names(&cx.path().join("merged")));
     let r = export(&cx, &server, &[run_s, "--format", "gguf", "--dtype", "q8_0", "--out", "gguf"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(cx.path().join("gguf/model-q8_0.gguf").is_file());

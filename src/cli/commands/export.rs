@@ -82,12 +82,8 @@ pub(crate) fn run(args: ExportArgs) -> anyhow::Result<u8> {
             DtypeArg::Q8_0 => Dtype::Q8_0,
         }),
     };
-    let remote = match export::locate_any(&req.source) {
-        Ok(ck) if ck.is_remote() => Some(ck),
-        _ => None,
-    };
-    let result = match remote {
-        Some(ck) => {
+    let result = match export::locate_any(&req.source) {
+        Ok(ck) if ck.is_remote() => {
             if args.base.is_some() && req.adapter_only {
                 printer::error_message("`--base` names the model a downloaded adapter is merged into; `--adapter-only` merges nothing", &[]);
                 return Ok(exit::USAGE);
@@ -97,11 +93,12 @@ pub(crate) fn run(args: ExportArgs) -> anyhow::Result<u8> {
                 Err(e) => Err(export::Error::Tinker(e)),
             }
         }
-        None if args.base.is_some() => {
+        Ok(_) if args.base.is_some() => {
             printer::error_message("`--base` applies to Tinker checkpoints only: a local checkpoint records its base model", &[]);
             return Ok(exit::USAGE);
         }
-        None => export::export(&req),
+        // A local checkpoint, or an argument that names none (reported by the export).
+        _ => export::export(&req),
     };
     match result {
         Ok(report) => {
