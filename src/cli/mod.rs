@@ -186,7 +186,8 @@ pub enum Command {
     /// (transformers, vLLM) or a GGUF file (llama.cpp), or a PEFT LoRA adapter.
     ///
     /// `rlx export runs/<id> --out model/`, `rlx export runs/<id>@11 --format gguf --dtype q8_0
-    /// --out gguf/`, `rlx export runs/<id> --adapter-only --out adapter/`. See docs/export.md.
+    /// --out gguf/`, `rlx export runs/<id> --adapter-only --out adapter/`; a Tinker checkpoint is
+    /// downloaded first: `rlx export tinker://RUN/weights/NAME --out model/`. See docs/export.md.
     Export(commands::export::ExportArgs),
     /// Check a run directory against the reference's smoke-test expectations (format up early,
     /// reward and correctness trending up, eval above the baseline, scaled to the run's length)

@@ -7,7 +7,6 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::merge::Merged;
 use super::{Checkpoint, Dtype, Error, Format};
 use crate::backend::local::model::Tuning;
 use crate::runlog::files;
@@ -29,8 +28,10 @@ pub(crate) struct Info {
     pub(crate) tuning: String,
     /// `hf`, `hf-adapter` or `gguf`, and the weight format.
     pub(crate) format: String,
-    /// The weight format.
-    pub(crate) dtype: Dtype,
+    /// The weight format (`None`: the files as a service wrote them, downloaded unchanged).
+    pub(crate) dtype: Option<Dtype>,
+    /// The Tinker checkpoint the weights were downloaded from.
+    pub(crate) tinker_path: Option<String>,
     /// `(step, [(metric, value)])` of each evaluation up to the checkpoint (step −1: baseline).
     pub(crate) evals: Vec<(i64, Vec<(String, f64)>)>,
     /// `eval.k`, `eval.samples`, `eval.temperature`, `eval.max_tokens` of the run.
@@ -38,8 +39,9 @@ pub(crate) struct Info {
 }
 
 impl Info {
-    /// Collects what the run directory and the checkpoint say.
-    pub(crate) fn gather(ck: &Checkpoint, m: &Merged, format: Format, dtype: Dtype, adapter_only: bool) -> Info {
+    /// Collects what the run directory and the checkpoint say; `base` is the base model's path
+    /// (its name when the run directory does not give one).
+    pub(crate) fn gather(ck: &Checkpoint, tuning: &Tuning, base: &str, format: Format, dtype: Option<Dtype>, adapter_only: bool) -> Info {
         let provenance = ck.run.as_ref().and_then(|r| r.provenance().ok());
         let resolved: Option<Value> = ck.run.as_ref().and_then(|r| r.read_json(files::RESOLVED).ok().flatten());
         let evals = ck.run.as_ref().and_then(|r| r.metrics().ok()).map(|read| {
@@ -50,7 +52,7 @@ impl Info {
                 .filter(|(_, v)| !v.is_empty())
                 .collect()
         });
-        let tuning = match &m.header.options.tuning {
+        let tuning = match tuning {
             Tuning::Lora(l) => format!("LoRA r={} α={} on {}", l.rank, l.alpha, l.targets.join(", ")),
             Tuning::Full => "full fine-tune".into(),
             Tuning::Frozen => "frozen".into(),
@@ -63,18 +65,23 @@ impl Info {
         Info {
             run_id: provenance.as_ref().map(|p| p.run_id.clone()),
             spec_hash: provenance.as_ref().map(|p| p.spec_hash.clone()),
-            base_name: provenance.as_ref().map_or_else(|| m.base.display().to_string(), |p| p.model.base.clone()),
+            base_name: provenance.as_ref().map_or_else(|| base.to_string(), |p| p.model.base.clone()),
             checkpoint: ck.name.clone(),
             step: ck.step,
             tuning,
             format: format.into(),
             dtype,
+            tinker_path: ck.is_remote().then(|| ck.state.display().to_string()),
             evals: evals.unwrap_or_default(),
             protocol: resolved.and_then(|r| r.get("eval").cloned()),
         }
     }
 
-    fn json(&self, base_path: &Path) -> Value {
+    fn dtype_name(&self) -> &'static str {
+        self.dtype.map_or("as downloaded", Dtype::name)
+    }
+
+    fn json(&self, base_path: Option<&Path>) -> Value {
         let evals: Vec<Value> = self.evals.iter().map(|(s, v)| {
             let mut o = serde_json::Map::new();
             o.insert("step".into(), json!(s));
@@ -88,23 +95,25 @@ impl Info {
             "run_id": self.run_id,
             "spec_hash": self.spec_hash,
             "checkpoint": self.checkpoint,
+            "tinker_path": self.tinker_path,
             "step": self.step,
             "base_model": self.base_name,
             "base_model_path": base_path,
             "tuning": self.tuning,
             "format": self.format,
-            "dtype": self.dtype.name(),
+            "dtype": self.dtype_name(),
             "eval_protocol": self.protocol,
             "evals": evals,
         })
     }
 }
 
-/// Writes `README.md` and `rlx_export.json` into `dir`.
+/// Writes `README.md` and `rlx_export.json` into `dir` (`base_path`: the local base model's
+/// files, when the export read them).
 ///
 /// # Errors
 /// I/O failures.
-pub(crate) fn write(dir: &Path, info: &Info, base_path: &Path) -> Result<(), Error> {
+pub(crate) fn write(dir: &Path, info: &Info, base_path: Option<&Path>) -> Result<(), Error> {
     super::hf::write_json(&dir.join("rlx_export.json"), &info.json(base_path))?;
     let p = dir.join("README.md");
     std::fs::write(&p, markdown(info)).map_err(|source| Error::Io { action: "write", path: p, source })
@@ -116,16 +125,24 @@ fn markdown(info: &Info) -> String {
     let _ = writeln!(s, "---\nbase_model: {}\nlibrary_name: {library}\ntags: [rlx, grpo, reinforcement-learning, code]\n---\n", yaml_string(&info.base_name));
     let title = info.run_id.clone().unwrap_or_else(|| "rlx checkpoint".into());
     let _ = writeln!(s, "# {title} · {}\n", info.checkpoint);
-    let _ = writeln!(s, "Weights trained with rlx (reinforcement learning on code problems) and exported by `rlx export`.\n");
+    match &info.tinker_path {
+        Some(p) => {
+            let _ = writeln!(s, "Weights trained on Tinker, downloaded from `{p}` through Tinker's REST API and exported by `rlx export`.\n");
+        }
+        None => {
+            let _ = writeln!(s, "Weights trained with rlx (reinforcement learning on code problems) and exported by `rlx export`.\n");
+        }
+    }
     let _ = writeln!(s, "| | |\n|---|---|");
     let rows = [
         ("run", info.run_id.clone().map(|r| format!("`{r}`"))),
         ("spec hash", info.spec_hash.clone().map(|h| format!("`{h}`"))),
         ("checkpoint", Some(format!("`{}`", info.checkpoint))),
+        ("Tinker checkpoint", info.tinker_path.clone().map(|p| format!("`{p}`"))),
         ("last training step", info.step.map(|s| s.to_string())),
         ("base model", Some(format!("`{}`", info.base_name))),
         ("tuning", Some(info.tuning.clone())),
-        ("format", Some(format!("{} ({})", info.format, info.dtype.name()))),
+        ("format", Some(format!("{} ({})", info.format, info.dtype_name()))),
         ("rlx", Some(env!("CARGO_PKG_VERSION").to_string())),
     ];
     for (k, v) in rows {

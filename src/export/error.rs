@@ -44,11 +44,55 @@ pub(crate) enum Error {
         path: PathBuf,
     },
     /// The checkpoint lives on a remote service.
-    #[error("the checkpoint `{state}` is on a remote service; `rlx export` reads local checkpoints")]
+    #[error("the checkpoint `{state}` is on a remote service; `rlx export` reads local checkpoints and Tinker's (`tinker://`)")]
     Remote {
         /// The state reference.
         state: String,
     },
+    /// A Tinker sampler checkpoint: the service offers no download of those.
+    #[error("`{path}` is a sampler checkpoint, and Tinker has no download of sampler checkpoints (SDK 0.38's `tinker checkpoint download` refuses them too)")]
+    SamplerPath {
+        /// The path given.
+        path: String,
+        /// The training checkpoint of the same name.
+        state: String,
+    },
+    /// The service does not know the checkpoint (HTTP 404).
+    #[error("Tinker has no checkpoint `{path}`")]
+    UnknownCheckpoint {
+        /// The path given.
+        path: String,
+        /// The service's words.
+        detail: String,
+    },
+    /// A signed download URL stopped working before its file was fetched, even after signing
+    /// again.
+    #[error("the signed download URL of `{file}` expired before it was fetched (the service signed it until {expires})")]
+    UrlExpired {
+        /// The file.
+        file: String,
+        /// When the URLs expired, as the service said.
+        expires: String,
+    },
+    /// The base model a downloaded adapter is merged into cannot be found.
+    #[error("cannot find the base model `{name}` to merge the downloaded adapter into")]
+    NoBase {
+        /// The name or path tried.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The service's files are not what a download should give.
+    #[error("the files Tinker gave for `{path}` cannot be exported: {reason}")]
+    BadDownload {
+        /// The checkpoint.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Talking to Tinker failed.
+    #[error(transparent)]
+    Tinker(#[from] crate::backend::tinker::Error),
     /// A flag combination that cannot be honoured (already phrased for the user).
     #[error("{0}")]
     Usage(String),
@@ -78,7 +122,19 @@ impl Error {
     /// Whether the user can fix it (exit code 2): bad input rather than a failure of rlx.
     pub(crate) fn is_user_error(&self) -> bool {
         match self {
-            Error::NotACheckpoint { .. } | Error::NoCheckpoints { .. } | Error::NoBest { .. } | Error::NoStep { .. } | Error::OutNotEmpty { .. } | Error::Remote { .. } | Error::Usage(_) => true,
+            Error::NotACheckpoint { .. }
+            | Error::NoCheckpoints { .. }
+            | Error::NoBest { .. }
+            | Error::NoStep { .. }
+            | Error::OutNotEmpty { .. }
+            | Error::Remote { .. }
+            | Error::Usage(_)
+            | Error::SamplerPath { .. }
+            | Error::UnknownCheckpoint { .. }
+            | Error::UrlExpired { .. }
+            | Error::NoBase { .. } => true,
+            Error::Tinker(e) => e.is_user_error(),
+            Error::BadDownload { .. } => false,
             Error::Run(e) => e.is_user_error(),
             Error::Model(e) => e.is_user_error(),
             Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
@@ -103,6 +159,13 @@ impl Error {
                 ]
             }
             Error::OutNotEmpty { .. } => vec!["choose a new directory with `--out`, or remove this one".into()],
+            Error::SamplerPath { state, .. } => vec![
+                format!("export the training checkpoint saved with it, `{state}` (what `rlx run` records on Tinker): rlx downloads it through `save_weights_external`, as `tinker checkpoint download` does"),
+                "or an `external_weights/` path that `save_weights_external` returned".into(),
+            ],
+            Error::UnknownCheckpoint { detail, .. } => vec![format!("the service says: {detail}"), "list a run's checkpoints with `tinker checkpoint list --run-id RUN_ID`".into()],
+            Error::UrlExpired { .. } => vec!["run the export again: the service signs download URLs for a limited time".into()],
+            Error::NoBase { reason, .. } => vec![reason.clone(), "name the base model's files with `--base PATH` (or a Hugging Face id), or export the adapter alone with `--adapter-only`".into()],
             Error::NotACheckpoint { .. } => vec!["pass `runs/<run-id>`, `runs/<run-id>@STEP` or `runs/<run-id>/checkpoints/step-000011`".into()],
             _ => vec![],
         }

@@ -28,8 +28,8 @@ pub(crate) struct Merged {
     pub(crate) weights: HashMap<String, Tensor>,
     /// The trained adapter, under LoRA.
     pub(crate) adapter: Option<Adapter>,
-    /// The state's header (step, tuning).
-    pub(crate) header: Header,
+    /// How it was tuned (LoRA shape, or a full fine-tune).
+    pub(crate) tuning: Tuning,
     /// The base model's file or directory.
     pub(crate) base: PathBuf,
     /// The base's tokenizer, chat template and special tokens.
@@ -92,7 +92,72 @@ pub(crate) fn load(ck: &Checkpoint, adapter_only: bool) -> Result<Merged, Error>
         // Some tied checkpoints still carry the head; the config decides, as when loading.
         weights.remove("lm_head.weight");
     }
-    Ok(Merged { config: loaded.config, weights, adapter, header, base, prompt })
+    Ok(Merged { config: loaded.config, weights, adapter, tuning: header.options.tuning, base, prompt })
+}
+
+/// A PEFT LoRA adapter directory (`adapter_config.json`, `adapter_model.safetensors`; what
+/// Tinker's external weights of a LoRA model are) merged into the base model at `base`.
+///
+/// # Errors
+/// An unreadable or unsupported adapter (rsLoRA, DoRA, a module the base lacks or of another
+/// shape), an unreadable base.
+pub(crate) fn from_peft(base: &Path, dir: &Path) -> Result<Merged, Error> {
+    let lora = peft_config(dir)?;
+    let path = dir.join("adapter_model.safetensors");
+    let tensors = candle_core::safetensors::load(&path, &Device::Cpu).map_err(|e| Error::Usage(format!("`{}` is not a readable safetensors file: {e}", path.display())))?;
+    let mut params = HashMap::new();
+    for (name, t) in tensors {
+        // PEFT's names: `base_model.model.` + the module path (no adapter name in saved files).
+        let name = name.strip_prefix("base_model.model.").map(str::to_string).unwrap_or(name);
+        params.insert(name, t.to_dtype(DType::F32)?);
+    }
+    let adapter = adapter(&lora, params)?;
+    let loaded = crate::backend::local::load(base)?;
+    let prompt = model_files::read(base).map_err(|e| crate::backend::Error::Model { path: base.to_path_buf(), reason: e.to_string() })?;
+    let mut weights = loaded.weights;
+    merge_lora(&mut weights, &adapter, dir)?;
+    if loaded.config.tie_word_embeddings {
+        weights.remove("lm_head.weight");
+    }
+    Ok(Merged { config: loaded.config, weights, adapter: Some(adapter), tuning: Tuning::Lora(lora), base: base.to_path_buf(), prompt })
+}
+
+/// A full model directory (`config.json` and safetensors) as it is, for writers that take a
+/// [`Merged`] (the GGUF of a downloaded full fine-tune).
+///
+/// # Errors
+/// An unreadable model.
+pub(crate) fn whole(dir: &Path) -> Result<Merged, Error> {
+    let loaded = crate::backend::local::load(dir)?;
+    let prompt = model_files::read(dir).map_err(|e| crate::backend::Error::Model { path: dir.to_path_buf(), reason: e.to_string() })?;
+    let mut weights = loaded.weights;
+    if loaded.config.tie_word_embeddings {
+        weights.remove("lm_head.weight");
+    }
+    Ok(Merged { config: loaded.config, weights, adapter: None, tuning: Tuning::Full, base: dir.to_path_buf(), prompt })
+}
+
+/// The LoRA shape an `adapter_config.json` describes.
+///
+/// # Errors
+/// A missing or unreadable file, no rank or α, rsLoRA or DoRA (whose updates are not
+/// `(α/r)·B·A`).
+pub(crate) fn peft_config(dir: &Path) -> Result<LoraConfig, Error> {
+    let path = dir.join("adapter_config.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io { action: "read", path: path.clone(), source })?;
+    let bad = |what: &str| Error::Usage(format!("`{}` is not a PEFT LoRA config: {what}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(&e.to_string()))?;
+    if v["use_rslora"] == true || v["use_dora"] == true {
+        return Err(bad("rsLoRA and DoRA adapters are not merged by rlx (their update is not `(α/r)·B·A`)"));
+    }
+    let rank = v["r"].as_u64().filter(|r| *r > 0).ok_or_else(|| bad("no positive `r`"))?;
+    let alpha = v["lora_alpha"].as_f64().ok_or_else(|| bad("no `lora_alpha`"))?;
+    let targets = match &v["target_modules"] {
+        serde_json::Value::String(s) => vec![s.clone()],
+        serde_json::Value::Array(a) => a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect(),
+        _ => vec![],
+    };
+    Ok(LoraConfig { rank: rank as usize, alpha, targets })
 }
 
 /// `state.json`.

@@ -18,18 +18,21 @@
 //! local backend's loader), and writes files; it never opens a backend or runs a model.
 
 mod card;
+mod download;
 mod error;
 mod gguf;
 mod hf;
 pub(crate) mod locate;
 mod merge;
 mod peft;
+mod remote;
 mod staging;
 
 use std::path::{Path, PathBuf};
 
 pub(crate) use error::Error;
 pub(crate) use locate::Checkpoint;
+pub(crate) use remote::export as export_remote;
 
 /// What to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,19 +109,59 @@ pub(crate) fn export(req: &Request) -> Result<Report, Error> {
     }
     let stage = staging::Staging::begin(&req.out)?;
     let merged = merge::load(&checkpoint, req.adapter_only)?;
-    let info = card::Info::gather(&checkpoint, &merged, req.format, dtype, req.adapter_only);
-    match (req.format, req.adapter_only) {
-        (Format::Hf, true) => peft::write(stage.path(), &merged, &info.base_name)?,
-        (Format::Hf, false) => hf::write(stage.path(), &merged, dtype)?,
-        (Format::Gguf, _) => {
-            let name = format!("{} {}", info.run_id.as_deref().unwrap_or("rlx"), checkpoint.name);
-            gguf::write(&stage.path().join(gguf::file_name(dtype)), &merged, dtype, &name)?;
-        }
-    }
-    card::write(stage.path(), &info, &merged.base)?;
+    let info = card::Info::gather(&checkpoint, &merged.tuning, &merged.base.display().to_string(), req.format, Some(dtype), req.adapter_only);
+    write_weights(stage.path(), &merged, req.format, req.adapter_only, dtype, &info)?;
+    card::write(stage.path(), &info, Some(&merged.base))?;
     let files = list(stage.path())?;
     let out = stage.commit()?;
     Ok(Report { checkpoint, out, files })
+}
+
+/// The checkpoint `arg` names: a `tinker://` path as it is, else what [`locate::locate`] finds
+/// (a run directory whose checkpoints are on Tinker gives their `tinker://` paths).
+///
+/// # Errors
+/// As [`locate::locate`]; a `tinker://` string that is not a checkpoint path.
+pub(crate) fn locate_any(arg: &str) -> Result<Checkpoint, Error> {
+    if arg.starts_with("tinker://") {
+        let p = crate::tinker::TinkerPath::parse(arg).map_err(|e| Error::Usage(e.to_string()))?;
+        return Ok(Checkpoint { state: PathBuf::from(arg), name: p.name, step: None, run: None });
+    }
+    locate::locate(arg)
+}
+
+/// Writes the PEFT adapter of the LoRA trainer state at `state` into the directory `out` (which
+/// appears only once complete), naming `base_name` as its base model: `rlx serve`'s external
+/// weights. Returns each file's name and size.
+///
+/// # Errors
+/// A state that is not LoRA or does not fit its base, a non-empty `out`, I/O failures.
+pub(crate) fn adapter_files(state: &Path, out: &Path, base_name: &str) -> Result<Vec<(String, u64)>, Error> {
+    let ck = Checkpoint { state: state.to_path_buf(), name: String::new(), step: None, run: None };
+    let stage = staging::Staging::begin(out)?;
+    let merged = merge::load(&ck, true)?;
+    peft::write(stage.path(), &merged, base_name)?;
+    let mut files = vec![];
+    for name in list(stage.path())? {
+        let p = stage.path().join(&name);
+        let size = std::fs::metadata(&p).map_err(|source| Error::Io { action: "read", path: p.clone(), source })?.len();
+        files.push((name, size));
+    }
+    stage.commit()?;
+    Ok(files)
+}
+
+/// The weights in the format asked for: a PEFT adapter, a Hugging Face directory, or a GGUF file
+/// (named after the run and checkpoint in `info`).
+fn write_weights(dir: &Path, merged: &merge::Merged, format: Format, adapter_only: bool, dtype: Dtype, info: &card::Info) -> Result<(), Error> {
+    match (format, adapter_only) {
+        (Format::Hf, true) => peft::write(dir, merged, &info.base_name),
+        (Format::Hf, false) => hf::write(dir, merged, dtype),
+        (Format::Gguf, _) => {
+            let name = format!("{} {}", info.run_id.as_deref().unwrap_or("rlx"), info.checkpoint);
+            gguf::write(&dir.join(gguf::file_name(dtype)), merged, dtype, &name)
+        }
+    }
 }
 
 fn check_dtype(req: &Request, dtype: Dtype) -> Result<(), Error> {

@@ -2,7 +2,10 @@
 //! Python SDK (`tinker==0.38.0`) and for rlx's own Tinker backend to drive it
 //! (the protocol of the `tinker` SDK 0.38.0 (https://github.com/thinking-machines-lab/tinker); docs/backends.md lists what is served).
 //!
-//! - [`routes`]: HTTP in and out (hyper 1, as the sandbox server), one handler per endpoint.
+//! - [`routes`]: HTTP in and out (hyper 1, as the sandbox server), one handler per endpoint;
+//!   [`reply`]: the answer and error shapes they share.
+//! - [`checkpoints`]: the REST endpoints over checkpoints (listing, TTL, delete, the download URLs
+//!   of external weights) and [`signed`], the URLs' tokens.
 //! - [`futures`]: request ids, results, deduplication of resubmitted requests.
 //! - [`sessions`]: client sessions and sampling sessions.
 //! - [`models`]: the served base model and the training models (one local trainer each, fed in
@@ -14,12 +17,15 @@
 //! seams (`backend::local` handles); the wire types are [`crate::tinker`]'s, shared with the
 //! client.
 
+pub(crate) mod checkpoints;
 pub(crate) mod faults;
 pub(crate) mod futures;
 pub(crate) mod models;
 pub(crate) mod record;
+pub(crate) mod reply;
 pub(crate) mod routes;
 pub(crate) mod sessions;
+pub(crate) mod signed;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -47,6 +53,8 @@ pub(crate) struct Options {
     /// How long `retrieve_future` holds a poll before answering `try_again` (below the SDK's
     /// 45 s read timeout).
     pub long_poll: Duration,
+    /// How long a signed download URL works.
+    pub signed_url_ttl: Duration,
 }
 
 /// Everything the handlers share.
@@ -65,6 +73,10 @@ pub(crate) struct State {
     pub api_key: Option<String>,
     /// `retrieve_future` hold time.
     pub long_poll: Duration,
+    /// Signed download URLs issued.
+    pub signed: signed::Urls,
+    /// How long a signed URL works.
+    pub url_ttl: Duration,
 }
 
 /// Why the server cannot start.
@@ -106,6 +118,8 @@ impl State {
             record,
             api_key: o.api_key,
             long_poll: o.long_poll,
+            signed: signed::Urls::default(),
+            url_ttl: o.signed_url_ttl,
         }))
     }
 }

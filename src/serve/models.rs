@@ -9,19 +9,23 @@
 //! submission order however the replies are awaited.
 //!
 //! Checkpoints: `tinker://<model_id>/weights/<name>` is `<state_dir>/<model_id>/weights/<name>`
-//! (a local trainer state: weights and Adam moments), `sampler_weights` likewise; each model
-//! directory holds `model.json` (base model, LoRA layout) so a checkpoint can be reopened after
-//! a restart.
+//! (a local trainer state: weights and Adam moments), `sampler_weights` likewise;
+//! `external_weights/<name>` is a PEFT adapter directory (what `save_weights_external` writes
+//! and signed URLs serve). Each model directory holds `model.json` (base model, LoRA layout) so
+//! a checkpoint can be reopened after a restart. A checkpoint with a TTL has its expiry beside
+//! it (`.<name>.expires`, Unix seconds); once past it the checkpoint is deleted when next looked
+//! at, so it is gone for every endpoint at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use tokio::sync::mpsc;
 
 use crate::backend::{self, Policy, Sampler, Trainer, local};
 use crate::seam::{Finetune, LoraConfig, StateRef};
-use crate::tinker::TinkerPath;
+use crate::tinker::{CheckpointKind, TinkerPath};
 
 /// The served base model.
 #[derive(Debug, Clone)]
@@ -120,8 +124,6 @@ pub(crate) type Job = Box<dyn FnOnce(&Result<Arc<dyn Trainer>, String>) + Send>;
 pub(crate) struct TrainingModel {
     /// Its facts.
     pub meta: Meta,
-    /// Its directory (checkpoints, `model.json`).
-    pub dir: PathBuf,
     jobs: mpsc::UnboundedSender<(u64, Job)>,
 }
 
@@ -176,12 +178,90 @@ impl Registry {
     /// # Errors
     /// A path this state directory has no checkpoint for.
     pub(crate) fn meta_of(&self, p: &TinkerPath) -> Result<Meta, String> {
-        if !self.checkpoint_dir(p).join("state.json").exists() {
+        if !self.exists(p) {
             return Err(format!("no checkpoint `{p}` in this server's state directory `{}`", self.state_dir.display()));
+        }
+        if p.kind == CheckpointKind::External {
+            return Err(format!("`{p}` is external weights (Hugging Face files to download): it cannot be trained or sampled from; use the `weights/` or `sampler_weights/` checkpoint it was exported from"));
         }
         let mp = self.model_dir(&p.training_run_id).join("model.json");
         let text = std::fs::read_to_string(&mp).map_err(|e| format!("cannot read `{}`: {e}", mp.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("`{}` is not a model description: {e}", mp.display()))
+    }
+
+    /// Whether checkpoint `p` is there and has not expired (an expired one is deleted now).
+    pub(crate) fn exists(&self, p: &TinkerPath) -> bool {
+        let dir = self.checkpoint_dir(p);
+        let there = match p.kind {
+            CheckpointKind::State | CheckpointKind::Sampler => dir.join("state.json").is_file(),
+            // Written through a staging directory: present means complete.
+            CheckpointKind::External => dir.is_dir(),
+        };
+        if there && self.expires_at(p).is_some_and(|t| t <= SystemTime::now()) {
+            tracing::info!("checkpoint `{p}` expired; deleting it");
+            let _ = self.delete(p);
+            return false;
+        }
+        there
+    }
+
+    fn expiry_file(&self, p: &TinkerPath) -> PathBuf {
+        self.model_dir(&p.training_run_id).join(p.kind.segment()).join(format!(".{}.expires", p.name))
+    }
+
+    /// When checkpoint `p` expires (`None`: never).
+    pub(crate) fn expires_at(&self, p: &TinkerPath) -> Option<SystemTime> {
+        let secs: u64 = std::fs::read_to_string(self.expiry_file(p)).ok()?.trim().parse().ok()?;
+        Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+    }
+
+    /// Sets (or, with `None`, removes) the expiry of `p`.
+    ///
+    /// # Errors
+    /// I/O failures.
+    pub(crate) fn set_expiry(&self, p: &TinkerPath, at: Option<SystemTime>) -> std::io::Result<()> {
+        let f = self.expiry_file(p);
+        match at {
+            Some(t) => std::fs::write(&f, t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs().to_string()),
+            None if f.exists() => std::fs::remove_file(&f),
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes checkpoint `p` (its files and its expiry); whether it was there.
+    ///
+    /// # Errors
+    /// I/O failures.
+    pub(crate) fn delete(&self, p: &TinkerPath) -> std::io::Result<bool> {
+        let dir = self.checkpoint_dir(p);
+        let _ = std::fs::remove_file(self.expiry_file(p));
+        if !dir.exists() {
+            return Ok(false);
+        }
+        std::fs::remove_dir_all(&dir)?;
+        Ok(true)
+    }
+
+    /// The checkpoints of kind `kind` of model `model_id` that exist: `(written, name, bytes)`,
+    /// oldest first.
+    pub(crate) fn list(&self, model_id: &str, kind: CheckpointKind) -> Vec<(SystemTime, String, u64)> {
+        let dir = self.model_dir(model_id).join(kind.segment());
+        let mut found: Vec<(SystemTime, String, u64)> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            // Hidden entries are expiry files and staging directories.
+            .filter(|name| !name.starts_with('.'))
+            .filter(|name| self.exists(&TinkerPath { training_run_id: model_id.to_string(), kind, name: name.clone() }))
+            .map(|name| {
+                let path = dir.join(&name);
+                let written = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+                (written, name, size(&path))
+            })
+            .collect();
+        found.sort();
+        found
     }
 
     /// A training model.
@@ -198,7 +278,7 @@ impl Registry {
         }
         let dir = self.model_dir(&meta.model_id);
         let (jobs, rx) = mpsc::unbounded_channel();
-        let model = Arc::new(TrainingModel { meta: meta.clone(), dir: dir.clone(), jobs });
+        let model = Arc::new(TrainingModel { meta: meta.clone(), jobs });
         models.insert(meta.model_id.clone(), model.clone());
         let open = open_trainer(self.base.path.clone(), meta.lora.clone(), meta.seed, dir.clone(), self.threads);
         tokio::spawn(async move {
@@ -259,6 +339,19 @@ impl Registry {
         samplers.insert(key, s.clone());
         Ok(s)
     }
+}
+
+/// The bytes of the files under `dir`.
+fn size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => size(&e.path()),
+            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+        })
+        .sum()
 }
 
 /// The adapter layout for Tinker's `lora_config`: attention and/or MLP projections. rlx puts no

@@ -20,12 +20,14 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use prost::Message as _;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use super::State;
+use super::checkpoints;
 use super::faults::Fault;
+use super::reply::{Body, Handled, Reply, bad, error_body, model, not_found, parse};
+use super::signed;
 use super::futures::{FutureResult, Submitted};
 use super::models::{Meta, Start};
 use super::sessions::SamplingSession;
@@ -70,51 +72,6 @@ impl std::fmt::Display for Dropped {
 
 impl std::error::Error for Dropped {}
 
-/// A response body.
-enum Body {
-    Json(Value),
-    Proto(Vec<u8>),
-    Empty,
-}
-
-/// A handler's answer, with what the record needs.
-struct Reply {
-    status: StatusCode,
-    body: Body,
-    /// Submissions: whether this resubmitted an accepted request.
-    duplicate: Option<bool>,
-}
-
-impl Reply {
-    fn ok(v: Value) -> Self {
-        Reply { status: StatusCode::OK, body: Body::Json(v), duplicate: None }
-    }
-    /// Every protocol reply goes through here, from its `tinker::wire` type.
-    fn json<T: serde::Serialize>(v: &T) -> Self {
-        Self::ok(serde_json::to_value(v).expect("wire types serialise"))
-    }
-    fn error(status: StatusCode, detail: impl Into<String>) -> Self {
-        Reply { status, body: Body::Json(error_body(detail)), duplicate: None }
-    }
-    fn submitted(s: &Submitted, extra: wire::UntypedApiFuture) -> Self {
-        let mut r = Self::json(&extra);
-        r.duplicate = Some(matches!(s, Submitted::Duplicate { .. }));
-        r
-    }
-}
-
-fn error_body(detail: impl Into<String>) -> Value {
-    serde_json::to_value(wire::ErrorBody { detail: detail.into() }).expect("wire types serialise")
-}
-
-fn bad(detail: impl Into<String>) -> Reply {
-    Reply::error(StatusCode::BAD_REQUEST, detail)
-}
-
-fn not_found(detail: impl Into<String>) -> Reply {
-    Reply::error(StatusCode::NOT_FOUND, detail)
-}
-
 async fn handle(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Dropped> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
@@ -130,7 +87,7 @@ async fn handle(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<F
     let mut line = serde_json::Map::new();
     line.insert("time".into(), json!(super::record::now()));
     line.insert("method".into(), json!(parts.method.as_str()));
-    line.insert("path".into(), json!(path));
+    line.insert("path".into(), json!(checkpoints::redact(&path)));
     // Decoding bodies for the record costs a protobuf decode per forward_backward: only when
     // recording.
     if state.record.is_some() {
@@ -152,8 +109,10 @@ async fn handle(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<F
         Fault::Status { code, after: false } => Some(Reply::error(StatusCode::from_u16(code).expect("5xx"), "server error (injected fault)")),
         Fault::Drop { after: false } => None,
         _ => {
+            // A signed download URL is its own credential (the SDK fetches it without a key).
+            let signed = path.starts_with(signed::PREFIX);
             let reply = match (&state.api_key, &body) {
-                (Some(key), _) if parts.headers.get(header::API_KEY).and_then(|v| v.to_str().ok()) != Some(key.as_str()) => {
+                (Some(key), _) if !signed && parts.headers.get(header::API_KEY).and_then(|v| v.to_str().ok()) != Some(key.as_str()) => {
                     Reply::error(StatusCode::UNAUTHORIZED, "missing or wrong `X-API-Key` (this server was started with an API key)")
                 }
                 (_, Err(e)) => bad(e.clone()),
@@ -194,6 +153,7 @@ async fn handle(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<F
         Body::Json(v) => resp.header("content-type", content_type::JSON).body(Full::new(Bytes::from(v.to_string()))),
         Body::Proto(b) => resp.header("content-type", content_type::PROTOBUF).body(Full::new(Bytes::from(b))),
         Body::Empty => resp.header("content-type", content_type::JSON).body(Full::new(Bytes::from_static(b"null"))),
+        Body::Bytes(b) => resp.header("content-type", "application/octet-stream").body(Full::new(Bytes::from(b))),
     };
     Ok(resp.expect("static response parts are valid"))
 }
@@ -211,10 +171,6 @@ fn body_json(headers: &HeaderMap, path: &str, b: &Bytes) -> Value {
 
 fn is_protobuf(headers: &HeaderMap) -> bool {
     headers.get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(content_type::PROTOBUF))
-}
-
-fn parse<T: DeserializeOwned>(b: &[u8], what: &str) -> Result<T, Reply> {
-    serde_json::from_slice(b).map_err(|e| bad(format!("invalid `{what}` body: {e}")))
 }
 
 async fn route(state: &Arc<State>, method: &Method, path: &str, headers: &HeaderMap, b: &[u8]) -> Reply {
@@ -237,17 +193,17 @@ async fn route(state: &Arc<State>, method: &Method, path: &str, headers: &Header
         (&Method::POST, p::ASAMPLE) => asample(state, b),
         (&Method::POST, p::RETRIEVE_FUTURE) => retrieve_future(state, headers, b).await,
         (&Method::POST, p::WEIGHTS_INFO) => weights_info(state, b),
+        (&Method::POST, p::SAVE_WEIGHTS_EXTERNAL) => save_weights_external(state, b),
         (&Method::POST, _) if path.starts_with("/api/v1/sessions/") && path.ends_with("/finish") => {
             finish_session(state, &path["/api/v1/sessions/".len()..path.len() - "/finish".len()], b)
         }
         (&Method::GET, _) if path.starts_with("/api/v1/samplers/") => get_sampler(state, &path["/api/v1/samplers/".len()..]),
-        (&Method::GET, _) if path.starts_with("/api/v1/training_runs/") => training_run(state, &path["/api/v1/training_runs/".len()..]),
+        (_, _) if path.starts_with("/api/v1/training_runs/") => checkpoints::training_runs(state, method, &path["/api/v1/training_runs/".len()..], headers, b),
+        (&Method::GET, _) if path.starts_with(signed::PREFIX) => checkpoints::file(state, &path[signed::PREFIX.len()..]),
         _ => Err(not_found(format!("`{method} {path}` is not an endpoint of rlx serve (see docs/backends.md for what it implements)"))),
     };
     r.unwrap_or_else(|e| e)
 }
-
-type Handled = Result<Reply, Reply>;
 
 /// One sampler reply: the completions of each request.
 type SampleReply = Vec<Vec<seam::SampledSequence>>;
@@ -313,10 +269,6 @@ fn create_model(state: &Arc<State>, b: &[u8]) -> Handled {
         }
     }
     Ok(reply)
-}
-
-fn model(state: &Arc<State>, model_id: &str) -> Result<Arc<super::models::TrainingModel>, Reply> {
-    state.registry.get(model_id).ok_or_else(|| not_found(format!("unknown model `{model_id}` (models do not survive a restart of `rlx serve`; reopen a checkpoint with create_training_client_from_state)")))
 }
 
 fn get_info(state: &Arc<State>, b: &[u8]) -> Handled {
@@ -498,6 +450,49 @@ fn save_weights_for_sampler(state: &Arc<State>, b: &[u8]) -> Handled {
     }
 }
 
+/// `save_weights_external`: the model's current weights, saved as a trainer state in a hidden
+/// scratch directory, written as a PEFT adapter (the exporter's `--adapter-only` files, which is
+/// what Tinker's external weights of a LoRA model are) into `external_weights/<name>` through a
+/// staging directory, the scratch state removed.
+fn save_weights_external(state: &Arc<State>, b: &[u8]) -> Handled {
+    let r: wire::SaveWeightsExternalRequest = parse(b, "save_weights_external")?;
+    let m = model(state, &r.model_id)?;
+    let path = TinkerPath { training_run_id: r.model_id.clone(), kind: tinker::CheckpointKind::External, name: r.path.clone() };
+    let check = checkpoint_name(&r.path)
+        .and_then(|()| if r.path.starts_with('.') { Err(format!("checkpoint name `{}` must not start with `.`", r.path)) } else { Ok(()) })
+        .and_then(|()| checkpoints::check_ttl(r.ttl_seconds))
+        .and_then(|()| if r.age_encryption_recipients.as_ref().is_some_and(|v| !v.is_empty()) { Err("age encryption of external weights is not supported by rlx serve".into()) } else { Ok(()) })
+        .and_then(|()| if state.registry.exists(&path) { Err(format!("checkpoint `{path}` exists; delete it first or choose another name")) } else { Ok(()) });
+    let (st, base_name, ttl) = (state.clone(), m.meta.base_model.clone(), r.ttl_seconds);
+    submit_training(state, RequestType::SaveWeightsExternal, &r.model_id, r.seq_id, move |t, completion| match check {
+        Err(e) => completion.fail(ErrorCategory::User, e),
+        Ok(()) => {
+            let saved = t.save_state(&format!(".external-state/{}", path.name));
+            tokio::spawn(async move {
+                let written = async {
+                    let state_ref = saved.await.map_err(|e| (category(&e), e.to_string()))?;
+                    let scratch = std::path::PathBuf::from(state_ref.0);
+                    let out = st.registry.checkpoint_dir(&path);
+                    let files = tokio::task::spawn_blocking(move || {
+                        let r = crate::export::adapter_files(&scratch, &out, &base_name);
+                        let _ = std::fs::remove_dir_all(&scratch);
+                        r
+                    });
+                    let files = files.await.map_err(|e| (ErrorCategory::Server, e.to_string()))?.map_err(|e| (ErrorCategory::Server, crate::causes::causes(&e).join(": ")))?;
+                    if let Some(ttl) = ttl {
+                        st.registry.set_expiry(&path, Some(std::time::SystemTime::now() + Duration::from_secs(ttl))).map_err(|e| (ErrorCategory::Server, e.to_string()))?;
+                    }
+                    Ok::<_, (ErrorCategory, String)>(files.iter().map(|(_, n)| n).sum::<u64>())
+                };
+                match written.await {
+                    Ok(size) => completion.finish(FutureResult::json(&wire::SaveWeightsExternalResponse { path: path.to_string(), size_bytes: Some(size), r#type: Some(Default::default()) })),
+                    Err((cat, e)) => completion.fail(cat, format!("cannot export `{path}`: {e}")),
+                }
+            });
+        }
+    })
+}
+
 fn load_weights(state: &Arc<State>, b: &[u8]) -> Handled {
     let r: wire::LoadWeightsRequest = parse(b, "load_weights")?;
     let path = TinkerPath::parse(&r.path).map_err(|e| bad(e.to_string()))?;
@@ -658,55 +653,6 @@ fn weights_info(state: &Arc<State>, b: &[u8]) -> Handled {
         train_unembed: false,
         train_mlp: meta.lora.targets.iter().any(|t| t == "up_proj"),
         train_attn: meta.lora.targets.iter().any(|t| t == "q_proj"),
-    }))
-}
-
-fn training_run(state: &Arc<State>, rest: &str) -> Handled {
-    let (id, checkpoints) = match rest.strip_suffix("/checkpoints") {
-        Some(id) => (id, true),
-        None => (rest, false),
-    };
-    let m = model(state, id)?;
-    let list = |kind: tinker::CheckpointKind| -> Vec<wire::Checkpoint> {
-        let dir = m.dir.join(kind.segment());
-        let mut names: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.path().join("state.json").exists())
-            .map(|e| (e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH), e.file_name().to_string_lossy().into_owned()))
-            .collect();
-        names.sort();
-        names
-            .into_iter()
-            .map(|(t, name)| {
-                let path = TinkerPath { training_run_id: id.to_string(), kind, name: name.clone() };
-                wire::Checkpoint {
-                    checkpoint_id: format!("{}/{name}", kind.segment()),
-                    checkpoint_type: if kind == tinker::CheckpointKind::State { "training" } else { "sampler" }.into(),
-                    time: humantime::format_rfc3339_millis(t).to_string(),
-                    tinker_path: path.to_string(),
-                    size_bytes: None,
-                    public: false,
-                }
-            })
-            .collect()
-    };
-    let (states, samplers) = (list(tinker::CheckpointKind::State), list(tinker::CheckpointKind::Sampler));
-    if checkpoints {
-        return Ok(Reply::json(&wire::CheckpointsListResponse { checkpoints: states.into_iter().chain(samplers).collect(), cursor: None }));
-    }
-    Ok(Reply::json(&wire::TrainingRun {
-        training_run_id: id.to_string(),
-        base_model: m.meta.base_model.clone(),
-        model_owner: "rlx".into(),
-        is_lora: true,
-        corrupted: false,
-        lora_rank: Some(m.meta.lora.rank as u32),
-        last_request_time: super::record::now(),
-        last_checkpoint: states.last().cloned(),
-        last_sampler_checkpoint: samplers.last().cloned(),
-        user_metadata: m.meta.user_metadata.clone(),
     }))
 }
 

@@ -89,6 +89,25 @@ pub(crate) mod path {
     pub(crate) const TELEMETRY: &str = "/api/v1/telemetry";
     /// Checkpoint facts.
     pub(crate) const WEIGHTS_INFO: &str = "/api/v1/weights_info";
+    /// Export the model's weights in Hugging Face's format (future).
+    pub(crate) const SAVE_WEIGHTS_EXTERNAL: &str = "/api/v1/save_weights_external";
+    /// Training runs; `{TRAINING_RUNS}/{run_id}/checkpoints/{checkpoint_id}[/ttl|/external_weights_urls]`.
+    pub(crate) const TRAINING_RUNS: &str = "/api/v1/training_runs";
+
+    /// `GET`: signed download URLs of an external-weights checkpoint's files.
+    pub(crate) fn external_weights_urls(p: &super::TinkerPath) -> String {
+        format!("{}/external_weights_urls", checkpoint(p))
+    }
+
+    /// `PUT {"ttl_seconds": …}`: set or remove a checkpoint's expiry.
+    pub(crate) fn ttl(p: &super::TinkerPath) -> String {
+        format!("{}/ttl", checkpoint(p))
+    }
+
+    /// `DELETE`: a checkpoint (its `checkpoint_id` contains a `/`, kept as is, as the SDK sends it).
+    pub(crate) fn checkpoint(p: &super::TinkerPath) -> String {
+        format!("{TRAINING_RUNS}/{}/checkpoints/{}", p.training_run_id, p.checkpoint_id())
+    }
 }
 
 /// What a future will hold: the SDK's `X-Tinker-Request-Type` values.
@@ -110,6 +129,8 @@ pub(crate) enum RequestType {
     LoadWeights,
     /// `asample`.
     Sample,
+    /// `save_weights_external`.
+    SaveWeightsExternal,
 }
 
 impl RequestType {
@@ -124,6 +145,7 @@ impl RequestType {
             RequestType::SaveWeightsForSampler => "SaveWeightsForSampler",
             RequestType::LoadWeights => "LoadWeights",
             RequestType::Sample => "Sample",
+            RequestType::SaveWeightsExternal => "SaveWeightsExternal",
         }
     }
 }
@@ -158,6 +180,9 @@ pub(crate) enum CheckpointKind {
     State,
     /// `sampler_weights`: weights to sample from, `save_weights_for_sampler`.
     Sampler,
+    /// `external_weights`: the weights in Hugging Face's format (a PEFT adapter for a LoRA
+    /// model), `save_weights_external`; the only kind SDK 0.38 downloads.
+    External,
 }
 
 impl CheckpointKind {
@@ -166,11 +191,21 @@ impl CheckpointKind {
         match self {
             CheckpointKind::State => "weights",
             CheckpointKind::Sampler => "sampler_weights",
+            CheckpointKind::External => "external_weights",
+        }
+    }
+
+    /// `checkpoint_type` in a listing.
+    pub(crate) fn checkpoint_type(self) -> &'static str {
+        match self {
+            CheckpointKind::State => "training",
+            CheckpointKind::Sampler => "sampler",
+            CheckpointKind::External => "external",
         }
     }
 }
 
-/// A parsed `tinker://<training_run_id>/<weights|sampler_weights>/<name>`: exactly three
+/// A parsed `tinker://<training_run_id>/<weights|sampler_weights|external_weights>/<name>`: exactly three
 /// segments after the scheme (the run id, which is a model id, contains colons).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct TinkerPath {
@@ -184,7 +219,7 @@ pub(crate) struct TinkerPath {
 
 /// Why a string is not a [`TinkerPath`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{path}` is not a tinker path: {reason} (expected `tinker://<model_id>/weights/<name>` or `tinker://<model_id>/sampler_weights/<name>`)")]
+#[error("`{path}` is not a tinker path: {reason} (expected `tinker://<model_id>/<weights|sampler_weights|external_weights>/<name>`)")]
 pub(crate) struct PathError {
     /// The string.
     pub path: String,
@@ -206,12 +241,18 @@ impl TinkerPath {
         let kind = match *kind {
             "weights" => CheckpointKind::State,
             "sampler_weights" => CheckpointKind::Sampler,
-            _ => return Err(bad("the second segment is neither `weights` nor `sampler_weights`")),
+            "external_weights" => CheckpointKind::External,
+            _ => return Err(bad("the second segment is not `weights`, `sampler_weights` or `external_weights`")),
         };
         if run.is_empty() || name.is_empty() || matches!(*name, "." | "..") {
             return Err(bad("a segment is empty or `.`/`..`"));
         }
         Ok(TinkerPath { training_run_id: run.to_string(), kind, name: name.to_string() })
+    }
+
+    /// `weights/<name>`: the id the checkpoint endpoints take.
+    pub(crate) fn checkpoint_id(&self) -> String {
+        format!("{}/{}", self.kind.segment(), self.name)
     }
 }
 
@@ -234,6 +275,9 @@ mod tests {
         let p = TinkerPath::parse("tinker://sess-1:train:0/weights/000001").unwrap();
         assert_eq!((p.training_run_id.as_str(), p.kind, p.name.as_str()), ("sess-1:train:0", CheckpointKind::State, "000001"));
         assert_eq!(p.to_string(), "tinker://sess-1:train:0/weights/000001");
+        let e = TinkerPath::parse("tinker://a:train:0/external_weights/hf").unwrap();
+        assert_eq!((e.kind, e.checkpoint_id()), (CheckpointKind::External, "external_weights/hf".to_string()));
+        assert_eq!(path::external_weights_urls(&e), "/api/v1/training_runs/a:train:0/checkpoints/external_weights/hf/external_weights_urls");
         for bad in ["http://x/weights/a", "tinker://x/weights", "tinker://x/other/a", "tinker://x/weights/a/b", "tinker://x/weights/.."] {
             assert!(TinkerPath::parse(bad).is_err(), "{bad}");
         }

@@ -67,6 +67,8 @@ pub(crate) mod literal {
         SaveWeightsForSampler = "save_weights_for_sampler";
         /// `"load_weights"`.
         LoadWeights = "load_weights";
+        /// `"save_weights_external"`.
+        SaveWeightsExternal = "save_weights_external";
         /// `"create_sampling_session"`.
         CreateSamplingSession = "create_sampling_session";
         /// `"sample"` (the `asample` request).
@@ -549,6 +551,57 @@ pub(crate) struct SaveWeightsResponse {
     pub r#type: Option<literal::SaveWeights>,
 }
 
+/// `POST /api/v1/save_weights_external` (a future): the model's current weights in Hugging
+/// Face's format, as an `external_weights` checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SaveWeightsExternalRequest {
+    /// The model.
+    pub model_id: String,
+    /// The checkpoint's name.
+    pub path: String,
+    /// Its next seq id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_id: Option<u64>,
+    /// Expiry, 3600 s to 10 years (absent: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u64>,
+    /// age recipients to encrypt every file to (files then end in `.age`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_encryption_recipients: Option<Vec<String>>,
+    /// `"save_weights_external"`.
+    #[serde(default)]
+    pub r#type: literal::SaveWeightsExternal,
+}
+
+/// `save_weights_external` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SaveWeightsExternalResponse {
+    /// `tinker://<model_id>/external_weights/<name>`.
+    pub path: String,
+    /// The files' total size.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    /// `"save_weights_external"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r#type: Option<literal::SaveWeightsExternal>,
+}
+
+/// `GET …/checkpoints/external_weights/{name}/external_weights_urls`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ExternalWeightsUrlsResponse {
+    /// A signed download URL per file, keyed by the file's path relative to the checkpoint.
+    pub urls: BTreeMap<String, String>,
+    /// When the URLs stop working (RFC 3339).
+    pub expires: String,
+}
+
+/// `PUT …/checkpoints/{checkpoint_id}/ttl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CheckpointTtlRequest {
+    /// Seconds from now, 3600 to 10 years; `null` removes the expiry.
+    pub ttl_seconds: Option<u64>,
+}
+
 /// `POST /api/v1/save_weights_for_sampler` (a future). Named (`path`) it writes sampler weights;
 /// unnamed (`sampling_session_seq_id`) it answers a sampling session on the current weights.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -851,9 +904,9 @@ fn one_u64() -> u64 {
 /// A checkpoint in a training run's listing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Checkpoint {
-    /// `weights/<name>` or `sampler_weights/<name>`.
+    /// `weights/<name>`, `sampler_weights/<name>` or `external_weights/<name>`.
     pub checkpoint_id: String,
-    /// `training` or `sampler`.
+    /// `training`, `sampler` or `external`.
     pub checkpoint_type: String,
     /// RFC 3339.
     pub time: String,
@@ -865,6 +918,9 @@ pub(crate) struct Checkpoint {
     /// Published.
     #[serde(default)]
     pub public: bool,
+    /// When it expires (RFC 3339; absent: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
 }
 
 /// `GET /api/v1/training_runs/{id}`.
@@ -993,6 +1049,16 @@ mod tests {
         let s: SamplingParams = serde_json::from_value(json!({"stop": ["</s>"]})).unwrap();
         assert_eq!(s.stop, Some(StopSpec::Texts(vec!["</s>".into()])));
         assert_eq!((s.temperature, s.top_k, s.top_p), (1.0, -1, 1.0));
+    }
+
+    #[test]
+    fn external_weights_bodies() {
+        let r: SaveWeightsExternalRequest = round_trip(r#"{"model_id":"s:train:0","path":"download","seq_id":1,"ttl_seconds":3600,"type":"save_weights_external"}"#);
+        assert_eq!((r.path.as_str(), r.ttl_seconds), ("download", Some(3600)));
+        round_trip::<SaveWeightsExternalResponse>(r#"{"path":"tinker://s:train:0/external_weights/download","size_bytes":123,"type":"save_weights_external"}"#);
+        let u: ExternalWeightsUrlsResponse = round_trip(r#"{"urls":{"adapter_config.json":"http://h/f/t/adapter_config.json"},"expires":"2026-01-01T00:00:00Z"}"#);
+        assert_eq!(u.urls.len(), 1);
+        round_trip::<CheckpointTtlRequest>(r#"{"ttl_seconds":null}"#);
     }
 
     #[test]

@@ -25,7 +25,8 @@ const LAYERS: &[&[&str]] = &[
     &["plan"],
     &["runlog"],
     &["health"],
-    &["engine", "compare", "serve", "sweep_sample", "sweep_slurm", "export"],
+    &["engine", "compare", "sweep_sample", "sweep_slurm", "export"],
+    &["serve"],
     &["cli"],
 ];
 

@@ -24,12 +24,12 @@ use crate::common::{TestContext, jsonl, python_env, repo};
 /// transformers + PEFT on CPU, pinned.
 pub(crate) const HF_REQUIREMENTS: &[&str] = &["torch==2.15.0", "transformers==5.23.0", "peft==0.21.2", "safetensors==0.8.0", "numpy==2.4.6"];
 
-fn hf_python() -> Option<PathBuf> {
+pub(crate) fn hf_python() -> Option<PathBuf> {
     python_env("hf", HF_REQUIREMENTS)
 }
 
 /// Runs tests/cli/export_ref.py; its JSON output.
-fn reference(python: &Path, args: &[&str]) -> Value {
+pub(crate) fn reference(python: &Path, args: &[&str]) -> Value {
     let script = repo().join("tests/cli/export_ref.py");
     let out = Command::new(python).arg(script).args(args).output().expect("python runs");
     assert!(out.status.success(), "export_ref.py {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));

@@ -42,6 +42,8 @@
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
 //! - `tinker_sdk`: `rlx serve` driven by the official Tinker Python SDK, with and without faults.
+//! - `tinker_export`: `rlx export` of `tinker://` checkpoints and Tinker runs against `rlx serve`:
+//!   the SDK's own download gives the same files, the merged model is the saved sampler; bad input.
 //! - `tinker_wire`: rlx's Tinker client sends what the SDK sends for the same operations.
 //! - `variants`: the GRPO variants through the engine: dynamic sampling with a scripted sampler
 //!   (refills, metrics, the cap, exact resume, pipelined), loss aggregation as the trainer sees
@@ -81,6 +83,7 @@ mod slurm;
 mod sources;
 mod sweep;
 mod tinker;
+mod tinker_export;
 mod tinker_sdk;
 mod tinker_wire;
 mod trainer;

@@ -135,7 +135,7 @@ async fn a_missing_model_and_a_missing_key_are_clear_errors() {
 }
 
 /// A spec training the tiny model through `url`, which serves it under its path.
-fn spec(url: &str, max_steps: u32, save_every: u32) -> String {
+pub(crate) fn spec(url: &str, max_steps: u32, save_every: u32) -> String {
     spec_with(url, max_steps, save_every, "")
 }
 

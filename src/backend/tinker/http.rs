@@ -12,6 +12,8 @@
 //! slower re-submissions). One loop with one deadline retries the same conditions with the same
 //! delays and is one place to read.
 
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -93,11 +95,27 @@ impl Body {
     }
 }
 
+/// An HTTP method with its body.
+#[derive(Clone, Copy)]
+pub enum Verb<'a> {
+    /// `GET`.
+    Get,
+    /// `POST` with a body.
+    Post(&'a Body),
+    /// `PUT` with a body.
+    Put(&'a Body),
+    /// `DELETE`.
+    Delete,
+}
+
 /// The connection to one Tinker service: base URL, credential, HTTP client and retry policy.
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: String,
+    /// Sent as `X-API-Key` on every request to the service, never to a signed download URL
+    /// (which may point at another host, such as a storage bucket: the URL is the credential).
+    key: HeaderValue,
     api_key: String,
     /// The retry policy of submissions and polls.
     pub policy: RetryPolicy,
@@ -112,18 +130,18 @@ impl Client {
         let mut headers = HeaderMap::new();
         headers.insert("accept", HeaderValue::from_static("application/json"));
         headers.insert("user-agent", HeaderValue::from_str(&format!("rlx/{} (tinker protocol {SDK_VERSION})", env!("CARGO_PKG_VERSION"))).expect("ascii"));
-        let key = HeaderValue::from_str(api_key).map_err(|_| Error::BadKey { reason: "it contains characters that cannot go into an HTTP header".into() })?;
-        let mut key = key;
+        let mut key = HeaderValue::from_str(api_key).map_err(|_| Error::BadKey { reason: "it contains characters that cannot go into an HTTP header".into() })?;
         key.set_sensitive(true);
-        headers.insert(header::API_KEY, key);
         let http = reqwest::Client::builder()
             .default_headers(headers)
             .connect_timeout(Duration::from_secs(5))
-            // Above the 30 s long-poll of `retrieve_future` and the SDK's 60 s default.
+            // Above the 30 s long-poll of `retrieve_future` and the SDK's 60 s default; a
+            // download sets a longer total and relies on the read timeout to notice a stall.
             .timeout(Duration::from_secs(60))
+            .read_timeout(Duration::from_secs(60))
             .build()
             .map_err(|e| Error::Connect { url: base_url.to_string(), reason: super::causes(&e) })?;
-        Ok(Client { http, base: base_url.trim_end_matches('/').to_string(), api_key: api_key.to_string(), policy })
+        Ok(Client { http, base: base_url.trim_end_matches('/').to_string(), key, api_key: api_key.to_string(), policy })
     }
 
     /// The service URL this client talks to.
@@ -142,18 +160,31 @@ impl Client {
         self.api_key == api_key
     }
 
-    /// Sends one request, once: the building block of [`Client::submit`] and of polling.
-    pub async fn send_once(&self, path: &str, body: Option<&Body>, extra: &[(&'static str, String)], timeout: Duration) -> reqwest::Result<reqwest::Response> {
+    /// One request to the service, with the API key.
+    fn request(&self, path: &str, verb: Verb<'_>, extra: &[(&'static str, String)], timeout: Duration) -> reqwest::RequestBuilder {
         let url = self.url(path);
-        let mut req = match body {
-            None => self.http.get(url),
-            Some(Body::Json(v)) => self.http.post(url).json(v),
-            Some(Body::Proto(b)) => self.http.post(url).header("content-type", "application/x-protobuf").body(b.clone()),
+        let (req, body) = match verb {
+            Verb::Get => (self.http.get(url), None),
+            Verb::Post(b) => (self.http.post(url), Some(b)),
+            Verb::Put(b) => (self.http.put(url), Some(b)),
+            Verb::Delete => (self.http.delete(url), None),
         };
+        let mut req = match body {
+            None => req,
+            Some(Body::Json(v)) => req.json(v),
+            Some(Body::Proto(b)) => req.header("content-type", "application/x-protobuf").body(b.clone()),
+        };
+        req = req.header(header::API_KEY, self.key.clone());
         for (k, v) in extra {
             req = req.header(*k, v);
         }
-        req.timeout(timeout).send().await
+        req.timeout(timeout)
+    }
+
+    /// Sends one request, once: the building block of [`Client::submit`] and of polling.
+    pub async fn send_once(&self, path: &str, body: Option<&Body>, extra: &[(&'static str, String)], timeout: Duration) -> reqwest::Result<reqwest::Response> {
+        let verb = body.map_or(Verb::Get, Verb::Post);
+        self.request(path, verb, extra, timeout).send().await
     }
 
     /// POSTs a JSON body and parses the JSON reply, retrying as the module docs say.
@@ -174,7 +205,7 @@ impl Client {
     /// As [`Client::post_json`], and [`Error::Unreachable`].
     pub async fn first_contact<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize, method: &'static str) -> Result<T, Error> {
         let body = Body::Json(serde_json::to_value(body).map_err(|e| Error::Protocol { path: path.to_string(), reason: e.to_string() })?);
-        let bytes = self.retrying_from(path, Some(&body), method, Contact::First).await?;
+        let bytes = self.retrying_from(path, Verb::Post(&body), method, Contact::First).await?;
         parse_json(path, &bytes)
     }
 
@@ -183,8 +214,17 @@ impl Client {
     /// # Errors
     /// As [`Client::post_json`].
     pub async fn get_json<T: DeserializeOwned>(&self, path: &str, method: &'static str) -> Result<T, Error> {
-        let bytes = self.retrying(path, None, method).await?;
+        let bytes = self.retrying(path, Verb::Get, method).await?;
         parse_json(path, &bytes)
+    }
+
+    /// Sends `verb` to `path`, retrying as [`Client::post_json`]; the reply body, unparsed
+    /// (`PUT …/ttl` and `DELETE` answer `null` or nothing).
+    ///
+    /// # Errors
+    /// As [`Client::post_json`].
+    pub async fn call(&self, path: &str, verb: Verb<'_>, method: &'static str) -> Result<bytes::Bytes, Error> {
+        self.retrying(path, verb, method).await
     }
 
     /// POSTs `body` until the server accepts it or the policy gives up; returns the reply body.
@@ -192,34 +232,65 @@ impl Client {
     /// # Errors
     /// As [`Client::post_json`].
     pub async fn submit(&self, path: &str, body: &Body, method: &'static str) -> Result<bytes::Bytes, Error> {
-        self.retrying(path, Some(body), method).await
+        self.retrying(path, Verb::Post(body), method).await
     }
 
-    async fn retrying(&self, path: &str, body: Option<&Body>, method: &'static str) -> Result<bytes::Bytes, Error> {
-        self.retrying_from(path, body, method, Contact::Established).await
+    /// GETs a signed download URL into the file `dest` (created or truncated on each attempt),
+    /// retrying as submissions are; returns the bytes written. The URL is the credential: it
+    /// goes without the API key, and `label` (the file's name) stands for it in errors, which
+    /// end up in logs. A 4xx is not retried: an expired or revoked URL needs signing again,
+    /// which is the caller's to ask for.
+    ///
+    /// # Errors
+    /// [`Error::Status`] for a status that is not retried, [`Error::GaveUp`], and
+    /// [`Error::Protocol`] when the file cannot be written or is shorter than `Content-Length`.
+    pub async fn download(&self, url: &str, label: &str, dest: &Path) -> Result<u64, Error> {
+        // Far above any read: a large file takes long, and a stall is caught by the read timeout.
+        const TOTAL: Duration = Duration::from_secs(6 * 3600);
+        let send = |_attempt: u32| self.http.get(url).timeout(TOTAL);
+        let take = |resp: reqwest::Response| stream_to(resp, dest.to_path_buf(), label.to_string());
+        self.retry_loop(label, Contact::Established, send, take).await?
     }
 
-    async fn retrying_from(&self, path: &str, body: Option<&Body>, method: &'static str, contact: Contact) -> Result<bytes::Bytes, Error> {
+    async fn retrying(&self, path: &str, verb: Verb<'_>, method: &'static str) -> Result<bytes::Bytes, Error> {
+        self.retrying_from(path, verb, method, Contact::Established).await
+    }
+
+    async fn retrying_from(&self, path: &str, verb: Verb<'_>, method: &'static str, contact: Contact) -> Result<bytes::Bytes, Error> {
         let key = idempotency_key();
+        let has_body = matches!(verb, Verb::Post(_) | Verb::Put(_));
+        let send = |attempt: u32| {
+            let mut extra = vec![(header::RETRY_COUNT, attempt.to_string()), (header::SDK_METHOD, method.to_string()), (header::SDK_VERSION, SDK_VERSION.to_string())];
+            if has_body {
+                extra.push((header::IDEMPOTENCY_KEY, key.clone()));
+            }
+            self.request(path, verb, &extra, Duration::from_secs(60))
+        };
+        // The body was cut off: the request may have run; resending with the same key is what
+        // makes that safe.
+        let take = |resp: reqwest::Response| async move { resp.bytes().await.map_err(|e| format!("reply cut off: {}", super::causes(&e))) };
+        self.retry_loop(path, contact, send, take).await
+    }
+
+    /// The one retry loop: sends `send(attempt)` until `take` has the reply or the policy gives
+    /// up. `take` reads a successful reply (`Err`: it was cut off, retry).
+    async fn retry_loop<T, F>(&self, label: &str, contact: Contact, send: impl Fn(u32) -> reqwest::RequestBuilder, take: impl Fn(reqwest::Response) -> F) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, String>>,
+    {
         let start = Instant::now();
         let mut billing_since: Option<Instant> = None;
         let mut attempt = 0u32;
         loop {
-            let mut extra = vec![(header::RETRY_COUNT, attempt.to_string()), (header::SDK_METHOD, method.to_string()), (header::SDK_VERSION, SDK_VERSION.to_string())];
-            if body.is_some() {
-                extra.push((header::IDEMPOTENCY_KEY, key.clone()));
-            }
-            let verdict = match self.send_once(path, body, &extra, Duration::from_secs(60)).await {
+            let verdict = match send(attempt).send().await {
                 Ok(resp) => match classify(&resp) {
-                    Verdict::Success => match resp.bytes().await {
-                        Ok(b) => return Ok(b),
-                        // The body was cut off: the request may have run; resending with the
-                        // same key is what makes that safe.
-                        Err(e) => Verdict::Retry { after: None, reason: format!("reply cut off: {}", super::causes(&e)) },
+                    Verdict::Success => match take(resp).await {
+                        Ok(v) => return Ok(v),
+                        Err(reason) => Verdict::Retry { after: None, reason },
                     },
                     Verdict::Fatal { status } => {
                         let text = resp.text().await.unwrap_or_default();
-                        return Err(Error::Status { path: path.to_string(), status, body: detail(&text) });
+                        return Err(Error::Status { path: label.to_string(), status, body: detail(&text) });
                     }
                     v => v,
                 },
@@ -234,18 +305,18 @@ impl Client {
                 Verdict::Billing => {
                     let since = *billing_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= self.policy.billing_budget {
-                        return Err(Error::Billing { path: path.to_string(), waited: since.elapsed() });
+                        return Err(Error::Billing { path: label.to_string(), waited: since.elapsed() });
                     }
-                    tracing::warn!(path, "Tinker answered 402 (billing); pausing before retrying");
+                    tracing::warn!(path = label, "Tinker answered 402 (billing); pausing before retrying");
                     tokio::time::sleep(self.policy.billing_pause).await;
                 }
                 Verdict::Retry { after, reason } => {
                     billing_since = None;
                     let delay = after.unwrap_or_else(|| self.policy.backoff(attempt));
                     if start.elapsed() + delay > self.policy.budget {
-                        return Err(Error::GaveUp { path: path.to_string(), after: start.elapsed(), last: reason });
+                        return Err(Error::GaveUp { path: label.to_string(), after: start.elapsed(), last: reason });
                     }
-                    tracing::debug!(path, attempt, ?delay, %reason, "retrying Tinker request");
+                    tracing::debug!(path = label, attempt, ?delay, %reason, "retrying Tinker request");
                     tokio::time::sleep(delay).await;
                     attempt += 1;
                 }
@@ -253,6 +324,38 @@ impl Client {
             }
         }
     }
+}
+
+/// Streams a reply into `dest`: `Ok(Err(..))` is a failure to report (the file cannot be
+/// written, the reply is shorter than it said), `Err(reason)` one to retry (the connection broke).
+async fn stream_to(mut resp: reqwest::Response, dest: PathBuf, label: String) -> Result<Result<u64, Error>, String> {
+    use tokio::io::AsyncWriteExt as _;
+    let declared = resp.content_length();
+    let fail = |reason: String| Error::Protocol { path: label.clone(), reason };
+    let mut file = match tokio::fs::File::create(&dest).await {
+        Ok(f) => f,
+        Err(e) => return Ok(Err(fail(format!("cannot create `{}`: {e}", dest.display())))),
+    };
+    let mut written = 0u64;
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                if let Err(e) = file.write_all(&chunk).await {
+                    return Ok(Err(fail(format!("cannot write `{}`: {e}", dest.display()))));
+                }
+                written += chunk.len() as u64;
+            }
+            Ok(None) => break,
+            Err(e) => return Err(format!("download cut off after {written} bytes: {}", super::causes(&e))),
+        }
+    }
+    if let Err(e) = file.flush().await {
+        return Ok(Err(fail(format!("cannot write `{}`: {e}", dest.display()))));
+    }
+    Ok(match declared {
+        Some(n) if n != written => Err(fail(format!("the server announced {n} bytes and sent {written}"))),
+        _ => Ok(written),
+    })
 }
 
 /// Whether a request opens the conversation with the service.

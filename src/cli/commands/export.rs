@@ -1,11 +1,14 @@
 //! `rlx export RUN_DIR[@STEP] --format hf|gguf --out DIR`: a checkpoint as merged weights (a
 //! Hugging Face directory or a GGUF file) or, with `--adapter-only`, as a PEFT LoRA adapter.
-//! The work is `crate::export`'s; this prints what was written.
+//! A Tinker checkpoint (`tinker://…`, or a run directory of a run on Tinker) is downloaded
+//! first, with `TINKER_API_KEY` and `TINKER_BASE_URL` (or the run's `backend.base_url` and
+//! `backend.api_key_env`). The work is `crate::export`'s; this prints what was written.
 
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+use crate::backend::tinker;
 use crate::cli::{exit, printer};
 use crate::export::{self, Dtype, Format};
 
@@ -13,8 +16,10 @@ use crate::export::{self, Dtype, Format};
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// The checkpoint: a run directory (its last checkpoint), `RUN_DIR@STEP` (`@11`,
-    /// `@step-000011`, `@last`), or a checkpoint directory (`runs/<id>/checkpoints/step-000011`).
-    #[arg(value_name = "RUN_DIR[@STEP]")]
+    /// `@step-000011`, `@last`), a checkpoint directory (`runs/<id>/checkpoints/step-000011`), or
+    /// a Tinker checkpoint (`tinker://RUN/weights/NAME`, `tinker://RUN/external_weights/NAME`),
+    /// downloaded with `TINKER_API_KEY` from `TINKER_BASE_URL`.
+    #[arg(value_name = "RUN_DIR[@STEP]|TINKER_PATH")]
     pub source: String,
     /// `hf`: a Hugging Face directory (config.json, model.safetensors, tokenizer files, chat
     /// template); `gguf`: a GGUF file for llama.cpp.
@@ -31,6 +36,11 @@ pub struct ExportArgs {
     /// (gguf).
     #[arg(long, value_enum)]
     pub dtype: Option<DtypeArg>,
+    /// Tinker checkpoints: the base model a downloaded LoRA adapter is merged into (a path or a
+    /// Hugging Face id) [default: the run's `model.base`, else the adapter's
+    /// `base_model_name_or_path`].
+    #[arg(long, value_name = "MODEL")]
+    pub base: Option<String>,
 }
 
 /// `--format`.
@@ -72,7 +82,25 @@ pub(crate) fn run(args: ExportArgs) -> anyhow::Result<u8> {
             DtypeArg::Q8_0 => Dtype::Q8_0,
         }),
     };
-    match export::export(&req) {
+    let result = match export::locate_any(&req.source) {
+        Ok(ck) if ck.is_remote() => {
+            if args.base.is_some() && req.adapter_only {
+                printer::error_message("`--base` names the model a downloaded adapter is merged into; `--adapter-only` merges nothing", &[]);
+                return Ok(exit::USAGE);
+            }
+            match tinker_client(&ck) {
+                Ok(client) => super::runtime()?.block_on(export::export_remote(&req, ck, client, args.base)),
+                Err(e) => Err(export::Error::Tinker(e)),
+            }
+        }
+        Ok(_) if args.base.is_some() => {
+            printer::error_message("`--base` applies to Tinker checkpoints only: a local checkpoint records its base model", &[]);
+            return Ok(exit::USAGE);
+        }
+        // A local checkpoint, or an argument that names none (reported by the export).
+        _ => export::export(&req),
+    };
+    match result {
         Ok(report) => {
             let step = report.checkpoint.step.map(|s| format!(" (step {s})")).unwrap_or_default();
             printer::status(format!("exported {}{step} from `{}`", report.checkpoint.name, report.checkpoint.state.display()));
@@ -87,4 +115,16 @@ pub(crate) fn run(args: ExportArgs) -> anyhow::Result<u8> {
             Ok(if e.is_user_error() { exit::USAGE } else { exit::INTERNAL })
         }
     }
+}
+
+/// The Tinker client for a checkpoint: the service and key its run used (`backend.base_url`,
+/// `backend.api_key_env` in `resolved.json`) when it is inside one, else `TINKER_BASE_URL` and
+/// `TINKER_API_KEY`.
+fn tinker_client(ck: &export::Checkpoint) -> Result<tinker::http::Client, tinker::Error> {
+    let resolved: Option<serde_json::Value> = ck.run.as_ref().and_then(|r| r.read_json(crate::runlog::files::RESOLVED).ok().flatten());
+    let backend = resolved.as_ref().map(|r| &r["backend"]);
+    let base_url = backend.and_then(|b| b["base_url"].as_str());
+    let key_env = backend.and_then(|b| b["api_key_env"].as_str()).unwrap_or("TINKER_API_KEY");
+    let (url, key) = tinker::Options::credentials(base_url, key_env)?;
+    tinker::http::Client::new(&url, &key, tinker::RetryPolicy::default())
 }

@@ -48,6 +48,9 @@ pub struct ServeArgs {
     /// Seconds `retrieve_future` holds an unfinished poll before answering `try_again`.
     #[arg(long, default_value_t = 25.0)]
     pub long_poll_s: f64,
+    /// Seconds a signed download URL of external weights (`external_weights_urls`) works.
+    #[arg(long, default_value_t = 3600)]
+    pub signed_url_ttl_s: u64,
 }
 
 /// Runs `rlx serve`.
@@ -84,6 +87,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<u8> {
         api_key: args.api_key,
         threads: args.threads,
         long_poll: Duration::from_secs_f64(args.long_poll_s),
+        signed_url_ttl: Duration::from_secs(args.signed_url_ttl_s),
     };
     let runtime = super::runtime()?;
     runtime.block_on(async {
