@@ -46,6 +46,12 @@ impl Fill {
         Fill { target, max_extra_rounds, groups: vec![], informative: 0, drawn: 0, rounds: 0, timing: Timing::default(), scores: Scores::default() }
     }
 
+    /// A streamed step's groups (engine/stream.rs): `informative` of them carry a signal,
+    /// `drawn` problems were consumed for them (stale and dropped groups included), one round.
+    pub(crate) fn streamed(target: usize, groups: Vec<Group>, informative: usize, drawn: u64, timing: Timing, scores: Scores) -> Self {
+        Fill { target, max_extra_rounds: 0, groups, informative, drawn, rounds: 1, timing, scores }
+    }
+
     /// Adds one round: `drawn` problems were drawn and gave `groups` (fewer when the sampler
     /// dropped some); `informative` says which of them (by index in the round) carry a learning
     /// signal.

@@ -29,6 +29,7 @@ pub mod problems;
 pub(crate) mod prompting;
 pub(crate) mod rollout;
 pub(crate) mod step;
+mod stream;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -541,6 +542,13 @@ impl<'a> Driver<'a> {
 
     async fn drive(&mut self, first_step: u32) -> Result<RunOutcome, Error> {
         let max_steps = self.plan.schedule.max_steps;
+        if let Some(trainer) = self.trainer()
+            && self.plan.grpo.max_steps_off_policy >= 1
+            && matches!(self.plan.backend, crate::backend::BackendChoice::Tinker { .. })
+        {
+            // The sampler and the trainer run elsewhere: k steps deep (engine/stream.rs).
+            return self.drive_stream(trainer, first_step).await;
+        }
         for s in first_step..max_steps {
             if self.cx.stop.requested() {
                 return self.interrupted(s).await;
@@ -615,23 +623,44 @@ impl<'a> Driver<'a> {
 
     /// After step `s`: its rollouts, the eval due at it, its metrics line, status and checkpoint.
     async fn finish_step(&mut self, s: u32, res: step::StepResult) -> Result<(), Error> {
-        let (plan, sink) = (self.plan, self.cx.sink);
-        for r in &res.rollouts {
-            self.logs.rollouts.append(r)?;
-        }
+        let plan = self.plan;
         let last = s + 1 == plan.schedule.max_steps;
         let due = |every: u32| last || (every > 0 && (s + 1).is_multiple_of(every));
-        let mut metrics = res.metrics;
-        let mut evaluated = false;
+        let mut ev = None;
         if !self.setup.eval_set.is_empty() && due(plan.schedule.eval_every) {
             let sampler = self.setup.policy.sampler().await?;
             // `None`: stopped during the eval; the step itself is complete and is kept.
-            if let Some(ev) = eval::run(&*sampler, i64::from(s), plan, &self.setup.eval_set, &self.setup.eval_sampling, self.cx).await? {
-                write_eval_records(&mut self.logs, &ev)?;
-                sink.event(Event::Eval { step: i64::from(s), metrics: ev.metrics.clone() });
-                metrics.extend(ev.metrics);
-                evaluated = true;
+            ev = eval::run(&*sampler, i64::from(s), plan, &self.setup.eval_set, &self.setup.eval_sampling, self.cx).await?;
+        }
+        let stop = self.record_step(s, res, ev)?;
+        if let (true, Some(trainer)) = (due(plan.schedule.save_every), self.trainer()) {
+            let state = trainer.save_state(&checkpoint_name(s)).await?;
+            self.record_checkpoint(s, &state, if last { "final" } else { "periodic" }, vec![])?;
+        }
+        match stop {
+            Some(e) => {
+                // Resumable: what the run has is saved before it ends as failed.
+                self.save_unsaved(s + 1).await?;
+                Err(e)
             }
+            None => Ok(()),
+        }
+    }
+
+    /// Step `s`'s records: its rollouts, its eval's (when it had one), its metrics line, the
+    /// health signals and the status. Returns the error a diagnostic with `action: stop` asks
+    /// the run to end with.
+    fn record_step(&mut self, s: u32, res: step::StepResult, ev: Option<eval::EvalResult>) -> Result<Option<Error>, Error> {
+        let sink = self.cx.sink;
+        for r in &res.rollouts {
+            self.logs.rollouts.append(r)?;
+        }
+        let mut metrics = res.metrics;
+        let evaluated = ev.is_some();
+        if let Some(ev) = ev {
+            write_eval_records(&mut self.logs, &ev)?;
+            sink.event(Event::Eval { step: i64::from(s), metrics: ev.metrics.clone() });
+            metrics.extend(ev.metrics);
         }
         self.logs.metrics.append(&MetricsLine::new(i64::from(s), metrics.clone()))?;
         self.logs.metrics.sync()?;
@@ -645,18 +674,28 @@ impl<'a> Driver<'a> {
         let stop = report(&fired, &mut self.logs.events, sink)?;
         self.status.steps_done = s + 1;
         self.dir.set_status(&self.status)?;
-        if let (true, Some(trainer)) = (due(plan.schedule.save_every), self.trainer()) {
-            checkpoint(trainer, s, self.cursor, if last { "final" } else { "periodic" }, self.dir, &mut self.logs.checkpoints, sink).await?;
-            self.last_saved = Some(s);
-        }
-        match stop {
-            Some(e) => {
-                // Resumable: what the run has is saved before it ends as failed.
-                self.save_unsaved(s + 1).await?;
-                Err(e)
-            }
-            None => Ok(()),
-        }
+        Ok(stop)
+    }
+
+    /// Appends the checkpoint record of step `s`, whose trainer state `state` holds, with the
+    /// data cursor (and, on a streaming backend, the problems consumed beyond it).
+    fn record_checkpoint(&mut self, s: u32, state: &StateRef, kind: &str, consumed_ahead: Vec<u64>) -> Result<(), Error> {
+        let record = CheckpointRecord {
+            name: checkpoint_name(s),
+            step: s,
+            data_cursor: self.cursor,
+            // Relative to the run directory when inside it, so a run directory can be moved.
+            state_path: Some(self.dir.relative_state(&state.0)),
+            sampler_path: None,
+            time: runlog::now(),
+            kind: kind.into(),
+            consumed_ahead,
+        };
+        self.logs.checkpoints.append(&record)?;
+        self.logs.checkpoints.sync()?;
+        self.cx.sink.event(Event::Checkpoint { step: s, state: state.0.clone() });
+        self.last_saved = Some(s);
+        Ok(())
     }
 
     /// Checkpoints the last of `done` completed steps unless it is saved already.
@@ -665,8 +704,8 @@ impl<'a> Driver<'a> {
             && done > 0
             && self.last_saved != Some(done - 1)
         {
-            checkpoint(trainer, done - 1, self.cursor, "interrupt", self.dir, &mut self.logs.checkpoints, self.cx.sink).await?;
-            self.last_saved = Some(done - 1);
+            let state = trainer.save_state(&checkpoint_name(done - 1)).await?;
+            self.record_checkpoint(done - 1, &state, "interrupt", vec![])?;
         }
         Ok(())
     }
@@ -699,22 +738,8 @@ fn write_eval_records(logs: &mut Logs, res: &eval::EvalResult) -> Result<(), Err
     Ok(())
 }
 
-async fn checkpoint(trainer: &dyn Trainer, step: u32, cursor: u64, kind: &str, dir: &RunDir, log: &mut JsonlWriter, sink: &dyn EventSink) -> Result<(), Error> {
-    let name = format!("step-{step:06}");
-    let state = trainer.save_state(&name).await?;
-    let record = CheckpointRecord {
-        name,
-        step,
-        data_cursor: cursor,
-        // Relative to the run directory when inside it, so a run directory can be moved.
-        state_path: Some(dir.relative_state(&state.0)),
-        sampler_path: None,
-        time: runlog::now(),
-        kind: kind.into(),
-    };
-    log.append(&record)?;
-    log.sync()?;
-    sink.event(Event::Checkpoint { step, state: state.0 });
-    Ok(())
+/// A checkpoint's name: `step-000009`.
+fn checkpoint_name(step: u32) -> String {
+    format!("step-{step:06}")
 }
 

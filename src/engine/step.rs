@@ -108,7 +108,7 @@ fn group_rewards(g: &Group, gi: usize, scores: &Scores, cfg: &StepConfig<'_>) ->
 }
 
 /// Whether group `gi` carries a learning signal: scored, and not every advantage zero.
-fn informative(g: &Group, gi: usize, scores: &Scores, cfg: &StepConfig<'_>) -> bool {
+pub(crate) fn informative(g: &Group, gi: usize, scores: &Scores, cfg: &StepConfig<'_>) -> bool {
     group_rewards(g, gi, scores, cfg).is_some_and(|r| !should_skip(&cfg.advantage.advantages(&r)))
 }
 

@@ -88,6 +88,14 @@ pub mod train {
     /// `grpo.overlong: {kind: mask}`: completions left out of the update for hitting
     /// `max_tokens`.
     pub const OVERLONG_MASKED: &str = "train/overlong_masked";
+    /// Streaming on a remote backend: mean over the step's groups of (step − the policy version
+    /// that sampled the group).
+    pub const STALENESS_MEAN: &str = "train/staleness_mean";
+    /// Streaming: the largest staleness among the step's groups (at most
+    /// `grpo.max_steps_off_policy`).
+    pub const STALENESS_MAX: &str = "train/staleness_max";
+    /// Streaming: groups set aside because their staleness passed `grpo.max_steps_off_policy`.
+    pub const GROUPS_STALE: &str = "train/groups_stale";
 }
 
 /// The optimizer step. [`optim::GRAD_NORM`] comes from every trainer; the others are the local
@@ -134,6 +142,11 @@ pub mod time {
     pub const STEP_S: &str = "time/step_s";
     /// One evaluation.
     pub const EVAL_S: &str = "time/eval_s";
+    /// Streaming: the trainer's wait for the step's groups (0 when they were ready).
+    pub const TRAINER_WAIT_S: &str = "time/trainer_wait_s";
+    /// Streaming: time the stream sat full since the previous step (groups waiting for a step
+    /// to take them: sampling was ahead).
+    pub const SAMPLER_WAIT_S: &str = "time/sampler_wait_s";
 }
 
 /// The components of a Python reward that returns a dict: `reward/<name>`, the component's mean

@@ -292,6 +292,11 @@ pub struct CheckpointRecord {
     pub time: String,
     /// `periodic`, `final` or `interrupt`.
     pub kind: String,
+    /// Problems beyond `data_cursor` already consumed (trained on, or set aside) when the state
+    /// was saved: a streaming run (`grpo.max_steps_off_policy` on a remote backend) finishes
+    /// groups out of order, and a resumed run skips these. Empty, and absent on disk, otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumed_ahead: Vec<u64>,
 }
 
 #[cfg(test)]
