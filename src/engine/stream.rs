@@ -3,9 +3,10 @@
 //! have theirs, with sampling up to k policy versions behind.
 //!
 //! - **Streaming.** Problems are drawn in order, one group per task, each sampled on the newest
-//!   sampler weights published so far and graded as soon as its completions arrive. Up to
-//!   (k + 1) · `prompts_per_step` groups are in flight or waiting; a step takes the first
-//!   `prompts_per_step` that arrive (with dynamic sampling, the first informative ones; past
+//!   sampler weights published so far and graded as soon as its completions arrive. While step
+//!   s trains, the groups of steps s + 1 … s + k are sampled (k · `prompts_per_step` groups in
+//!   flight or waiting); a step takes the first `prompts_per_step` that arrive (with dynamic
+//!   sampling, the first informative ones, drawing more as groups are set aside; past
 //!   `max_extra_rounds` · `prompts_per_step` set aside, whatever comes).
 //! - **Versions and staleness.** Version v is the weights after v optimizer steps. After step s
 //!   trains, the sampler for version s + 1 is requested (`save_weights_for_sampler`) without
@@ -152,7 +153,18 @@ struct Pipe<'b> {
     cfg: &'b step::StepConfig<'b>,
     /// The rollout context with [`Quiet`] events.
     cx: &'b Ctx<'b>,
-    capacity: usize,
+    /// `grpo.max_steps_off_policy` and `prompts_per_step`.
+    k: usize,
+    p: usize,
+    /// Steps of this attempt whose training has begun, and groups they took (stale, set aside
+    /// and dropped ones included).
+    steps_begun: usize,
+    taken: usize,
+    /// Groups the step being gathered still lacks: launched even past the bound (after groups
+    /// set aside, dynamic sampling needs more than its share).
+    floor: usize,
+    /// No more launches (the run is ending).
+    closed: bool,
     next_slot: u64,
     skip: BTreeSet<u64>,
     inflight: FuturesUnordered<Boxed<'b, Result<Sampled, Error>>>,
@@ -171,12 +183,22 @@ struct Pipe<'b> {
 }
 
 impl<'b> Pipe<'b> {
+    /// Groups that may be in flight or waiting now. While step s trains (s + 1 steps begun),
+    /// groups for steps up to s + k may be sampled: sampled on version ≤ s, they train at most k
+    /// versions behind.
+    fn capacity(&self) -> usize {
+        if self.closed {
+            return 0;
+        }
+        ((self.steps_begun + self.k) * self.p).saturating_sub(self.taken).max(self.floor)
+    }
+
     /// Launches groups until the stream is at capacity.
     fn top_up(&mut self) {
         if self.cx.stop.requested() {
             return;
         }
-        while self.inflight.len() + self.ready.len() < self.capacity {
+        while self.inflight.len() + self.ready.len() < self.capacity() {
             while self.skip.remove(&self.next_slot) {
                 self.next_slot += 1;
             }
@@ -243,8 +265,12 @@ impl Pipe<'_> {
                 return Ok(None);
             }
             if take.full(self.cfg) {
+                self.steps_begun += 1;
+                self.taken += take.consumed.len();
+                self.floor = 0;
                 return Ok(Some(take));
             }
+            self.floor = self.p.saturating_sub(take.groups.len() - take.set_aside.min(take.groups.len()));
             self.pump().await?;
         }
     }
@@ -297,7 +323,12 @@ impl<'a> Driver<'a> {
         let mut pipe = Pipe {
             cfg,
             cx: &cx,
-            capacity: (plan.grpo.max_steps_off_policy as usize + 1) * p,
+            k: plan.grpo.max_steps_off_policy as usize,
+            p,
+            steps_begun: 0,
+            taken: 0,
+            floor: 0,
+            closed: false,
             next_slot: self.cursor,
             skip: skip.clone(),
             inflight: FuturesUnordered::new(),
@@ -358,7 +389,7 @@ impl<'a> Driver<'a> {
         }
         // What is trained gets recorded: evals still due are waited for, unless stopping.
         while !ledger.is_empty() && outcome.is_none() && !cx.stop.requested() {
-            pipe.capacity = 0;
+            pipe.closed = true;
             pipe.pump().await?;
             if let Some(e) = self.flush(&mut ledger, &mut pipe.eval_done)? {
                 outcome = Some(e);

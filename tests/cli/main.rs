@@ -80,6 +80,7 @@ mod schema;
 mod seams;
 mod server;
 mod slurm;
+mod stream;
 mod sources;
 mod sweep;
 mod tinker;

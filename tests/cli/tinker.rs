@@ -197,10 +197,23 @@ fn a_run_on_tinker_with_faults_trains_every_step_once() {
 
 #[test]
 fn a_killed_tinker_run_resumes_from_its_tinker_checkpoint() {
+    killed_run_resumes("");
+}
+
+/// Two steps in flight (groups of the next two steps streaming while one trains) when the run
+/// is killed: the resumed run still records each step once and runs each `seq_id` once.
+#[test]
+fn a_killed_tinker_run_two_steps_deep_resumes_with_each_step_once() {
+    killed_run_resumes(", max_steps_off_policy: 2");
+}
+
+fn killed_run_resumes(grpo_extra: &str) {
     let cx = TestContext::new();
     let model = tiny(cx.path());
     let served = serve(&cx, &model, &["latency=30ms"]);
-    cx.write("spec.yaml", &spec(&served.url, 4, 1));
+    let text = spec(&served.url, 4, 1).replacen("skip_degenerate: false,", &format!("skip_degenerate: false{grpo_extra},"), 1);
+    assert!(grpo_extra.is_empty() || text.contains(grpo_extra));
+    cx.write("spec.yaml", &text);
     let mut child = cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     // Kill it once step 1's checkpoint is recorded.
     let deadline = std::time::Instant::now() + Duration::from_secs(300);
@@ -222,6 +235,10 @@ fn a_killed_tinker_run_resumes_from_its_tinker_checkpoint() {
     let dir = only_run(&cx);
     let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().filter(|m| m["step"].as_i64() >= Some(0)).map(|m| m["step"].as_i64().unwrap()).collect();
     assert_eq!(steps, vec![0, 1, 2, 3], "each step once across the kill");
+    if !grpo_extra.is_empty() {
+        let metrics = jsonl(&dir.join("metrics.jsonl"));
+        assert!(metrics.iter().filter(|m| m["step"].as_i64() >= Some(0)).all(|m| m["train/staleness_max"].as_f64().is_some_and(|x| x <= 2.0)), "{metrics:?}");
+    }
     // The resumed run created its model from the saved state, with the optimizer.
     let loads: Vec<Value> = served.record().into_iter().filter(|r| r["path"] == "/api/v1/load_weights" && did_work(r)).collect();
     assert_eq!(loads.len(), 1, "one restore");
