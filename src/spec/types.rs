@@ -563,8 +563,11 @@ pub struct Grpo {
     /// The policy-gradient loss. Default `{kind: importance_sampling}`.
     #[serde(default)]
     pub loss: Loss,
-    /// Pipelining: sample step N+1 while step N trains, with sampler weights at most this many
-    /// steps behind. `0` is synchronous on-policy training. Default `0`.
+    /// Pipelining: sampling runs ahead of training by up to this many policy versions. `0` is
+    /// synchronous on-policy training. On the embedded backend any value ≥ 1 overlaps one step
+    /// (the sampler and the trainer share the cores); on Tinker groups stream, the next k steps'
+    /// groups are sampled while a step trains, evals run beside training, and groups more than k
+    /// versions old are set aside (docs/engine.md, "Pipelining"). Default `0`.
     #[serde(default)]
     #[schemars(range(max = 16))]
     pub max_steps_off_policy: u32,
