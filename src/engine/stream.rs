@@ -65,6 +65,8 @@ struct Sampled {
     version: u32,
     /// `None`: the sampler dropped it after infrastructure errors, or a stop was requested.
     group: Option<Group>,
+    /// Why the sampler dropped it.
+    dropped: Option<crate::backend::Error>,
     scores: Scores,
     timing: Timing,
 }
@@ -89,10 +91,10 @@ fn sample_group<'b>(slot: u64, version: u32, sampler: Arc<dyn Sampler>, cfg: &'b
         let rendered = cx.prompting.first_turn(&problem)?;
         let seed = problems::derive_seed(plan.seed, STREAM_SEED_STEP, slot);
         let phase = rollout::Phase { n: plan.grpo.group_size as usize, params: cfg.sampling, max_attempts: plan.rollout.max_attempts, name: "sample", step: i64::from(version) };
-        let (groups, timing) = match rollout::run(&*sampler, vec![(problem, rendered, seed)], &phase, cx).await {
-            Ok(r) => r,
+        let (groups, timing, dropped) = match rollout::run(&*sampler, vec![(problem, rendered, seed)], &phase, cx).await {
+            Ok((groups, timing)) => (groups, timing, None),
             // One group lost to the sampler's infrastructure errors (already warned about).
-            Err(Error::Backend(e)) if e.is_infrastructure() => (None, Timing { sampler_dropped: 1, ..Timing::default() }),
+            Err(Error::Backend(e)) if e.is_infrastructure() => (None, Timing { sampler_dropped: 1, ..Timing::default() }, Some(e)),
             Err(e) => return Err(e),
         };
         let group = groups.and_then(|mut g| g.pop());
@@ -100,7 +102,7 @@ fn sample_group<'b>(slot: u64, version: u32, sampler: Arc<dyn Sampler>, cfg: &'b
             (Some(python), Some(g)) => python.score(version, std::slice::from_ref(g), cx.sink).await?,
             _ => Scores::default(),
         };
-        Ok(Sampled { slot, version, group, scores, timing })
+        Ok(Sampled { slot, version, group, dropped, scores, timing })
     })
 }
 
@@ -115,6 +117,8 @@ struct Take {
     stale: usize,
     consumed: Vec<u64>,
     timing: Timing,
+    /// The last sampler failure a dropped group met.
+    last_drop: Option<crate::backend::Error>,
 }
 
 impl Take {
@@ -124,6 +128,9 @@ impl Take {
         self.timing.sample_s += g.timing.sample_s;
         self.timing.grade_s += g.timing.grade_s;
         self.timing.sampler_dropped += g.timing.sampler_dropped;
+        if g.dropped.is_some() {
+            self.last_drop = g.dropped;
+        }
         let Some(group) = g.group else { return };
         let staleness = s.saturating_sub(g.version);
         if staleness > cfg.plan.grpo.max_steps_off_policy {
@@ -264,6 +271,13 @@ impl Pipe<'_> {
             if self.cx.stop.requested() {
                 return Ok(None);
             }
+            if take.groups.is_empty() && take.timing.sampler_dropped >= self.p
+                && let Some(e) = take.last_drop.take()
+            {
+                // A step's worth of groups lost and not one sampled: the sampler is down, not
+                // flaky; the run stops and says so (as a synchronous step would).
+                return Err(e.into());
+            }
             if take.full(self.cfg) {
                 self.steps_begun += 1;
                 self.taken += take.consumed.len();
@@ -362,11 +376,13 @@ impl<'a> Driver<'a> {
             let fill = Fill::streamed(p, take.groups, take.informative, consumed_now.len() as u64, take.timing, take.scores);
             let off = staleness.iter().copied().max().unwrap_or(0);
             let mut res = pipe.while_pumping(step::learn(Some(trainer), s, &fill, off, cfg, &cx)).await?;
-            consumed.extend(consumed_now);
             if let Some(last) = res.sandbox_down.take() {
+                // Nothing trained: the step's problems are not consumed, a resumed run samples
+                // them again.
                 outcome = Some(Error::SandboxDown { step: s, groups: fill.groups.len(), last });
                 break;
             }
+            consumed.extend(consumed_now);
             // The next version's sampler, queued behind this step's update; nobody waits for it.
             let last = s + 1 == plan.schedule.max_steps;
             let due = |every: u32| last || (every > 0 && (s + 1).is_multiple_of(every));
