@@ -147,8 +147,7 @@ impl Completion {
         }
     }
 
-    /// An evaluation completion (`eval_rollouts.jsonl`); `rlx compare --html` shows these too.
-    pub(crate) fn from_eval(r: EvalSampleRecord) -> Completion {
+    fn from_eval(r: EvalSampleRecord) -> Completion {
         Completion {
             step: r.step,
             problem_id: r.problem_id,

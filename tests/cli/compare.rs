@@ -177,15 +177,20 @@ rlx compare: 7 runs → 3 arms (differ in: data.eval.0.path, lr) · seeds {0,1,2
     n=1, T=0.7
 deciding metric: eval/pass@1 (higher is better) at step 9, the last step common to the finished runs
 
+arm labels (the keys that differ)
+  A  data.eval.0.path=data/eval.jsonl, lr=0.0001  (#1,#2,#3)
+  B  data.eval.0.path=data/eval.jsonl, lr=0.0003  (#4,#5,#6)
+  C  data.eval.0.path=data/eval-b.jsonl, lr=0.001  (#7)
+
 runs
-  #   run    status    steps   wall  tokens  data.eval.0.path   lr      seed
-  #1  fx-a0  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0001     0
-  #2  fx-a1  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0001     1
-  #3  fx-a2  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0001     2
-  #4  fx-b0  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0003     0
-  #5  fx-b1  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0003     1
-  #6  fx-b2  failed     6/10  1m10s     600  data/eval.jsonl    0.0003     2
-  #7  fx-c0  finished  10/10  1m55s   1,000  data/eval-b.jsonl  0.001      0
+  #   run    status    steps   wall  tokens  arm  seed
+  #1  fx-a0  finished  10/10  1m55s   1,000  A       0
+  #2  fx-a1  finished  10/10  1m55s   1,000  A       1
+  #3  fx-a2  finished  10/10  1m55s   1,000  A       2
+  #4  fx-b0  finished  10/10  1m55s   1,000  B       0
+  #5  fx-b1  finished  10/10  1m55s   1,000  B       1
+  #6  fx-b2  failed     6/10  1m10s     600  B       2
+  #7  fx-c0  finished  10/10  1m55s   1,000  C       0
 
 metrics (final value, best value and its step, value at the deciding step)
   #   eval/pass@1 final  best @step     @9  train/reward_mean final  best @step   @9
@@ -202,9 +207,10 @@ metrics (final value, best value and its step, value at the deciding step)
     let block = section(&r.stdout, "arms (");
     let rows: Vec<&str> = block.lines().skip(2).collect();
     assert_eq!(rows.len(), 3, "{block}");
-    assert!(rows[0].contains("lr=0.0001") && rows[0].contains("#1,#2,#3") && rows[0].contains("45.0 [32.6, 57.4]"), "{block}");
-    assert!(rows[1].contains("lr=0.0003") && rows[1].contains("#4,#5,#6") && rows[1].contains("60.0 [-3.5, 123.5]"), "{block}");
-    assert!(rows[2].trim_start().starts_with('★') && rows[2].contains("lr=0.001") && rows[2].contains("70.0 (1 seed)"), "{block}");
+    // Two keys differ: the arms are lettered, and the legend above says what each letter is.
+    assert!(rows[0].contains(" A ") && rows[0].contains("#1,#2,#3") && rows[0].contains("45.0 [32.6, 57.4]"), "{block}");
+    assert!(rows[1].contains(" B ") && rows[1].contains("#4,#5,#6") && rows[1].contains("60.0 [-3.5, 123.5]"), "{block}");
+    assert!(rows[2].trim_start().starts_with('★') && rows[2].contains(" C ") && rows[2].contains("70.0 (1 seed)"), "{block}");
     // The metrics table: final, best @step, value at the deciding step.
     let m = section(&r.stdout, "metrics (");
     let row1 = m.lines().find(|l| l.trim_start().starts_with("#1 ")).unwrap();
@@ -212,11 +218,11 @@ metrics (final value, best value and its step, value at the deciding step)
     let row6 = m.lines().find(|l| l.trim_start().starts_with("#6 ")).unwrap();
     assert_eq!(row6.split_whitespace().collect::<Vec<_>>()[..5], ["#6", "35.0%", "35.0%", "@4", "—"], "{m}");
 
-    // Paired, arm lr=0.0003 against lr=0.0001 (the first run's arm), pooled over seeds at step 9.
+    // Paired, arm B (lr=0.0003) against A (lr=0.0001, the first run's arm), pooled over seeds at step 9.
     // Per problem (B − A): p08 +1/3, p09 +2/3, p10 +1, p11 +1/2, p12 +1/2, 15 ties: mean 3/20 =
     // +15.0 pp. Sign-flip exact over the 5 non-zero differences: only the 2 all-same-sign patterns
     // of 2^5 reach |T| = 3: p = 2/32 = 0.0625.
-    let b = section(&r.stdout, "`data.eval.0.path=data/eval.jsonl, lr=0.0003` − ");
+    let b = section(&r.stdout, "`B` − `A` ");
     assert!(b.contains("Δ +15.0 pp"), "{b}");
     assert!(b.contains("sign-flip exact p = 0.062 · 5 better, 0 worse, 15 tied of 20 problems"), "{b}");
     // Welch over seeds: Δ = 60 − 45 = 15 pp, SE = √(25/3 + 50/2) = 5.774 pp, df = 33.33² /
@@ -226,7 +232,7 @@ metrics (final value, best value and its step, value at the deciding step)
     assert!(b.contains("verdict: no significant difference"), "{b}");
     // The one-seed arm on another problem set: paired on the 10 shared problems p10..p19 only; it
     // solves p10..p15 there and arm A none: 6 better, equal magnitudes, p = 2/2^6 = 0.03125.
-    let c = section(&r.stdout, "`data.eval.0.path=data/eval-b.jsonl, lr=0.001` − ");
+    let c = section(&r.stdout, "`C` − `A` ");
     assert!(c.contains("over 10 problems") && c.contains("sign-flip exact p = 0.031 · 6 better, 0 worse, 4 tied of 10 problems (20 unshared"), "{c}");
     assert!(c.contains("recipe level   untested: needs ≥ 2 seeds per arm (1 vs 3)"), "{c}");
     assert!(c.contains("checkpoints are better than"), "{c}");
@@ -240,7 +246,7 @@ metrics (final value, best value and its step, value at the deciding step)
         "`eval/pass@1` has no value at step 9 in #6: left out of the arm statistics",
         "eval settings differ (`data.eval.0.path`)",
         "runs evaluated different problems (#1: 20, #2: 20, #3: 20, #4: 20, #5: 20, #7: 20 problems; 10",
-        "arm `data.eval.0.path=data/eval-b.jsonl, lr=0.001` has 1 seed",
+        "arm `C` has 1 seed",
     ] {
         assert!(w.contains(want), "missing warning {want:?} in\n{w}");
     }
@@ -278,7 +284,7 @@ fn formats_json_csv_md_and_sorting() {
     assert_eq!(lines.len(), 8);
     assert!(lines[0].starts_with("index,run_id,path,arm,seed,status,steps_done,max_steps,wall_s,tokens,data.eval.0.path,optimizer.learning_rate,eval/pass@1:final"), "{}", lines[0]);
     assert!(lines[1].starts_with("1,fx-a0,"), "{}", lines[1]);
-    assert!(lines[1].contains(",\"data.eval.0.path=data/eval.jsonl, lr=0.0001\",0,finished,10,10,115,1000,data/eval.jsonl,0.0001,0.4,9,0.4,9,0.4,9"), "{}", lines[1]);
+    assert!(lines[1].contains(",A,0,finished,10,10,115,1000,data/eval.jsonl,0.0001,0.4,9,0.4,9,0.4,9"), "{}", lines[1]);
 
     let md = cx.run(&["compare", "runs", "--format", "md"]);
     assert!(md.stdout.contains("| #1 | fx-a0 | finished | 10/10 |"), "{}", md.stdout);
@@ -500,9 +506,12 @@ eval: {{k: [1, 2], samples: 2, temperature: 1.0, max_tokens: 6}}
     eprintln!("{}", r.stdout);
     assert!(r.stdout.contains("rlx compare: 2 runs → 2 arms (differ in: lr) · seeds {3} · eval: 3 problems, n=2, T=1"), "{}", r.stdout);
     // Two samples per problem: pass@k for k = 1..2, and a sign-flip test instead of McNemar.
-    assert!(r.stdout.contains("pass@k (%), unbiased estimator, k = 1..n"), "{}", r.stdout);
+    assert!(r.stdout.contains("pass@k (%), first eval → compared step (unbiased estimator;"), "{}", r.stdout);
     let p = section(&r.stdout, "pass@k");
-    assert_eq!(p.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>(), ["#", "step", "pass@1", "pass@2"], "{p}");
+    assert_eq!(p.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>(), ["#", "steps", "pass@1", "pass@2"], "{p}");
+    // The baseline beside the compared step: `-1→1`, and each pass@k as `before→after`.
+    let row = p.lines().nth(2).unwrap().split_whitespace().collect::<Vec<_>>();
+    assert!(row[1] == "-1→1" && row[2].contains('→') && row[3].contains('→'), "{p}");
     let ids: BTreeSet<&str> = r.stdout.lines().filter(|l| l.trim_start().starts_with("#1  tiny-") || l.trim_start().starts_with("#2  tiny-")).collect();
     assert_eq!(ids.len(), 2, "{}", r.stdout);
     assert!(std::fs::read_to_string(cx.path().join("r.html")).unwrap().contains("pass@k vs k"));

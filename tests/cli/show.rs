@@ -4,7 +4,7 @@
 //! backend. Each filter, the baseline evaluation, plain output when piped, colour on a terminal,
 //! and bad steps and problems.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -26,7 +26,8 @@ const EASY: &str = r#"{"task_id": 1, "text": "Write f. Return 1.", "code": "", "
 const HARD: &str = r#"{"task_id": 3, "text": "Write h. Return 3.", "code": "", "test_list": ["assert h() == 3"]}
 "#;
 
-/// A server that answers each problem the same way every time (see [`TRAIN`]).
+/// A server that answers each problem the same way every time (see [`TRAIN`]), except that
+/// below temperature 1 it gets `f` wrong too (so a run evaluated colder regresses on it).
 pub(crate) async fn scripted_server() -> Server {
     let tok = tokenizer();
     serve(Arc::new(move |path: &str, body: &Value| {
@@ -35,7 +36,10 @@ pub(crate) async fn scripted_server() -> Server {
         }
         let ids: Vec<u32> = body["prompt"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
         let prompt = tok.decode(&ids, false).unwrap();
-        let text = if prompt.contains("Write f.") {
+        let cold = body["temperature"].as_f64().is_some_and(|t| t < 1.0);
+        let text = if prompt.contains("Write f.") && cold {
+            "```python\ndef f():\n    return 0\n```"
+        } else if prompt.contains("Write f.") {
             "```python\ndef f():\n    return 1\n```"
         } else if prompt.contains("Write g.") {
             "```python\ndef g():\n    return 3\n```"
@@ -49,11 +53,20 @@ pub(crate) async fn scripted_server() -> Server {
     .await
 }
 
-/// Writes the problems and the tiny model's tokenizer into `cx` and a dry-run spec against
-/// `url`: 2 steps of 4 groups of 2, evaluated at the start and the end (2 samples per problem on
-/// two named sources), with a diagnostic that fires at once (every group degenerate).
-pub(crate) fn served_spec(cx: &TestContext, url: &str) {
-    crate::engine::tiny_model(&cx.path().join("tiny"));
+/// Writes the problems, the prompt template and (unless `model` names one elsewhere) the tiny
+/// model's tokenizer into `cx`, and a dry-run spec `served.yaml` against `url`: 2 steps of 4
+/// groups of 2, evaluated at the start and the end (2 samples per problem on two named
+/// sources), with a diagnostic that fires at once (every group degenerate). Every file is the
+/// same in every `cx`, as in two clones of one repository.
+pub(crate) fn served_spec(cx: &TestContext, url: &str, model: Option<&Path>) {
+    let tiny = match model {
+        Some(m) => m.to_path_buf(),
+        None => {
+            crate::engine::tiny_model(&cx.path().join("tiny"));
+            cx.path().join("tiny")
+        }
+    };
+    cx.write("prompts/user.j2", &std::fs::read_to_string(repo().join("prompts/mbpp_user.j2")).unwrap());
     cx.write("problems.jsonl", TRAIN);
     cx.write("data/easy.jsonl", EASY);
     cx.write("data/hard.jsonl", HARD);
@@ -61,12 +74,12 @@ pub(crate) fn served_spec(cx: &TestContext, url: &str) {
         "served.yaml",
         &format!(
             "name: served
-model: {{base: ./tiny, finetune: full}}
+model: {{base: {tiny}, finetune: full}}
 backend: {{kind: openai, base_url: \"{url}\", served_model: m, max_retries: 1}}
 data:
   train: [{{path: problems.jsonl, format: mbpp}}]
   eval: [{{path: data/easy.jsonl, format: mbpp, name: easy}}, {{path: data/hard.jsonl, format: mbpp, name: hard}}]
-prompt: {{user: {user}}}
+prompt: {{user: prompts/user.j2}}
 sampling: {{max_tokens: 64, temperature: 1.0}}
 grpo: {{prompts_per_step: 4, group_size: 2}}
 sandbox: {{kind: local, strict: false}}
@@ -74,7 +87,7 @@ schedule: {{max_steps: 2, eval_every: 2}}
 eval: {{k: [1, 2], samples: 2, temperature: 1.0}}
 diagnostics: {{groups_degenerate: {{steps: 1}}}}
 ",
-            user = repo().join("prompts/mbpp_user.j2").display(),
+            tiny = tiny.display(),
         ),
     );
 }
@@ -82,7 +95,7 @@ diagnostics: {{groups_degenerate: {{steps: 1}}}}
 /// A dry run against [`scripted_server`] with `overrides`; its run directory.
 pub(crate) fn served_run(cx: &TestContext, server: &Server, overrides: &[&str]) -> PathBuf {
     if !cx.path().join("served.yaml").exists() {
-        served_spec(cx, &server.url());
+        served_spec(cx, &server.url(), None);
     }
     let list = || -> std::collections::BTreeSet<PathBuf> { std::fs::read_dir(cx.path().join("runs")).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default() };
     let before = list();
