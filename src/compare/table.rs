@@ -382,20 +382,23 @@ fn sources_table(r: &Report, out: &mut Vec<Block>) {
     out.push(Block::Table(Table { title: "eval by source: pass@k (%) at the first eval → the compared eval step".into(), headers, rows, right, key_cols: 2, shrink: None }));
 }
 
-/// The run-health diagnostics that fired (`events.jsonl`).
+/// The run-health diagnostics that fired (`events.jsonl`); the same firing in several runs (the
+/// seeds of an arm, most often) is one line naming them all.
 fn diagnostics_block(r: &Report, out: &mut Vec<Block>) {
-    if r.diagnostics.is_empty() {
+    let mut lines: Vec<(String, Vec<usize>)> = vec![];
+    for d in &r.diagnostics {
+        let stop = if d.action == "stop" { ", stopped the run" } else { "" };
+        let text = format!("step {} {}{stop}: {} → {}", d.step, d.signal, d.evidence, d.remedy);
+        match lines.iter_mut().find(|(t, _)| *t == text) {
+            Some((_, runs)) => runs.push(d.run),
+            None => lines.push((text, vec![d.run])),
+        }
+    }
+    if lines.is_empty() {
         return;
     }
-    let lines = r
-        .diagnostics
-        .iter()
-        .map(|d| {
-            let stop = if d.action == "stop" { ", stopped the run" } else { "" };
-            format!("#{} step {} {}{stop}: {} → {}", d.run, d.step, d.signal, d.evidence, d.remedy)
-        })
-        .collect();
-    out.push(Block::Lines { title: "diagnostics fired (events.jsonl; `rlx doctor` explains)".into(), lines });
+    let lines = lines.into_iter().map(|(text, runs)| format!("{} {text}", runs.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(","))).collect();
+    out.push(Block::Lines { title: "diagnostics fired (events.jsonl: signal, evidence → remedy)".into(), lines });
 }
 
 /// The best evaluation of each run, with its checkpoint.
