@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::configdiff::{label_name, letter};
+use super::configdiff::{label_name, letter, middle_cut};
 use super::load::Run;
 use super::stats::{Interval, seed_mean};
 
@@ -67,7 +67,7 @@ pub(crate) fn group(runs: &[Run], differing: &[String], shown: &Shown) -> (Vec<A
 fn one_value_label(settings: &[(String, String)]) -> String {
     let Some((k, v)) = settings.first() else { return String::new() };
     let label = if v.contains('/') { v.clone() } else { format!("{}={v}", label_name(k)) };
-    super::table::middle_cut(&label, MAX_LABEL)
+    middle_cut(&label, MAX_LABEL)
 }
 
 /// A point of an arm's aggregated curve.

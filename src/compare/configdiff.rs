@@ -119,6 +119,18 @@ pub(crate) fn letter(i: usize) -> String {
     out.iter().rev().collect()
 }
 
+/// `s` cut to `max` characters by replacing its middle with `…` (both ends carry meaning: a
+/// run id's name and hash, a path's root and file).
+pub(crate) fn middle_cut(s: &str, max: usize) -> String {
+    let c: Vec<char> = s.chars().collect();
+    if c.len() <= max || max < 3 {
+        return s.to_string();
+    }
+    let keep = max - 1;
+    let head = keep.div_ceil(2);
+    c[..head].iter().chain(std::iter::once(&'…')).chain(&c[c.len() - (keep - head)..]).collect()
+}
+
 /// The short name of a key for labels: the spec's alias when it has one (`lr` for
 /// `optimizer.learning_rate`), else the key.
 pub(crate) fn short(key: &str) -> &str {

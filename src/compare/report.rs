@@ -758,18 +758,23 @@ fn regressions(cx: &Ctx<'_>, comparisons: &[Comparison], within: &[Within]) -> V
     if cx.runs.iter().all(|r| r.eval_samples.is_empty()) {
         return vec![];
     }
-    // problem → (contexts, (run, step) sides), in order of first mention.
-    let mut found: Vec<(String, Vec<String>, Vec<(usize, i64)>)> = vec![];
+    /// A dropping problem: where it dropped, and the (run, step) evaluations to show.
+    struct Found {
+        id: String,
+        contexts: Vec<String>,
+        sides: Vec<(usize, i64)>,
+    }
+    let mut found: Vec<Found> = vec![];
     let mut add = |id: &str, context: String, sides: &[(usize, i64)]| {
-        let pos = found.iter().position(|f| f.0 == id).unwrap_or_else(|| {
-            found.push((id.to_string(), vec![], vec![]));
+        let pos = found.iter().position(|f| f.id == id).unwrap_or_else(|| {
+            found.push(Found { id: id.to_string(), contexts: vec![], sides: vec![] });
             found.len() - 1
         });
         let f = &mut found[pos];
-        f.1.push(context);
+        f.contexts.push(context);
         for s in sides {
-            if !f.2.contains(s) {
-                f.2.push(*s);
+            if !f.sides.contains(s) {
+                f.sides.push(*s);
             }
         }
     };
@@ -794,7 +799,7 @@ fn regressions(cx: &Ctx<'_>, comparisons: &[Comparison], within: &[Within]) -> V
     found
         .into_iter()
         .enumerate()
-        .map(|(n, (problem_id, contexts, sides))| {
+        .map(|(n, Found { id: problem_id, contexts, sides })| {
             let anchor = format!("drop-{n}-{}", problem_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect::<String>());
             let sides = sides
                 .into_iter()

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use super::arms::show;
-use super::configdiff::short;
+use super::configdiff::{middle_cut, short};
 use super::metric;
 use super::paired::Paired;
 use super::report::{Decision, Report};
@@ -533,18 +533,6 @@ fn wrap(line: &str, width: usize) -> Vec<String> {
 
 fn chars(s: &str) -> usize {
     s.chars().count()
-}
-
-/// `s` cut to `max` characters by replacing its middle with `…` (both ends carry meaning: a
-/// run id's name and hash, a path's root and file).
-pub(crate) fn middle_cut(s: &str, max: usize) -> String {
-    let c: Vec<char> = s.chars().collect();
-    if c.len() <= max || max < 3 {
-        return s.to_string();
-    }
-    let keep = max - 1;
-    let head = keep.div_ceil(2);
-    c[..head].iter().chain(std::iter::once(&'…')).chain(&c[c.len() - (keep - head)..]).collect()
 }
 
 fn table_text(t: &Table, width: usize) -> String {
