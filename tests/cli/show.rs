@@ -283,3 +283,19 @@ fn a_run_of_the_tiny_model() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(headers(&r.stdout).len(), 2, "2 eval problems, the first sample of each: {}", r.stdout);
 }
+
+/// A run directory written before prompts, per-test verdicts and eval completions were recorded
+/// (`tests/fixtures/run-v1`, read in place): what it has is shown, what it lacks is said.
+#[test]
+fn an_old_run_shows_what_it_recorded() {
+    let cx = TestContext::new();
+    let run = repo().join("tests/fixtures/run-v1/run").display().to_string();
+    let r = cx.run(&["show", &run, "--limit", "1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.starts_with("── step ") && r.stdout.contains("verdict  format error (no code block)"), "{}", r.stdout);
+    assert!(r.stdout.contains("prompt\n  (not recorded"), "{}", r.stdout);
+    assert!(r.stdout.contains("tokens   12, cut off at max_tokens"), "{}", r.stdout);
+    let r = cx.run(&["show", &run, "--eval"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("holds no completions in eval_rollouts.jsonl: no evaluation has finished yet, or the run predates eval_rollouts.jsonl"), "{}", r.stderr);
+}
