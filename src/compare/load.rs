@@ -96,6 +96,8 @@ pub(crate) struct Fired {
     pub remedy: String,
     /// `warn` or `stop`.
     pub action: String,
+    /// Where to look (problems, rollouts), when the signal names some.
+    pub leads: Vec<String>,
 }
 
 /// The runs named by `paths`, in the order given, each once: a run directory is itself; a sweep
@@ -194,7 +196,7 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
         .rows
         .into_iter()
         .filter_map(|e| match e {
-            EventRecord::Diagnostic { signal, step, evidence, remedy, action, .. } => Some(Fired { signal, step, evidence, remedy, action }),
+            EventRecord::Diagnostic { signal, step, evidence, remedy, action, leads, .. } => Some(Fired { signal, step, evidence, remedy, action, leads }),
             _ => None,
         })
         .collect();

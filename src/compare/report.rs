@@ -284,6 +284,8 @@ pub(crate) struct DiagnosticRow {
     pub evidence: String,
     /// What to do.
     pub remedy: String,
+    /// Where to look, when the signal names some.
+    pub leads: Vec<String>,
 }
 
 /// A problem among the largest drops of a comparison, with the completions on both sides
@@ -501,7 +503,7 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
     Ok(Report {
         lettered,
         sources: source_rows(&cx),
-        diagnostics: runs.iter().enumerate().flat_map(|(i, r)| r.diagnostics.iter().map(move |f| DiagnosticRow { run: i + 1, signal: f.signal.clone(), step: f.step, action: f.action.clone(), evidence: f.evidence.clone(), remedy: f.remedy.clone() })).collect(),
+        diagnostics: runs.iter().enumerate().flat_map(|(i, r)| r.diagnostics.iter().map(move |f| DiagnosticRow { run: i + 1, signal: f.signal.clone(), step: f.step, action: f.action.clone(), evidence: f.evidence.clone(), remedy: f.remedy.clone(), leads: f.leads.clone() })).collect(),
         shown,
         regressions,
         config: if runs.len() == 1 { runs[0].config.clone() } else { BTreeMap::new() },

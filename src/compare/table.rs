@@ -388,7 +388,10 @@ fn diagnostics_block(r: &Report, out: &mut Vec<Block>) {
     let mut lines: Vec<(String, Vec<usize>)> = vec![];
     for d in &r.diagnostics {
         let stop = if d.action == "stop" { ", stopped the run" } else { "" };
-        let text = format!("step {} {}{stop}: {} → {}", d.step, d.signal, d.evidence, d.remedy);
+        let mut text = format!("step {} {}{stop}: {} → {}", d.step, d.signal, d.evidence, d.remedy);
+        for l in d.leads.iter().take(3) {
+            let _ = write!(text, "\n    lead: {l}");
+        }
         match lines.iter_mut().find(|(t, _)| *t == text) {
             Some((_, runs)) => runs.push(d.run),
             None => lines.push((text, vec![d.run])),
@@ -397,7 +400,16 @@ fn diagnostics_block(r: &Report, out: &mut Vec<Block>) {
     if lines.is_empty() {
         return;
     }
-    let lines = lines.into_iter().map(|(text, runs)| format!("{} {text}", runs.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(","))).collect();
+    // A lead is a line of its own, under its firing.
+    let lines = lines
+        .into_iter()
+        .flat_map(|(text, runs)| {
+            let runs = runs.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(",");
+            let mut parts = text.split('\n');
+            let first = format!("{runs} {}", parts.next().unwrap_or_default());
+            std::iter::once(first).chain(parts.map(str::to_owned)).collect::<Vec<_>>()
+        })
+        .collect();
     out.push(Block::Lines { title: "diagnostics fired (events.jsonl: signal, evidence → remedy)".into(), lines });
 }
 
