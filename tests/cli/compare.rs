@@ -632,4 +632,7 @@ fn three_real_runs_from_two_clones() {
     assert!(section_html.contains("return 1") && section_html.contains("return 0"), "both sides' code");
     assert!(section_html.contains("<span class=\"fail\">wrong answer</span>") && section_html.contains("<b class=\"pass\">passed</b>"), "verdicts per sample and per test");
     assert!(html.contains("eval by source") && html.contains("diagnostics fired"));
+    // Kept for people to look at, as the screenshot is.
+    let _ = std::fs::create_dir_all(repo().join("target"));
+    let _ = std::fs::copy(one.path().join("clones.html"), repo().join("target/compare-clones.html"));
 }
