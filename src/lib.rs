@@ -27,6 +27,7 @@
 //! - [`health`]: run-health signals (`diagnostics:`), checked live by the engine and replayed by
 //!   `rlx doctor`.
 //! - [`compare`]: `rlx compare`: tables, statistics and charts over run directories.
+//! - [`viewer`]: `rlx show`: a run's completions selected by step, problem and verdict.
 //! - [`sweep_sample`]: `rlx sweep --sample N`: configurations drawn from ranges, seeded.
 //! - [`sweep_slurm`]: `rlx sweep --launcher slurm`: a sweep as a Slurm job array, and its status.
 //! - `export`: `rlx export`: checkpoints as Hugging Face directories, PEFT adapters, GGUF.
@@ -62,3 +63,4 @@ pub mod spec;
 pub(crate) mod sweep_sample;
 pub(crate) mod sweep_slurm;
 pub(crate) mod tinker;
+pub(crate) mod viewer;

@@ -89,6 +89,9 @@ pub(crate) mod exit {
         if let Some(e) = e.downcast_ref::<compare::Error>() {
             return Some(e.is_user_error());
         }
+        if let Some(e) = e.downcast_ref::<crate::viewer::Error>() {
+            return Some(e.is_user_error());
+        }
         // A file the user named that does not exist, reached through context only.
         if let Some(e) = e.downcast_ref::<std::io::Error>() {
             return Some(e.kind() == std::io::ErrorKind::NotFound);
@@ -175,6 +178,13 @@ pub enum Command {
     /// `rlx compare runs/*`, `rlx compare sweeps/<id>`, `rlx compare runs/<id> --steps -1,last`.
     /// Statistics and how to read them: docs/compare.md.
     Compare(commands::compare::CompareArgs),
+    /// Show a run's completions: prompt, completion, extracted code, per-test verdicts.
+    ///
+    /// `rlx show runs/<id>` (the last step), `rlx show runs/<id> --step 3 --failed`,
+    /// `rlx show runs/<id> --problem 17` (every step it was drawn at), `rlx show runs/<id> --eval
+    /// --step base` (the baseline evaluation). Colour on a terminal, plain when piped or with
+    /// `NO_COLOR`.
+    Show(commands::show::ShowArgs),
     /// Evaluate a model: pass@k (unbiased estimator) with confidence intervals on a problem set.
     ///
     /// `rlx eval SPEC [KEY=VALUE...]` evaluates a spec's policy on its `data.eval`;

@@ -27,6 +27,12 @@ pub(crate) fn styled() -> bool {
     std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal()
 }
 
+/// Whether stdout gets colours: a terminal, and `NO_COLOR` unset (`rlx show` piped into a file
+/// or `less` stays plain).
+pub(crate) fn stdout_styled() -> bool {
+    std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
+}
+
 /// A result line on stdout. On a closed pipe the process exits with success.
 pub(crate) fn out(line: impl AsRef<str>) {
     let mut stdout = std::io::stdout().lock();

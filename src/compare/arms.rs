@@ -3,44 +3,71 @@
 
 use std::collections::BTreeMap;
 
-use super::configdiff::short;
+use super::configdiff::{label_name, letter, middle_cut};
 use super::load::Run;
 use super::stats::{Interval, seed_mean};
+
+/// The longest label an arm gets from its one differing value; longer ones are cut in the
+/// middle (a label heads table columns and verdict lines, so it must stay short).
+const MAX_LABEL: usize = 28;
+
+/// How config values are shown: key → value → shown value (paths below their common
+/// directory; see [`super::configdiff::shown`]). A value missing here is shown as it is.
+pub(crate) type Shown = BTreeMap<String, BTreeMap<String, String>>;
+
+/// A value as [`Shown`] shows it.
+pub(crate) fn show<'a>(shown: &'a Shown, key: &str, value: &'a str) -> &'a str {
+    shown.get(key).and_then(|m| m.get(value)).map_or(value, String::as_str)
+}
 
 /// One arm: its runs (indices into the run list) and what sets it apart.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Arm {
-    /// `lr=0.0003, group_size=8`: the differing keys' values (short names); the experiment name
-    /// when nothing differs.
+    /// Its short name: the differing value when one key differs (`lr=0.0003`), a letter (`A`,
+    /// `B`, ...) when several do (with [`Arm::settings`] as the legend), the experiment name
+    /// when none does.
     pub label: String,
+    /// The differing keys and this arm's values of them, as shown (`—` when it lacks one).
+    pub settings: Vec<(String, String)>,
     /// Indices of its runs, in input order.
     pub runs: Vec<usize>,
 }
 
 /// Groups `runs` into arms by their values of the `differing` keys, in order of first
-/// appearance.
-pub(crate) fn group(runs: &[Run], differing: &[String]) -> Vec<Arm> {
+/// appearance, and labels them (see [`Arm::label`]); `lettered` says whether the labels are
+/// letters that need a legend.
+pub(crate) fn group(runs: &[Run], differing: &[String], shown: &Shown) -> (Vec<Arm>, bool) {
     let mut arms: Vec<(Vec<Option<String>>, Arm)> = vec![];
     for (i, r) in runs.iter().enumerate() {
         let key: Vec<Option<String>> = differing.iter().map(|k| r.config.get(k).cloned()).collect();
         match arms.iter_mut().find(|(k, _)| *k == key) {
             Some((_, arm)) => arm.runs.push(i),
             None => {
-                let label = if differing.is_empty() {
-                    r.config.get("name").cloned().unwrap_or_else(|| "all runs".into())
-                } else {
-                    differing
-                        .iter()
-                        .zip(&key)
-                        .map(|(k, v)| format!("{}={}", short(k), v.as_deref().unwrap_or("—")))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                arms.push((key, Arm { label, runs: vec![i] }));
+                let settings = differing.iter().zip(&key).map(|(k, v)| (k.clone(), v.as_deref().map_or("—", |v| show(shown, k, v)).to_string())).collect();
+                let label = r.config.get("name").cloned().unwrap_or_else(|| "all runs".into());
+                arms.push((key, Arm { label, settings, runs: vec![i] }));
             }
         }
     }
-    arms.into_iter().map(|(_, a)| a).collect()
+    let mut arms: Vec<Arm> = arms.into_iter().map(|(_, a)| a).collect();
+    if differing.is_empty() {
+        return (arms, false);
+    }
+    let by_value: Vec<String> = arms.iter().map(|a| one_value_label(&a.settings)).collect();
+    let unique = by_value.iter().collect::<std::collections::BTreeSet<_>>().len() == by_value.len();
+    let lettered = differing.len() > 1 || !unique;
+    for (i, a) in arms.iter_mut().enumerate() {
+        a.label = if lettered { letter(i) } else { by_value[i].clone() };
+    }
+    (arms, lettered)
+}
+
+/// The label of an arm set apart by one value: `name=value` (`lr=0.0003`, `beta1=0.95`), or the
+/// path itself for a file (`…/data/b.jsonl`), cut in the middle past [`MAX_LABEL`].
+fn one_value_label(settings: &[(String, String)]) -> String {
+    let Some((k, v)) = settings.first() else { return String::new() };
+    let label = if v.contains('/') { v.clone() } else { format!("{}={v}", label_name(k)) };
+    middle_cut(&label, MAX_LABEL)
 }
 
 /// A point of an arm's aggregated curve.
@@ -100,7 +127,7 @@ pub(crate) fn seeds(runs: &[Run], arm: &Arm) -> Vec<String> {
     arm.runs.iter().map(|&i| runs[i].seed().unwrap_or("?").to_string()).collect()
 }
 
-/// Per-key values of the differing keys for one run (for the runs table).
+/// Per-key values of the differing keys for one run (for the runs table), in full.
 pub(crate) fn values(run: &Run, differing: &[String]) -> BTreeMap<String, String> {
     differing.iter().map(|k| (k.clone(), run.config.get(k).cloned().unwrap_or_else(|| "—".into()))).collect()
 }

@@ -60,6 +60,77 @@ pub(crate) fn differing<'a>(configs: impl IntoIterator<Item = &'a BTreeMap<Strin
         .collect()
 }
 
+/// Whether the files that `key` names hold the same bytes in every run, by the SHA-256s
+/// provenance recorded (`hashes` per run: key → hash). Only when every run has one: a file whose
+/// content was not recorded may differ.
+pub(crate) fn same_content<'a>(key: &str, hashes: impl IntoIterator<Item = &'a BTreeMap<String, String>>) -> bool {
+    let mut seen: Option<&String> = None;
+    for h in hashes {
+        match (h.get(key), seen) {
+            (None, _) => return false,
+            (Some(x), Some(s)) if x != s => return false,
+            (Some(x), _) => seen = Some(x),
+        }
+    }
+    seen.is_some()
+}
+
+/// How each of `values` is shown: when all of them are absolute paths, relative to their
+/// common directory with `…/` in front (keeping that directory's last component, so
+/// `…/data/a.jsonl` vs `…/data/b.jsonl`, not two 120-character paths that differ at the end);
+/// otherwise as they are. Distinct values stay distinct.
+pub(crate) fn shown(values: &[&str]) -> Vec<String> {
+    let paths = values.iter().all(|v| v.starts_with('/')) && values.iter().collect::<BTreeSet<_>>().len() > 1;
+    if !paths {
+        return values.iter().map(|v| (*v).to_string()).collect();
+    }
+    let parts: Vec<Vec<&str>> = values.iter().map(|v| v.split('/').filter(|c| !c.is_empty()).collect()).collect();
+    // Directories shared by all (never a value's last component, which is the file itself).
+    let shortest = parts.iter().map(|p| p.len().saturating_sub(1)).min().unwrap_or(0);
+    let common = (0..shortest).take_while(|&i| parts.iter().all(|p| p[i] == parts[0][i])).count();
+    let cut = common.saturating_sub(1);
+    if cut == 0 {
+        return values.iter().map(|v| (*v).to_string()).collect();
+    }
+    parts.iter().map(|p| format!("…/{}", p[cut..].join("/"))).collect()
+}
+
+/// The name a label gives `key`: its alias (`lr`), else its last segment that is not an index
+/// (`optimizer.beta1` → `beta1`, `data.eval.0.format` → `format`).
+pub(crate) fn label_name(key: &str) -> &str {
+    let s = short(key);
+    if s != key {
+        return s;
+    }
+    key.rsplit('.').find(|seg| seg.parse::<usize>().is_err()).unwrap_or(key)
+}
+
+/// The letter label of the `i`-th arm: `A`..`Z`, then `AA`, `AB`, ...
+pub(crate) fn letter(i: usize) -> String {
+    let mut n = i;
+    let mut out = vec![];
+    loop {
+        out.push(char::from(b'A' + (n % 26) as u8));
+        if n < 26 {
+            break;
+        }
+        n = n / 26 - 1;
+    }
+    out.iter().rev().collect()
+}
+
+/// `s` cut to `max` characters by replacing its middle with `…` (both ends carry meaning: a
+/// run id's name and hash, a path's root and file).
+pub(crate) fn middle_cut(s: &str, max: usize) -> String {
+    let c: Vec<char> = s.chars().collect();
+    if c.len() <= max || max < 3 {
+        return s.to_string();
+    }
+    let keep = max - 1;
+    let head = keep.div_ceil(2);
+    c[..head].iter().chain(std::iter::once(&'…')).chain(&c[c.len() - (keep - head)..]).collect()
+}
+
 /// The short name of a key for labels: the spec's alias when it has one (`lr` for
 /// `optimizer.learning_rate`), else the key.
 pub(crate) fn short(key: &str) -> &str {
@@ -88,5 +159,32 @@ mod tests {
         assert!(differing([&a, &a]).is_empty());
         assert_eq!(short("optimizer.learning_rate"), "lr");
         assert_eq!(short("optimizer.beta1"), "optimizer.beta1");
+        assert_eq!(label_name("optimizer.learning_rate"), "lr");
+        assert_eq!(label_name("optimizer.beta1"), "beta1");
+        assert_eq!(label_name("data.eval.0.format"), "format");
+    }
+
+    #[test]
+    fn identical_files_at_different_paths_are_not_a_difference() {
+        let h = |x: &str| -> BTreeMap<String, String> { [("data.train.0.path".to_string(), x.to_string())].into() };
+        assert!(same_content("data.train.0.path", [&h("ab"), &h("ab")]));
+        assert!(!same_content("data.train.0.path", [&h("ab"), &h("cd")]));
+        assert!(!same_content("data.train.0.path", [&h("ab"), &BTreeMap::new()]), "unrecorded content may differ");
+        assert!(!same_content("prompt.user", [&h("ab")]));
+    }
+
+    #[test]
+    fn paths_are_shown_below_their_common_directory() {
+        assert_eq!(shown(&["/home/u/clone1/data/a.jsonl", "/home/u/clone2/data/a.jsonl"]), ["…/u/clone1/data/a.jsonl", "…/u/clone2/data/a.jsonl"]);
+        assert_eq!(shown(&["/w/rlx/data/a.jsonl", "/w/rlx/data/b.jsonl", "/w/rlx/data/a.jsonl"]), ["…/data/a.jsonl", "…/data/b.jsonl", "…/data/a.jsonl"]);
+        assert_eq!(shown(&["/a.jsonl", "/b.jsonl"]), ["/a.jsonl", "/b.jsonl"]);
+        assert_eq!(shown(&["data/a.jsonl", "data/b.jsonl"]), ["data/a.jsonl", "data/b.jsonl"], "relative paths are already short");
+        assert_eq!(shown(&["0.001", "0.0001"]), ["0.001", "0.0001"]);
+        assert_eq!(shown(&["/x/a", "/x/a"]), ["/x/a", "/x/a"]);
+    }
+
+    #[test]
+    fn letters_go_on_after_z() {
+        assert_eq!([0, 1, 25, 26, 27, 51, 52].map(letter), ["A", "B", "Z", "AA", "AB", "AZ", "BA"]);
     }
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use super::Error;
 use crate::runlog::sweep::{RECORD, SweepDir};
-use crate::runlog::{CheckpointRecord, MetricsLine, RunDir, State, Status, files};
+use crate::runlog::{CheckpointRecord, EvalSampleRecord, EventRecord, MetricsLine, Provenance, RunDir, Split, State, Status, files};
 
 /// One problem of one evaluation: pass@k's `n` and `c`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +49,14 @@ pub(crate) struct Run {
     pub checkpoints: Vec<CheckpointRecord>,
     /// Fingerprint of the eval problems (provenance), when recorded.
     pub eval_fingerprint: Option<String>,
+    /// SHA-256 of the files the config names, by config key (`data.train.0.path`,
+    /// `prompt.user`), from provenance: two runs naming the same bytes at different paths did
+    /// not differ there.
+    pub hashes: BTreeMap<String, String>,
+    /// The diagnostics that fired (`events.jsonl`), in order.
+    pub diagnostics: Vec<Fired>,
+    /// `eval_rollouts.jsonl`: (step, problem id) → the completions recorded, by sample.
+    pub eval_samples: BTreeMap<(i64, String), Vec<EvalSampleRecord>>,
     /// Things the reader noticed (torn lines, missing files), for the report's warnings.
     pub notes: Vec<String>,
 }
@@ -73,6 +81,23 @@ impl Run {
     pub(crate) fn seed(&self) -> Option<&str> {
         self.config.get("seed").map(String::as_str)
     }
+}
+
+/// A diagnostic signal that fired during a run (an `events.jsonl` `diagnostic` event).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub(crate) struct Fired {
+    /// The signal.
+    pub signal: String,
+    /// The step it fired at (−1: the baseline eval).
+    pub step: i64,
+    /// What was seen.
+    pub evidence: String,
+    /// What to do.
+    pub remedy: String,
+    /// `warn` or `stop`.
+    pub action: String,
+    /// Where to look (problems, rollouts), when the signal names some.
+    pub leads: Vec<String>,
 }
 
 /// The runs named by `paths`, in the order given, each once: a run directory is itself; a sweep
@@ -158,11 +183,29 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
             BTreeMap::new()
         }
     };
-    let eval_fingerprint = match dir.provenance() {
-        Ok(p) => p.data.map(|d| d.eval.fingerprint),
+    let provenance = match dir.provenance() {
+        Ok(p) => Some(p),
         Err(crate::runlog::Error::Missing { .. }) => None,
         Err(e) => return Err(err(e)),
     };
+    let eval_fingerprint = provenance.as_ref().and_then(|p| p.data.as_ref()).map(|d| d.eval.fingerprint.clone());
+    let hashes = provenance.as_ref().map(file_hashes).unwrap_or_default();
+    let events = dir.events().map_err(err)?;
+    torn(&mut notes, files::EVENTS, events.torn_line);
+    let diagnostics = events
+        .rows
+        .into_iter()
+        .filter_map(|e| match e {
+            EventRecord::Diagnostic { signal, step, evidence, remedy, action, leads, .. } => Some(Fired { signal, step, evidence, remedy, action, leads }),
+            _ => None,
+        })
+        .collect();
+    let samples = dir.eval_rollouts().map_err(err)?;
+    torn(&mut notes, files::EVAL_ROLLOUTS, samples.torn_line);
+    let mut eval_samples: BTreeMap<(i64, String), Vec<EvalSampleRecord>> = BTreeMap::new();
+    for s in samples.rows {
+        eval_samples.entry((s.step, s.problem_id.clone())).or_default().push(s);
+    }
     let metrics = dir.metrics().map_err(err)?;
     torn(&mut notes, files::METRICS, metrics.torn_line);
     let results = dir.eval_results().map_err(err)?;
@@ -185,8 +228,29 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
         evals,
         checkpoints: checkpoints.rows,
         eval_fingerprint,
+        hashes,
+        diagnostics,
+        eval_samples,
         notes,
     })
+}
+
+/// The config keys of the files provenance fingerprinted, with their SHA-256: the i-th train
+/// (eval) dataset is `data.train.{i}.path` (`data.eval.{i}.path`), as the spec lists them; a
+/// template is the key that names it (`prompt.user`). Remote datasets have no hash.
+fn file_hashes(p: &Provenance) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (split, name) in [(Split::Train, "train"), (Split::Eval, "eval")] {
+        for (i, d) in p.datasets.iter().filter(|d| d.split == split).enumerate() {
+            if let Some(h) = &d.sha256 {
+                out.insert(format!("data.{name}.{i}.path"), h.clone());
+            }
+        }
+    }
+    for t in &p.templates {
+        out.insert(t.role.clone(), t.sha256.clone());
+    }
+    out
 }
 
 fn torn(notes: &mut Vec<String>, file: &str, line: Option<usize>) {

@@ -6,9 +6,10 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use super::arms::{self, Arm, Point};
+use super::arms::{self, Arm, Point, Shown};
 use super::configdiff;
 use super::load::Run;
+use crate::runlog::EvalSampleRecord;
 use super::paired::{self, PassAtK, Paired, Side};
 use super::stats::{self, SeedMean, Welch};
 use super::{Error, metric};
@@ -179,6 +180,8 @@ pub(crate) struct ArmValue {
 pub(crate) struct ArmRow {
     /// The label.
     pub label: String,
+    /// The differing keys and the arm's values of them, as shown (the legend of a letter).
+    pub settings: Vec<(String, String)>,
     /// Its runs (numbers).
     pub runs: Vec<usize>,
     /// Their seeds.
@@ -226,7 +229,8 @@ pub(crate) struct Within {
     pub note: Option<String>,
 }
 
-/// pass@k for k = 1..n of one run.
+/// pass@k for k = 1..n of one run, at its first evaluation (the baseline) and at the eval step
+/// compared: sharpening (pass@1 up, pass@n flat or down) shows only side by side.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct PassAtKRow {
     /// The run's number.
@@ -235,6 +239,68 @@ pub(crate) struct PassAtKRow {
     pub step: i64,
     /// k = 1..n.
     pub values: Vec<PassAtK>,
+    /// The run's first eval step (−1: the baseline), when it is not `step`.
+    pub base_step: Option<i64>,
+    /// pass@k there, k = 1..n.
+    pub base: Vec<PassAtK>,
+}
+
+/// One eval source of one run (`eval/<source>/pass@k`, written when a spec has two or more).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct SourceRow {
+    /// The run's number.
+    pub run: usize,
+    /// The source's label.
+    pub source: String,
+    /// Its problems (`eval/<source>/problems`) at the compared step.
+    pub problems: Option<f64>,
+    /// Each k: pass@k at the run's first eval and at the compared step.
+    pub values: Vec<SourceValue>,
+}
+
+/// pass@k of one source at the first eval and at the compared step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct SourceValue {
+    /// k.
+    pub k: u32,
+    /// At the run's first eval.
+    pub first: Option<AtStep>,
+    /// At the compared eval step (the eval decision step, else the last).
+    pub at: Option<AtStep>,
+}
+
+/// A diagnostic that fired in a run (`events.jsonl`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct DiagnosticRow {
+    /// The run's number.
+    pub run: usize,
+    /// The signal.
+    pub signal: String,
+    /// The step it fired at.
+    pub step: i64,
+    /// `warn` or `stop`.
+    pub action: String,
+    /// What was seen.
+    pub evidence: String,
+    /// What to do.
+    pub remedy: String,
+    /// Where to look, when the signal names some.
+    pub leads: Vec<String>,
+}
+
+/// A problem among the largest drops of a comparison, with the completions on both sides
+/// (`eval_rollouts.jsonl`) for the HTML report to show.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Regression {
+    /// The problem.
+    pub problem_id: String,
+    /// Its anchor in the HTML report.
+    pub anchor: String,
+    /// Where it dropped (`#1 step -1 → 9`, `` `B` − `A` at eval step 9 ``).
+    pub contexts: Vec<String>,
+    /// Each side's completions: a label (`#1 step -1`) and what was recorded (empty when that
+    /// evaluation kept none of this problem's completions).
+    pub sides: Vec<(String, Vec<EvalSampleRecord>)>,
 }
 
 /// Curves of one metric for the charts.
@@ -265,8 +331,11 @@ pub(crate) struct ArmCurves {
 /// Everything the report says.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Report {
-    /// The config keys whose values differ between runs.
+    /// The config keys whose values differ between runs (files with the same content at
+    /// different paths do not).
     pub differing: Vec<String>,
+    /// Whether the arm labels are letters (several keys differ), explained by a legend.
+    pub lettered: bool,
     /// The metrics, deciding one first.
     pub metrics: Vec<String>,
     /// Where each metric is compared.
@@ -281,6 +350,10 @@ pub(crate) struct Report {
     pub within: Vec<Within>,
     /// pass@k for k = 1..n, when some evaluation drew more than one sample per problem.
     pub pass_at_k: Vec<PassAtKRow>,
+    /// Per eval source pass@k, for runs with two or more sources.
+    pub sources: Vec<SourceRow>,
+    /// Diagnostics that fired, per run.
+    pub diagnostics: Vec<DiagnosticRow>,
     /// Everything that limits what the numbers mean.
     pub warnings: Vec<String>,
     /// The whole resolved config (flattened), for a one-run report; empty otherwise (the
@@ -295,6 +368,13 @@ pub(crate) struct Report {
     /// Chart data (not in the JSON: it is the metrics files again).
     #[serde(skip)]
     pub curves: Vec<Curves>,
+    /// How the differing values are shown (paths below their common directory); the JSON has
+    /// the values in full.
+    #[serde(skip)]
+    pub shown: Shown,
+    /// The largest drops with their completions, for the HTML report.
+    #[serde(skip)]
+    pub regressions: Vec<Regression>,
 }
 
 /// A metric's `(step, value)` points in one run, NaN values left out, sorted by step.
@@ -404,8 +484,11 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
     if let Some(key) = &opts.sort {
         sort_runs(&mut runs, key, decisions.iter().find(|d| &d.metric == key))?;
     }
-    let differing = configdiff::differing(runs.iter().map(|r| &r.config));
-    let groups = arms::group(&runs, &differing);
+    // A file named by a different path with the same bytes (two clones of one repository) is
+    // the same experiment.
+    let differing: Vec<String> = configdiff::differing(runs.iter().map(|r| &r.config)).into_iter().filter(|k| !configdiff::same_content(k, runs.iter().map(|r| &r.hashes))).collect();
+    let shown = shown_values(&runs, &differing);
+    let (groups, lettered) = arms::group(&runs, &differing, &shown);
     let eval = eval_decision(&runs, &decisions, opts.at);
     let cx = Ctx { runs: &runs, decisions: &decisions, differing: &differing, groups: &groups, eval: eval.as_ref(), opts };
     let base = match &opts.baseline {
@@ -416,7 +499,13 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
     let within = within(&cx);
     let mut warnings = vec![];
     warn(&cx, &comparisons, &within, &mut warnings);
+    let regressions = regressions(&cx, &comparisons, &within);
     Ok(Report {
+        lettered,
+        sources: source_rows(&cx),
+        diagnostics: runs.iter().enumerate().flat_map(|(i, r)| r.diagnostics.iter().map(move |f| DiagnosticRow { run: i + 1, signal: f.signal.clone(), step: f.step, action: f.action.clone(), evidence: f.evidence.clone(), remedy: f.remedy.clone(), leads: f.leads.clone() })).collect(),
+        shown,
+        regressions,
         config: if runs.len() == 1 { runs[0].config.clone() } else { BTreeMap::new() },
         runs: run_rows(&cx),
         arms: arm_rows(&cx),
@@ -511,6 +600,7 @@ fn arm_rows(cx: &Ctx<'_>) -> Vec<ArmRow> {
         .iter()
         .map(|a| ArmRow {
             label: a.label.clone(),
+            settings: a.settings.clone(),
             runs: a.runs.iter().map(|i| i + 1).collect(),
             seeds: arms::seeds(cx.runs, a),
             values: cx
@@ -608,7 +698,121 @@ fn pass_at_k_rows(cx: &Ctx<'_>) -> Vec<PassAtKRow> {
     cx.runs
         .iter()
         .enumerate()
-        .filter_map(|(i, r)| eval_step_of(r, cx.eval).map(|step| PassAtKRow { run: i + 1, step, values: paired::pass_at_ks(r, step) }))
+        .filter_map(|(i, r)| {
+            let step = eval_step_of(r, cx.eval)?;
+            let base_step = r.evals.keys().next().copied().filter(|&b| b != step);
+            let base = base_step.map(|b| paired::pass_at_ks(r, b)).unwrap_or_default();
+            Some(PassAtKRow { run: i + 1, step, values: paired::pass_at_ks(r, step), base_step, base })
+        })
+        .collect()
+}
+
+/// How each differing key's values are shown ([`configdiff::shown`] over every run's value).
+fn shown_values(runs: &[Run], differing: &[String]) -> Shown {
+    differing
+        .iter()
+        .map(|k| {
+            let values: Vec<&str> = runs.iter().filter_map(|r| r.config.get(k).map(String::as_str)).collect();
+            let shown = configdiff::shown(&values);
+            (k.clone(), values.iter().map(|v| (*v).to_string()).zip(shown).collect())
+        })
+        .collect()
+}
+
+/// Per eval source: pass@k at each run's first eval and at the compared eval step.
+fn source_rows(cx: &Ctx<'_>) -> Vec<SourceRow> {
+    let mut rows = vec![];
+    for (i, r) in cx.runs.iter().enumerate() {
+        let mut sources: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+        for l in &r.metrics {
+            for name in l.values.keys() {
+                if let Some((src, k)) = eval_names::parse_source_pass_at(name) {
+                    sources.entry(src).or_default().insert(k);
+                }
+            }
+        }
+        let at = |m: &str| -> Option<AtStep> {
+            let s = series(r, m);
+            let pick = match cx.eval.and_then(|d| d.step) {
+                Some(step) => s.iter().find(|p| p.0 == step),
+                None => s.last(),
+            };
+            pick.map(|&(step, value)| AtStep { step, value })
+        };
+        for (src, ks) in sources {
+            let values = ks
+                .into_iter()
+                .map(|k| {
+                    let m = eval_names::source_pass_at(src, k);
+                    let first = series(r, &m).first().map(|&(step, value)| AtStep { step, value });
+                    SourceValue { k, first, at: at(&m) }
+                })
+                .collect();
+            rows.push(SourceRow { run: i + 1, source: src.to_string(), problems: at(&eval_names::source_problems(src)).map(|a| a.value), values });
+        }
+    }
+    rows
+}
+
+/// The largest drops (three per comparison and per within-run test) with each side's recorded
+/// completions; none when no run recorded eval completions.
+fn regressions(cx: &Ctx<'_>, comparisons: &[Comparison], within: &[Within]) -> Vec<Regression> {
+    if cx.runs.iter().all(|r| r.eval_samples.is_empty()) {
+        return vec![];
+    }
+    /// A dropping problem: where it dropped, and the (run, step) evaluations to show.
+    struct Found {
+        id: String,
+        contexts: Vec<String>,
+        sides: Vec<(usize, i64)>,
+    }
+    let mut found: Vec<Found> = vec![];
+    let mut add = |id: &str, context: String, sides: &[(usize, i64)]| {
+        let pos = found.iter().position(|f| f.id == id).unwrap_or_else(|| {
+            found.push(Found { id: id.to_string(), contexts: vec![], sides: vec![] });
+            found.len() - 1
+        });
+        let f = &mut found[pos];
+        f.contexts.push(context);
+        for s in sides {
+            if !f.sides.contains(s) {
+                f.sides.push(*s);
+            }
+        }
+    };
+    for w in within {
+        if let (Some(p), Some(from), Some(to)) = (&w.paired, w.from, w.to) {
+            for d in p.largest_drops.iter().take(3) {
+                add(&d.problem_id, format!("#{} step {from} → {to}", w.run), &[(w.run - 1, from), (w.run - 1, to)]);
+            }
+        }
+    }
+    for c in comparisons {
+        let Some(p) = &c.paired else { continue };
+        let members = |label: &str| -> Vec<(usize, i64)> {
+            cx.groups.iter().filter(|g| g.label == label).flat_map(|g| g.runs.iter().filter_map(|&i| eval_step_of(&cx.runs[i], cx.eval).map(|s| (i, s)))).collect()
+        };
+        let sides: Vec<(usize, i64)> = members(&c.baseline).into_iter().chain(members(&c.arm)).collect();
+        let at = c.eval_step.map_or("each run's last eval".into(), |s| format!("eval step {s}"));
+        for d in p.largest_drops.iter().take(3) {
+            add(&d.problem_id, format!("`{}` − `{}` at {at}", c.arm, c.baseline), &sides);
+        }
+    }
+    found
+        .into_iter()
+        .enumerate()
+        .map(|(n, Found { id: problem_id, contexts, sides })| {
+            let anchor = format!("drop-{n}-{}", problem_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect::<String>());
+            let sides = sides
+                .into_iter()
+                .map(|(i, step)| {
+                    let arm = if cx.groups.len() > 1 { format!(" `{}`", cx.groups[cx.arm_of(i)].label) } else { String::new() };
+                    let label = format!("#{}{arm} step {}", i + 1, if step < 0 { "-1 (baseline)".to_string() } else { step.to_string() });
+                    (label, cx.runs[i].eval_samples.get(&(step, problem_id.clone())).cloned().unwrap_or_default())
+                })
+                .collect();
+            Regression { problem_id, anchor, contexts, sides }
+        })
         .collect()
 }
 
@@ -817,6 +1021,9 @@ mod tests {
             evals: BTreeMap::new(),
             checkpoints: vec![],
             eval_fingerprint: None,
+            hashes: BTreeMap::new(),
+            diagnostics: vec![],
+            eval_samples: BTreeMap::new(),
             notes: vec![],
         }
     }

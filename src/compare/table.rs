@@ -5,7 +5,8 @@
 
 use std::fmt::Write as _;
 
-use super::configdiff::short;
+use super::arms::show;
+use super::configdiff::{middle_cut, short};
 use super::metric;
 use super::paired::Paired;
 use super::report::{Decision, Report};
@@ -53,6 +54,7 @@ fn step_text(s: i64) -> String {
 pub(crate) fn blocks(r: &Report) -> Vec<Block> {
     let mut out = vec![];
     head_block(r, &mut out);
+    legend_block(r, &mut out);
     runs_table(r, &mut out);
     metrics_table(r, &mut out);
     arms_table(r, &mut out);
@@ -61,6 +63,8 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
     comparison_blocks(r, &mut out);
     within_block(r, &mut out);
     pass_at_k_table(r, &mut out);
+    sources_table(r, &mut out);
+    diagnostics_block(r, &mut out);
     best_block(r, &mut out);
     warnings_block(r, &mut out);
     out
@@ -86,10 +90,33 @@ fn head_block(r: &Report, out: &mut Vec<Block>) {
     out.push(Block::Lines { title: String::new(), lines: head });
 }
 
-/// The runs, one row each, with the keys that differ.
+/// What each letter stands for, when several keys differ: the arm's values of them.
+fn legend_block(r: &Report, out: &mut Vec<Block>) {
+    if !r.lettered {
+        return;
+    }
+    let width = r.arms.iter().map(|a| a.label.chars().count()).max().unwrap_or(1);
+    let lines = r
+        .arms
+        .iter()
+        .map(|a| {
+            let runs = a.runs.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(",");
+            let settings = a.settings.iter().map(|(k, v)| format!("{}={v}", short(k))).collect::<Vec<_>>().join(", ");
+            format!("{:<width$}  {settings}  ({runs})", a.label)
+        })
+        .collect();
+    out.push(Block::Lines { title: "arm labels (the keys that differ)".into(), lines });
+}
+
+/// The runs, one row each, with the keys that differ (or the arm's letter, when several do:
+/// the legend names their values).
 fn runs_table(r: &Report, out: &mut Vec<Block>) {
     let mut headers: Vec<String> = ["#", "run", "status", "steps", "wall", "tokens"].map(String::from).to_vec();
-    headers.extend(r.differing.iter().map(|k| short(k).to_string()));
+    let keys: &[String] = if r.lettered { &[] } else { &r.differing };
+    if r.lettered {
+        headers.push("arm".into());
+    }
+    headers.extend(keys.iter().map(|k| short(k).to_string()));
     if r.runs.iter().any(|x| x.seed.is_some()) {
         headers.push("seed".into());
     }
@@ -105,7 +132,10 @@ fn runs_table(r: &Report, out: &mut Vec<Block>) {
                 x.wall_s.map_or("—".into(), metric::duration),
                 x.tokens.map_or("—".into(), |t| metric::thousands(t.round() as i64)),
             ];
-            row.extend(r.differing.iter().map(|k| x.config.get(k).cloned().unwrap_or_default()));
+            if r.lettered {
+                row.push(x.arm.clone());
+            }
+            row.extend(keys.iter().map(|k| x.config.get(k).map_or_else(String::new, |v| show(&r.shown, k, v).to_string())));
             if headers.last().is_some_and(|h| h == "seed") {
                 row.push(x.seed.clone().unwrap_or("—".into()));
             }
@@ -192,18 +222,18 @@ fn arms_table(r: &Report, out: &mut Vec<Block>) {
 fn config_diff_table(r: &Report, out: &mut Vec<Block>) {
     if !r.differing.is_empty() && r.arms.len() > 1 {
         let mut headers = vec!["key".to_string()];
-        headers.extend(r.arms.iter().map(|a| a.runs.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(",")));
+        headers.extend(r.arms.iter().map(|a| a.label.clone()));
         let rows = r
             .differing
             .iter()
             .map(|k| {
                 let mut row = vec![k.clone()];
-                row.extend(r.arms.iter().map(|a| r.runs[a.runs[0] - 1].config.get(k).cloned().unwrap_or_default()));
+                row.extend(r.arms.iter().map(|a| r.runs[a.runs[0] - 1].config.get(k).map_or_else(String::new, |v| show(&r.shown, k, v).to_string())));
                 row
             })
             .collect();
         let n = headers.len();
-        out.push(Block::Table(Table { title: "config (keys that differ; seed, name and log hidden)".into(), headers, rows, right: vec![false; n], key_cols: 1, shrink: None }));
+        out.push(Block::Table(Table { title: "config (keys that differ, by arm; seed, name and log hidden; files compared by content)".into(), headers, rows, right: vec![false; n], key_cols: 1, shrink: None }));
     }
 }
 
@@ -262,6 +292,9 @@ fn within_block(r: &Report, out: &mut Vec<Block>) {
                         metric::delta_ci(&m, p.bootstrap.ci.lo, p.bootstrap.ci.hi)
                     ));
                     lines.push(format!("    {}", test_line(p, "up", "down", "same")));
+                    if !p.largest_drops.is_empty() {
+                        lines.push(format!("    {}", drops_line(&m, p)));
+                    }
                     lines.push(format!("    {}", if p.p() < 0.05 { "training changed the eval score beyond noise (p < 0.05)" } else { "not significant (p ≥ 0.05): the change could be noise" }));
                 }
                 _ => lines.push(format!("#{}: {}", w.run, w.note.clone().unwrap_or_default())),
@@ -276,18 +309,25 @@ fn pass_at_k_table(r: &Report, out: &mut Vec<Block>) {
     if !r.pass_at_k.is_empty() {
         let max_k = r.pass_at_k.iter().flat_map(|x| x.values.iter().map(|v| v.k)).max().unwrap_or(1);
         let ks: Vec<u32> = if max_k <= 10 { (1..=max_k).collect() } else { (0..).map(|i| 1u32 << i).take_while(|&k| k < max_k).chain([max_k]).collect() };
-        let mut headers = vec!["#".to_string(), "step".into()];
+        let mut headers = vec!["#".to_string(), "steps".into()];
         headers.extend(ks.iter().map(|k| format!("pass@{k}")));
+        let cell = |vs: &[super::paired::PassAtK], k: u32| {
+            vs.iter().find(|v| v.k == k).map(|v| {
+                let star = if v.excluded > 0 { "*" } else { "" };
+                format!("{:.1}{star}", v.value * 100.0)
+            })
+        };
         let rows = r
             .pass_at_k
             .iter()
             .map(|x| {
-                let mut row = vec![format!("#{}", x.run), x.step.to_string()];
-                row.extend(ks.iter().map(|k| {
-                    x.values.iter().find(|v| v.k == *k).map_or("—".into(), |v| {
-                        let star = if v.excluded > 0 { "*" } else { "" };
-                        format!("{:.1}{star}", v.value * 100.0)
-                    })
+                let steps = x.base_step.map_or(x.step.to_string(), |b| format!("{b}→{}", x.step));
+                let mut row = vec![format!("#{}", x.run), steps];
+                row.extend(ks.iter().map(|&k| match (x.base_step.and(cell(&x.base, k)), cell(&x.values, k)) {
+                    (Some(b), Some(a)) => format!("{b}→{a}"),
+                    (None, Some(a)) => a,
+                    (Some(b), None) => format!("{b}→—"),
+                    (None, None) => "—".into(),
                 }));
                 row
             })
@@ -296,7 +336,7 @@ fn pass_at_k_table(r: &Report, out: &mut Vec<Block>) {
         let mut right = vec![true; n];
         right[0] = false;
         out.push(Block::Table(Table {
-            title: "pass@k (%), unbiased estimator, k = 1..n (* some problems had n < k and are left out of that k)".into(),
+            title: "pass@k (%), first eval → compared step (unbiased estimator; * n < k for some problems, left out)".into(),
             headers,
             rows,
             right,
@@ -304,6 +344,73 @@ fn pass_at_k_table(r: &Report, out: &mut Vec<Block>) {
             shrink: None,
         }));
     }
+}
+
+/// pass@k per eval source (`eval/<source>/pass@k`), first eval → compared step.
+fn sources_table(r: &Report, out: &mut Vec<Block>) {
+    if r.sources.is_empty() {
+        return;
+    }
+    let ks: std::collections::BTreeSet<u32> = r.sources.iter().flat_map(|x| x.values.iter().map(|v| v.k)).collect();
+    let mut headers = vec!["#".to_string(), "source".into(), "problems".into(), "steps".into()];
+    headers.extend(ks.iter().map(|k| format!("pass@{k}")));
+    let pct = |a: Option<super::report::AtStep>| a.map_or("—".to_string(), |a| format!("{:.1}", a.value * 100.0));
+    let rows = r
+        .sources
+        .iter()
+        .map(|x| {
+            let (first, at) = x.values.first().map_or((None, None), |v| (v.first.map(|a| a.step), v.at.map(|a| a.step)));
+            let steps = match (first, at) {
+                (Some(f), Some(a)) if f != a => format!("{f}→{a}"),
+                (_, Some(a)) => a.to_string(),
+                (Some(f), None) => f.to_string(),
+                (None, None) => "—".into(),
+            };
+            let mut row = vec![format!("#{}", x.run), x.source.clone(), x.problems.map_or("—".into(), |p| format!("{p:.0}")), steps];
+            row.extend(ks.iter().map(|k| match x.values.iter().find(|v| v.k == *k) {
+                Some(v) if v.first.is_some() && v.first.map(|a| a.step) != v.at.map(|a| a.step) => format!("{}→{}", pct(v.first), pct(v.at)),
+                Some(v) => pct(v.at),
+                None => "—".into(),
+            }));
+            row
+        })
+        .collect();
+    let n = headers.len();
+    let mut right = vec![true; n];
+    right[0] = false;
+    right[1] = false;
+    out.push(Block::Table(Table { title: "eval by source: pass@k (%) at the first eval → the compared eval step".into(), headers, rows, right, key_cols: 2, shrink: None }));
+}
+
+/// The run-health diagnostics that fired (`events.jsonl`); the same firing in several runs (the
+/// seeds of an arm, most often) is one line naming them all.
+fn diagnostics_block(r: &Report, out: &mut Vec<Block>) {
+    let mut lines: Vec<(String, Vec<usize>)> = vec![];
+    for d in &r.diagnostics {
+        let stop = if d.action == "stop" { ", stopped the run" } else { "" };
+        let mut text = format!("step {} {}{stop}: {} → {}", d.step, d.signal, d.evidence, d.remedy);
+        for l in d.leads.iter().take(3) {
+            let _ = write!(text, "\n    lead: {l}");
+        }
+        match lines.iter_mut().find(|(t, _)| *t == text) {
+            Some((_, runs)) => runs.push(d.run),
+            None => lines.push((text, vec![d.run])),
+        }
+    }
+    if lines.is_empty() {
+        return;
+    }
+    // A lead is a line of its own, under its firing.
+    let lines = lines
+        .into_iter()
+        .flat_map(|(text, runs)| {
+            let runs = runs.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(",");
+            let mut parts = text.split('\n');
+            let first = format!("{runs} {}", parts.next().unwrap_or_default());
+            std::iter::once(first).chain(parts.map(str::to_owned)).collect::<Vec<_>>()
+        })
+        .collect();
+    out.push(Block::Lines { title: "diagnostics fired (events.jsonl: signal, evidence → remedy)".into(), lines });
 }
 
 /// The best evaluation of each run, with its checkpoint.
@@ -364,11 +471,20 @@ fn paired_lines(m: &str, p: &Paired, lead: &str, up: &str, down: &str, same: &st
         format!("{pad}{}", test_line(p, up, down, same)),
     ];
     if !p.largest_drops.is_empty() {
-        let drops = p.largest_drops.iter().take(3).map(|x| format!("{} ({})", x.problem_id, metric::delta(m, x.delta))).collect::<Vec<_>>().join(", ");
-        lines.push(format!("{pad}largest drops: {drops}"));
+        lines.push(format!("{pad}{}", drops_line(m, p)));
     }
     lines
 }
+
+/// `largest drops: p07 (−100.0 pp), ...`: the HTML report links each problem to its
+/// completions ([`DROPS`]).
+fn drops_line(m: &str, p: &Paired) -> String {
+    let drops = p.largest_drops.iter().take(3).map(|x| format!("{} ({})", x.problem_id, metric::delta(m, x.delta))).collect::<Vec<_>>().join(", ");
+    format!("{DROPS}{drops}")
+}
+
+/// What a largest-drops line starts with.
+pub(crate) const DROPS: &str = "largest drops: ";
 
 /// Lays out the blocks for a terminal `width` columns wide: tables wider than that shorten their
 /// run-id column (keeping both ends), then split into column groups that repeat the key columns.
@@ -431,21 +547,12 @@ fn chars(s: &str) -> usize {
     s.chars().count()
 }
 
-fn middle_cut(s: &str, max: usize) -> String {
-    let c: Vec<char> = s.chars().collect();
-    if c.len() <= max || max < 3 {
-        return s.to_string();
-    }
-    let keep = max - 1;
-    let head = keep.div_ceil(2);
-    c[..head].iter().chain(std::iter::once(&'…')).chain(&c[c.len() - (keep - head)..]).collect()
-}
-
 fn table_text(t: &Table, width: usize) -> String {
     const GAP: usize = 2;
     const INDENT: usize = 2;
     let ncol = t.headers.len();
     let mut rows: Vec<Vec<String>> = t.rows.clone();
+    let mut headers: Vec<String> = t.headers.clone();
     let mut widths: Vec<usize> = (0..ncol).map(|c| rows.iter().map(|r| chars(&r[c])).chain([chars(&t.headers[c])]).max().unwrap_or(0)).collect();
     let total = |w: &[usize]| INDENT + w.iter().sum::<usize>() + GAP * w.len().saturating_sub(1);
     if let Some(s) = t.shrink
@@ -457,6 +564,19 @@ fn table_text(t: &Table, width: usize) -> String {
             r[s] = middle_cut(&r[s], target);
         }
         widths[s] = target.max(chars(&t.headers[s]));
+    }
+    // A cell wider than a column group leaves room for (a long path or eval setting in the
+    // config table) is cut in the middle rather than breaking the width.
+    let keys_w: usize = (0..t.key_cols.min(ncol)).map(|c| widths[c] + GAP).sum();
+    let room = width.saturating_sub(INDENT + keys_w).max(16);
+    for c in t.key_cols.min(ncol)..ncol {
+        if widths[c] > room {
+            for r in &mut rows {
+                r[c] = middle_cut(&r[c], room);
+            }
+            headers[c] = middle_cut(&headers[c], room);
+            widths[c] = room;
+        }
     }
     // Column groups: key columns, then as many others as fit.
     let keys: Vec<usize> = (0..t.key_cols.min(ncol)).collect();
@@ -496,7 +616,7 @@ fn table_text(t: &Table, width: usize) -> String {
             }
             s.trim_end().to_string() + "\n"
         };
-        out.push_str(&line(g.iter().map(|&c| t.headers[c].as_str()).collect()));
+        out.push_str(&line(g.iter().map(|&c| headers[c].as_str()).collect()));
         for r in &rows {
             out.push_str(&line(g.iter().map(|&c| r[c].as_str()).collect()));
         }

@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["plan"],
     &["runlog"],
     &["health"],
-    &["engine", "compare", "sweep_sample", "sweep_slurm", "export"],
+    &["engine", "compare", "viewer", "sweep_sample", "sweep_slurm", "export"],
     &["serve"],
     &["cli"],
 ];

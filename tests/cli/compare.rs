@@ -177,15 +177,20 @@ rlx compare: 7 runs → 3 arms (differ in: data.eval.0.path, lr) · seeds {0,1,2
     n=1, T=0.7
 deciding metric: eval/pass@1 (higher is better) at step 9, the last step common to the finished runs
 
+arm labels (the keys that differ)
+  A  data.eval.0.path=data/eval.jsonl, lr=0.0001  (#1,#2,#3)
+  B  data.eval.0.path=data/eval.jsonl, lr=0.0003  (#4,#5,#6)
+  C  data.eval.0.path=data/eval-b.jsonl, lr=0.001  (#7)
+
 runs
-  #   run    status    steps   wall  tokens  data.eval.0.path   lr      seed
-  #1  fx-a0  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0001     0
-  #2  fx-a1  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0001     1
-  #3  fx-a2  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0001     2
-  #4  fx-b0  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0003     0
-  #5  fx-b1  finished  10/10  1m55s   1,000  data/eval.jsonl    0.0003     1
-  #6  fx-b2  failed     6/10  1m10s     600  data/eval.jsonl    0.0003     2
-  #7  fx-c0  finished  10/10  1m55s   1,000  data/eval-b.jsonl  0.001      0
+  #   run    status    steps   wall  tokens  arm  seed
+  #1  fx-a0  finished  10/10  1m55s   1,000  A       0
+  #2  fx-a1  finished  10/10  1m55s   1,000  A       1
+  #3  fx-a2  finished  10/10  1m55s   1,000  A       2
+  #4  fx-b0  finished  10/10  1m55s   1,000  B       0
+  #5  fx-b1  finished  10/10  1m55s   1,000  B       1
+  #6  fx-b2  failed     6/10  1m10s     600  B       2
+  #7  fx-c0  finished  10/10  1m55s   1,000  C       0
 
 metrics (final value, best value and its step, value at the deciding step)
   #   eval/pass@1 final  best @step     @9  train/reward_mean final  best @step   @9
@@ -202,9 +207,10 @@ metrics (final value, best value and its step, value at the deciding step)
     let block = section(&r.stdout, "arms (");
     let rows: Vec<&str> = block.lines().skip(2).collect();
     assert_eq!(rows.len(), 3, "{block}");
-    assert!(rows[0].contains("lr=0.0001") && rows[0].contains("#1,#2,#3") && rows[0].contains("45.0 [32.6, 57.4]"), "{block}");
-    assert!(rows[1].contains("lr=0.0003") && rows[1].contains("#4,#5,#6") && rows[1].contains("60.0 [-3.5, 123.5]"), "{block}");
-    assert!(rows[2].trim_start().starts_with('★') && rows[2].contains("lr=0.001") && rows[2].contains("70.0 (1 seed)"), "{block}");
+    // Two keys differ: the arms are lettered, and the legend above says what each letter is.
+    assert!(rows[0].contains(" A ") && rows[0].contains("#1,#2,#3") && rows[0].contains("45.0 [32.6, 57.4]"), "{block}");
+    assert!(rows[1].contains(" B ") && rows[1].contains("#4,#5,#6") && rows[1].contains("60.0 [-3.5, 123.5]"), "{block}");
+    assert!(rows[2].trim_start().starts_with('★') && rows[2].contains(" C ") && rows[2].contains("70.0 (1 seed)"), "{block}");
     // The metrics table: final, best @step, value at the deciding step.
     let m = section(&r.stdout, "metrics (");
     let row1 = m.lines().find(|l| l.trim_start().starts_with("#1 ")).unwrap();
@@ -212,11 +218,11 @@ metrics (final value, best value and its step, value at the deciding step)
     let row6 = m.lines().find(|l| l.trim_start().starts_with("#6 ")).unwrap();
     assert_eq!(row6.split_whitespace().collect::<Vec<_>>()[..5], ["#6", "35.0%", "35.0%", "@4", "—"], "{m}");
 
-    // Paired, arm lr=0.0003 against lr=0.0001 (the first run's arm), pooled over seeds at step 9.
+    // Paired, arm B (lr=0.0003) against A (lr=0.0001, the first run's arm), pooled over seeds at step 9.
     // Per problem (B − A): p08 +1/3, p09 +2/3, p10 +1, p11 +1/2, p12 +1/2, 15 ties: mean 3/20 =
     // +15.0 pp. Sign-flip exact over the 5 non-zero differences: only the 2 all-same-sign patterns
     // of 2^5 reach |T| = 3: p = 2/32 = 0.0625.
-    let b = section(&r.stdout, "`data.eval.0.path=data/eval.jsonl, lr=0.0003` − ");
+    let b = section(&r.stdout, "`B` − `A` ");
     assert!(b.contains("Δ +15.0 pp"), "{b}");
     assert!(b.contains("sign-flip exact p = 0.062 · 5 better, 0 worse, 15 tied of 20 problems"), "{b}");
     // Welch over seeds: Δ = 60 − 45 = 15 pp, SE = √(25/3 + 50/2) = 5.774 pp, df = 33.33² /
@@ -226,7 +232,7 @@ metrics (final value, best value and its step, value at the deciding step)
     assert!(b.contains("verdict: no significant difference"), "{b}");
     // The one-seed arm on another problem set: paired on the 10 shared problems p10..p19 only; it
     // solves p10..p15 there and arm A none: 6 better, equal magnitudes, p = 2/2^6 = 0.03125.
-    let c = section(&r.stdout, "`data.eval.0.path=data/eval-b.jsonl, lr=0.001` − ");
+    let c = section(&r.stdout, "`C` − `A` ");
     assert!(c.contains("over 10 problems") && c.contains("sign-flip exact p = 0.031 · 6 better, 0 worse, 4 tied of 10 problems (20 unshared"), "{c}");
     assert!(c.contains("recipe level   untested: needs ≥ 2 seeds per arm (1 vs 3)"), "{c}");
     assert!(c.contains("checkpoints are better than"), "{c}");
@@ -240,7 +246,7 @@ metrics (final value, best value and its step, value at the deciding step)
         "`eval/pass@1` has no value at step 9 in #6: left out of the arm statistics",
         "eval settings differ (`data.eval.0.path`)",
         "runs evaluated different problems (#1: 20, #2: 20, #3: 20, #4: 20, #5: 20, #7: 20 problems; 10",
-        "arm `data.eval.0.path=data/eval-b.jsonl, lr=0.001` has 1 seed",
+        "arm `C` has 1 seed",
     ] {
         assert!(w.contains(want), "missing warning {want:?} in\n{w}");
     }
@@ -278,7 +284,7 @@ fn formats_json_csv_md_and_sorting() {
     assert_eq!(lines.len(), 8);
     assert!(lines[0].starts_with("index,run_id,path,arm,seed,status,steps_done,max_steps,wall_s,tokens,data.eval.0.path,optimizer.learning_rate,eval/pass@1:final"), "{}", lines[0]);
     assert!(lines[1].starts_with("1,fx-a0,"), "{}", lines[1]);
-    assert!(lines[1].contains(",\"data.eval.0.path=data/eval.jsonl, lr=0.0001\",0,finished,10,10,115,1000,data/eval.jsonl,0.0001,0.4,9,0.4,9,0.4,9"), "{}", lines[1]);
+    assert!(lines[1].contains(",A,0,finished,10,10,115,1000,data/eval.jsonl,0.0001,0.4,9,0.4,9,0.4,9"), "{}", lines[1]);
 
     let md = cx.run(&["compare", "runs", "--format", "md"]);
     assert!(md.stdout.contains("| #1 | fx-a0 | finished | 10/10 |"), "{}", md.stdout);
@@ -500,11 +506,133 @@ eval: {{k: [1, 2], samples: 2, temperature: 1.0, max_tokens: 6}}
     eprintln!("{}", r.stdout);
     assert!(r.stdout.contains("rlx compare: 2 runs → 2 arms (differ in: lr) · seeds {3} · eval: 3 problems, n=2, T=1"), "{}", r.stdout);
     // Two samples per problem: pass@k for k = 1..2, and a sign-flip test instead of McNemar.
-    assert!(r.stdout.contains("pass@k (%), unbiased estimator, k = 1..n"), "{}", r.stdout);
+    assert!(r.stdout.contains("pass@k (%), first eval → compared step (unbiased estimator;"), "{}", r.stdout);
     let p = section(&r.stdout, "pass@k");
-    assert_eq!(p.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>(), ["#", "step", "pass@1", "pass@2"], "{p}");
+    assert_eq!(p.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>(), ["#", "steps", "pass@1", "pass@2"], "{p}");
+    // The baseline beside the compared step: `-1→1`, and each pass@k as `before→after`.
+    let row = p.lines().nth(2).unwrap().split_whitespace().collect::<Vec<_>>();
+    assert!(row[1] == "-1→1" && row[2].contains('→') && row[3].contains('→'), "{p}");
     let ids: BTreeSet<&str> = r.stdout.lines().filter(|l| l.trim_start().starts_with("#1  tiny-") || l.trim_start().starts_with("#2  tiny-")).collect();
     assert_eq!(ids.len(), 2, "{}", r.stdout);
     assert!(std::fs::read_to_string(cx.path().join("r.html")).unwrap().contains("pass@k vs k"));
 
+}
+
+/// Four runs that differ in six keys, two of them files under a 100-character directory: the
+/// arms are lettered `A`..`D`, a legend says what each letter is (files below their common
+/// directory), and every line of the report fits 100 columns; the HTML report uses the same
+/// labels. (Before: each label was the whole differing config, over 250 characters.)
+#[test]
+#[allow(clippy::print_stderr)]
+fn many_differing_keys_get_letters_a_legend_and_fit_100_columns() {
+    let cx = TestContext::new();
+    let root = cx.path().join("runs");
+    let deep = format!("/home/someone/projects/{}/rlx-checkout", "very-long-directory-name-".repeat(3));
+    let configs = [
+        ("mk-a", 1e-4, 8, 0.7, "train.jsonl", "user.j2", "[1]"),
+        ("mk-b", 3e-4, 16, 0.7, "train.jsonl", "user.j2", "[1]"),
+        ("mk-c", 3e-4, 8, 1.0, "train-hard.jsonl", "user.j2", "[1,8]"),
+        ("mk-d", 1e-3, 8, 0.7, "train.jsonl", "user-cot.j2", "[1]"),
+    ];
+    for (id, lr, group, temp, train, user, k) in configs {
+        let dir = write_run(
+            &root,
+            &Fixture { id, lr, seed: 0, eval_path: "data/eval.jsonl", state: "finished", steps_done: 10, evals: vec![(-1, ids(0..5)), (9, ids(0..9))], problems: ids(0..20), reward: true, torn: None },
+        );
+        let path = dir.join("resolved.json");
+        let mut v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        v["grpo"] = json!({"group_size": group});
+        v["sampling"] = json!({"temperature": temp});
+        v["data"]["train"] = json!([{"path": format!("{deep}/experiments/data/{train}"), "format": "mbpp"}]);
+        v["prompt"] = json!({"user": format!("{deep}/prompts/{user}")});
+        v["eval"]["k"] = serde_json::from_str(k).unwrap();
+        std::fs::write(&path, v.to_string()).unwrap();
+    }
+    let r = cx.run(&["compare", "runs", "--html", "many.html"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    eprintln!("{}", r.stdout);
+    for line in r.stdout.lines() {
+        assert!(line.chars().count() <= 100, "wider than 100 columns: {line:?}");
+    }
+    assert!(!r.stdout.contains(&deep), "absolute paths are shown below their common directory:\n{}", r.stdout);
+    // Long lines wrap 4 columns under their own indentation.
+    let unwrapped = r.stdout.replace("\n      ", " ").replace("\n    ", " ");
+    assert!(unwrapped.contains("4 runs → 4 arms (differ in: data.train.0.path, eval.k, group_size, lr, prompt.user, temperature)"), "{}", r.stdout);
+    let legend = section(&unwrapped, "arm labels");
+    let lines: Vec<&str> = legend.lines().skip(1).collect();
+    assert_eq!(lines.len(), 4, "{legend}");
+    for (line, letter) in lines.iter().zip(["A", "B", "C", "D"]) {
+        assert!(line.trim_start().starts_with(&format!("{letter}  data.train.0.path=…/")), "{legend}");
+    }
+    assert!(lines[2].contains("data.train.0.path=…/data/train-hard.jsonl") && lines[2].contains("eval.k=[1,8]") && lines[2].contains("temperature=1.0"), "{legend}");
+    assert!(lines[3].contains("prompt.user=…/prompts/user-cot.j2") && lines[3].contains("lr=0.001") && lines[3].contains("(#4)"), "{legend}");
+    // The runs table names the arm, not six more columns; the comparisons use the letters.
+    let runs = section(&r.stdout, "runs");
+    assert_eq!(runs.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>(), ["#", "run", "status", "steps", "wall", "tokens", "arm", "seed"], "{runs}");
+    for b in ["`B` − `A`", "`C` − `A`", "`D` − `A`"] {
+        assert!(r.stdout.contains(&format!("\n{b} (eval/pass@1")), "missing {b}:\n{}", r.stdout);
+    }
+    let html = std::fs::read_to_string(cx.path().join("many.html")).unwrap();
+    assert!(html.contains("<h2>arm labels (the keys that differ)</h2>") && html.contains("<h2>`B` − `A` (eval/pass@1; paired at eval step 9)</h2>"), "the HTML report has the legend and short headings");
+    assert!(!html.contains(&format!("{deep}/prompts")), "the HTML report shows paths short too");
+}
+
+/// Three real runs from two clones of a repository (two temporary directories holding the same
+/// data files and prompt template; one model): the clones' identical files at different
+/// absolute paths are no difference, so the only key that differs is the one set on the command
+/// line and the labels are its values. Each run has two named eval sources and a diagnostic
+/// that fired: both are in the report. The colder arm gets problem `1` wrong, so it is the
+/// largest drop, and the HTML report links it to both sides' completions.
+#[test]
+#[allow(clippy::print_stderr)]
+fn three_real_runs_from_two_clones() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(crate::show::scripted_server());
+    let (one, two) = (TestContext::new(), TestContext::new());
+    let a = crate::show::served_run(&one, &server, &[]);
+    crate::show::served_spec(&two, &server.url(), Some(&one.path().join("tiny")));
+    let b = crate::show::served_run(&two, &server, &[]);
+    let c = crate::show::served_run(&two, &server, &["eval.temperature=0.5"]);
+    let resolved = |d: &Path| -> Value { serde_json::from_slice(&std::fs::read(d.join("resolved.json")).unwrap()).unwrap() };
+    assert_ne!(resolved(&a)["data"]["eval"][0]["path"], resolved(&b)["data"]["eval"][0]["path"], "the clones' files are at different paths");
+    let dirs: Vec<String> = [&a, &b, &c].iter().map(|d| d.display().to_string()).collect();
+    let r = one.run(&["compare", &dirs[0], &dirs[1], &dirs[2], "--html", "clones.html"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    eprintln!("{}", r.stdout);
+    for line in r.stdout.lines() {
+        assert!(line.chars().count() <= 100, "wider than 100 columns: {line:?}");
+    }
+    assert!(r.stdout.contains("rlx compare: 3 runs → 2 arms (differ in: eval.temperature)"), "{}", r.stdout);
+    for path_key in ["data.train.0.path", "data.eval.0.path", "data.eval.1.path", "prompt.user"] {
+        assert!(!r.stdout.contains(path_key), "`{path_key}` holds the same bytes in both clones:\n{}", r.stdout);
+    }
+    let arms = section(&r.stdout, "arms (");
+    assert!(arms.contains("temperature=1.0  #1,#2") && arms.contains("temperature=0.5  #3"), "{arms}");
+    assert!(!r.stdout.contains("arm labels"), "one key: no legend needed");
+    // Per-source pass@k: `easy` (f right, g wrong) 50% → 50% for the warm arm; the cold one
+    // gets f wrong at both evals (the baseline is evaluated at the eval temperature too).
+    let src = section(&r.stdout, "eval by source");
+    let row = |run: &str, source: &str| src.lines().find(|l| l.split_whitespace().take(2).eq([run, source])).unwrap_or_else(|| panic!("no {run} {source} in\n{src}")).split_whitespace().collect::<Vec<_>>();
+    assert_eq!(row("#1", "easy")[2..5], ["2", "-1→1", "50.0→50.0"], "{src}");
+    assert_eq!(row("#1", "hard")[2..5], ["1", "-1→1", "0.0→0.0"], "{src}");
+    assert_eq!(row("#3", "easy")[2..5], ["2", "-1→1", "0.0→0.0"], "{src}");
+    // The diagnostic each run fired (every group degenerate at step 0).
+    let diag = section(&r.stdout, "diagnostics fired");
+    assert!(diag.lines().nth(1).unwrap().starts_with("  #1,#2,#3 step 0 groups_degenerate: every group degenerate"), "one line for the same firing in three runs: {diag}");
+    // The drop, linked in the HTML report to both sides' completions of problem 1.
+    let cmp = section(&r.stdout, "`temperature=0.5` − `temperature=1.0`");
+    assert!(cmp.contains("largest drops: 1 (−100.0 pp)"), "{cmp}");
+    let html = std::fs::read_to_string(one.path().join("clones.html")).unwrap();
+    let anchor = "drop-0-1";
+    assert!(html.contains(&format!("largest drops: <a href=\"#{anchor}\">1</a> (−100.0 pp)")), "the drop links to its completions");
+    let section_html = &html[html.find(&format!("id=\"{anchor}\"")).expect("the drop's section")..];
+    for side in ["#1 `temperature=1.0` step 1", "#2 `temperature=1.0` step 1", "#3 `temperature=0.5` step 1"] {
+        assert!(section_html.contains(&format!("<h4>{side}</h4>")), "missing side {side}");
+    }
+    assert!(section_html.contains("return 1") && section_html.contains("return 0"), "both sides' code");
+    assert!(section_html.contains("<span class=\"fail\">wrong answer</span>") && section_html.contains("<b class=\"pass\">passed</b>"), "verdicts per sample and per test");
+    assert!(html.contains("eval by source") && html.contains("diagnostics fired"));
+    // Kept for people to look at, as the screenshot is.
+    let _ = std::fs::create_dir_all(repo().join("target"));
+    let _ = std::fs::copy(one.path().join("clones.html"), repo().join("target/compare-clones.html"));
 }

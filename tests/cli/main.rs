@@ -32,6 +32,8 @@
 //!   `max_tests`, the seeded shuffle, fingerprints, LiveCodeBench private tests, TACO/HumanEval.
 //! - `seams`: the engine's entry point with a test-only scripted backend: requests in flight,
 //!   remote state references, evaluation with a sampler alone.
+//! - `show`: `rlx show` on a dry run served by a scripted OpenAI-compatible server (every
+//!   verdict and test outcome) and on a tiny-model run: each filter, evals, colour, bad input.
 //! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
 //! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records, `--sample`.
 //! - `slurm`: `rlx sweep --launcher slurm` against a real single-node Slurm started by the test
@@ -79,6 +81,7 @@ mod sandbox_warm;
 mod schema;
 mod seams;
 mod server;
+mod show;
 mod slurm;
 mod stream;
 mod sources;

@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use crate::common::{TestContext, jsonl, only_run, repo};
 
 /// What the test server does with one request.
-enum Reply {
+pub(crate) enum Reply {
     /// A status and a JSON body.
     Json(u16, Value),
     /// These bytes, then the connection closes.
@@ -31,16 +31,16 @@ enum Reply {
     Hang,
 }
 
-type Handler = dyn Fn(&str, &Value) -> Reply + Send + Sync;
+pub(crate) type Handler = dyn Fn(&str, &Value) -> Reply + Send + Sync;
 
 /// A server on 127.0.0.1: every request goes to `handler` (path, JSON body); bodies are kept.
-struct Server {
+pub(crate) struct Server {
     addr: SocketAddr,
-    bodies: Arc<Mutex<Vec<Value>>>,
+    pub(crate) bodies: Arc<Mutex<Vec<Value>>>,
 }
 
 impl Server {
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/v1", self.addr)
     }
     fn hits(&self, path_part: &str) -> usize {
@@ -48,7 +48,7 @@ impl Server {
     }
 }
 
-async fn serve(handler: Arc<Handler>) -> Server {
+pub(crate) async fn serve(handler: Arc<Handler>) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let bodies = Arc::new(Mutex::new(vec![]));
@@ -106,18 +106,18 @@ async fn serve(handler: Arc<Handler>) -> Server {
     Server { addr, bodies }
 }
 
-fn tokenizer() -> Arc<Tokenizer> {
+pub(crate) fn tokenizer() -> Arc<Tokenizer> {
     let (json, _) = crate::engine::char_tokenizer();
     Arc::new(Tokenizer::from_bytes(json.to_string().as_bytes()).unwrap())
 }
 
-fn models(owner: &str) -> Reply {
+pub(crate) fn models(owner: &str) -> Reply {
     Reply::Json(200, json!({"object": "list", "data": [{"id": "m", "object": "model", "owned_by": owner}]}))
 }
 
 /// A llama-server-style completion of `text` (ids from our tokenizer), for a prompt of
 /// `prompt_tokens` tokens.
-fn completion(tok: &Tokenizer, text: &str, prompt_tokens: usize, finish: &str) -> Reply {
+pub(crate) fn completion(tok: &Tokenizer, text: &str, prompt_tokens: usize, finish: &str) -> Reply {
     let ids = tok.encode(text).unwrap();
     let content: Vec<Value> = ids.iter().map(|&id| json!({"id": id, "token": tok.decode(&[id], false).unwrap(), "logprob": -0.25})).collect();
     Reply::Json(200, json!({

@@ -27,8 +27,9 @@ pub struct CompareArgs {
     /// noise?). Default for up to 4 runs: first and last eval.
     #[arg(long, value_name = "A,B", allow_hyphen_values = true, value_parser = parse_steps)]
     pub steps: Option<(StepSel, StepSel)>,
-    /// The reference arm the others are compared against: an arm label, a run number (`#2`) or a
-    /// run id (or a unique prefix). Default: the arm of the first run given.
+    /// The reference arm the others are compared against: an arm label (`lr=0.0001`, or its
+    /// letter `B` when several keys differ), a run number (`#2`) or a run id (or a unique
+    /// prefix). Default: the arm of the first run given.
     #[arg(long, value_name = "ARM|#N|RUN_ID")]
     pub baseline: Option<String>,
     /// Row order: `run`, `status`, `steps`, `wall`, `tokens`, or one of the `--metric`s (best

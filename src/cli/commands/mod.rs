@@ -16,6 +16,7 @@ pub(crate) mod export;
 pub(crate) mod grade;
 pub(crate) mod sandbox;
 pub(crate) mod serve;
+pub(crate) mod show;
 pub(crate) mod sync;
 
 use super::{Cli, Command, exit, printer};
@@ -33,6 +34,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Sandbox(cmd) => sandbox::run(cmd),
         Command::Serve(args) => serve::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Show(args) => show::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Export(args) => export::run(args),
         Command::Doctor(args) => doctor::run(args),
