@@ -325,6 +325,7 @@ fn record(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory, (reward, ad
         stop_reason: super::record_stop(last.seq.stop_reason),
         tokens: last.seq.tokens.len(),
         attempts: t.turns.len(),
+        policy_version: None,
         turns,
     }
 }

@@ -190,6 +190,33 @@ struct Pipe<'b> {
 }
 
 impl<'b> Pipe<'b> {
+    /// An empty stream drawing from `cursor` (skipping `skip`), sampling on `latest` first.
+    fn new(cfg: &'b step::StepConfig<'b>, cx: &'b Ctx<'b>, latest: (u32, Arc<dyn Sampler>), cursor: u64, skip: BTreeSet<u64>, evaluate: &'b Evaluate<'b>) -> Self {
+        let g = &cfg.plan.grpo;
+        Pipe {
+            cfg,
+            cx,
+            k: g.max_steps_off_policy as usize,
+            p: g.prompts_per_step as usize,
+            steps_begun: 0,
+            taken: 0,
+            floor: 0,
+            closed: false,
+            next_slot: cursor,
+            skip,
+            inflight: FuturesUnordered::new(),
+            ready: VecDeque::new(),
+            latest,
+            publishing: VecDeque::new(),
+            eval_wanted: BTreeSet::new(),
+            evals: FuturesUnordered::new(),
+            eval_done: BTreeMap::new(),
+            full_since: None,
+            sampler_waited_s: 0.0,
+            evaluate,
+        }
+    }
+
     /// Groups that may be in flight or waiting now. While step s trains (s + 1 steps begun),
     /// groups for steps up to s + k may be sampled: sampled on version ≤ s, they train at most k
     /// versions behind.
@@ -334,28 +361,8 @@ impl<'a> Driver<'a> {
         let evaluate = move |step: u32, sampler: Arc<dyn Sampler>| -> Boxed<'_, EvalDone> {
             Box::pin(async move { (step, eval::run(&*sampler, i64::from(step), plan, &setup.eval_set, &setup.eval_sampling, eval_cx).await) })
         };
-        let mut pipe = Pipe {
-            cfg,
-            cx: &cx,
-            k: plan.grpo.max_steps_off_policy as usize,
-            p,
-            steps_begun: 0,
-            taken: 0,
-            floor: 0,
-            closed: false,
-            next_slot: self.cursor,
-            skip: skip.clone(),
-            inflight: FuturesUnordered::new(),
-            ready: VecDeque::new(),
-            latest: (first_step, trainer.sampler().await?),
-            publishing: VecDeque::new(),
-            eval_wanted: BTreeSet::new(),
-            evals: FuturesUnordered::new(),
-            eval_done: BTreeMap::new(),
-            full_since: None,
-            sampler_waited_s: 0.0,
-            evaluate: &evaluate,
-        };
+        let latest = (first_step, trainer.sampler().await?);
+        let mut pipe = Pipe::new(cfg, &cx, latest, self.cursor, skip.clone(), &evaluate);
         // Every slot consumed by a trained step (or set aside for it), for checkpoint cursors;
         // every slot below `base` was consumed before this attempt.
         let base = self.cursor;
@@ -394,6 +401,9 @@ impl<'a> Driver<'a> {
             }
             // The state after exactly this step: saved before the next update is submitted.
             let state = if due(plan.schedule.save_every) { Some(trainer.save_state(&super::checkpoint_name(s)).await?) } else { None };
+            for r in &mut res.rollouts {
+                r.policy_version = staleness.get(r.group).map(|&x| s - x);
+            }
             stream_metrics(&mut res, &staleness, stale, trainer_waited_s, std::mem::take(&mut pipe.sampler_waited_s), t_step);
             t_step = Instant::now();
             ledger.insert(s, Trained { res, state, eval, cursor: cursor_of(base, &consumed) });

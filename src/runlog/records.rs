@@ -88,6 +88,10 @@ pub struct RolloutRecord {
     pub tokens: usize,
     /// Attempts made (1 without feedback turns).
     pub attempts: usize,
+    /// The policy version whose weights sampled it (optimizer steps applied), when groups
+    /// stream on a remote backend and may be older than the step; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<u32>,
     /// Every attempt with the feedback it answered; empty (and absent on disk) for a single one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub turns: Vec<Attempt>,

@@ -156,6 +156,11 @@ async fn k_steps_are_in_flight_and_none_trains_more_than_k_behind() {
         assert!(metrics[2]["eval/pass@1"].is_number() && metrics[5]["eval/pass@1"].is_number() && metrics[3].get("eval/pass@1").is_none());
         let evals: Vec<i64> = jsonl(&dir.join("eval_results.jsonl")).iter().map(|r| r["step"].as_i64().unwrap()).collect();
         assert_eq!(evals, vec![2, 2, 2, 5, 5, 5]);
+        // Each completion says which version sampled it, within k of its step.
+        for r in jsonl(&dir.join("rollouts.jsonl")) {
+            let (step, version) = (r["step"].as_u64().unwrap(), r["policy_version"].as_u64().unwrap());
+            assert!(version <= step && step - version <= u64::from(k), "k={k}: {r}");
+        }
         let cks: Vec<u64> = jsonl(&dir.join("checkpoints.jsonl")).iter().map(|c| c["step"].as_u64().unwrap()).collect();
         assert_eq!(cks, vec![1, 3, 5]);
     }
