@@ -155,10 +155,16 @@ fn exploding(cfg: &Health, h: &History) -> Option<String> {
     let p = h.last()?;
     let earlier = &h.steps[h.steps.len().saturating_sub(cfg.window as usize + 1)..h.steps.len() - 1];
     for name in [train::LOSS, optim::GRAD_NORM] {
-        let Some(now) = p.get(name) else { continue };
-        if !now.is_finite() {
+        if let Some(now) = p.get(name)
+            && !now.is_finite()
+        {
             return Some(format!("{name} is {now}"));
         }
+    }
+    // Only the gradient norm against its median: the loss is a sum of advantage-weighted terms
+    // whose size swings with the step's advantages (40× between two healthy quickstart steps).
+    for name in [optim::GRAD_NORM] {
+        let Some(now) = p.get(name) else { continue };
         let mut prev: Vec<f64> = earlier.iter().filter_map(|q| q.get(name)).filter(|x| x.is_finite()).map(f64::abs).collect();
         // A median of fewer than three steps is one noisy step.
         if prev.len() < 3 {

@@ -51,12 +51,13 @@ pub struct Health {
     /// reward may be hacked. Checked after each eval. Default `{reward_rise: 0.1, eval_gain: 0.02}`.
     #[serde(default = "d::hacking")]
     pub reward_without_eval_gain: Hacking,
-    /// The loss or the gradient norm is not finite, or above `factor` times its median over the
-    /// window. Default `{factor: 10}`.
+    /// The loss or the gradient norm is not finite, or the gradient norm is above `factor` times
+    /// its median over the window (the loss itself, a sum of advantage-weighted terms, swings
+    /// 40× between healthy steps of the quickstart). Default `{factor: 10}`.
     #[serde(default = "d::exploding")]
     pub loss_exploding: Exploding,
-    /// More than `rate` of the step's tests hit the time limit (`sandbox/timeout_rate`).
-    /// Default `{rate: 0.3}`.
+    /// More than `rate` of the step's tests hit the time limit (`sandbox/timeout_rate`):
+    /// timeouts dominate. Default `{rate: 0.5}`.
     #[serde(default = "d::timeouts")]
     pub sandbox_timeouts: Rate,
     /// More than `rate` of the step's gradings failed for infrastructure reasons after retries
@@ -183,7 +184,7 @@ mod d {
         Exploding { factor: 10.0, action: Action::Warn }
     }
     pub(super) fn timeouts() -> Rate {
-        Rate { rate: 0.3, action: Action::Warn }
+        Rate { rate: 0.5, action: Action::Warn }
     }
     pub(super) fn infra() -> Rate {
         Rate { rate: 0.05, action: Action::Warn }
