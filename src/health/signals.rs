@@ -161,9 +161,10 @@ fn exploding(cfg: &Health, h: &History) -> Option<String> {
             return Some(format!("{name} is {now}"));
         }
     }
-    // Only the gradient norm against its median: the loss is a sum of advantage-weighted terms
-    // whose size swings with the step's advantages (40× between two healthy quickstart steps).
-    for name in [optim::GRAD_NORM] {
+    // The gradient norm and the mean importance ratio against their medians, not the loss: it
+    // is a sum of advantage-weighted terms whose size swings with the step's advantages (40×
+    // between two healthy quickstart steps). The mean ratio stays within 0.98–1.05 there.
+    for name in [optim::GRAD_NORM, train::RATIO_MEAN] {
         let Some(now) = p.get(name) else { continue };
         let mut prev: Vec<f64> = earlier.iter().filter_map(|q| q.get(name)).filter(|x| x.is_finite()).map(f64::abs).collect();
         // A median of fewer than three steps is one noisy step.

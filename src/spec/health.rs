@@ -51,9 +51,10 @@ pub struct Health {
     /// reward may be hacked. Checked after each eval. Default `{reward_rise: 0.1, eval_gain: 0.02}`.
     #[serde(default = "d::hacking")]
     pub reward_without_eval_gain: Hacking,
-    /// The loss or the gradient norm is not finite, or the gradient norm is above `factor` times
-    /// its median over the window (the loss itself, a sum of advantage-weighted terms, swings
-    /// 40× between healthy steps of the quickstart). Default `{factor: 10}`.
+    /// The loss or the gradient norm is not finite, or the gradient norm or the mean importance
+    /// ratio is above `factor` times its median over the window (the loss itself, a sum of
+    /// advantage-weighted terms, swings 40× between healthy steps of the quickstart).
+    /// Default `{factor: 10}`.
     #[serde(default = "d::exploding")]
     pub loss_exploding: Exploding,
     /// More than `rate` of the step's tests hit the time limit (`sandbox/timeout_rate`):

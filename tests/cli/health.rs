@@ -101,8 +101,9 @@ impl Sampler for Scripted {
     }
 }
 
-/// The loss, gradient norm and sampler/learner divergence of the `n`th optimizer step.
-type Numbers = dyn Fn(usize) -> (f64, f64, f64) + Send + Sync;
+/// The loss, gradient norm, sampler/learner divergence and mean importance ratio of the `n`th
+/// optimizer step.
+type Numbers = dyn Fn(usize) -> (f64, f64, f64, f64) + Send + Sync;
 
 /// A trainer that trains nothing and reports scripted numbers; keeps states by name.
 struct Recorder {
@@ -114,14 +115,14 @@ struct Recorder {
 
 impl Trainer for Recorder {
     fn forward_backward(&self, data: Vec<Datum>, _loss: LossFn) -> Pending<ForwardBackwardOutput> {
-        let (loss, _, kl) = (self.numbers)(self.calls.load(Ordering::SeqCst));
+        let (loss, _, kl, ratio) = (self.numbers)(self.calls.load(Ordering::SeqCst));
         let outputs = data.iter().map(|d| rlx::seam::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
-        let stats = LossStats { tokens: 10, ratio_mean: 1.0, ratio_max: 1.0, kl_sample_train: kl, ..LossStats::default() };
+        let stats = LossStats { tokens: 10, ratio_mean: ratio, ratio_max: ratio, kl_sample_train: kl, ..LossStats::default() };
         Box::pin(async move { Ok(ForwardBackwardOutput { loss, outputs, stats }) })
     }
     fn optim_step(&self, _adam: AdamParams) -> Pending<OptimStepOutput> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
-        let (_, grad_norm, _) = (self.numbers)(n);
+        let (_, grad_norm, _, _) = (self.numbers)(n);
         Box::pin(async move { Ok(OptimStepOutput { grad_norm, clipped: false, step: n as u64 + 1, metrics: Default::default() }) })
     }
     fn save_state(&self, name: &str) -> Pending<StateRef> {
@@ -139,9 +140,9 @@ impl Trainer for Recorder {
     }
 }
 
-/// The numbers of a calm run: loss 1, gradient norm 1, no divergence.
-fn calm(_: usize) -> (f64, f64, f64) {
-    (1.0, 1.0, 0.0)
+/// The numbers of a calm run: loss 1, gradient norm 1, no divergence, ratio 1.
+fn calm(_: usize) -> (f64, f64, f64, f64) {
+    (1.0, 1.0, 0.0, 1.0)
 }
 
 /// A plan of `steps` steps, 2 of 4 training problems × 2 samples, with `diagnostics`, and
@@ -311,13 +312,18 @@ async fn a_falling_format_rate_fires() {
 async fn an_exploding_loss_and_a_sampler_learner_divergence_fire() {
     let cx = TestContext::new();
     let half = |_: usize, _: bool, _: usize, k: usize| if k.is_multiple_of(2) { Answer::Right } else { Answer::Wrong };
-    // The gradient norm jumps 50× at the fifth optimizer step; the divergence is 0.3 nats/token.
-    let numbers = |n: usize| (1.0 + 0.1 * n as f64, if n == 4 { 50.0 } else { 1.0 }, 0.3);
-    let ran = run(&cx, &plan(&cx, 5, "window: 3, logprob_divergence: {rate: 0.1}", ""), Box::new(half), Box::new(numbers)).await;
+    // The gradient norm jumps 50× at the fifth optimizer step, the mean importance ratio 30× at
+    // the eighth (the signal re-arms in between); the divergence is 0.3 nats/token throughout;
+    // the loss grows by 10% a step, which is no explosion.
+    let numbers = |n: usize| (1.0 + 0.1 * n as f64, if n == 4 { 50.0 } else { 1.0 }, 0.3, if n == 7 { 30.0 } else { 1.0 });
+    let ran = run(&cx, &plan(&cx, 8, "window: 3, logprob_divergence: {rate: 0.1}", ""), Box::new(half), Box::new(numbers)).await;
     assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
-    let (e, line) = ran.fired("loss_exploding");
-    assert_eq!(e["step"], 4);
-    assert!(line.contains("optim/grad_norm 50.00 is 50.0× its median over the previous 3 steps"), "{line}");
+    let explosions: Vec<&Value> = ran.diagnostics.iter().filter(|e| e["signal"] == "loss_exploding").collect();
+    assert_eq!(explosions.iter().map(|e| e["step"].as_i64().unwrap()).collect::<Vec<_>>(), vec![4, 7], "{explosions:?}");
+    assert!(explosions[0]["evidence"].as_str().unwrap().starts_with("optim/grad_norm 50.00 is 50.0× its median over the previous 3 steps"), "{}", explosions[0]);
+    assert!(explosions[1]["evidence"].as_str().unwrap().starts_with("train/ratio_mean 30.00 is 30.0× its median"), "{}", explosions[1]);
+    let lines: Vec<&String> = ran.warnings.iter().filter(|w| w.contains(": loss_exploding: ")).collect();
+    assert_eq!(lines.len(), 2, "{:#?}", ran.warnings);
     let (e, line) = ran.fired("logprob_divergence");
     assert_eq!(e["step"], 2, "the first full window");
     assert!(line.contains("train/kl_sample_train 0.3000 nats/token over the last 3 steps"), "{line}");
