@@ -400,7 +400,10 @@ impl<'a> Driver<'a> {
                 pipe.eval_wanted.insert(s + 1);
             }
             // The state after exactly this step: saved before the next update is submitted.
-            let state = if due(plan.schedule.save_every) { Some(trainer.save_state(&super::checkpoint_name(s)).await?) } else { None };
+            let state = match due(plan.schedule.save_every) {
+                true => Some(pipe.while_pumping(async { Ok(trainer.save_state(&super::checkpoint_name(s)).await?) }).await?),
+                false => None,
+            };
             for r in &mut res.rollouts {
                 r.policy_version = staleness.get(r.group).map(|&x| s - x);
             }
