@@ -10,7 +10,7 @@
 //! each other), staleness mean/max and the stale groups set aside. Asserts nothing.
 //!
 //! `cargo bench --bench pipeline` (options after `--`: `--scale F` (0.1), `--steps N` (10),
-//! `--prompts N` (4 per step), `--modes 0,1,2,4`).
+//! `--prompts N` (4 per step), `--modes 0,1,2,4`, `--verbose`: every step's line).
 
 // A benchmark reports on stdout/stderr by design.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -162,6 +162,8 @@ fn tiny_model(dir: &Path) {
 }
 
 struct Args {
+    /// Print every step's staleness, stale groups and waits.
+    verbose: bool,
     scale: f64,
     steps: u32,
     prompts: u32,
@@ -169,7 +171,7 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut a = Args { scale: 0.1, steps: 10, prompts: 4, modes: vec![0, 1, 2, 4] };
+    let mut a = Args { verbose: false, scale: 0.1, steps: 10, prompts: 4, modes: vec![0, 1, 2, 4] };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
         let mut val = || it.next().unwrap_or_else(|| panic!("{x} needs a value"));
@@ -178,6 +180,7 @@ fn args() -> Args {
             "--steps" => a.steps = val().parse().expect("--steps N"),
             "--prompts" => a.prompts = val().parse().expect("--prompts N"),
             "--modes" => a.modes = val().split(',').map(|k| k.parse().expect("--modes 0,1,2")).collect(),
+            "--verbose" => a.verbose = true,
             "--bench" => {}
             other => panic!("unknown option {other}"),
         }
@@ -245,6 +248,21 @@ schedule: {{max_steps: {steps}, eval_every: 0, save_every: 0, eval_at_start: fal
         let steady: Vec<&Value> = lines.iter().filter(|m| m["step"].as_i64().is_some_and(|s| s >= 2)).collect();
         let mean = |key: &str| steady.iter().filter_map(|m| m[key].as_f64()).sum::<f64>() / steady.len().max(1) as f64;
         let max = |key: &str| steady.iter().filter_map(|m| m[key].as_f64()).fold(0.0, f64::max);
+        if a.verbose {
+            for m in &lines {
+                let g = |k: &str| m[k].as_f64().unwrap_or(f64::NAN);
+                eprintln!(
+                    "  k={k} step {}: step {:.2} s, staleness {}/{}, stale {}, trainer wait {:.2} s, sampler wait {:.2} s",
+                    m["step"],
+                    g("time/step_s"),
+                    g("train/staleness_mean"),
+                    g("train/staleness_max"),
+                    g("train/groups_stale"),
+                    g("time/trainer_wait_s"),
+                    g("time/sampler_wait_s")
+                );
+            }
+        }
         let step_s = mean("time/step_s");
         let mode = if k == 0 { "sequential".to_owned() } else { format!("k = {k}") };
         let staleness = if k == 0 { "0 / 0".to_owned() } else { format!("{:.2} / {:.0}", mean("train/staleness_mean"), max("train/staleness_max")) };

@@ -5,7 +5,9 @@
 //! - **Streaming.** Problems are drawn in order, one group per task, each sampled on the newest
 //!   sampler weights published so far and graded as soon as its completions arrive. While step
 //!   s trains, the groups of steps s + 1 … s + k are sampled (k · `prompts_per_step` groups in
-//!   flight or waiting); a step takes the first `prompts_per_step` that arrive (with dynamic
+//!   flight or waiting, plus one for each group a step consumes without using it); a group
+//!   that would train more than k versions after the newest sampler waits for the next one
+//!   when that is on its way; a step takes the first `prompts_per_step` that arrive (with dynamic
 //!   sampling, the first informative ones, drawing more as groups are set aside; past
 //!   `max_extra_rounds` · `prompts_per_step` set aside, whatever comes).
 //! - **Versions and staleness.** Version v is the weights after v optimizer steps. After step s
@@ -145,6 +147,15 @@ impl Take {
         self.scores.append(g.scores);
     }
 
+    /// Groups that count toward the step: all it took, or with dynamic sampling the
+    /// informative ones.
+    fn useful(&self, cfg: &step::StepConfig<'_>) -> usize {
+        match cfg.plan.grpo.dynamic_sampling {
+            None => self.groups.len(),
+            Some(_) => self.informative,
+        }
+    }
+
     /// Whether the step can train.
     fn full(&self, cfg: &step::StepConfig<'_>) -> bool {
         let target = cfg.plan.grpo.prompts_per_step as usize;
@@ -163,13 +174,13 @@ struct Pipe<'b> {
     /// `grpo.max_steps_off_policy` and `prompts_per_step`.
     k: usize,
     p: usize,
-    /// Steps of this attempt whose training has begun, and groups they took (stale, set aside
-    /// and dropped ones included).
-    steps_begun: usize,
-    taken: usize,
-    /// Groups the step being gathered still lacks: launched even past the bound (after groups
-    /// set aside, dynamic sampling needs more than its share).
-    floor: usize,
+    /// The step being gathered or trained, and which.
+    step_now: u32,
+    training: bool,
+    /// Useful groups the step being gathered has, and groups it consumed without using (stale,
+    /// dropped, set aside by dynamic sampling): each of those is drawn again.
+    have: usize,
+    extra: usize,
     /// No more launches (the run is ending).
     closed: bool,
     next_slot: u64,
@@ -183,8 +194,9 @@ struct Pipe<'b> {
     eval_wanted: BTreeSet<u32>,
     evals: FuturesUnordered<Boxed<'b, EvalDone>>,
     eval_done: BTreeMap<u32, Option<EvalResult>>,
-    /// Seconds the producer sat full (nothing to launch) since the last step.
-    full_since: Option<Instant>,
+    /// Since when no group has been in flight: the sampling side idle, waiting for room or for
+    /// a fresher sampler.
+    idle_since: Option<Instant>,
     sampler_waited_s: f64,
     evaluate: &'b Evaluate<'b>,
 }
@@ -198,9 +210,10 @@ impl<'b> Pipe<'b> {
             cx,
             k: g.max_steps_off_policy as usize,
             p: g.prompts_per_step as usize,
-            steps_begun: 0,
-            taken: 0,
-            floor: 0,
+            step_now: latest.0,
+            training: false,
+            have: 0,
+            extra: 0,
             closed: false,
             next_slot: cursor,
             skip,
@@ -211,28 +224,48 @@ impl<'b> Pipe<'b> {
             eval_wanted: BTreeSet::new(),
             evals: FuturesUnordered::new(),
             eval_done: BTreeMap::new(),
-            full_since: None,
+            idle_since: None,
             sampler_waited_s: 0.0,
             evaluate,
         }
     }
 
-    /// Groups that may be in flight or waiting now. While step s trains (s + 1 steps begun),
-    /// groups for steps up to s + k may be sampled: sampled on version ≤ s, they train at most k
-    /// versions behind.
+    /// Groups that may be in flight or waiting now: while step s trains, those of steps s + 1 …
+    /// s + k (sampled on version ≤ s, they train at most k versions behind); while it gathers,
+    /// those plus one for each group it consumed without using.
     fn capacity(&self) -> usize {
         if self.closed {
             return 0;
         }
-        ((self.steps_begun + self.k) * self.p).saturating_sub(self.taken).max(self.floor)
+        self.k * self.p + self.extra
     }
 
-    /// Launches groups until the stream is at capacity.
+    /// The step a group launched now will most likely train in (groups are taken in about the
+    /// order they are launched).
+    fn lands(&self) -> u32 {
+        let queued = self.inflight.len() + self.ready.len() + self.have;
+        self.step_now + u32::from(self.training) + (queued / self.p) as u32
+    }
+
+    /// Launches groups until the stream is at capacity (or until the next would come back too
+    /// stale); time with nothing in flight is the sampler's wait.
     fn top_up(&mut self) {
         if self.cx.stop.requested() {
             return;
         }
-        while self.inflight.len() + self.ready.len() < self.capacity() {
+        loop {
+            if self.inflight.len() + self.ready.len() >= self.capacity() {
+                break;
+            }
+            // The step this group will most likely train in; sampled on a version more than k
+            // behind it, it would come back only to be set aside: wait for the next sampler
+            // (measured: at k = 1, launching anyway set 2 groups in 32 aside, benches/pipeline.rs).
+            if self.lands() as usize > self.latest.0 as usize + self.k && !self.publishing.is_empty() {
+                break;
+            }
+            if let Some(t) = self.idle_since.take() {
+                self.sampler_waited_s += t.elapsed().as_secs_f64();
+            }
             while self.skip.remove(&self.next_slot) {
                 self.next_slot += 1;
             }
@@ -240,8 +273,8 @@ impl<'b> Pipe<'b> {
             self.inflight.push(sample_group(self.next_slot, version, sampler, self.cfg, self.cx));
             self.next_slot += 1;
         }
-        if self.full_since.is_none() {
-            self.full_since = Some(Instant::now());
+        if self.inflight.is_empty() {
+            self.idle_since.get_or_insert_with(Instant::now);
         }
     }
 
@@ -264,10 +297,10 @@ impl<'b> Pipe<'b> {
         };
         match next {
             Next::Group(g) => {
-                if let Some(t) = self.full_since.take() {
-                    self.sampler_waited_s += t.elapsed().as_secs_f64();
-                }
                 self.ready.push_back(g?);
+                if self.inflight.is_empty() {
+                    self.idle_since.get_or_insert_with(Instant::now);
+                }
             }
             Next::Published(p) => {
                 let (version, _) = self.publishing.pop_front().expect("a publication was awaited");
@@ -289,14 +322,12 @@ impl Pipe<'_> {
     /// The groups of step `s`, as they arrive; `None` when a stop was requested.
     async fn gather(&mut self, s: u32) -> Result<Option<Take>, Error> {
         let mut take = Take::default();
+        (self.step_now, self.training) = (s, false);
         loop {
             while !take.full(self.cfg)
                 && let Some(g) = self.ready.pop_front()
             {
                 take.offer(g, s, self.cfg);
-            }
-            if self.cx.stop.requested() {
-                return Ok(None);
             }
             if take.groups.is_empty() && take.timing.sampler_dropped >= self.p
                 && let Some(e) = take.last_drop.take()
@@ -305,13 +336,15 @@ impl Pipe<'_> {
                 // flaky; the run stops and says so (as a synchronous step would).
                 return Err(e.into());
             }
+            if self.cx.stop.requested() {
+                return Ok(None);
+            }
             if take.full(self.cfg) {
-                self.steps_begun += 1;
-                self.taken += take.consumed.len();
-                self.floor = 0;
+                (self.training, self.have, self.extra) = (true, 0, 0);
                 return Ok(Some(take));
             }
-            self.floor = self.p.saturating_sub(take.groups.len() - take.set_aside.min(take.groups.len()));
+            self.have = take.useful(self.cfg);
+            self.extra = take.consumed.len() - self.have;
             self.pump().await?;
         }
     }

@@ -144,8 +144,8 @@ pub mod time {
     pub const EVAL_S: &str = "time/eval_s";
     /// Streaming: the trainer's wait for the step's groups (0 when they were ready).
     pub const TRAINER_WAIT_S: &str = "time/trainer_wait_s";
-    /// Streaming: time the stream sat full since the previous step (groups waiting for a step
-    /// to take them: sampling was ahead).
+    /// Streaming: time since the previous step with no group being sampled (the sampling side
+    /// idle: the stream full, or waiting for a fresher sampler).
     pub const SAMPLER_WAIT_S: &str = "time/sampler_wait_s";
 }
 
