@@ -13,7 +13,7 @@ use crate::data::Problem;
 use crate::rl::passk::pass_at_k;
 use crate::sandbox::VerdictStatus;
 use crate::runlog::metrics::{eval as names, time};
-use crate::runlog::{EvalResultRecord, EvalSampleRecord, PassAtK, PromptMessage};
+use crate::runlog::{EvalResultRecord, EvalSampleRecord, PassAtK};
 use crate::spec::types::RolloutLog;
 use crate::plan::Plan;
 
@@ -104,12 +104,12 @@ pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &Ev
             metrics: PassAtK(per),
         });
     }
-    for (k, mean) in pass_means(&records, &plan.eval.k) {
+    for (k, mean) in pass_means(&records.iter().collect::<Vec<_>>(), &plan.eval.k) {
         metrics.insert(names::pass_at(k), mean);
     }
     if eval.sources.len() > 1 {
         for (label, _) in &eval.sources {
-            let mine: Vec<EvalResultRecord> = records.iter().filter(|r| r.source.as_deref() == Some(label)).cloned().collect();
+            let mine: Vec<&EvalResultRecord> = records.iter().filter(|r| r.source.as_deref() == Some(label)).collect();
             for (k, mean) in pass_means(&mine, &plan.eval.k) {
                 metrics.insert(names::source_pass_at(label, k), mean);
             }
@@ -139,14 +139,14 @@ fn sample_record(step: i64, source: &Option<String>, k: usize, t: &rollout::Turn
         tests_total: v.tests_total,
         tests: v.tests.iter().map(super::step::test_record).collect(),
         error: v.error.clone(),
-        prompt: if k == 0 { t.prompt.messages.iter().map(|m| PromptMessage { role: m.role.clone(), content: m.content.clone() }).collect() } else { vec![] },
+        prompt: if k == 0 { super::record_prompt(&t.prompt) } else { vec![] },
         stop_reason: super::record_stop(t.seq.stop_reason),
         tokens: t.seq.tokens.len(),
     }
 }
 
 /// Each `k`'s pass@k averaged over `records`' problems (0 for none).
-fn pass_means(records: &[EvalResultRecord], ks: &[u32]) -> Vec<(u32, f64)> {
+fn pass_means(records: &[&EvalResultRecord], ks: &[u32]) -> Vec<(u32, f64)> {
     let n = records.len().max(1) as f64;
     ks.iter().map(|&k| (k, records.iter().filter_map(|r| r.metrics.get(k)).sum::<f64>() / n)).collect()
 }

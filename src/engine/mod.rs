@@ -150,6 +150,11 @@ pub(crate) fn record_status(s: crate::sandbox::VerdictStatus) -> runlog::Verdict
     }
 }
 
+/// A prompt's messages as the run log records them (once per group or eval problem).
+pub(crate) fn record_prompt(prompt: &prompting::Rendered) -> Vec<runlog::PromptMessage> {
+    prompt.messages.iter().map(|m| runlog::PromptMessage { role: m.role.clone(), content: m.content.clone() }).collect()
+}
+
 /// A stop reason as the run log records it.
 pub(crate) fn record_stop(s: seam::StopReason) -> runlog::StopReason {
     match s {
@@ -558,7 +563,7 @@ impl<'a> Driver<'a> {
             if let Some(last) = res.sandbox_down.take() {
                 // The step trained nothing; a resumed run samples it again.
                 self.ahead = None;
-                self.save_unsaved(s).await?;
+                self.save_unsaved(s, vec![]).await?;
                 return Err(Error::SandboxDown { step: s, groups: res.metrics.get(metrics::train::GROUPS).copied().unwrap_or(0.0) as usize, last });
             }
             // Every problem the step drew, refills included: a resumed run starts after them.
@@ -624,23 +629,21 @@ impl<'a> Driver<'a> {
     /// After step `s`: its rollouts, the eval due at it, its metrics line, status and checkpoint.
     async fn finish_step(&mut self, s: u32, res: step::StepResult) -> Result<(), Error> {
         let plan = self.plan;
-        let last = s + 1 == plan.schedule.max_steps;
-        let due = |every: u32| last || (every > 0 && (s + 1).is_multiple_of(every));
         let mut ev = None;
-        if !self.setup.eval_set.is_empty() && due(plan.schedule.eval_every) {
+        if !self.setup.eval_set.is_empty() && self.due(s, plan.schedule.eval_every) {
             let sampler = self.setup.policy.sampler().await?;
             // `None`: stopped during the eval; the step itself is complete and is kept.
             ev = eval::run(&*sampler, i64::from(s), plan, &self.setup.eval_set, &self.setup.eval_sampling, self.cx).await?;
         }
         let stop = self.record_step(s, res, ev)?;
-        if let (true, Some(trainer)) = (due(plan.schedule.save_every), self.trainer()) {
+        if let (true, Some(trainer)) = (self.due(s, plan.schedule.save_every), self.trainer()) {
             let state = trainer.save_state(&checkpoint_name(s)).await?;
-            self.record_checkpoint(s, &state, if last { "final" } else { "periodic" }, vec![])?;
+            self.record_checkpoint(s, &state, self.checkpoint_kind(s), vec![])?;
         }
         match stop {
             Some(e) => {
                 // Resumable: what the run has is saved before it ends as failed.
-                self.save_unsaved(s + 1).await?;
+                self.save_unsaved(s + 1, vec![]).await?;
                 Err(e)
             }
             None => Ok(()),
@@ -698,14 +701,27 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
-    /// Checkpoints the last of `done` completed steps unless it is saved already.
-    async fn save_unsaved(&mut self, done: u32) -> Result<(), Error> {
+    /// Whether something done every `every` steps (evals, checkpoints) is due after step `s`:
+    /// always after the last step.
+    fn due(&self, s: u32, every: u32) -> bool {
+        s + 1 == self.plan.schedule.max_steps || (every > 0 && (s + 1).is_multiple_of(every))
+    }
+
+    /// The `kind` of a due checkpoint after step `s`.
+    fn checkpoint_kind(&self, s: u32) -> &'static str {
+        if s + 1 == self.plan.schedule.max_steps { "final" } else { "periodic" }
+    }
+
+    /// Checkpoints the last of `done` completed steps unless it is saved already; the trainer's
+    /// state is that step's (nothing trained after it). `consumed_ahead` as
+    /// [`Driver::record_checkpoint`] takes it.
+    async fn save_unsaved(&mut self, done: u32, consumed_ahead: Vec<u64>) -> Result<(), Error> {
         if let Some(trainer) = self.trainer()
             && done > 0
             && self.last_saved != Some(done - 1)
         {
             let state = trainer.save_state(&checkpoint_name(done - 1)).await?;
-            self.record_checkpoint(done - 1, &state, "interrupt", vec![])?;
+            self.record_checkpoint(done - 1, &state, "interrupt", consumed_ahead)?;
         }
         Ok(())
     }
@@ -713,7 +729,7 @@ impl<'a> Driver<'a> {
     /// Saves what the run has (unless the last completed step is already saved) and reports an
     /// interruption after `done` completed steps.
     async fn interrupted(&mut self, done: u32) -> Result<RunOutcome, Error> {
-        self.save_unsaved(done).await?;
+        self.save_unsaved(done, vec![]).await?;
         Ok(RunOutcome::Interrupted { steps: done })
     }
 }

@@ -19,7 +19,7 @@ use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOut
 use crate::rl::reward::{Custom, Grading, RewardStrategy};
 use crate::sandbox::VerdictStatus;
 use crate::runlog::metrics::{optim, sandbox, time, train};
-use crate::runlog::{Attempt, PromptMessage, RolloutRecord, TestOutcome, TestRecord};
+use crate::runlog::{Attempt, RolloutRecord, TestOutcome, TestRecord};
 use crate::spec::types::{Overlong, RolloutLog};
 
 use super::fill::Fill;
@@ -316,7 +316,7 @@ fn record(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory, (reward, ad
         error: last.graded.verdict.error.clone(),
         // Once per group: its completions share the prompt.
         prompt: match k {
-            0 => t.turns[0].prompt.messages.iter().map(|m| PromptMessage { role: m.role.clone(), content: m.content.clone() }).collect(),
+            0 => super::record_prompt(&t.turns[0].prompt),
             _ => vec![],
         },
         reward,

@@ -424,16 +424,14 @@ impl<'a> Driver<'a> {
             }
             consumed.extend(consumed_now);
             // The next version's sampler, queued behind this step's update; nobody waits for it.
-            let last = s + 1 == plan.schedule.max_steps;
-            let due = |every: u32| last || (every > 0 && (s + 1).is_multiple_of(every));
             let publication = trainer.sampler();
             pipe.publishing.push_back((s + 1, tokio::spawn(publication)));
-            let eval = !setup.eval_set.is_empty() && due(plan.schedule.eval_every);
+            let eval = !setup.eval_set.is_empty() && self.due(s, plan.schedule.eval_every);
             if eval {
                 pipe.eval_wanted.insert(s + 1);
             }
             // The state after exactly this step: saved before the next update is submitted.
-            let state = match due(plan.schedule.save_every) {
+            let state = match self.due(s, plan.schedule.save_every) {
                 true => Some(pipe.while_pumping(async { Ok(trainer.save_state(&super::checkpoint_name(s)).await?) }).await?),
                 false => None,
             };
@@ -460,14 +458,15 @@ impl<'a> Driver<'a> {
         self.flush_all(&mut ledger, &mut pipe.eval_done)?;
         drop(pipe);
         // Groups in flight are dropped with the pipe: their problems are drawn again on resume.
-        self.cursor = cursor_of(base, &consumed).0;
+        let (cursor, ahead) = cursor_of(base, &consumed);
+        self.cursor = cursor;
         match outcome {
             Some(e) => {
-                self.save_unsaved_stream(trainer, done, base, &consumed).await?;
+                self.save_unsaved(done, ahead).await?;
                 Err(e)
             }
             None if done < plan.schedule.max_steps => {
-                self.save_unsaved_stream(trainer, done, base, &consumed).await?;
+                self.save_unsaved(done, ahead).await?;
                 Ok(RunOutcome::Interrupted { steps: done })
             }
             None => Ok(RunOutcome::Finished { steps: plan.schedule.max_steps }),
@@ -501,23 +500,10 @@ impl<'a> Driver<'a> {
     fn record_trained(&mut self, s: u32, t: Trained, ev: Option<EvalResult>) -> Result<Option<Error>, Error> {
         let stop = self.record_step(s, t.res, ev)?;
         if let Some(state) = &t.state {
-            let kind = if s + 1 == self.plan.schedule.max_steps { "final" } else { "periodic" };
             self.cursor = t.cursor.0;
-            self.record_checkpoint(s, state, kind, t.cursor.1)?;
+            self.record_checkpoint(s, state, self.checkpoint_kind(s), t.cursor.1)?;
         }
         Ok(stop)
-    }
-
-    /// Checkpoints the last of `done` trained steps unless it is saved: the trainer's state now
-    /// is that step's (nothing trains after it).
-    async fn save_unsaved_stream(&mut self, trainer: &dyn Trainer, done: u32, base: u64, consumed: &BTreeSet<u64>) -> Result<(), Error> {
-        if done > 0 && self.last_saved != Some(done - 1) {
-            let state = trainer.save_state(&super::checkpoint_name(done - 1)).await?;
-            let (cursor, ahead) = cursor_of(base, consumed);
-            self.cursor = cursor;
-            self.record_checkpoint(done - 1, &state, "interrupt", ahead)?;
-        }
-        Ok(())
     }
 }
 

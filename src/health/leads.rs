@@ -33,7 +33,7 @@ pub(crate) struct Leads {
 }
 
 impl Leads {
-    pub(crate) fn add(&mut self, step: u32, rollouts: &[RolloutRecord]) {
+    pub(crate) fn add<'r>(&mut self, step: u32, rollouts: impl IntoIterator<Item = &'r RolloutRecord>) {
         let step = i64::from(step);
         let per = self.passes.entry(step).or_default();
         for r in rollouts {

@@ -112,7 +112,7 @@ impl Monitor {
 
     /// After step `step` with its metrics line (an eval's metrics in it are read by
     /// [`Monitor::eval`], which the caller calls after this) and its rollouts.
-    pub fn step(&mut self, step: u32, metrics: &BTreeMap<String, f64>, rollouts: &[RolloutRecord]) -> Vec<Firing> {
+    pub fn step<'r>(&mut self, step: u32, metrics: &BTreeMap<String, f64>, rollouts: impl IntoIterator<Item = &'r RolloutRecord>) -> Vec<Firing> {
         self.history.steps.push(Point { step: i64::from(step), metrics: metrics.clone() });
         self.history.leads.add(step, rollouts);
         let mut out = vec![];
@@ -199,14 +199,14 @@ pub fn recorded(events: &[EventRecord]) -> Vec<&EventRecord> {
 /// Feeds a run's records to `monitor` in the order the engine does (a metrics line's step, then
 /// its eval) and returns what fired.
 pub fn replay(monitor: &mut Monitor, metrics: &[crate::runlog::MetricsLine], rollouts: &[RolloutRecord]) -> Vec<Firing> {
-    let mut by_step: BTreeMap<i64, Vec<RolloutRecord>> = BTreeMap::new();
+    let mut by_step: BTreeMap<i64, Vec<&RolloutRecord>> = BTreeMap::new();
     for r in rollouts {
-        by_step.entry(i64::from(r.step)).or_default().push(r.clone());
+        by_step.entry(i64::from(r.step)).or_default().push(r);
     }
     let mut out = vec![];
     for line in metrics {
         if let Ok(step) = u32::try_from(line.step) {
-            out.extend(monitor.step(step, &line.values, by_step.get(&line.step).map_or(&[][..], |v| &v[..])));
+            out.extend(monitor.step(step, &line.values, by_step.get(&line.step).into_iter().flatten().copied()));
         }
         out.extend(monitor.eval(line.step, &line.values));
     }

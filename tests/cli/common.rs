@@ -1,7 +1,8 @@
 //! Test helpers: an isolated work directory and the `rlx` binary to run in it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::io::BufRead as _;
+use std::process::{Child, Command, Output, Stdio};
 
 /// The repository root (tests run from anywhere; fixtures are found from here).
 pub(crate) fn repo() -> PathBuf {
@@ -209,4 +210,21 @@ fn python_env_installs_a_set_once_and_reuses_it() {
     let again = python_env_in(venvs.path(), "probe", &["six==1.16.0"]).unwrap();
     assert_eq!(again, python);
     assert!(python.parent().unwrap().parent().unwrap().join(".rlx-ready").exists());
+}
+
+/// `rlx sandbox serve` on a free port with 2 workers: the process and its URL. Its stderr is
+/// drained in a thread so that it never blocks on a full pipe.
+pub(crate) fn sandbox_server() -> (Child, String) {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["sandbox", "serve", "--bind", "127.0.0.1:0", "--concurrency", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = server.stderr.take().unwrap();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let addr = lines.by_ref().map_while(Result::ok).find_map(|l| l.strip_prefix("rlx sandbox listening on ").and_then(|r| r.split_whitespace().next()).map(str::to_owned)).expect("the server prints its address");
+    std::thread::spawn(move || lines.for_each(drop));
+    let url = if addr.starts_with("http") { addr } else { format!("http://{addr}") };
+    (server, url)
 }

@@ -6,8 +6,7 @@
 
 #![allow(clippy::print_stderr)] // skip notices are meant to be seen in test output
 
-use std::io::BufRead as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
@@ -136,22 +135,7 @@ fn grade_through_a_spawned_sandbox_server() {
     if !python_available() {
         return;
     }
-    let mut server = rlx()
-        .args(["sandbox", "serve", "--bind", "127.0.0.1:0", "--concurrency", "2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = server.stderr.take().unwrap();
-    let mut addr = None;
-    for line in std::io::BufReader::new(stderr).lines() {
-        let line = line.unwrap();
-        if let Some(rest) = line.strip_prefix("rlx sandbox listening on ") {
-            addr = rest.split_whitespace().next().map(str::to_owned);
-            break;
-        }
-    }
-    let addr = addr.expect("the server prints its address");
+    let (mut server, addr) = crate::common::sandbox_server();
     let dir = tempfile::tempdir().unwrap();
     let completions = dir.path().join("c.jsonl");
     write_jsonl(

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::io::BufRead as _;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +15,7 @@ use rlx::engine::{self, PolicySource};
 use rlx::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, LossStats, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef, StopReason};
 use serde_json::Value;
 
-use crate::common::{TestContext, jsonl, repo};
+use crate::common::{TestContext, jsonl, repo, sandbox_server};
 
 /// What a scripted completion is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -367,23 +367,6 @@ async fn train_reward_rising_while_eval_stays_flat_names_leads() {
     assert!(!leads.is_empty() && leads.iter().all(|l| l.starts_with("training problem ") && l.contains("rlx show")), "{leads:?}");
     // The baseline eval and the one after step 2 fired nothing: no rise yet.
     assert_eq!(ran.diagnostics.iter().filter(|e| e["signal"] == "reward_without_eval_gain").count(), 1);
-}
-
-/// `rlx sandbox serve` on a free port: the process and its URL.
-fn sandbox_server() -> (Child, String) {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_rlx"))
-        .args(["sandbox", "serve", "--bind", "127.0.0.1:0", "--concurrency", "2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = server.stderr.take().unwrap();
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    let addr = lines.by_ref().map_while(Result::ok).find_map(|l| l.strip_prefix("rlx sandbox listening on ").and_then(|r| r.split_whitespace().next()).map(str::to_owned)).expect("the server prints its address");
-    // Keep draining its stderr so that it never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    let url = if addr.starts_with("http") { addr } else { format!("http://{addr}") };
-    (server, url)
 }
 
 /// A port nothing listens on.
