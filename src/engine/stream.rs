@@ -263,6 +263,10 @@ impl<'b> Pipe<'b> {
             if self.lands() as usize > self.latest.0 as usize + self.k && !self.publishing.is_empty() {
                 break;
             }
+            // Nothing for steps after the run's last: those groups would only be thrown away.
+            if self.lands() >= self.cfg.plan.schedule.max_steps {
+                break;
+            }
             if let Some(t) = self.idle_since.take() {
                 self.sampler_waited_s += t.elapsed().as_secs_f64();
             }
