@@ -44,6 +44,7 @@ pub fn to_json(plan: &Plan) -> Value {
             backend["sample_weights"] = json!(match sample_weights {
                 SampleWeights::F32 => "f32",
                 SampleWeights::Q8_0 => "q8_0",
+                SampleWeights::Gguf => "gguf",
             });
         }
         BackendChoice::Tinker { max_in_flight, .. } => backend["max_in_flight"] = json!(max_in_flight),
@@ -80,7 +81,11 @@ pub fn upgrade(v: Value) -> Result<Value, Error> {
         Some(SCHEMA_VERSION) => Ok(v),
         Some(n) if n > SCHEMA_VERSION => Err(Error::Newer(n)),
         _ => {
-            let spec: Spec = serde_json::from_value(v).map_err(Error::NotASpec)?;
+            let mut spec: Spec = serde_json::from_value(v).map_err(Error::NotASpec)?;
+            // Defaults that changed since: what the run was made with, not today's default.
+            if let crate::spec::types::Backend::Local { sample_weights: sw @ None, .. } = &mut spec.backend {
+                *sw = Some(crate::spec::types::SampleWeights::Q8_0);
+            }
             let written = Written { spec, path: Default::default(), text: String::new(), overrides: vec![], templates: vec![] };
             Ok(to_json(&super::resolve::resolve(written, String::new())?))
         }

@@ -109,7 +109,8 @@ fn backend(spec: &Spec) -> BackendChoice {
             max_tokens_per_microbatch: max_tokens_per_microbatch.unwrap_or(defaults::MAX_TOKENS_PER_MICROBATCH) as usize,
             sample_weights: match sample_weights {
                 Some(types::SampleWeights::F32) => SampleWeights::F32,
-                Some(types::SampleWeights::Q8_0) | None => SampleWeights::Q8_0,
+                Some(types::SampleWeights::Q8_0) => SampleWeights::Q8_0,
+                Some(types::SampleWeights::Gguf) | None => SampleWeights::Gguf,
             },
             model_path: model_path.as_ref().map(std::path::PathBuf::from),
         },

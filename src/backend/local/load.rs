@@ -20,6 +20,10 @@ use std::path::{Path, PathBuf};
 use candle_core::quantized::gguf_file;
 use candle_core::{DType, Device, Tensor};
 
+use std::sync::Arc;
+
+use rlx_kernels::{GgmlType, QMatrix};
+
 use super::model::{Arch, Config};
 use crate::backend::{Error, Result};
 
@@ -34,6 +38,10 @@ pub struct Loaded {
     pub tokenizer: Option<tokenizers::Tokenizer>,
     /// Where it came from.
     pub source: PathBuf,
+    /// The projection weights a GGUF file stores in a format the sampler decodes as stored
+    /// (Q4_0, Q4_1, Q8_0), under Hugging Face names (`lm_head.weight` for a tied head);
+    /// `backend.sample_weights: gguf` decodes frozen weights with these.
+    pub blocks: HashMap<String, Arc<QMatrix>>,
 }
 
 impl std::fmt::Debug for Loaded {
@@ -90,7 +98,7 @@ pub fn load_hf_dir(dir: &Path) -> Result<Loaded> {
         config.eos_token_ids.push(id);
     }
     let tokenizer = files.tokenizer;
-    Ok(Loaded { config, weights, tokenizer, source: dir.to_path_buf() })
+    Ok(Loaded { config, weights, tokenizer, source: dir.to_path_buf(), blocks: HashMap::new() })
 }
 
 
@@ -149,18 +157,28 @@ pub fn load_gguf(path: &Path) -> Result<Loaded> {
     config.validate(path)?;
 
     let mut weights = HashMap::new();
+    let mut blocks = HashMap::new();
     for name in content.tensor_infos.keys() {
         let Some(hf) = hf_name(name) else { continue };
         let q = content.tensor(&mut file, name, &Device::Cpu).map_err(|e| model_err(path, format!("tensor `{name}`: {} (is the file truncated?)", crate::causes::candle_reason(&e))))?;
         let mut t = q.dequantize(&Device::Cpu)?.to_dtype(DType::F32)?;
+        let mut native = as_stored(&q).map_err(|reason| model_err(path, format!("tensor `{name}`: {reason}")))?;
         if arch == Arch::Llama && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight")) {
             let n = if name.ends_with("attn_q.weight") { heads } else { kv_heads };
             t = unpermute_rows(&t, n)?;
+            native = native.map(|m| m.select_rows(&unpermuted_order(m.n(), n)));
+        }
+        if let Some(m) = native {
+            let m = Arc::new(m);
+            if hf == "model.embed_tokens.weight" && tied {
+                blocks.insert("lm_head.weight".to_string(), m.clone());
+            }
+            blocks.insert(hf.clone(), m);
         }
         weights.insert(hf, t);
     }
     let tokenizer = Some(crate::prompt::gguf::tokenizer(md, &tokens, path).map_err(|e| crate::backend::model_source::prompt_error(&e, path))?);
-    Ok(Loaded { config, weights, tokenizer, source: path.to_path_buf() })
+    Ok(Loaded { config, weights, tokenizer, source: path.to_path_buf(), blocks })
 }
 
 
@@ -210,6 +228,28 @@ const LAYER_NAMES: &[(&str, &str)] = &[
     ("ffn_norm", "post_attention_layernorm"),
 ];
 
+/// A 2-D GGUF tensor in a format the sampler's kernels read as stored, else `None`.
+fn as_stored(q: &candle_core::quantized::QTensor) -> std::result::Result<Option<QMatrix>, String> {
+    use candle_core::quantized::GgmlDType;
+    let ty = match q.dtype() {
+        GgmlDType::Q4_0 => GgmlType::Q4_0,
+        GgmlDType::Q4_1 => GgmlType::Q4_1,
+        GgmlDType::Q8_0 => GgmlType::Q8_0,
+        _ => return Ok(None),
+    };
+    let &[n, k] = q.shape().dims() else { return Ok(None) };
+    let bytes = q.data().map_err(|e| crate::causes::candle_reason(&e))?;
+    QMatrix::from_ggml(ty, &bytes, n, k).map(Some)
+}
+
+/// The GGUF row each Hugging Face row of a q/k projection comes from ([`unpermute_rows`] as an
+/// index list, for weights kept in blocks).
+fn unpermuted_order(rows: usize, n_head: usize) -> Vec<usize> {
+    let hd = rows / n_head;
+    let half = hd / 2;
+    (0..rows).map(|r| (r / hd) * hd + 2 * (r % half) + (r % hd) / half).collect()
+}
+
 /// Undo llama.cpp's q/k row permutation (`convert_hf_to_gguf.py` `LlamaModel.permute`):
 /// GGUF rows are `reshape(n_head, 2, hd/2, in).swapaxes(1, 2)` of the HF rows.
 fn unpermute_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
@@ -222,6 +262,18 @@ fn unpermute_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The index form of the row permutation moves rows exactly as the tensor form does.
+    #[test]
+    fn unpermuted_order_matches_unpermute_rows() {
+        let (heads, hd, inp) = (3, 8, 2);
+        let rows = heads * hd;
+        let w = Tensor::arange(0f32, (rows * inp) as f32, &Device::Cpu).unwrap().reshape((rows, inp)).unwrap();
+        let by_tensor = unpermute_rows(&w, heads).unwrap().to_vec2::<f32>().unwrap();
+        let src = w.to_vec2::<f32>().unwrap();
+        let by_index: Vec<Vec<f32>> = unpermuted_order(rows, heads).into_iter().map(|r| src[r].clone()).collect();
+        assert_eq!(by_tensor, by_index);
+    }
 
     #[test]
     fn gguf_names_map_to_hf() {

@@ -7,7 +7,8 @@
 //!   the losses of `rl::loss` as differentiable tensors.
 //! - [`load`]: Hugging Face directories and GGUF files (chat templates render with `prompt::chat`).
 //! - [`sampler`]: [`LocalSampler`], batched KV-cache generation (its docs define the logprobs);
-//!   [`quant`]: the Q8_0 weight copies it can decode with.
+//!   [`decode`]: its hand-written decoding path on quantised weights with continuous batching;
+//!   [`quant`]: which quantised copies (the GGUF's own blocks, Q8_0) it decodes with.
 //! - [`trainer`]: [`LocalTrainer`], forward/backward, AdamW ([`optim`]), state ([`state`]);
 //!   [`train_pass`]: its hand-written f32 forward and backward (candle's autograd stays for f64).
 //!
@@ -18,6 +19,7 @@
 //! candle parallelises each matmul over the cores itself (rayon).
 
 pub mod cpu;
+pub(crate) mod decode;
 pub(crate) mod frozen;
 pub(crate) mod handle;
 pub mod load;

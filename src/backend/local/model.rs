@@ -30,7 +30,7 @@ use std::sync::Arc;
 use candle_core::{D, DType, Device, Module, Tensor, Var};
 
 use super::lora::{Lora, LoraConfig};
-use super::quant::{self, Q8Matrix};
+use super::quant::QMatrix;
 use crate::rng::SplitMix64 as Rng;
 use crate::backend::{Error, Result};
 
@@ -284,9 +284,9 @@ pub struct Linear {
     pub(super) weight: Tensor,
     pub(super) bias: Option<Tensor>,
     pub(super) lora: Option<Lora>,
-    /// A quantised copy of `weight` for inference (see [`super::quant`]); used only when nothing
-    /// needs a gradient.
-    quantized: Option<Arc<Q8Matrix>>,
+    /// A quantised copy of `weight` that the sampler's decoder multiplies by (see
+    /// [`super::quant`]); candle's forward always uses the f32 weight.
+    quantized: Option<Arc<QMatrix>>,
 }
 
 impl Linear {
@@ -310,6 +310,11 @@ impl Linear {
     /// Whether inference runs on a quantised copy of the weight.
     pub fn is_quantized(&self) -> bool {
         self.quantized.is_some()
+    }
+
+    /// The quantised copy the sampler decodes with, if any.
+    pub fn quantized(&self) -> Option<&Arc<QMatrix>> {
+        self.quantized.as_ref()
     }
 
     /// The base weight `[out, in]`.
@@ -345,10 +350,7 @@ impl Module for Linear {
         let dims = x.dims().to_vec();
         let in_dim = dims[dims.len() - 1];
         let x2 = x.reshape(((), in_dim))?;
-        let mut y = match &self.quantized {
-            Some(q) if !x2.track_op() && x2.dtype() == DType::F32 && x2.dim(0)? <= quant::MAX_ROWS => q.matmul_t(&x2)?,
-            _ => super::frozen::frozen_aware_matmul_t(&x2, &self.weight)?,
-        };
+        let mut y = super::frozen::frozen_aware_matmul_t(&x2, &self.weight)?;
         if let Some(b) = &self.bias {
             y = y.broadcast_add(b)?;
         }
@@ -842,6 +844,11 @@ impl Model {
         out
     }
 
+    /// Each projection's name and the format of its quantised copy (`None`: f32).
+    pub fn projection_formats(&mut self) -> Vec<(String, Option<&'static str>)> {
+        self.linears_mut().into_iter().map(|(n, l)| (n, l.quantized.as_ref().map(|q| q.format()))).collect()
+    }
+
     /// How many projections (of 7 per layer plus the LM head) decode with a quantised copy.
     pub fn quantized_projections(&mut self) -> usize {
         self.linears_mut().iter().filter(|(_, l)| l.is_quantized()).count()
@@ -853,7 +860,7 @@ impl Model {
     ///
     /// # Errors
     /// Whatever `quantize` returns.
-    pub fn quantize_for_inference(&mut self, mut quantize: impl FnMut(&str, &Tensor) -> Result<Option<Arc<Q8Matrix>>>) -> Result<()> {
+    pub fn quantize_for_inference(&mut self, mut quantize: impl FnMut(&str, &Tensor) -> Result<Option<Arc<QMatrix>>>) -> Result<()> {
         for (name, lin) in self.linears_mut() {
             lin.quantized = quantize(&name, &lin.weight)?;
         }

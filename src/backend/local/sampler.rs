@@ -1,7 +1,10 @@
 //! Batched sampling with a KV cache: the local [`Sampler`].
 //!
-//! A request samples `n` completions of one prompt; several requests decode as one batch
-//! ([`Sampler::sample_batch`]). Prompts are left-padded to the longest and prefilled together
+//! A request samples `n` completions of one prompt; several requests decode together
+//! ([`LocalSampler::sample_batch`]). A snapshot whose projections have quantised copies
+//! (`backend.sample_weights: gguf` or `q8_0`) decodes with the hand-written path of
+//! [`super::decode`] (continuous batching over cache slots). With `f32` weights, candle's
+//! forward runs as follows, so that log-probabilities are exactly the trainer's: prompts are left-padded to the longest and prefilled together
 //! (padding masked out of attention), each prompt's KV cache row is repeated for its `n` samples,
 //! and all rows then decode together, one token per step; rows that stop are dropped from the
 //! batch (and the cache) so finished samples cost nothing. Batching prompts shares each decoding
@@ -26,6 +29,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 
+use super::decode::{self, Decoder};
 use super::model::{KvCache, Model};
 use crate::rng::SplitMix64 as Rng;
 use crate::backend::{Error, Result};
@@ -36,12 +40,28 @@ use crate::seam::{SampleRequest, SampledSequence, SamplingParams, Stop, StopReas
 pub struct LocalSampler {
     model: Arc<Model>,
     tokenizer: Option<Arc<tokenizers::Tokenizer>>,
+    /// The hand-written decoding path, when every projection has a quantised copy.
+    decoder: Option<Arc<Decoder>>,
 }
 
 impl LocalSampler {
-    /// A sampler over `model`; `tokenizer` is needed only for [`Stop::Text`].
+    /// A sampler over `model`; `tokenizer` is needed only for [`Stop::Text`]. Decodes with the
+    /// hand-written path when every projection of `model` has a quantised copy
+    /// ([`Model::quantize_for_inference`]), else with candle's forward.
     pub fn new(model: Arc<Model>, tokenizer: Option<Arc<tokenizers::Tokenizer>>) -> Self {
-        Self { model, tokenizer }
+        let decoder = match Decoder::new(&model) {
+            Ok(d) => d.map(Arc::new),
+            Err(e) => {
+                tracing::warn!("sampling with candle's forward: the decoding path could not be built: {e}");
+                None
+            }
+        };
+        Self { model, tokenizer, decoder }
+    }
+
+    /// Whether sampling runs on the hand-written decoding path (quantised weights).
+    pub fn hand_written(&self) -> bool {
+        self.decoder.is_some()
     }
 
     /// The model sampled from.
@@ -100,6 +120,13 @@ impl LocalSampler {
         let stop_texts: Vec<&str> = params.stop.iter().filter_map(|s| if let Stop::Text(t) = s { Some(t.as_str()) } else { None }).collect();
         if !stop_texts.is_empty() && self.tokenizer.is_none() {
             return Err(Error::InvalidArgument { what: "stop", reason: "stop strings need a sampler with a tokenizer".into() });
+        }
+        if let Some(dec) = &self.decoder {
+            let stop_text = |tokens: &[u32]| if stop_texts.is_empty() { Ok(false) } else { self.hits_stop_text(tokens, &stop_texts) };
+            let seeds = requests.iter().map(|r| r.seed.or(params.seed).unwrap_or_else(clock_seed)).collect();
+            let job = decode::batch::Job { requests, params, seeds, stop_tokens: &stop_tokens, stop_text: &stop_text };
+            decode::batch::run(dec, &job, &mut out)?;
+            return Ok(out);
         }
         // Chunks of whole requests up to MAX_ROWS rows (a larger request is a chunk of its own).
         let mut chunk: Vec<usize> = vec![];
@@ -185,9 +212,7 @@ impl LocalSampler {
         let mut prefill_rows: Vec<u32> = vec![];
         let mut rngs: Vec<Rng> = vec![];
         for (c, &i) in chunk.iter().enumerate() {
-            let seed = requests[i].seed.or(params.seed).unwrap_or_else(|| {
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-            });
+            let seed = requests[i].seed.or(params.seed).unwrap_or_else(clock_seed);
             for k in 0..requests[i].num_samples {
                 slots.push((i, k));
                 prefill_rows.push(c as u32);
@@ -272,6 +297,11 @@ impl LocalSampler {
         let text = tok.decode(tail, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok(stops.iter().any(|s| text.contains(s)))
     }
+}
+
+/// A seed for a request that sets none.
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
 /// Choose the next token from `logits` and report its log-probability (see the module docs).

@@ -40,7 +40,8 @@ pub struct LocalTrainer {
     opt: AdamW,
     tokenizer: Option<Arc<tokenizers::Tokenizer>>,
     source: PathBuf,
-    /// Q8_0 copies of the frozen base weights, shared by every sampler snapshot.
+    /// Quantised copies of the frozen base weights (the GGUF's own blocks or Q8_0), shared by
+    /// every sampler snapshot.
     quantized_base: quant::Cache,
     /// The reference policy of `grpo.kl`, built on first use (see [`LocalTrainer::reference_logprobs`]).
     reference: Option<Model>,
@@ -58,8 +59,14 @@ impl LocalTrainer {
     /// # Errors
     /// Missing or misshapen tensors, or a configuration with no trainable parameter.
     pub fn new(loaded: Loaded, options: TrainerOptions) -> Result<Self> {
-        let Loaded { config, weights, tokenizer, source, .. } = loaded;
-        Self::from_weights(config, weights, tokenizer, options, source)
+        let Loaded { config, weights, tokenizer, source, blocks } = loaded;
+        let native = options.sample_weights == SampleWeights::Gguf && matches!(options.tuning, Tuning::Lora(_));
+        let mut trainer = Self::from_weights(config, weights, tokenizer, options, source)?;
+        if native {
+            // The base never changes under LoRA: decode it in the file's own blocks.
+            trainer.quantized_base = quant::Cache::with_native(blocks);
+        }
+        Ok(trainer)
     }
 
     /// A trainer over explicit weights (tests build random ones with
@@ -464,9 +471,10 @@ impl LocalTrainer {
         }
         let pb = ParamBuilder::new(&weights, &Tuning::Frozen, &self.source, 0);
         let mut model = Model::new(&self.config, &pb)?;
-        if self.options.sample_weights == SampleWeights::Q8_0 {
-            // Under LoRA the base never changes: quantise it once. Under full fine-tuning every
-            // weight (the tied head included) moves each step, so each snapshot quantises its own.
+        if self.options.sample_weights != SampleWeights::F32 {
+            // Under LoRA the base never changes: quantise it once (or take the file's blocks).
+            // Under full fine-tuning every weight (the tied head included) moves each step, so
+            // each snapshot quantises its own Q8_0 copy.
             let frozen_base = matches!(self.options.tuning, Tuning::Lora(_));
             let cache = &mut self.quantized_base;
             model.quantize_for_inference(|name, w| if frozen_base { cache.get(name, w) } else { quant::q8_0(w) })?;

@@ -136,35 +136,8 @@ unsafe fn gemm_raw(m: usize, n: usize, k: usize, out: RawOut, a: Mat, b: Mat, ho
     }
 }
 
-/// `e^x` in f32 without a libm call, so loops over slices vectorise: Cody-Waite reduction
-/// `x = k·ln 2 + r` (`k` rounded with the 1.5·2²³ trick, SSE2 has no vector floor) and Cephes'
-/// degree-6 polynomial for `e^r`; within 2 ulp of the true value (tested) over the whole range,
-/// `0` below −87.3 and the largest finite power near 88.7. `libm`'s scalar `expf` was 5% of a
-/// LoRA step (log-softmax over the vocabulary, SiLU, attention probabilities).
-#[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23
-    // Not `clamp`: `max` maps a NaN to the floor (and so to 0) as before, without a branch.
-    #[allow(clippy::manual_clamp)]
-    let x = x.max(-87.3).min(88.7);
-    let k = (x * LOG2E + ROUND) - ROUND;
-    let r = x - k * 0.693_359_4 - k * -2.121_944_4e-4;
-    let mut p = 1.987_569_1e-4;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5; // Cephes' 5.0000001e-1, which is 0.5 in f32
-    let y = p * r * r + r + 1.0;
-    // 2^k by building the exponent bits (k ∈ [-126, 128] after the clamp; 2^128 is folded in two).
-    let ki = k as i32;
-    let half = ki >> 1;
-    let a = f32::from_bits(((half + 127) as u32) << 23);
-    let b = f32::from_bits(((ki - half + 127) as u32) << 23);
-    let out = y * a * b;
-    if x <= -87.3 { 0.0 } else { out }
-}
+/// `e^x` without a libm call (shared with the sampler's kernels, whose crate holds its test).
+pub(crate) use rlx_kernels::rows::exp;
 
 /// Sums the partials `f(rows, part)` adds into `part` (width `width`) over fixed chunks of the
 /// `n` rows, in chunk order.
@@ -500,19 +473,6 @@ mod tests {
         for (x, y) in dst.iter().zip(&want) {
             assert!((x - 1.5 * y).abs() < 1e-5);
         }
-    }
-
-    #[test]
-    fn exp_is_within_two_ulp_of_the_true_value() {
-        let mut x = -87.0f32;
-        while x < 88.5 {
-            let (got, want) = (f64::from(exp(x)), f64::from(x).exp());
-            assert!(((got - want) / want).abs() < 2.5e-7, "exp({x}) = {got}, want {want}");
-            x += 0.001_7;
-        }
-        assert_eq!(exp(-100.0), 0.0);
-        assert_eq!(exp(0.0), 1.0);
-        assert!(exp(f32::NEG_INFINITY) == 0.0 && exp(200.0).is_finite());
     }
 
     #[test]

@@ -1,0 +1,281 @@
+//! Continuous batching: every sample of a call decodes in a fixed number of cache slots, and a
+//! sample that stops frees its slot for the next one at once.
+//!
+//! The samples to draw (request `i`, sample `k`) form one queue. Rows split into one decoding
+//! group per core (as many as keep [`MIN_GROUP_ROWS`] rows each), each with its own slots,
+//! taking the next samples from the shared queue as its slots free up. One group per core
+//! because a decoding step of a few rows is a chain of small products that one core runs back
+//! to back, where splitting every product across the cores left them waiting on each other (8
+//! rows: about 1.4 of 2 cores busy); a group alone (one sequence, or the last group running)
+//! splits its products over the cores instead.
+//!
+//! A prompt is prefilled once per group that takes its samples: its other samples copy its keys
+//! and values (and the prefill's logits), and a copy is kept in the queue while samples of that
+//! prompt remain to be taken, so that a slot freed later does not prefill it again.
+//!
+//! Sample `k` of a request draws from [`Rng::stream`]`(seed, k)` and its logits do not depend on
+//! the other rows (see [`super`]), so its tokens are the same whatever the batching.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
+
+use super::cache::{Shape, Slot};
+use super::forward::{Row, Scratch};
+use super::weights::Decoder;
+use crate::backend::local::sampler::pick;
+use crate::backend::Result;
+use crate::rng::SplitMix64 as Rng;
+use crate::seam::{SampleRequest, SampledSequence, SamplingParams, StopReason};
+
+/// Rows decoded together at most: past a few dozen rows a CPU step is compute-bound, so more
+/// rows stop paying while their caches keep growing.
+pub(crate) const MAX_ROWS: usize = 32;
+
+/// Rows a group needs before the rows are split into one group per core.
+const MIN_GROUP_ROWS: usize = 2;
+
+/// Stops a sample early on its tokens so far (stop strings).
+pub(crate) type StopText<'a> = dyn Fn(&[u32]) -> Result<bool> + Sync + 'a;
+
+/// What to sample: the requests, their seeds, and when to stop.
+pub(crate) struct Job<'a> {
+    pub(crate) requests: &'a [SampleRequest],
+    pub(crate) params: &'a SamplingParams,
+    /// One per request.
+    pub(crate) seeds: Vec<u64>,
+    pub(crate) stop_tokens: &'a [u32],
+    pub(crate) stop_text: &'a StopText<'a>,
+}
+
+/// A prompt's keys and values and the logits after it.
+struct Prefix {
+    slot: Slot,
+    len: usize,
+    logits: Vec<f32>,
+}
+
+/// The samples not yet taken, and prefixes kept for them.
+struct Queue {
+    items: Vec<(usize, usize)>,
+    next: usize,
+    prefixes: HashMap<usize, Arc<Prefix>>,
+}
+
+/// Samples every request of `job` into `out[request][sample]`.
+///
+/// # Errors
+/// A failing stop check or an invalid row (see [`Decoder::forward`]).
+pub(crate) fn run(dec: &Decoder, job: &Job, out: &mut [Vec<SampledSequence>]) -> Result<()> {
+    let items: Vec<(usize, usize)> = job.requests.iter().enumerate().flat_map(|(i, r)| (0..r.num_samples).map(move |k| (i, k))).collect();
+    if items.is_empty() {
+        return Ok(());
+    }
+    let threads = rayon::current_num_threads();
+    let groups = threads.min(items.len() / MIN_GROUP_ROWS).max(1);
+    let slots = (MAX_ROWS / groups).min(items.len().div_ceil(groups)).max(1);
+    let queue = Mutex::new(Queue { items, next: 0, prefixes: HashMap::new() });
+    let running = AtomicUsize::new(groups);
+    let group = |_| Group::new(dec, job, &queue, &running, slots).run();
+    let results: Vec<Result<Vec<Done>>> = if groups == 1 { vec![group(0)] } else { (0..groups).into_par_iter().map(group).collect() };
+    for r in results {
+        for ((i, k), seq) in r? {
+            out[i][k] = seq;
+        }
+    }
+    Ok(())
+}
+
+type Done = ((usize, usize), SampledSequence);
+
+/// A sample being decoded.
+struct Live {
+    item: (usize, usize),
+    prompt_len: usize,
+    max_new: usize,
+    seq: SampledSequence,
+    rng: Rng,
+    logits: Vec<f32>,
+}
+
+struct Group<'a> {
+    dec: &'a Decoder,
+    job: &'a Job<'a>,
+    queue: &'a Mutex<Queue>,
+    running: &'a AtomicUsize,
+    slots: Vec<Slot>,
+    live: Vec<Option<Live>>,
+    scratch: Scratch,
+    picks: Vec<(f32, u32)>,
+    done: Vec<Done>,
+}
+
+impl<'a> Group<'a> {
+    fn new(dec: &'a Decoder, job: &'a Job<'a>, queue: &'a Mutex<Queue>, running: &'a AtomicUsize, slots: usize) -> Self {
+        Self {
+            dec,
+            job,
+            queue,
+            running,
+            slots: (0..slots).map(|_| Slot::default()).collect(),
+            live: (0..slots).map(|_| None).collect(),
+            scratch: Scratch::default(),
+            picks: Vec::new(),
+            done: Vec::new(),
+        }
+    }
+
+    fn run(mut self) -> Result<Vec<Done>> {
+        let r = self.decode();
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        r.map(|()| self.done)
+    }
+
+    fn decode(&mut self) -> Result<()> {
+        loop {
+            self.admit()?;
+            if self.live.iter().all(Option::is_none) {
+                return Ok(());
+            }
+            self.pick()?;
+            self.step()?;
+        }
+    }
+
+    /// Whether this group's products split over the cores: only while it is the last running.
+    fn par(&self) -> bool {
+        self.running.load(Ordering::SeqCst) < rayon::current_num_threads()
+    }
+
+    /// Fills free slots from the queue: one prefill (or a kept prefix) per prompt, copied to
+    /// its other samples.
+    fn admit(&mut self) -> Result<()> {
+        let free: Vec<usize> = (0..self.live.len()).filter(|&s| self.live[s].is_none()).collect();
+        if free.is_empty() {
+            return Ok(());
+        }
+        let (taken, kept) = {
+            let mut q = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let n = free.len().min(q.items.len() - q.next);
+            let taken = q.items[q.next..q.next + n].to_vec();
+            q.next += n;
+            // Prefixes of prompts whose samples are all taken are no longer needed.
+            let head = q.items.get(q.next).map(|&(i, _)| i);
+            q.prefixes.retain(|&i, _| head.is_some_and(|h| i >= h));
+            let kept: HashMap<usize, Arc<Prefix>> = taken.iter().filter_map(|&(i, _)| q.prefixes.get(&i).map(|p| (i, p.clone()))).collect();
+            (taken, kept)
+        };
+        let mut free = free.into_iter();
+        let mut start = 0;
+        while start < taken.len() {
+            let req = taken[start].0;
+            let end = start + taken[start..].iter().take_while(|&&(i, _)| i == req).count();
+            let slots: Vec<usize> = free.by_ref().take(end - start).collect();
+            self.admit_request(&taken[start..end], &slots, kept.get(&req))?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Starts the samples `items` (all of one request) in `slots`.
+    fn admit_request(&mut self, items: &[(usize, usize)], slots: &[usize], kept: Option<&Arc<Prefix>>) -> Result<()> {
+        let req = items[0].0;
+        let prompt = &self.job.requests[req].prompt;
+        let shape = Shape::of(self.dec.config());
+        let max_new = self.job.params.max_tokens.min(self.dec.config().max_position_embeddings - prompt.len());
+        let room = prompt.len() + max_new;
+        let first = slots[0];
+        self.slots[first].reserve(shape, room);
+        let logits = match kept {
+            Some(p) => {
+                self.slots[first].copy_prefix(shape, &p.slot, p.len);
+                p.logits.clone()
+            }
+            None => {
+                let rows: Vec<Row> = prompt.iter().enumerate().map(|(pos, &token)| Row { slot: first, pos, token }).collect();
+                let par = self.par();
+                self.dec.forward(&mut self.slots, &rows, &[rows.len() - 1], &mut self.scratch, par)?;
+                let logits = self.scratch.logits.clone();
+                let last_taken = items[items.len() - 1].1;
+                if last_taken + 1 < self.job.requests[req].num_samples {
+                    let mut slot = Slot::default();
+                    slot.reserve(shape, prompt.len());
+                    slot.copy_prefix(shape, &self.slots[first], prompt.len());
+                    let prefix = Arc::new(Prefix { slot, len: prompt.len(), logits: logits.clone() });
+                    self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).prefixes.insert(req, prefix);
+                }
+                logits
+            }
+        };
+        for &s in &slots[1..] {
+            let (src, dst) = pick_two(&mut self.slots, first, s);
+            dst.reserve(shape, room);
+            dst.copy_prefix(shape, src, prompt.len());
+        }
+        for (&item, &s) in items.iter().zip(slots) {
+            self.live[s] = Some(Live {
+                item,
+                prompt_len: prompt.len(),
+                max_new,
+                seq: SampledSequence { tokens: Vec::with_capacity(max_new), logprobs: Vec::with_capacity(max_new), stop_reason: StopReason::Length },
+                rng: Rng::stream(self.job.seeds[req], item.1 as u64),
+                logits: logits.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Draws each live sample's next token; samples that stop or reach their length are done.
+    fn pick(&mut self) -> Result<()> {
+        for slot in &mut self.live {
+            let Some(l) = slot else { continue };
+            let (tok, lp) = pick(&l.logits, self.job.params, &mut l.rng, &mut self.picks);
+            l.seq.tokens.push(tok);
+            l.seq.logprobs.push(lp);
+            let stopped = self.job.stop_tokens.contains(&tok) || (self.job.stop_text)(&l.seq.tokens)?;
+            if stopped {
+                l.seq.stop_reason = StopReason::Stop;
+            }
+            if stopped || l.seq.tokens.len() == l.max_new {
+                let l = slot.take().expect("live");
+                self.done.push((l.item, l.seq));
+            }
+        }
+        Ok(())
+    }
+
+    /// Feeds every live sample's last token through the model.
+    fn step(&mut self) -> Result<()> {
+        let (rows, owners): (Vec<Row>, Vec<usize>) = self
+            .live
+            .iter()
+            .enumerate()
+            .filter_map(|(s, l)| l.as_ref().map(|l| (Row { slot: s, pos: l.prompt_len + l.seq.tokens.len() - 1, token: *l.seq.tokens.last().expect("picked") }, s)))
+            .unzip();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let want: Vec<usize> = (0..rows.len()).collect();
+        let par = self.par();
+        self.dec.forward(&mut self.slots, &rows, &want, &mut self.scratch, par)?;
+        let vocab = self.scratch.logits.len() / rows.len();
+        for (i, s) in owners.into_iter().enumerate() {
+            let l = self.live[s].as_mut().expect("live");
+            l.logits.copy_from_slice(&self.scratch.logits[i * vocab..(i + 1) * vocab]);
+        }
+        Ok(())
+    }
+}
+
+/// `(&slots[a], &mut slots[b])` for `a != b`.
+fn pick_two(slots: &mut [Slot], a: usize, b: usize) -> (&Slot, &mut Slot) {
+    if a < b {
+        let (lo, hi) = slots.split_at_mut(b);
+        (&lo[a], &mut hi[0])
+    } else {
+        let (lo, hi) = slots.split_at_mut(a);
+        (&hi[0], &mut lo[b])
+    }
+}
