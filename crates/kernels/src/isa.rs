@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 pub enum Isa {
     /// Portable Rust (any CPU).
     Scalar,
-    /// x86-64 AVX2 with FMA: 32 int8 products per `vpmaddubsw`.
+    /// x86-64 AVX2 with FMA and F16C: 32 int8 products per `vpmaddubsw`.
     Avx2,
     /// x86-64 AVX-512 F/BW with VNNI: 64 int8 products summed into int32 per `vpdpbusd`.
     Avx512,
@@ -49,10 +49,12 @@ pub fn current() -> Isa {
 fn detected() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // F16C (widening GGUF's f16 scales) comes with every AVX2 CPU; required all the same.
+        let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+        if avx2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni") {
             return Isa::Avx512;
         }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if avx2 {
             return Isa::Avx2;
         }
     }

@@ -37,6 +37,13 @@ pub fn add(x: &mut [f32], y: &[f32]) {
     }
 }
 
+/// `y += alpha · x`.
+pub fn axpy(y: &mut [f32], x: &[f32], alpha: f32) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y += alpha * x;
+    }
+}
+
 /// `x[r] += b` for each row `r` of `x` (biases).
 pub fn add_rows(x: &mut [f32], b: &[f32]) {
     for row in x.chunks_exact_mut(b.len()) {
@@ -183,6 +190,8 @@ mod tests {
         let mut x = vec![1f32, 2.0, 3.0, 4.0, 5.0, 6.0];
         add_rows(&mut x, &[10.0, 20.0, 30.0]);
         assert_eq!(x, [11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+        axpy(&mut x, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 0.5);
+        assert_eq!(x, [11.5, 23.0, 34.5, 16.0, 27.5, 39.0]);
     }
 
     #[test]

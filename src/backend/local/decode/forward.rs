@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use rlx_kernels::{Acts, rows};
 
 use super::cache::{Shape, Slot};
-use super::weights::{Block, Decoder, Norm};
+use super::weights::{Block, Decoder, LoraScratch, Norm};
 use crate::backend::{Error, Result};
 
 /// A token at a position of a cache slot.
@@ -33,7 +33,7 @@ pub(crate) struct Scratch {
     y: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
-    lora: Vec<f32>,
+    lora: LoraScratch,
     scores: Vec<f32>,
     /// Logits of the rows asked for, `[wanted, vocab]`.
     pub(crate) logits: Vec<f32>,
@@ -71,7 +71,7 @@ impl Decoder {
         }
         s.acts.quantize(&s.h, want.len(), d);
         resize(&mut s.logits, want.len() * self.head.n());
-        self.head.apply(&s.h, &s.acts, &mut s.logits, par, &mut s.lora);
+        self.head.apply(&s.acts, &mut s.logits, par, &mut s.lora);
         Ok(())
     }
 
@@ -103,9 +103,9 @@ impl Decoder {
         resize(&mut s.q, m * heads * hd);
         resize(&mut s.k, m * kvh * hd);
         resize(&mut s.v, m * kvh * hd);
-        b.q.apply(&s.h, &s.acts, &mut s.q, par, &mut s.lora);
-        b.k.apply(&s.h, &s.acts, &mut s.k, par, &mut s.lora);
-        b.v.apply(&s.h, &s.acts, &mut s.v, par, &mut s.lora);
+        b.q.apply(&s.acts, &mut s.q, par, &mut s.lora);
+        b.k.apply(&s.acts, &mut s.k, par, &mut s.lora);
+        b.v.apply(&s.acts, &mut s.v, par, &mut s.lora);
         let shape = Shape::of(cfg);
         let half = hd / 2;
         let mut tmp = vec![0f32; hd];
@@ -152,7 +152,7 @@ impl Decoder {
         }
         s.acts.quantize(&s.attn, m, heads * hd);
         resize(&mut s.y, m * d);
-        b.o.apply(&s.attn, &s.acts, &mut s.y, par, &mut s.lora);
+        b.o.apply(&s.acts, &mut s.y, par, &mut s.lora);
         rows::add(&mut s.x, &s.y);
     }
 
@@ -165,11 +165,11 @@ impl Decoder {
         s.acts.quantize(&s.h, m, d);
         resize(&mut s.gate, m * inter);
         resize(&mut s.up, m * inter);
-        b.gate.apply(&s.h, &s.acts, &mut s.gate, par, &mut s.lora);
-        b.up.apply(&s.h, &s.acts, &mut s.up, par, &mut s.lora);
+        b.gate.apply(&s.acts, &mut s.gate, par, &mut s.lora);
+        b.up.apply(&s.acts, &mut s.up, par, &mut s.lora);
         rows::silu_mul(&mut s.gate, &s.up);
         s.acts.quantize(&s.gate, m, inter);
-        b.down.apply(&s.gate, &s.acts, &mut s.y, par, &mut s.lora);
+        b.down.apply(&s.acts, &mut s.y, par, &mut s.lora);
         rows::add(&mut s.x, &s.y);
     }
 }
