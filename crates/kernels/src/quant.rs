@@ -319,9 +319,11 @@ impl QMatrix {
             let mut scales = Scales::default();
             (0..tiles).for_each(|t| tile(&mut scales, t));
         } else {
-            // Two chunks of tiles per thread: a core busy elsewhere (the trainer, the sandbox)
-            // leaves its second chunk to be stolen.
-            (0..tiles).into_par_iter().with_min_len(tiles.div_ceil(threads * 2)).for_each_init(Scales::default, tile);
+            // Many rows: two chunks of tiles per thread, so that a core busy elsewhere (the
+            // trainer, the sandbox) leaves its second chunk to be stolen. A few rows: one chunk
+            // per thread, a product being a few microseconds of work per core.
+            let per = if m > ROWS { threads * 2 } else { threads };
+            (0..tiles).into_par_iter().with_min_len(tiles.div_ceil(per)).for_each_init(Scales::default, tile);
         }
     }
 

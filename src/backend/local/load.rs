@@ -16,12 +16,10 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_core::quantized::gguf_file;
 use candle_core::{DType, Device, Tensor};
-
-use std::sync::Arc;
-
 use rlx_kernels::{GgmlType, QMatrix};
 
 use super::model::{Arch, Config};

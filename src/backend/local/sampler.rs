@@ -3,9 +3,9 @@
 //! A request samples `n` completions of one prompt; several requests decode together
 //! ([`LocalSampler::sample_batch`]). A snapshot whose projections have quantised copies
 //! (`backend.sample_weights: gguf` or `q8_0`) decodes with the hand-written path of
-//! [`super::decode`] (continuous batching over cache slots). With `f32` weights, candle's
-//! forward runs as follows, so that log-probabilities are exactly the trainer's: prompts are left-padded to the longest and prefilled together
-//! (padding masked out of attention), each prompt's KV cache row is repeated for its `n` samples,
+//! [`super::decode`] (continuous batching over cache slots). With `f32` weights candle's forward
+//! runs instead, so that log-probabilities are exactly the trainer's: prompts are left-padded to
+//! the longest and prefilled together (padding masked out of attention), each prompt's KV cache row is repeated for its `n` samples,
 //! and all rows then decode together, one token per step; rows that stop are dropped from the
 //! batch (and the cache) so finished samples cost nothing. Batching prompts shares each decoding
 //! step's weight reads and fixed overheads among them (an eval of 40 problems: 3.2× faster per

@@ -9,6 +9,7 @@ use rayon::prelude::*;
 use rlx_kernels::{Acts, rows};
 
 use super::cache::{Shape, Slot};
+use super::resize;
 use super::weights::{Block, Decoder, LoraScratch, Norm};
 use crate::backend::{Error, Result};
 
@@ -37,11 +38,6 @@ pub(crate) struct Scratch {
     scores: Vec<f32>,
     /// Logits of the rows asked for, `[wanted, vocab]`.
     pub(crate) logits: Vec<f32>,
-}
-
-fn resize(v: &mut Vec<f32>, n: usize) {
-    v.clear();
-    v.resize(n, 0.0);
 }
 
 impl Decoder {

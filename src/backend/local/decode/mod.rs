@@ -27,5 +27,11 @@ mod weights;
 
 pub(crate) use weights::Decoder;
 
+/// `v` as `n` zeros, keeping its allocation (scratch reused step after step).
+fn resize(v: &mut Vec<f32>, n: usize) {
+    v.clear();
+    v.resize(n, 0.0);
+}
+
 #[cfg(test)]
 mod tests;

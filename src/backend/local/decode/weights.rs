@@ -6,6 +6,7 @@ use std::sync::Arc;
 use candle_core::{DType, Tensor};
 use rlx_kernels::{Acts, QMatrix, rows};
 
+use super::resize;
 use crate::backend::Result;
 use crate::backend::local::model::{Linear, Model, RmsNorm};
 use crate::backend::local::Config;
@@ -93,11 +94,6 @@ impl Proj {
             rows::axpy(out, &s.delta, l.scale);
         }
     }
-}
-
-fn resize(v: &mut Vec<f32>, n: usize) {
-    v.clear();
-    v.resize(n, 0.0);
 }
 
 /// RMSNorm's scale and epsilon.
