@@ -271,15 +271,8 @@ mod x86 {
             *o = hsum512(a);
         }
         if b < kb {
-            let ones = _mm256_set1_epi16(1);
-            // SAFETY: as above, for the last block.
-            let w = unsafe { _mm256_loadu_si256(wq.as_ptr().add(b * BLOCK).cast()) };
-            let aw = _mm256_sign_epi8(w, w);
-            for (r, o) in out.iter_mut().enumerate() {
-                let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones);
-                *o += wd[b] * x.d[r * kb + b] * hsum256(_mm256_cvtepi32_ps(p));
-            }
+            // SAFETY: block b < kb, within the slices the caller sized.
+            unsafe { q8_last_block(wq, wd, x, b, out) };
         }
     }
 
@@ -293,16 +286,11 @@ mod x86 {
     pub(super) unsafe fn q4_avx512(qs: &[u8], wd: &[f32], x: XRows, out: &mut [f32]) {
         let (k, kb, rows) = (x.k, x.k / BLOCK, out.len());
         let zero = _mm512_setzero_si512();
-        let low = _mm256_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); 4];
         let mut b = 0;
         while b + 2 <= kb {
             // SAFETY: (b + 2)·16 ≤ k/2 ≤ qs.len(), and as in `q8_avx512` for x.
-            let t = unsafe { _mm256_loadu_si256(qs.as_ptr().add(b * 16).cast()) };
-            let (lo, hi) = (_mm256_and_si256(t, low), _mm256_and_si256(_mm256_srli_epi16(t, 4), low));
-            // [lo b, lo b+1, hi b, hi b+1] -> [lo b, hi b, lo b+1, hi b+1]
-            let v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-            let w = _mm512_shuffle_i64x2(v, v, 0b11_01_10_00);
+            let w = unsafe { nibbles_pair(qs.as_ptr().add(b * 16)) };
             let dw = pair(wd[b], wd[b + 1]);
             for (r, a) in acc.iter_mut().enumerate().take(rows) {
                 let xv = unsafe { _mm512_loadu_si512(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
@@ -316,14 +304,62 @@ mod x86 {
             *o = hsum512(a);
         }
         if b < kb {
-            let ones = _mm256_set1_epi16(1);
-            // SAFETY: as above, for the last block.
-            let w = unsafe { nibbles(qs.as_ptr().add(b * 16)) };
-            for (r, o) in out.iter_mut().enumerate() {
-                let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
-                *o += wd[b] * x.d[r * kb + b] * hsum256(_mm256_cvtepi32_ps(p));
-            }
+            // SAFETY: block b < kb, within the slices the caller sized.
+            unsafe { q4_last_block(qs, wd, x, b, out) };
+        }
+    }
+
+    /// The 64 nibbles of two consecutive 4-bit blocks as bytes in element order: low nibbles
+    /// of block b, high of b, low of b+1, high of b+1.
+    ///
+    /// # Safety
+    /// AVX-512 F and AVX2; 32 readable bytes at `p`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn nibbles_pair(p: *const u8) -> __m512i {
+        let low = _mm256_set1_epi8(0x0F);
+        // SAFETY: the caller guarantees 32 bytes.
+        let t = unsafe { _mm256_loadu_si256(p.cast()) };
+        let (lo, hi) = (_mm256_and_si256(t, low), _mm256_and_si256(_mm256_srli_epi16(t, 4), low));
+        // [lo b, lo b+1, hi b, hi b+1] -> [lo b, hi b, lo b+1, hi b+1]
+        let v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        _mm512_shuffle_i64x2(v, v, 0b11_01_10_00)
+    }
+
+    /// Adds Q8_0 block `b` (the odd one after the 512-bit pairs) to each row's `out`, with
+    /// [`q8_avx2`]'s arithmetic.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; block `b` within `wq`, `wd` and every row of `x`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn q8_last_block(wq: &[i8], wd: &[f32], x: XRows, b: usize, out: &mut [f32]) {
+        let (k, kb) = (x.k, x.k / BLOCK);
+        let ones = _mm256_set1_epi16(1);
+        // SAFETY: as the caller guarantees.
+        let w = unsafe { _mm256_loadu_si256(wq.as_ptr().add(b * BLOCK).cast()) };
+        let aw = _mm256_sign_epi8(w, w);
+        for (r, o) in out.iter_mut().enumerate() {
+            let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones);
+            *o += wd[b] * x.d[r * kb + b] * hsum256(_mm256_cvtepi32_ps(p));
+        }
+    }
+
+    /// Adds 4-bit block `b`'s `d` part (the odd one after the 512-bit pairs) to each row's
+    /// `out`, with [`q4_avx2`]'s arithmetic.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; block `b` within `qs`, `wd` and every row of `x`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn q4_last_block(qs: &[u8], wd: &[f32], x: XRows, b: usize, out: &mut [f32]) {
+        let (k, kb) = (x.k, x.k / BLOCK);
+        let ones = _mm256_set1_epi16(1);
+        // SAFETY: as the caller guarantees.
+        let w = unsafe { nibbles(qs.as_ptr().add(b * 16)) };
+        for (r, o) in out.iter_mut().enumerate() {
+            let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
+            *o += wd[b] * x.d[r * kb + b] * hsum256(_mm256_cvtepi32_ps(p));
         }
     }
 
@@ -366,15 +402,8 @@ mod x86 {
                 *v = hsum512(a[c]);
             }
             if b < kb {
-                let ones = _mm256_set1_epi16(1);
                 // SAFETY: block b < kb of this weight row and of each row of x.
-                let w = unsafe { _mm256_loadu_si256(wq[c].as_ptr().add(b * BLOCK).cast()) };
-                let aw = _mm256_sign_epi8(w, w);
-                for (r, v) in o.iter_mut().enumerate() {
-                    let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones);
-                    *v += wd[c][b] * x.d[r * kb + b] * hsum256(_mm256_cvtepi32_ps(p));
-                }
+                unsafe { q8_last_block(wq[c], wd[c], x, b, o) };
             }
         }
     }
@@ -387,18 +416,11 @@ mod x86 {
     pub(super) unsafe fn q4x2_avx512(qs: [&[u8]; 2], wd: [&[f32]; 2], x: XRows, out: [&mut [f32]; 2]) {
         let (k, kb, rows) = (x.k, x.k / BLOCK, out[0].len());
         let zero = _mm512_setzero_si512();
-        let low = _mm256_set1_epi8(0x0F);
         let mut acc = [[_mm512_setzero_ps(); 2]; 4];
         let mut b = 0;
         while b + 2 <= kb {
             // SAFETY: (b + 2)·16 ≤ k/2 ≤ each qs's length. (No closure: see `q8x2_avx512`.)
-            let t = unsafe { [_mm256_loadu_si256(qs[0].as_ptr().add(b * 16).cast()), _mm256_loadu_si256(qs[1].as_ptr().add(b * 16).cast())] };
-            let mut w = [zero; 2];
-            for (w, t) in w.iter_mut().zip(t) {
-                let (lo, hi) = (_mm256_and_si256(t, low), _mm256_and_si256(_mm256_srli_epi16(t, 4), low));
-                let v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                *w = _mm512_shuffle_i64x2(v, v, 0b11_01_10_00);
-            }
+            let w = unsafe { [nibbles_pair(qs[0].as_ptr().add(b * 16)), nibbles_pair(qs[1].as_ptr().add(b * 16))] };
             let dw = [pair(wd[0][b], wd[0][b + 1]), pair(wd[1][b], wd[1][b + 1])];
             for (r, a) in acc.iter_mut().enumerate().take(rows) {
                 // SAFETY: within each row of x, as the callers' checks cover.
@@ -416,14 +438,8 @@ mod x86 {
                 *v = hsum512(a[c]);
             }
             if b < kb {
-                let ones = _mm256_set1_epi16(1);
                 // SAFETY: block b < kb of this weight row and of each row of x.
-                let w = unsafe { nibbles(qs[c].as_ptr().add(b * 16)) };
-                for (r, v) in o.iter_mut().enumerate() {
-                    let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
-                    *v += wd[c][b] * x.d[r * kb + b] * hsum256(_mm256_cvtepi32_ps(p));
-                }
+                unsafe { q4_last_block(qs[c], wd[c], x, b, o) };
             }
         }
     }

@@ -70,13 +70,10 @@ impl LocalSampler {
     }
 }
 
-/// Rows a decoding group needs before the rows are split across cores: below it, one group uses
-/// every core within each product.
-const MIN_GROUP_ROWS: usize = 2;
-
-/// Contiguous row ranges, one per core while each keeps [`MIN_GROUP_ROWS`] rows.
+/// Contiguous row ranges, as many as [`decode::batch::group_count`] gives (the two decoding
+/// paths split rows the same way).
 fn row_groups(rows: usize, cores: usize) -> Vec<std::ops::Range<usize>> {
-    let n = cores.min(rows / MIN_GROUP_ROWS).max(1);
+    let n = decode::batch::group_count(rows, cores);
     (0..n).map(|g| g * rows / n..(g + 1) * rows / n).collect()
 }
 
@@ -86,10 +83,6 @@ struct Group {
     logits: Vec<Vec<f32>>,
     cache: KvCache,
 }
-
-/// Rows decoded together at most: the KV cache grows with rows × tokens, and past a few dozen
-/// rows a CPU step is compute-bound anyway, so larger batches stop paying.
-const MAX_ROWS: usize = 32;
 
 impl LocalSampler {
     /// Samples `num_samples` completions of `prompt` (seeded by `params.seed`).
@@ -128,14 +121,14 @@ impl LocalSampler {
             decode::batch::run(dec, &job, &mut out)?;
             return Ok(out);
         }
-        // Chunks of whole requests up to MAX_ROWS rows (a larger request is a chunk of its own).
+        // Chunks of whole requests up to `MAX_ROWS` rows (a larger request is a chunk of its own).
         let mut chunk: Vec<usize> = vec![];
         let mut rows = 0;
         for (i, r) in requests.iter().enumerate() {
             if r.num_samples == 0 {
                 continue;
             }
-            if !chunk.is_empty() && rows + r.num_samples > MAX_ROWS {
+            if !chunk.is_empty() && rows + r.num_samples > decode::batch::MAX_ROWS {
                 self.decode(requests, &chunk, params, (&stop_tokens, &stop_texts), &mut out)?;
                 chunk.clear();
                 rows = 0;

@@ -32,12 +32,18 @@ use crate::backend::Result;
 use crate::rng::SplitMix64 as Rng;
 use crate::seam::{SampleRequest, SampledSequence, SamplingParams, StopReason};
 
-/// Rows decoded together at most: past a few dozen rows a CPU step is compute-bound, so more
-/// rows stop paying while their caches keep growing.
+/// Rows decoded together at most (both decoding paths): past a few dozen rows a CPU step is
+/// compute-bound, so more rows stop paying while their caches keep growing.
 pub(crate) const MAX_ROWS: usize = 32;
 
 /// Rows a group needs before the rows are split into one group per core.
 const MIN_GROUP_ROWS: usize = 2;
+
+/// Decoding groups for `rows` rows on `cores` cores: one per core while each keeps
+/// [`MIN_GROUP_ROWS`] rows, at least one.
+pub(crate) fn group_count(rows: usize, cores: usize) -> usize {
+    cores.min(rows / MIN_GROUP_ROWS).max(1)
+}
 
 /// Stops a sample early on its tokens so far (stop strings).
 pub(crate) type StopText<'a> = dyn Fn(&[u32]) -> Result<bool> + Sync + 'a;
@@ -75,8 +81,7 @@ pub(crate) fn run(dec: &Decoder, job: &Job, out: &mut [Vec<SampledSequence>]) ->
     if items.is_empty() {
         return Ok(());
     }
-    let threads = rayon::current_num_threads();
-    let groups = threads.min(items.len() / MIN_GROUP_ROWS).max(1);
+    let groups = group_count(items.len(), rayon::current_num_threads());
     let slots = (MAX_ROWS / groups).min(items.len().div_ceil(groups)).max(1);
     let queue = Mutex::new(Queue { items, next: 0, prefixes: HashMap::new() });
     let running = AtomicUsize::new(groups);

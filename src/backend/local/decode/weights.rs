@@ -24,11 +24,11 @@ pub(super) struct Adapter {
 }
 
 impl Adapter {
-    fn of(l: &crate::backend::local::lora::Lora) -> Result<Option<Self>> {
+    /// The adapter `l`, whose `B` is `b` (read by the caller); `None` where Q8_0 does not apply.
+    fn of(l: &crate::backend::local::lora::Lora, b: &[f32]) -> Result<Option<Self>> {
         let (rank, inp) = l.a().dims2()?;
         let out = l.b().dim(0)?;
         let padded = rank.div_ceil(32) * 32;
-        let b = f32s(l.b())?;
         let mut bp = vec![0f32; out * padded];
         for (dst, src) in bp.chunks_exact_mut(padded).zip(b.chunks_exact(rank)) {
             dst[..rank].copy_from_slice(src);
@@ -58,12 +58,18 @@ impl Proj {
     fn of(lin: &Linear) -> Result<Option<Self>> {
         let Some(w) = lin.quantized() else { return Ok(None) };
         let lora = match lin.lora() {
-            // A fresh adapter (B = 0, as PEFT initialises it) adds nothing: the base alone.
-            Some(l) if f32s(l.b())?.iter().all(|&v| v == 0.0) => None,
-            Some(l) => match Adapter::of(l)? {
-                Some(a) => Some(a),
-                None => return Ok(None),
-            },
+            Some(l) => {
+                let b = f32s(l.b())?;
+                // A fresh adapter (B = 0, as PEFT initialises it) adds nothing: the base alone.
+                if b.iter().all(|&v| v == 0.0) {
+                    None
+                } else {
+                    match Adapter::of(l, &b)? {
+                        Some(a) => Some(a),
+                        None => return Ok(None),
+                    }
+                }
+            }
             None => None,
         };
         Ok(Some(Self { w: w.clone(), bias: lin.bias().map(f32s).transpose()?, lora }))
