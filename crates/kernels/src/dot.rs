@@ -10,54 +10,65 @@ use crate::quant::BLOCK;
 /// of them (AVX2 has 16 vector registers: 4 accumulators, the weights and temporaries).
 pub(crate) const ROWS: usize = 4;
 
-/// Up to [`ROWS`] consecutive activation rows: int8 values `[rows, k]`, scales and scaled sums
-/// `[rows, k / 32]`, scales repeated eight times `[rows, k / 32, 8]`.
+/// Up to [`ROWS`] consecutive activation rows: int8 values `[rows, k]`, scales `[rows, k / 32]`,
+/// scales repeated eight times `[rows, k / 32, 8]`.
 #[derive(Clone, Copy)]
 pub(crate) struct XRows<'a> {
     pub(crate) q: &'a [i8],
     pub(crate) d: &'a [f32],
     pub(crate) dv: &'a [f32],
-    pub(crate) s: &'a [f32],
     pub(crate) k: usize,
 }
 
-/// `out[r] = Σ_b wd[b]·xd[r,b]·(wq_b · xq_r,b)` (Q8_0 weights).
+/// `out[r] = Σ_b wd[b]·xd[r,b]·(wq_b · xq_r,b)` (Q8_0 weights), below AVX-512 (which takes
+/// [`acc2`]).
 pub(crate) fn q8(isa: Isa, wq: &[i8], wd: &[f32], x: XRows, out: &mut [f32]) {
     let kb = x.k / BLOCK;
     assert!(out.len() <= ROWS && wq.len() >= x.k && wd.len() >= kb && x.q.len() >= out.len() * x.k && x.d.len() >= out.len() * kb && x.dv.len() >= out.len() * kb * 8);
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa` is at most the detected level (crate::isa), and the slices were checked.
-        Isa::Avx512 => unsafe { x86::q8_avx512(wq, wd, x, out) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above.
-        Isa::Avx2 => unsafe { x86::q8_avx2(wq, wd, x, out) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { x86::q8_avx2(wq, wd, x, out) },
         _ => q8_scalar(wq, wd, x, out),
     }
 }
 
-/// `out[r] = Σ_b wd[b]·xd[r,b]·(wq_b · xq_r,b) + wm[b]·xs[r,b]` (4-bit weights `d·q + m`, two
-/// per byte: element `j < 16` in the low nibble of byte `j`, element `16 + j` in its high one).
-pub(crate) fn q4(isa: Isa, qs: &[u8], wd: &[f32], wm: &[f32], x: XRows, out: &mut [f32]) {
+/// The `d` part of a 4-bit product, `out[r] = Σ_b wd[b]·xd[r,b]·(wq_b · xq_r,b)` (weights
+/// `d·q + m`, two per byte: element `j < 16` in the low nibble of byte `j`, element `16 + j`
+/// in its high one); [`mins`] gives the `m` part. Below AVX-512 (which takes [`acc2`]).
+pub(crate) fn q4(isa: Isa, qs: &[u8], wd: &[f32], x: XRows, out: &mut [f32]) {
     let kb = x.k / BLOCK;
-    assert!(out.len() <= ROWS && qs.len() >= x.k / 2 && wd.len() >= kb && wm.len() >= kb && x.q.len() >= out.len() * x.k && x.s.len() >= out.len() * kb && x.dv.len() >= out.len() * kb * 8);
+    assert!(out.len() <= ROWS && qs.len() >= x.k / 2 && wd.len() >= kb && x.q.len() >= out.len() * x.k && x.dv.len() >= out.len() * kb * 8);
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa` is at most the detected level (crate::isa), and the slices were checked.
-        Isa::Avx512 => unsafe { x86::q4_avx512(qs, wd, x, out) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above.
-        Isa::Avx2 => unsafe { x86::q4_avx2(qs, wd, x, out) },
-        _ => return q4_scalar(qs, wd, wm, x, out),
-    }
-    // The `m` terms: one vectorised dot product per row over its blocks (scalar multiply-adds
-    // inside the block loop cost a third of the kernel's instructions).
-    for (r, o) in out.iter_mut().enumerate() {
-        *o += crate::rows::dot(&wm[..kb], &x.s[r * kb..(r + 1) * kb]);
+        Isa::Avx2 | Isa::Avx512 => unsafe { x86::q4_avx2(qs, wd, x, out) },
+        _ => q4_scalar(qs, wd, x, out),
     }
 }
 
-/// f16 bits to f32 (4-bit blocks' scales, per column as used).
+/// The `m` part of a 4-bit product for sixteen columns and one row:
+/// `out[c] = Σ_b xs[b]·m[b, c]`, `m` the group's minimums `[blocks, 16]` (f16 bits) and `xs`
+/// the row's scaled block sums. Vectorised across the columns, where one dot product per column
+/// over its few blocks (18 for a 576-wide input) was a fifth of the 4-bit kernel's time.
+pub(crate) fn mins(isa: Isa, m: &[u16], xs: &[f32], out: &mut [f32; 16]) {
+    assert!(m.len() >= xs.len() * 16);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the AVX2 and AVX-512 levels include F16C and FMA (crate::isa); length checked.
+        Isa::Avx2 | Isa::Avx512 => unsafe { x86::mins_avx2(m, xs, out) },
+        _ => {
+            out.fill(0.0);
+            for (mb, &x) in m.chunks_exact(16).zip(xs) {
+                for (o, &h) in out.iter_mut().zip(mb) {
+                    *o += x * crate::quant::f16_to_f32(h);
+                }
+            }
+        }
+    }
+}
+
+/// f16 bits to f32 (4-bit blocks' scales, per tile as used).
 pub(crate) fn widen(isa: Isa, src: &[u16], dst: &mut [f32]) {
     assert!(dst.len() >= src.len());
     match isa {
@@ -72,43 +83,51 @@ pub(crate) fn widen(isa: Isa, src: &[u16], dst: &mut [f32]) {
     }
 }
 
-/// [`q8`] for two weight rows (columns of the product) at once: at AVX-512 each activation
-/// block and its scales are loaded once for both (a third fewer instructions per multiply-add
-/// in the compute-bound case: prefill, many rows); elsewhere one column after the other.
-pub(crate) fn q8x2(isa: Isa, wq: [&[i8]; 2], wd: [&[f32]; 2], x: XRows, out: [&mut [f32]; 2]) {
-    let [o0, o1] = out;
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 {
-        let kb = x.k / BLOCK;
-        assert!(o0.len() <= ROWS && o0.len() == o1.len() && wq.iter().all(|w| w.len() >= x.k) && wd.iter().all(|d| d.len() >= kb));
-        assert!(x.q.len() >= o0.len() * x.k && x.d.len() >= o0.len() * kb && x.dv.len() >= o0.len() * kb * 8);
-        // SAFETY: the level is at most the detected one (crate::isa); slices checked above.
-        unsafe { x86::q8x2_avx512(wq, wd, x, [o0, o1]) };
-        return;
-    }
-    q8(isa, wq[0], wd[0], x, o0);
-    q8(isa, wq[1], wd[1], x, o1);
+/// Two weight rows' blocks (columns of a product) for [`acc2`].
+#[derive(Clone, Copy)]
+pub(crate) enum Cols<'a> {
+    Q8 { q: [&'a [i8]; 2], d: [&'a [f32]; 2] },
+    /// Nibbles and widened `d` scales (the `m` part is [`mins`]'s).
+    Q4 { q: [&'a [u8]; 2], d: [&'a [f32]; 2] },
 }
 
-/// [`q4`] for two weight rows at once (see [`q8x2`]).
-pub(crate) fn q4x2(isa: Isa, qs: [&[u8]; 2], wd: [&[f32]; 2], wm: [&[f32]; 2], x: XRows, out: [&mut [f32]; 2]) {
-    let [o0, o1] = out;
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 {
-        let kb = x.k / BLOCK;
-        assert!(o0.len() <= ROWS && o0.len() == o1.len() && qs.iter().all(|q| q.len() >= x.k / 2) && wd.iter().chain(&wm).all(|d| d.len() >= kb));
-        assert!(x.q.len() >= o0.len() * x.k && x.s.len() >= o0.len() * kb && x.dv.len() >= o0.len() * kb * 8);
-        // SAFETY: the level is at most the detected one (crate::isa); slices checked above.
-        unsafe { x86::q4x2_avx512(qs, wd, x, [&mut *o0, &mut *o1]) };
-        for (c, o) in [o0, o1].into_iter().enumerate() {
-            for (r, v) in o.iter_mut().enumerate() {
-                *v += crate::rows::dot(&wm[c][..kb], &x.s[r * kb..(r + 1) * kb]);
-            }
+/// AVX-512: columns `cols` against the first `rows` rows of `x`, each (row, column) sum left
+/// in 16 lanes, `acc[(r · stride + j) · 16..][..16]` for column `j` of the two; [`reduce_row`]
+/// sums sixteen columns' lanes at once. (Summing each pair's lanes on its own, and adding the
+/// 4-bit `m` part per column, cost a third of the work of a 576-wide product.)
+///
+/// # Panics
+/// Without AVX-512 (crate::isa), or slices shorter than the rows and blocks need.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn acc2(isa: Isa, cols: Cols, x: XRows, rows: usize, acc: &mut [f32], stride: usize) {
+    let kb = x.k / BLOCK;
+    assert!(isa == Isa::Avx512 && (1..=ROWS).contains(&rows) && stride >= 2 && acc.len() >= ((rows - 1) * stride + 2) * 16);
+    assert!(x.q.len() >= rows * x.k && x.dv.len() >= rows * kb * 8);
+    match cols {
+        Cols::Q8 { q, d } => {
+            assert!(q.iter().all(|w| w.len() >= x.k) && d.iter().all(|d| d.len() >= kb));
+            // SAFETY: the level is the detected one or lower (crate::isa); slices checked above.
+            unsafe { x86::q8x2_acc(q, d, x, rows, acc, stride) };
         }
-        return;
+        Cols::Q4 { q, d } => {
+            assert!(q.iter().all(|w| w.len() >= x.k / 2) && d.iter().all(|d| d.len() >= kb));
+            // SAFETY: as above.
+            unsafe { x86::q4x2_acc(q, d, x, rows, acc, stride) };
+        }
     }
-    q4(isa, qs[0], wd[0], wm[0], x, o0);
-    q4(isa, qs[1], wd[1], wm[1], x, o1);
+}
+
+/// AVX-512: `out[c] = Σ lanes of acc[c · 16..][..16] (+ mins(m, xs)[c])` for the first
+/// `out.len()` ≤ 16 of sixteen columns' lanes, each by the same tree of additions (a column's
+/// result depends on nothing but its own lanes).
+///
+/// # Panics
+/// Without AVX-512, or `acc` shorter than 256 values, `out` longer than 16.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn reduce_row(isa: Isa, acc: &[f32], mins: Option<(&[u16], &[f32])>, out: &mut [f32]) {
+    assert!(isa == Isa::Avx512 && acc.len() >= 256 && out.len() <= 16 && mins.is_none_or(|(m, xs)| m.len() >= xs.len() * 16));
+    // SAFETY: the level is the detected one or lower (crate::isa); lengths checked above.
+    unsafe { x86::reduce_row(acc, mins, out) };
 }
 
 pub(crate) fn q8_scalar(wq: &[i8], wd: &[f32], x: XRows, out: &mut [f32]) {
@@ -125,10 +144,10 @@ pub(crate) fn q8_scalar(wq: &[i8], wd: &[f32], x: XRows, out: &mut [f32]) {
     }
 }
 
-pub(crate) fn q4_scalar(qs: &[u8], wd: &[f32], wm: &[f32], x: XRows, out: &mut [f32]) {
+pub(crate) fn q4_scalar(qs: &[u8], wd: &[f32], x: XRows, out: &mut [f32]) {
     let (k, kb) = (x.k, x.k / BLOCK);
     for (r, o) in out.iter_mut().enumerate() {
-        let (mut acc, mut mins) = (0f32, 0f32);
+        let mut acc = 0f32;
         for b in 0..kb {
             let bytes = &qs[b * 16..(b + 1) * 16];
             let xs = &x.q[r * k + b * BLOCK..r * k + (b + 1) * BLOCK];
@@ -137,9 +156,8 @@ pub(crate) fn q4_scalar(qs: &[u8], wd: &[f32], wm: &[f32], x: XRows, out: &mut [
                 s += i32::from(byte & 0x0F) * i32::from(xs[j]) + i32::from(byte >> 4) * i32::from(xs[16 + j]);
             }
             acc += wd[b] * x.d[r * kb + b] * s as f32;
-            mins += wm[b] * x.s[r * kb + b];
         }
-        *o = acc + mins;
+        *o = acc;
     }
 }
 
@@ -155,11 +173,6 @@ mod x86 {
         let s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
-    }
-
-    #[target_feature(enable = "avx512f")]
-    fn hsum512(a: __m512) -> f32 {
-        _mm512_reduce_add_ps(a)
     }
 
     /// # Safety
@@ -241,126 +254,41 @@ mod x86 {
         }
     }
 
-    /// Two blocks per 512-bit register: `vpdpbusd` sums four u8·i8 products per int32 lane with
-    /// no 16-bit intermediate. AVX-512 has no `sign_epi8`: x is negated under w's sign mask.
-    /// The weight scales of a pair go in one vector per pass, the activations' come
-    /// pre-broadcast; an odd last block takes the AVX2 arithmetic.
-    ///
-    /// # Safety
-    /// AVX-512 F/BW/VNNI, AVX2 and FMA; slices sized as [`super::q8`] checks.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
-    pub(super) unsafe fn q8_avx512(wq: &[i8], wd: &[f32], x: XRows, out: &mut [f32]) {
-        let (k, kb, rows) = (x.k, x.k / BLOCK, out.len());
-        let zero = _mm512_setzero_si512();
-        let mut acc = [_mm512_setzero_ps(); 4];
-        let mut b = 0;
-        while b + 2 <= kb {
-            // SAFETY: (b + 2)·32 ≤ k ≤ wq.len(), and likewise within each row of x.q and x.dv.
-            let w = unsafe { _mm512_loadu_si512(wq.as_ptr().add(b * BLOCK).cast()) };
-            let (aw, neg) = (_mm512_abs_epi8(w), _mm512_movepi8_mask(w));
-            let dw = pair(wd[b], wd[b + 1]);
-            for (r, a) in acc.iter_mut().enumerate().take(rows) {
-                let xv = unsafe { _mm512_loadu_si512(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
-                let p = _mm512_dpbusd_epi32(zero, aw, _mm512_mask_sub_epi8(xv, neg, zero, xv));
-                let dx = unsafe { _mm512_loadu_ps(x.dv.as_ptr().add((r * kb + b) * 8)) };
-                *a = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(p), *a);
-            }
-            b += 2;
-        }
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = hsum512(a);
-        }
-        if b < kb {
-            // SAFETY: block b < kb, within the slices the caller sized.
-            unsafe { q8_last_block(wq, wd, x, b, out) };
-        }
-    }
-
-    /// Two 4-bit blocks per register: 32 bytes of nibbles become 64 bytes in element order
-    /// (low nibbles of block b, high of b, low of b+1, high of b+1), then as [`q8_avx512`]
-    /// without the sign step (4-bit weights are unsigned). The `d` part only.
-    ///
-    /// # Safety
-    /// AVX-512 F/BW/VNNI, AVX2 and FMA; slices sized as [`super::q4`] checks.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
-    pub(super) unsafe fn q4_avx512(qs: &[u8], wd: &[f32], x: XRows, out: &mut [f32]) {
-        let (k, kb, rows) = (x.k, x.k / BLOCK, out.len());
-        let zero = _mm512_setzero_si512();
-        let mut acc = [_mm512_setzero_ps(); 4];
-        let mut b = 0;
-        while b + 2 <= kb {
-            // SAFETY: (b + 2)·16 ≤ k/2 ≤ qs.len(), and as in `q8_avx512` for x.
-            let w = unsafe { nibbles_pair(qs.as_ptr().add(b * 16)) };
-            let dw = pair(wd[b], wd[b + 1]);
-            for (r, a) in acc.iter_mut().enumerate().take(rows) {
-                let xv = unsafe { _mm512_loadu_si512(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
-                let p = _mm512_dpbusd_epi32(zero, w, xv);
-                let dx = unsafe { _mm512_loadu_ps(x.dv.as_ptr().add((r * kb + b) * 8)) };
-                *a = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(p), *a);
-            }
-            b += 2;
-        }
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = hsum512(a);
-        }
-        if b < kb {
-            // SAFETY: block b < kb, within the slices the caller sized.
-            unsafe { q4_last_block(qs, wd, x, b, out) };
-        }
-    }
-
     /// The 64 nibbles of two consecutive 4-bit blocks as bytes in element order: low nibbles
-    /// of block b, high of b, low of b+1, high of b+1.
+    /// of block b, high of b, low of b+1, high of b+1. The 32 bytes go to both halves, the
+    /// upper half shifted down a nibble: four instructions where masking and shifting 256 bits,
+    /// then joining the halves, took six.
     ///
     /// # Safety
-    /// AVX-512 F and AVX2; 32 readable bytes at `p`.
+    /// AVX-512 F/BW and AVX2; 32 readable bytes at `p`.
     #[inline]
-    #[target_feature(enable = "avx512f,avx2")]
+    #[target_feature(enable = "avx512f,avx512bw,avx2")]
     unsafe fn nibbles_pair(p: *const u8) -> __m512i {
-        let low = _mm256_set1_epi8(0x0F);
         // SAFETY: the caller guarantees 32 bytes.
-        let t = unsafe { _mm256_loadu_si256(p.cast()) };
-        let (lo, hi) = (_mm256_and_si256(t, low), _mm256_and_si256(_mm256_srli_epi16(t, 4), low));
+        let t = _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(p.cast()) });
+        let v = _mm512_and_si512(_mm512_mask_srli_epi16(t, 0xFFFF_0000, t, 4), _mm512_set1_epi8(0x0F));
         // [lo b, lo b+1, hi b, hi b+1] -> [lo b, hi b, lo b+1, hi b+1]
-        let v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         _mm512_shuffle_i64x2(v, v, 0b11_01_10_00)
     }
 
-    /// Adds Q8_0 block `b` (the odd one after the 512-bit pairs) to each row's `out`, with
-    /// [`q8_avx2`]'s arithmetic.
-    ///
-    /// # Safety
-    /// AVX2 and FMA; block `b` within `wq`, `wd` and every row of `x`.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn q8_last_block(wq: &[i8], wd: &[f32], x: XRows, b: usize, out: &mut [f32]) {
-        let (k, kb) = (x.k, x.k / BLOCK);
-        let ones = _mm256_set1_epi16(1);
-        // SAFETY: as the caller guarantees.
-        let w = unsafe { _mm256_loadu_si256(wq.as_ptr().add(b * BLOCK).cast()) };
-        let aw = _mm256_sign_epi8(w, w);
-        for (r, o) in out.iter_mut().enumerate() {
-            let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
-            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones);
-            *o += wd[b] * x.d[r * kb + b] * hsum256(_mm256_cvtepi32_ps(p));
-        }
-    }
+    /// Bytes ahead of a product's loads to prefetch: the weight rows a few pairs of columns on.
+    /// Measured on the Q8_0 LM head of SmolLM2 (49,152 × 576, 30 MB, one row): no prefetch
+    /// 1,980 µs, the next pair 1,580, 3.4 KB ahead 980, 14 KB 606, 23 KB 684 (AVX2, one column
+    /// at a time, 1,100): two interleaved streams of 576-byte rows defeat the hardware
+    /// prefetcher, which keeps up with one. The 4-bit kernel's rows are half as long, and
+    /// prefetching made it slower (a 49,152 × 576 Q4_1 matrix, one row: 603 → 770 µs).
+    const PREFETCH_AHEAD: usize = 12 << 10;
 
-    /// Adds 4-bit block `b`'s `d` part (the odd one after the 512-bit pairs) to each row's
-    /// `out`, with [`q4_avx2`]'s arithmetic.
-    ///
-    /// # Safety
-    /// AVX2 and FMA; block `b` within `qs`, `wd` and every row of `x`.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn q4_last_block(qs: &[u8], wd: &[f32], x: XRows, b: usize, out: &mut [f32]) {
-        let (k, kb) = (x.k, x.k / BLOCK);
-        let ones = _mm256_set1_epi16(1);
-        // SAFETY: as the caller guarantees.
-        let w = unsafe { nibbles(qs.as_ptr().add(b * 16)) };
-        for (r, o) in out.iter_mut().enumerate() {
-            let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
-            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
-            *o += wd[b] * x.d[r * kb + b] * hsum256(_mm256_cvtepi32_ps(p));
-        }
+    /// Prefetches offset `at` of the pair of weight rows (each `row` bytes) about
+    /// [`PREFETCH_AHEAD`] bytes after the pair whose second row starts at `second`: an odd
+    /// number of rows on, the same offset of both rows of a later pair.
+    #[inline]
+    #[target_feature(enable = "sse")]
+    fn prefetch_pair(second: *const u8, row: usize, at: usize) {
+        let d = (PREFETCH_AHEAD / row) | 1;
+        // Prefetching is a hint: an address past the matrix does not fault (hence wrapping).
+        _mm_prefetch::<_MM_HINT_T0>(second.wrapping_add(d * row + at).cast());
+        _mm_prefetch::<_MM_HINT_T0>(second.wrapping_add((d + 1) * row + at).cast());
     }
 
     /// Scales for a pair of blocks: `a` in the low eight lanes, `b` in the high eight.
@@ -369,21 +297,72 @@ mod x86 {
         _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b))
     }
 
-    /// [`q8_avx512`] for two weight rows: 8 accumulators, each activation block loaded once.
+    /// Two 4-bit weight rows against up to four activation rows, two blocks per 512-bit
+    /// register: `vpdpbusd` sums four u8·i8 products per int32 lane with no 16-bit
+    /// intermediate (4-bit weights are unsigned, so they are the u8 side). One multiply-add per
+    /// row, column and pair of blocks applies both scales; an odd last block adds into the low
+    /// eight lanes. Lanes are stored unsummed (see [`super::acc2`]).
     ///
     /// # Safety
-    /// As [`q8_avx512`], for both weight rows and both outputs (of equal length).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
-    pub(super) unsafe fn q8x2_avx512(wq: [&[i8]; 2], wd: [&[f32]; 2], x: XRows, out: [&mut [f32]; 2]) {
-        let (k, kb, rows) = (x.k, x.k / BLOCK, out[0].len());
+    /// AVX-512 F/BW/VL/VNNI, AVX2 and FMA; slices sized as [`super::acc2`] checks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    pub(super) unsafe fn q4x2_acc(qs: [&[u8]; 2], wd: [&[f32]; 2], x: XRows, rows: usize, out: &mut [f32], stride: usize) {
+        let (k, kb) = (x.k, x.k / BLOCK);
+        let zero = _mm512_setzero_si512();
+        let mut acc = [[_mm512_setzero_ps(); 2]; 4];
+        let mut b = 0;
+        while b + 2 <= kb {
+            // SAFETY: (b + 2)·16 ≤ k/2 ≤ each qs's length, and (b + 2)·32 ≤ k within each row of
+            // x. No closures here: a closure does not inherit `target_feature`, and the
+            // intrinsics in one become calls.
+            let w = unsafe { [nibbles_pair(qs[0].as_ptr().add(b * 16)), nibbles_pair(qs[1].as_ptr().add(b * 16))] };
+            let dw = [pair(wd[0][b], wd[0][b + 1]), pair(wd[1][b], wd[1][b + 1])];
+            for (r, a) in acc.iter_mut().enumerate().take(rows) {
+                let xv = unsafe { _mm512_loadu_si512(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
+                let dx = unsafe { _mm512_loadu_ps(x.dv.as_ptr().add((r * kb + b) * 8)) };
+                for c in 0..2 {
+                    let p = _mm512_dpbusd_epi32(zero, w[c], xv);
+                    a[c] = _mm512_fmadd_ps(_mm512_mul_ps(dw[c], dx), _mm512_cvtepi32_ps(p), a[c]);
+                }
+            }
+            b += 2;
+        }
+        if b < kb {
+            // SAFETY: block b < kb of both weight rows and of each row of x.
+            let w = unsafe { [nibbles(qs[0].as_ptr().add(b * 16)), nibbles(qs[1].as_ptr().add(b * 16))] };
+            for (r, a) in acc.iter_mut().enumerate().take(rows) {
+                let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
+                let dx = unsafe { _mm256_loadu_ps(x.dv.as_ptr().add((r * kb + b) * 8)) };
+                for c in 0..2 {
+                    let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w[c], xv);
+                    let t = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(wd[c][b]), dx), _mm256_cvtepi32_ps(p));
+                    a[c] = _mm512_add_ps(a[c], _mm512_zextps256_ps512(t));
+                }
+            }
+        }
+        for (r, a) in acc.iter().enumerate().take(rows) {
+            for (c, v) in a.iter().enumerate() {
+                // SAFETY: (r·stride + c)·16 + 16 ≤ out.len(), as the caller checked.
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((r * stride + c) * 16), *v) };
+            }
+        }
+    }
+
+    /// [`q4x2_acc`] for Q8_0 weights: signed, so `|w|` is the u8 side and x takes w's sign
+    /// (AVX-512 has no `sign_epi8`: x is negated under w's sign mask).
+    ///
+    /// # Safety
+    /// As [`q4x2_acc`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    pub(super) unsafe fn q8x2_acc(wq: [&[i8]; 2], wd: [&[f32]; 2], x: XRows, rows: usize, out: &mut [f32], stride: usize) {
+        let (k, kb) = (x.k, x.k / BLOCK);
         let zero = _mm512_setzero_si512();
         let mut acc = [[_mm512_setzero_ps(); 2]; 4];
         let mut b = 0;
         while b + 2 <= kb {
             // SAFETY: (b + 2)·32 ≤ k ≤ each wq's length, and likewise within each row of x.
-            // No closures here: a closure does not inherit `target_feature`, and the intrinsics
-            // in one become calls (this kernel ran slower than one column at a time).
             let w = unsafe { [_mm512_loadu_si512(wq[0].as_ptr().add(b * BLOCK).cast()), _mm512_loadu_si512(wq[1].as_ptr().add(b * BLOCK).cast())] };
+            prefetch_pair(wq[1].as_ptr().cast(), k, b * BLOCK);
             let aw = [_mm512_abs_epi8(w[0]), _mm512_abs_epi8(w[1])];
             let neg = [_mm512_movepi8_mask(w[0]), _mm512_movepi8_mask(w[1])];
             let dw = [pair(wd[0][b], wd[0][b + 1]), pair(wd[1][b], wd[1][b + 1])];
@@ -397,50 +376,86 @@ mod x86 {
             }
             b += 2;
         }
-        for (c, o) in out.into_iter().enumerate() {
-            for (v, a) in o.iter_mut().zip(&acc) {
-                *v = hsum512(a[c]);
+        if b < kb {
+            // SAFETY: block b < kb of both weight rows and of each row of x.
+            let w = unsafe { [_mm256_loadu_si256(wq[0].as_ptr().add(b * BLOCK).cast()), _mm256_loadu_si256(wq[1].as_ptr().add(b * BLOCK).cast())] };
+            for (r, a) in acc.iter_mut().enumerate().take(rows) {
+                let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
+                let dx = unsafe { _mm256_loadu_ps(x.dv.as_ptr().add((r * kb + b) * 8)) };
+                for c in 0..2 {
+                    let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w[c]), _mm256_sign_epi8(xv, w[c]));
+                    let t = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(wd[c][b]), dx), _mm256_cvtepi32_ps(p));
+                    a[c] = _mm512_add_ps(a[c], _mm512_zextps256_ps512(t));
+                }
             }
-            if b < kb {
-                // SAFETY: block b < kb of this weight row and of each row of x.
-                unsafe { q8_last_block(wq[c], wd[c], x, b, o) };
+        }
+        for (r, a) in acc.iter().enumerate().take(rows) {
+            for (c, v) in a.iter().enumerate() {
+                // SAFETY: as in `q4x2_acc`.
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((r * stride + c) * 16), *v) };
             }
         }
     }
 
-    /// [`q4_avx512`] for two weight rows: 8 accumulators, each activation block loaded once.
+    /// Sixteen vectors' lane sums as one vector, by a transposing tree: pairs of vectors
+    /// interleave and add until each lane holds one vector's total (45 shuffles and additions
+    /// for 16 sums, where one `reduce_add` per vector takes about 8 each).
     ///
     /// # Safety
-    /// As [`q4_avx512`], for both weight rows and both outputs (of equal length).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
-    pub(super) unsafe fn q4x2_avx512(qs: [&[u8]; 2], wd: [&[f32]; 2], x: XRows, out: [&mut [f32]; 2]) {
-        let (k, kb, rows) = (x.k, x.k / BLOCK, out[0].len());
-        let zero = _mm512_setzero_si512();
-        let mut acc = [[_mm512_setzero_ps(); 2]; 4];
-        let mut b = 0;
-        while b + 2 <= kb {
-            // SAFETY: (b + 2)·16 ≤ k/2 ≤ each qs's length. (No closure: see `q8x2_avx512`.)
-            let w = unsafe { [nibbles_pair(qs[0].as_ptr().add(b * 16)), nibbles_pair(qs[1].as_ptr().add(b * 16))] };
-            let dw = [pair(wd[0][b], wd[0][b + 1]), pair(wd[1][b], wd[1][b + 1])];
-            for (r, a) in acc.iter_mut().enumerate().take(rows) {
-                // SAFETY: within each row of x, as the callers' checks cover.
-                let xv = unsafe { _mm512_loadu_si512(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
-                let dx = unsafe { _mm512_loadu_ps(x.dv.as_ptr().add((r * kb + b) * 8)) };
-                for c in 0..2 {
-                    let p = _mm512_dpbusd_epi32(zero, w[c], xv);
-                    a[c] = _mm512_fmadd_ps(_mm512_mul_ps(dw[c], dx), _mm512_cvtepi32_ps(p), a[c]);
-                }
-            }
-            b += 2;
+    /// AVX-512 F/BW and F16C, AVX2, FMA; `acc` holds 256 values, `mins` as [`super::reduce_row`]
+    /// checks, `out` at most 16 long.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    pub(super) unsafe fn reduce_row(acc: &[f32], mins: Option<(&[u16], &[f32])>, out: &mut [f32]) {
+        let mut t = [_mm512_setzero_ps(); 8];
+        for (i, t) in t.iter_mut().enumerate() {
+            // SAFETY: vectors 2i and 2i + 1 lie within the 256 values.
+            let (a, b) = unsafe { (_mm512_loadu_ps(acc.as_ptr().add(32 * i)), _mm512_loadu_ps(acc.as_ptr().add(32 * i + 16))) };
+            // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3].
+            *t = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
         }
-        for (c, o) in out.into_iter().enumerate() {
-            for (v, a) in o.iter_mut().zip(&acc) {
-                *v = hsum512(a[c]);
+        let mut u = [_mm512_setzero_ps(); 4];
+        for (i, u) in u.iter_mut().enumerate() {
+            let (a, b) = (_mm512_castps_pd(t[2 * i]), _mm512_castps_pd(t[2 * i + 1]));
+            // Per 128-bit lane: the lane's sums of vectors 4i..4i+4.
+            *u = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+        }
+        // [vectors 4i..4i+4 over 128-bit lanes 0+1, the same over lanes 2+3, then 4i+4..4i+8].
+        let g0 = _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(u[0], u[1]), _mm512_shuffle_f32x4::<0b11_01_11_01>(u[0], u[1]));
+        let g1 = _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(u[2], u[3]), _mm512_shuffle_f32x4::<0b11_01_11_01>(u[2], u[3]));
+        let g = [g0, g1];
+        let mut s = _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(g[0], g[1]), _mm512_shuffle_f32x4::<0b11_01_11_01>(g[0], g[1]));
+        if let Some((m, xs)) = mins {
+            let mut ms = _mm512_setzero_ps();
+            for (b, &x) in xs.iter().enumerate() {
+                // SAFETY: m holds 16 values per block of xs.
+                let mv = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(m.as_ptr().add(b * 16).cast()) });
+                ms = _mm512_fmadd_ps(_mm512_set1_ps(x), mv, ms);
             }
-            if b < kb {
-                // SAFETY: block b < kb of this weight row and of each row of x.
-                unsafe { q4_last_block(qs[c], wd[c], x, b, o) };
+            s = _mm512_add_ps(s, ms);
+        }
+        let mask = ((1u32 << out.len()) - 1) as u16;
+        // SAFETY: the mask covers out.len() ≤ 16 values.
+        unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), mask, s) };
+    }
+
+    /// [`super::mins`] at AVX2: two halves of eight columns.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `m` holds 16 values per block of `xs`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn mins_avx2(m: &[u16], xs: &[f32], out: &mut [f32; 16]) {
+        let mut h = [_mm256_setzero_ps(); 2];
+        for (b, &x) in xs.iter().enumerate() {
+            let xv = _mm256_set1_ps(x);
+            for (j, h) in h.iter_mut().enumerate() {
+                // SAFETY: b·16 + 8j + 8 ≤ m.len().
+                let mv = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(m.as_ptr().add(b * 16 + 8 * j).cast()) });
+                *h = _mm256_fmadd_ps(xv, mv, *h);
             }
+        }
+        for (j, h) in h.iter().enumerate() {
+            // SAFETY: out holds 16 values.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * j), *h) };
         }
     }
 }

@@ -12,7 +12,7 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 with FMA and F16C: 32 int8 products per `vpmaddubsw`.
     Avx2,
-    /// x86-64 AVX-512 F/BW with VNNI: 64 int8 products summed into int32 per `vpdpbusd`.
+    /// x86-64 AVX-512 F/BW/VL with VNNI: 64 int8 products summed into int32 per `vpdpbusd`.
     Avx512,
 }
 
@@ -51,7 +51,7 @@ fn detected() -> Isa {
     {
         // F16C (widening GGUF's f16 scales) comes with every AVX2 CPU; required all the same.
         let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
-        if avx2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni") {
+        if avx2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512vnni") {
             return Isa::Avx512;
         }
         if avx2 {
