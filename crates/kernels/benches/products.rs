@@ -1,5 +1,5 @@
-//! The quantised products of SmolLM2-135M's shapes, one thread, at each instruction-set level
-//! the machine has: µs per product, weight GB/s streamed (what bounds a one-row decoding step)
+//! The quantised products of SmolLM2-135M's shapes, one thread at each instruction-set level
+//! the machine has, then the best level on a [`Team`] of two threads: µs per product, weight GB/s streamed (what bounds a one-row decoding step)
 //! and GMAC/s (what bounds a prefill or a batch of rows). Asserts nothing.
 //!
 //! `cargo bench -p rlx-kernels --bench products` (options after `--`: `--rows 1,16,64`).
@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use rlx_kernels::{Acts, GgmlType, QMatrix, isa};
+use rlx_kernels::{Acts, GgmlType, QMatrix, Team, isa};
 
 fn pseudo(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
@@ -68,16 +68,25 @@ fn main() {
             let mut acts = Acts::new();
             acts.quantize(&pseudo(m * k, 2), m, k);
             let mut out = vec![0f32; m * n];
-            for level in isa::Isa::available() {
-                // About 0.3 s of work per line, after one warm-up product.
-                q.matmul_t_isa(level, &acts, &mut out, false);
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+            let best = *isa::Isa::available().last().expect("a level");
+            // Each level on one thread, then the best on a team of two.
+            let runs = isa::Isa::available().into_iter().map(|l| (l, false)).chain([(best, true)]);
+            for (level, split) in runs {
+                // About 0.3 s of work per line, after one warm-up product; a team is held for
+                // all of them, as a decoding step holds one for all its products.
                 let reps = (3e8 / (m * n * k) as f64).ceil().max(3.0) as usize;
-                let t = Instant::now();
-                for _ in 0..reps {
-                    q.matmul_t_isa(level, &acts, &mut out, false);
-                }
-                let s = t.elapsed().as_secs_f64() / reps as f64;
-                println!("{name:<18} {m:>5} {:>8} {:>12.1} {:>10.2} {:>10.1}", level.name(), s * 1e6, q.bytes() as f64 / s / 1e9, (m * n * k) as f64 / s / 1e9);
+                let time = |team: Option<&Team>, out: &mut [f32]| {
+                    q.matmul_t_isa(level, &acts, out, team);
+                    let t = Instant::now();
+                    for _ in 0..reps {
+                        q.matmul_t_isa(level, &acts, out, team);
+                    }
+                    t.elapsed().as_secs_f64() / reps as f64
+                };
+                let s = if split { pool.install(|| Team::run(|team| time(Some(team), &mut out))) } else { time(None, &mut out) };
+                let label = if split { format!("{}x2", level.name()) } else { level.name().to_string() };
+                println!("{name:<18} {m:>5} {label:>8} {:>12.1} {:>10.2} {:>10.1}", s * 1e6, q.bytes() as f64 / s / 1e9, (m * n * k) as f64 / s / 1e9);
             }
         }
     }

@@ -22,6 +22,8 @@ use std::ops::{Deref, DerefMut, Range};
 
 use rayon::prelude::*;
 
+use crate::team::Team;
+
 use crate::dot::{self, ROWS, XRows};
 use crate::isa::{self, Isa};
 
@@ -136,9 +138,15 @@ pub struct QMatrix {
     blocks: Blocks,
 }
 
-/// Below this many multiply-adds a product runs on the calling thread: waking a second thread
-/// costs more than it saves (a 576 × 576 projection for one row is a few microseconds).
-const PAR_MACS: usize = 1 << 17;
+/// Below this many multiply-adds a product runs on the calling thread: handing parts to the
+/// team's other threads costs a few hundred nanoseconds (a 576 × 576 projection for one row is
+/// about 7 µs; its 192-row keys and values, 2).
+const PAR_MACS: usize = 1 << 15;
+
+thread_local! {
+    /// Each thread's tile buffers, reused across products.
+    static SCRATCH: std::cell::RefCell<TileScratch> = std::cell::RefCell::default();
+}
 
 impl QMatrix {
     /// The Q8_0 copy of the row-major f32 weight `w` `[n, k]`; `None` when `k` is not a
@@ -277,24 +285,23 @@ impl QMatrix {
         out
     }
 
-    /// `out = x Wᵀ` `[m, n]` row-major for the quantised rows `x` `[m, k]`. With `par`, the
-    /// output columns split over rayon's pool when the product is large enough to pay for it.
+    /// `out = x Wᵀ` `[m, n]` row-major for the quantised rows `x` `[m, k]`. With a `team`, the
+    /// output columns split over its threads when the product is large enough to pay for it.
     /// Each output is one column's dot product with one row, whatever the split.
     ///
     /// # Panics
     /// If `x` is not `k` wide or `out` is not `m · n` long.
-    pub fn matmul_t(&self, x: &Acts, out: &mut [f32], par: bool) {
-        self.matmul_t_isa(isa::current(), x, out, par);
+    pub fn matmul_t(&self, x: &Acts, out: &mut [f32], team: Option<&Team>) {
+        self.matmul_t_isa(isa::current(), x, out, team);
     }
 
     /// [`QMatrix::matmul_t`] at a given instruction-set level (tests and benchmarks).
-    pub fn matmul_t_isa(&self, isa: Isa, x: &Acts, out: &mut [f32], par: bool) {
+    pub fn matmul_t_isa(&self, isa: Isa, x: &Acts, out: &mut [f32], team: Option<&Team>) {
         let m = x.rows;
         assert!(x.k == self.k && out.len() == m * self.n, "q matmul: [{m}, {}] against [{}, {}]", x.k, self.n, self.k);
         if m == 0 {
             return;
         }
-        let threads = if par && self.n * self.k * m >= PAR_MACS { rayon::current_num_threads() } else { 1 };
         // Tiles of columns: a tile's weight rows stay in cache while every group of ROWS
         // activation rows passes over them, and each pass writes 64 contiguous outputs per row
         // (a column-major buffer transposed at the end cost 6% of a 32-row step, most of it in
@@ -306,22 +313,26 @@ impl QMatrix {
         let tiles = self.n.div_ceil(width);
         let kb = self.k / BLOCK;
         let dst = OutPtr(out.as_mut_ptr());
-        let tile = |sc: &mut TileScratch, t: usize| {
-            let cs = t * width..((t + 1) * width).min(self.n);
-            sc.widen(isa, &self.blocks, cs.start * kb..cs.end * kb);
-            for r0 in (0..m).step_by(ROWS) {
-                self.pass(isa, cs.clone(), x, r0..(r0 + ROWS).min(m), sc, dst);
-            }
+        let run = |ts: std::ops::Range<usize>| {
+            SCRATCH.with_borrow_mut(|sc| {
+                for t in ts {
+                    let cs = t * width..((t + 1) * width).min(self.n);
+                    sc.widen(isa, &self.blocks, cs.start * kb..cs.end * kb);
+                    for r0 in (0..m).step_by(ROWS) {
+                        self.pass(isa, cs.clone(), x, r0..(r0 + ROWS).min(m), sc, dst);
+                    }
+                }
+            });
         };
-        if threads == 1 {
-            let mut sc = TileScratch::default();
-            (0..tiles).for_each(|t| tile(&mut sc, t));
-        } else {
-            // Many rows: two chunks of tiles per thread, so that a core busy elsewhere (the
-            // trainer, the sandbox) leaves its second chunk to be stolen. A few rows: one chunk
-            // per thread, a product being a few microseconds of work per core.
-            let per = if m > ROWS { threads * 2 } else { threads };
-            (0..tiles).into_par_iter().with_min_len(tiles.div_ceil(per)).for_each_init(TileScratch::default, tile);
+        match team {
+            Some(team) if team.threads() > 1 && self.n * self.k * m >= PAR_MACS => {
+                // A few parts per thread: a thread that arrives late, or is slower, leaves
+                // parts to the others.
+                let parts = tiles.min(4 * team.threads());
+                let per = tiles.div_ceil(parts);
+                team.split(tiles.div_ceil(per), &|p| run(p * per..((p + 1) * per).min(tiles)));
+            }
+            _ => run(0..tiles),
         }
     }
 
@@ -628,11 +639,13 @@ mod tests {
 
     /// Every format, every instruction-set level, 1–9 rows (partial passes of 4), odd and even
     /// block counts (the AVX-512 pair loop's tail), column counts that end mid-pair and
-    /// mid-group of 16, several tiles, serial and split over threads: the product
+    /// mid-group of 16, several tiles, serial and split over a team (the last two shapes are
+    /// above [`PAR_MACS`] even for one row): the product
     /// equals the exact product of the dequantised operands up to f32 rounding.
     #[test]
     fn products_match_the_dequantised_reference_at_every_level() {
-        let shapes = [(GgmlType::Q8_0, 96, 37), (GgmlType::Q8_0, 128, 37), (GgmlType::Q4_0, 96, 37), (GgmlType::Q4_1, 96, 37), (GgmlType::Q4_1, 256, 37), (GgmlType::Q4_1, 96, 150)];
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let shapes = [(GgmlType::Q8_0, 96, 37), (GgmlType::Q8_0, 128, 37), (GgmlType::Q4_0, 96, 37), (GgmlType::Q4_1, 96, 37), (GgmlType::Q4_1, 256, 37), (GgmlType::Q4_1, 96, 150), (GgmlType::Q4_1, 256, 150), (GgmlType::Q8_0, 256, 150)];
         for (ty, k, n) in shapes {
             let q = QMatrix::from_ggml(ty, &ggml_bytes(ty, n, k, 3), n, k).unwrap();
             let w = q.dequantize();
@@ -641,10 +654,14 @@ mod tests {
                 x.quantize(&normals(m as u64, m * k), m, k);
                 let want = reference(&w, &x, n, k);
                 for isa in Isa::available() {
-                    for par in [false, true] {
+                    for split in [false, true] {
                         let mut got = vec![0f32; m * n];
-                        q.matmul_t_isa(isa, &x, &mut got, par);
-                        assert_close(&got, &want, &format!("{ty:?} k={k} m={m} {isa:?} par={par}"));
+                        if split {
+                            pool.install(|| Team::run(|team| q.matmul_t_isa(isa, &x, &mut got, Some(team))));
+                        } else {
+                            q.matmul_t_isa(isa, &x, &mut got, None);
+                        }
+                        assert_close(&got, &want, &format!("{ty:?} k={k} m={m} {isa:?} split={split}"));
                     }
                 }
             }
@@ -668,7 +685,7 @@ mod tests {
         let mut acts = Acts::new();
         acts.quantize(&x, 3, k);
         let mut got = vec![0f32; 3 * n];
-        q.matmul_t(&acts, &mut got, false);
+        q.matmul_t(&acts, &mut got, None);
         for r in 0..3 {
             for c in 0..n {
                 let exact: f32 = (0..k).map(|i| x[r * k + i] * w[c * k + i]).sum();

@@ -1,5 +1,8 @@
 //! Fused per-row kernels of a decoding step, f32 throughout. Each is a plain loop over
-//! contiguous slices that the compiler vectorises; none allocates.
+//! contiguous slices that the compiler vectorises (attention also has an AVX2 version); none
+//! allocates.
+
+use crate::isa::Isa;
 
 /// `out = x / √(mean(x²) + eps) · w` for one row (the sum of squares in f32, as candle's kernel
 /// the trainer's sampler path used).
@@ -54,8 +57,23 @@ pub fn add_rows(x: &mut [f32], b: &[f32]) {
 /// One query head attending over `len` cached positions: `keys` and `values` are `[len, hd]`
 /// (row `j` = position `j`), `scores` is scratch of at least `len`; writes `softmax(q·kᵀ·scale)·V`
 /// into `out` `[hd]`.
+///
+/// # Panics
+/// If the slices' lengths disagree.
 pub fn attend(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], out: &mut [f32]) {
+    attend_isa(crate::isa::current(), q, keys, values, scale, scores, out);
+}
+
+/// [`attend`] at a given instruction-set level (tests).
+pub fn attend_isa(isa: Isa, q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], out: &mut [f32]) {
     let hd = q.len();
+    assert!(hd > 0 && keys.len() == values.len() && keys.len().is_multiple_of(hd) && scores.len() >= keys.len() / hd && out.len() == hd);
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 && hd.is_multiple_of(8) {
+        // SAFETY: the level is at most the detected one (crate::isa); lengths checked above.
+        return unsafe { x86::attend_avx2(q, keys, values, scale, scores, out) };
+    }
+    let _ = isa;
     let len = keys.len() / hd;
     let scores = &mut scores[..len];
     let mut max = f32::NEG_INFINITY;
@@ -63,18 +81,96 @@ pub fn attend(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut 
         *s = dot(q, k) * scale;
         max = max.max(*s);
     }
-    let mut sum = 0f32;
-    for s in scores.iter_mut() {
-        *s = exp(*s - max);
-        sum += *s;
-    }
+    let inv = 1.0 / softmax_numerators(scores, max);
     out.fill(0.0);
-    let inv = 1.0 / sum;
     for (&p, v) in scores.iter().zip(values.chunks_exact(hd)) {
         let p = p * inv;
         for (o, &x) in out.iter_mut().zip(v) {
             *o += p * x;
         }
+    }
+}
+
+/// `s = exp(s − max)` in place; returns their sum.
+fn softmax_numerators(scores: &mut [f32], max: f32) -> f32 {
+    let mut sum = 0f32;
+    for s in scores.iter_mut() {
+        *s = exp(*s - max);
+        sum += *s;
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// [`super::attend`] with 256-bit FMAs: the crate is compiled for baseline x86-64, where
+    /// the portable loops run four lanes wide without FMA (attention was 8% of a one-sequence
+    /// decoding profile). Values accumulate 64 outputs at a time in eight registers, over
+    /// every position, and are scaled once at the end.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `hd` a multiple of 8, lengths as [`super::attend_isa`] checks.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn attend_avx2(q: &[f32], keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], out: &mut [f32]) {
+        let hd = q.len();
+        let len = keys.len() / hd;
+        let scores = &mut scores[..len];
+        let mut max = f32::NEG_INFINITY;
+        for (j, s) in scores.iter_mut().enumerate() {
+            let (qp, kp) = (q.as_ptr(), keys.as_ptr().wrapping_add(j * hd));
+            let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let mut i = 0;
+            while i + 16 <= hd {
+                // SAFETY: i + 16 ≤ hd, within q and within key row j.
+                unsafe {
+                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i)), _mm256_loadu_ps(kp.add(i)), a0);
+                    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i + 8)), _mm256_loadu_ps(kp.add(i + 8)), a1);
+                }
+                i += 16;
+            }
+            if i < hd {
+                // SAFETY: hd is a multiple of 8, so i + 8 ≤ hd.
+                a0 = unsafe { _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i)), _mm256_loadu_ps(kp.add(i)), a0) };
+            }
+            *s = hsum(_mm256_add_ps(a0, a1)) * scale;
+            max = max.max(*s);
+        }
+        let inv = _mm256_set1_ps(1.0 / super::softmax_numerators(scores, max));
+        let mut c = 0;
+        while c + 64 <= hd {
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for (j, &p) in scores.iter().enumerate() {
+                let p = _mm256_set1_ps(p);
+                for (r, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: c + 8r + 8 ≤ hd, within value row j.
+                    *a = _mm256_fmadd_ps(p, unsafe { _mm256_loadu_ps(values.as_ptr().add(j * hd + c + 8 * r)) }, *a);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                // SAFETY: c + 8r + 8 ≤ hd = out.len().
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * r), _mm256_mul_ps(*a, inv)) };
+            }
+            c += 64;
+        }
+        while c < hd {
+            let mut a = _mm256_setzero_ps();
+            for (j, &p) in scores.iter().enumerate() {
+                // SAFETY: c + 8 ≤ hd, within value row j.
+                a = _mm256_fmadd_ps(_mm256_set1_ps(p), unsafe { _mm256_loadu_ps(values.as_ptr().add(j * hd + c)) }, a);
+            }
+            // SAFETY: c + 8 ≤ hd = out.len().
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(c), _mm256_mul_ps(a, inv)) };
+            c += 8;
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn hsum(a: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
     }
 }
 
@@ -200,7 +296,19 @@ mod tests {
         let (q, k, v) = (data(6, hd), data(7, len * hd), data(8, len * hd));
         let mut scores = vec![0f32; 64];
         let mut out = vec![0f32; hd];
-        attend(&q, &k, &v, 0.125, &mut scores, &mut out);
+        for isa in Isa::available() {
+            attend_isa(isa, &q, &k, &v, 0.125, &mut scores, &mut out);
+            check_attend(&q, &k, &v, &out, hd, len);
+        }
+        // A head size that is not a multiple of 64 (the AVX2 tail of eight at a time).
+        let (q, k, v) = (data(9, 24), data(10, len * 24), data(11, len * 24));
+        for isa in Isa::available() {
+            attend_isa(isa, &q, &k, &v, 0.125, &mut scores, &mut out[..24]);
+            check_attend(&q, &k, &v, &out[..24], 24, len);
+        }
+    }
+
+    fn check_attend(q: &[f32], k: &[f32], v: &[f32], out: &[f32], hd: usize, len: usize) {
         let s: Vec<f64> = (0..len).map(|j| (0..hd).map(|i| f64::from(q[i]) * f64::from(k[j * hd + i])).sum::<f64>() * 0.125).collect();
         let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let z: f64 = s.iter().map(|x| (x - max).exp()).sum();

@@ -9,7 +9,8 @@
 //! (with candle, 8 rows kept about 1.4 of 2 cores busy; with these kernels, one group of every
 //! row with its products split made 4.33 completions/s at 32 sequences against 5.59 with a group
 //! per core, and 3.87 against 5.05 at 8). A group alone (one sequence, or the last group
-//! running) splits its products over the cores instead.
+//! running) holds a [`Team`] of the pool's threads instead, which splits each product and the
+//! attention over the cores.
 //!
 //! A prompt is prefilled once per group that takes its samples: its other samples copy its keys
 //! and values (and the prefill's logits), and a copy is kept in the queue while samples of that
@@ -23,6 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
+use rlx_kernels::Team;
 
 use super::cache::{Shape, Slot};
 use super::forward::{Row, Scratch};
@@ -145,24 +147,40 @@ impl<'a> Group<'a> {
     }
 
     fn decode(&mut self) -> Result<()> {
-        loop {
-            self.admit()?;
-            if self.live.iter().all(Option::is_none) {
+        while !self.alone() {
+            if !self.advance(None)? {
                 return Ok(());
             }
-            self.pick()?;
-            self.step()?;
         }
+        // Alone (one sequence, or the last group still running), the group holds a team of the
+        // pool's threads until it is done, so that each step's products split over the cores.
+        // One team for every step rather than one per step: a thread woken per step at times
+        // lands on the waker's core, and shares it until the scheduler moves it.
+        Team::run(|team| {
+            while self.advance(Some(team))? {}
+            Ok(())
+        })
     }
 
-    /// Whether this group's products split over the cores: only while it is the last running.
-    fn par(&self) -> bool {
+    /// Admits, draws and steps once; false when no sample is left.
+    fn advance(&mut self, team: Option<&Team>) -> Result<bool> {
+        self.admit(team)?;
+        if self.live.iter().all(Option::is_none) {
+            return Ok(false);
+        }
+        self.pick()?;
+        self.step(team)?;
+        Ok(true)
+    }
+
+    /// Whether this group has the cores to itself: only while it is the last running.
+    fn alone(&self) -> bool {
         self.running.load(Ordering::SeqCst) < rayon::current_num_threads()
     }
 
     /// Fills free slots from the queue: one prefill (or a kept prefix) per prompt, copied to
     /// its other samples.
-    fn admit(&mut self) -> Result<()> {
+    fn admit(&mut self, team: Option<&Team>) -> Result<()> {
         let free: Vec<usize> = (0..self.live.len()).filter(|&s| self.live[s].is_none()).collect();
         if free.is_empty() {
             return Ok(());
@@ -184,14 +202,14 @@ impl<'a> Group<'a> {
             let req = taken[start].0;
             let end = start + taken[start..].iter().take_while(|&&(i, _)| i == req).count();
             let slots: Vec<usize> = free.by_ref().take(end - start).collect();
-            self.admit_request(&taken[start..end], &slots, kept.get(&req))?;
+            self.admit_request(&taken[start..end], &slots, kept.get(&req), team)?;
             start = end;
         }
         Ok(())
     }
 
     /// Starts the samples `items` (all of one request) in `slots`.
-    fn admit_request(&mut self, items: &[(usize, usize)], slots: &[usize], kept: Option<&Arc<Prefix>>) -> Result<()> {
+    fn admit_request(&mut self, items: &[(usize, usize)], slots: &[usize], kept: Option<&Arc<Prefix>>, team: Option<&Team>) -> Result<()> {
         let req = items[0].0;
         let prompt = &self.job.requests[req].prompt;
         let shape = Shape::of(self.dec.config());
@@ -206,8 +224,7 @@ impl<'a> Group<'a> {
             }
             None => {
                 let rows: Vec<Row> = prompt.iter().enumerate().map(|(pos, &token)| Row { slot: first, pos, token }).collect();
-                let par = self.par();
-                self.dec.forward(&mut self.slots, &rows, &[rows.len() - 1], &mut self.scratch, par)?;
+                self.dec.forward(&mut self.slots, &rows, &[rows.len() - 1], &mut self.scratch, team)?;
                 let logits = self.scratch.logits.clone();
                 let last_taken = items[items.len() - 1].1;
                 if last_taken + 1 < self.job.requests[req].num_samples {
@@ -258,7 +275,7 @@ impl<'a> Group<'a> {
     }
 
     /// Feeds every live sample's last token through the model.
-    fn step(&mut self) -> Result<()> {
+    fn step(&mut self, team: Option<&Team>) -> Result<()> {
         let (rows, owners): (Vec<Row>, Vec<usize>) = self
             .live
             .iter()
@@ -269,8 +286,7 @@ impl<'a> Group<'a> {
             return Ok(());
         }
         let want: Vec<usize> = (0..rows.len()).collect();
-        let par = self.par();
-        self.dec.forward(&mut self.slots, &rows, &want, &mut self.scratch, par)?;
+        self.dec.forward(&mut self.slots, &rows, &want, &mut self.scratch, team)?;
         let vocab = self.scratch.logits.len() / rows.len();
         for (i, s) in owners.into_iter().enumerate() {
             let l = self.live[s].as_mut().expect("live");

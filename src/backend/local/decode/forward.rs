@@ -5,8 +5,9 @@
 //! keys and values are written into its slot before any row attends, and a row attends to its
 //! slot's positions up to its own: causal attention within a prefill falls out of that.
 
-use rayon::prelude::*;
-use rlx_kernels::{Acts, rows};
+use std::cell::RefCell;
+
+use rlx_kernels::{Acts, Team, rows};
 
 use super::cache::{Shape, Slot};
 use super::resize;
@@ -35,7 +36,6 @@ pub(crate) struct Scratch {
     gate: Vec<f32>,
     up: Vec<f32>,
     lora: LoraScratch,
-    scores: Vec<f32>,
     /// Logits of the rows asked for, `[wanted, vocab]`.
     pub(crate) logits: Vec<f32>,
 }
@@ -43,23 +43,24 @@ pub(crate) struct Scratch {
 impl Decoder {
     /// Runs `rows` through the model, appending their keys and values to their slots, and
     /// leaves in `s.logits` the logits of the rows `want` (indices into `rows`, in that order).
-    /// `par` splits each product over rayon's pool (when this group has the cores to itself).
+    /// With a `team` (when this group has the cores to itself), each product and the attention
+    /// split over its threads.
     ///
     /// # Errors
     /// A token outside the vocabulary, a position beyond a slot's room, an embedding whose
     /// storage is not f32 on the CPU.
-    pub(crate) fn forward(&self, slots: &mut [Slot], rows: &[Row], want: &[usize], s: &mut Scratch, par: bool) -> Result<()> {
+    pub(crate) fn forward(&self, slots: &mut [Slot], rows: &[Row], want: &[usize], s: &mut Scratch, team: Option<&Team>) -> Result<()> {
         let cfg = &self.cfg;
-        let (m, d) = (rows.len(), cfg.hidden_size);
         for r in rows {
             if r.token as usize >= cfg.vocab_size || r.pos >= slots[r.slot].cap() {
                 return Err(Error::InvalidArgument { what: "decode", reason: format!("token {} at position {} of a slot with room for {}", r.token, r.pos, slots[r.slot].cap()) });
             }
         }
         self.embed_rows(rows, &mut s.x)?;
+        let d = cfg.hidden_size;
         for (layer, b) in self.blocks.iter().enumerate() {
-            self.attention(layer, b, slots, rows, s, par);
-            self.mlp(b, m, s, par);
+            self.attention(layer, b, slots, rows, s, team);
+            self.mlp(b, rows.len(), s, team);
         }
         resize(&mut s.h, want.len() * d);
         for (i, &r) in want.iter().enumerate() {
@@ -67,7 +68,7 @@ impl Decoder {
         }
         s.acts.quantize(&s.h, want.len(), d);
         resize(&mut s.logits, want.len() * self.head.n());
-        self.head.apply(&s.acts, &mut s.logits, par, &mut s.lora);
+        self.head.apply(&s.acts, &mut s.logits, team, &mut s.lora);
         Ok(())
     }
 
@@ -87,7 +88,7 @@ impl Decoder {
     }
 
     /// `x += o(attend(rope(q), cache ∪ rope(k), cache ∪ v))` over RMSNorm(x).
-    fn attention(&self, layer: usize, b: &Block, slots: &mut [Slot], rows: &[Row], s: &mut Scratch, par: bool) {
+    fn attention(&self, layer: usize, b: &Block, slots: &mut [Slot], rows: &[Row], s: &mut Scratch, team: Option<&Team>) {
         let cfg = &self.cfg;
         let (m, d, hd) = (rows.len(), cfg.hidden_size, cfg.head_dim);
         let (heads, kvh) = (cfg.num_attention_heads, cfg.num_key_value_heads);
@@ -99,9 +100,9 @@ impl Decoder {
         resize(&mut s.q, m * heads * hd);
         resize(&mut s.k, m * kvh * hd);
         resize(&mut s.v, m * kvh * hd);
-        b.q.apply(&s.acts, &mut s.q, par, &mut s.lora);
-        b.k.apply(&s.acts, &mut s.k, par, &mut s.lora);
-        b.v.apply(&s.acts, &mut s.v, par, &mut s.lora);
+        b.q.apply(&s.acts, &mut s.q, team, &mut s.lora);
+        b.k.apply(&s.acts, &mut s.k, team, &mut s.lora);
+        b.v.apply(&s.acts, &mut s.v, team, &mut s.lora);
         let shape = Shape::of(cfg);
         let half = hd / 2;
         let mut tmp = vec![0f32; hd];
@@ -129,31 +130,29 @@ impl Decoder {
         let rep = heads / kvh;
         let slots = &*slots;
         let q = &s.q;
-        let attend_row = |(i, (out, scores)): (usize, (&mut [f32], &mut Vec<f32>))| {
+        // Head `c % heads` of row `c / heads`, with this thread's scores buffer.
+        let attend = |c: usize, o: &mut [f32]| {
+            let (i, h) = (c / heads, c % heads);
             let r = rows[i];
-            scores.resize(r.pos + 1, 0.0);
-            for (h, o) in out.chunks_exact_mut(hd).enumerate() {
-                let (keys, values) = (slots[r.slot].head(shape, layer, 0, h / rep, r.pos + 1), slots[r.slot].head(shape, layer, 1, h / rep, r.pos + 1));
-                rows::attend(&q[(i * heads + h) * hd..(i * heads + h + 1) * hd], keys, values, scale, scores, o);
-            }
+            let (keys, values) = (slots[r.slot].head(shape, layer, 0, h / rep, r.pos + 1), slots[r.slot].head(shape, layer, 1, h / rep, r.pos + 1));
+            SCORES.with_borrow_mut(|scores| {
+                scores.resize(r.pos + 1, 0.0);
+                rows::attend(&q[c * hd..(c + 1) * hd], keys, values, scale, scores, o);
+            });
         };
-        // Attention splits by rows (a prefill's hundreds of rows; a decoding step's rows when
-        // this group has the cores to itself); each task has its own scores buffer.
-        if par && m > 1 {
-            s.attn.par_chunks_mut(heads * hd).enumerate().for_each_init(Vec::new, |scores, (i, out)| attend_row((i, (out, scores))));
-        } else {
-            for (i, out) in s.attn.chunks_exact_mut(heads * hd).enumerate() {
-                attend_row((i, (out, &mut s.scores)));
-            }
+        // Split by (row, head): a prefill's hundreds of rows, or one row's heads.
+        match team {
+            Some(team) if m * heads > 1 => team.chunks_mut(&mut s.attn, hd, 4 * team.threads(), &attend),
+            _ => s.attn.chunks_exact_mut(hd).enumerate().for_each(|(c, o)| attend(c, o)),
         }
         s.acts.quantize(&s.attn, m, heads * hd);
         resize(&mut s.y, m * d);
-        b.o.apply(&s.acts, &mut s.y, par, &mut s.lora);
+        b.o.apply(&s.acts, &mut s.y, team, &mut s.lora);
         rows::add(&mut s.x, &s.y);
     }
 
     /// `x += down(silu(gate(h)) · up(h))` over `h` = RMSNorm(x).
-    fn mlp(&self, b: &Block, m: usize, s: &mut Scratch, par: bool) {
+    fn mlp(&self, b: &Block, m: usize, s: &mut Scratch, team: Option<&Team>) {
         let (d, inter) = (self.cfg.hidden_size, self.cfg.intermediate_size);
         for (x, h) in s.x.chunks_exact(d).zip(s.h.chunks_exact_mut(d)) {
             norm_row(x, &b.mlp_norm, h);
@@ -161,13 +160,18 @@ impl Decoder {
         s.acts.quantize(&s.h, m, d);
         resize(&mut s.gate, m * inter);
         resize(&mut s.up, m * inter);
-        b.gate.apply(&s.acts, &mut s.gate, par, &mut s.lora);
-        b.up.apply(&s.acts, &mut s.up, par, &mut s.lora);
+        b.gate.apply(&s.acts, &mut s.gate, team, &mut s.lora);
+        b.up.apply(&s.acts, &mut s.up, team, &mut s.lora);
         rows::silu_mul(&mut s.gate, &s.up);
         s.acts.quantize(&s.gate, m, inter);
-        b.down.apply(&s.acts, &mut s.y, par, &mut s.lora);
+        b.down.apply(&s.acts, &mut s.y, team, &mut s.lora);
         rows::add(&mut s.x, &s.y);
     }
+}
+
+thread_local! {
+    /// Each thread's attention scores, reused across heads and steps.
+    static SCORES: RefCell<Vec<f32>> = RefCell::default();
 }
 
 fn norm_row(x: &[f32], n: &Norm, out: &mut [f32]) {

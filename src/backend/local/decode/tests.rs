@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
+use rlx_kernels::Team;
 
 use super::cache::{Shape, Slot};
 use super::forward::{Row, Scratch};
@@ -102,7 +103,7 @@ fn step_by_step(dec: &Decoder, tokens: &[u32]) -> Vec<Vec<f32>> {
         .iter()
         .enumerate()
         .map(|(pos, &token)| {
-            dec.forward(&mut slots, &[Row { slot: 0, pos, token }], &[0], &mut s, false).unwrap();
+            dec.forward(&mut slots, &[Row { slot: 0, pos, token }], &[0], &mut s, None).unwrap();
             s.logits.clone()
         })
         .collect()
@@ -159,7 +160,11 @@ fn a_prefill_equals_decoding_token_by_token() {
             let rows: Vec<Row> = a.iter().enumerate().map(|(pos, &token)| Row { slot: 0, pos, token }).chain(b.iter().enumerate().map(|(pos, &token)| Row { slot: 1, pos, token })).collect();
             let want: Vec<usize> = (0..rows.len()).collect();
             let mut s = Scratch::default();
-            dec.forward(&mut slots, &rows, &want, &mut s, par).unwrap();
+            if par {
+                rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap().install(|| Team::run(|team| dec.forward(&mut slots, &rows, &want, &mut s, Some(team)))).unwrap();
+            } else {
+                dec.forward(&mut slots, &rows, &want, &mut s, None).unwrap();
+            }
             let v = dec.config().vocab_size;
             for (i, expect) in one_a.iter().chain(&one_b).enumerate() {
                 assert_eq!(&s.logits[i * v..(i + 1) * v], &expect[..], "{arch:?} par={par}: row {i}");

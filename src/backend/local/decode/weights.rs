@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
-use rlx_kernels::{Acts, QMatrix, rows};
+use rlx_kernels::{Acts, QMatrix, Team, rows};
 
 use super::resize;
 use crate::backend::Result;
@@ -80,23 +80,23 @@ impl Proj {
     }
 
     /// `out` `[m, n]` for the rows quantised as `acts` `[m, k]`.
-    pub(super) fn apply(&self, acts: &Acts, out: &mut [f32], par: bool, s: &mut LoraScratch) {
+    pub(super) fn apply(&self, acts: &Acts, out: &mut [f32], team: Option<&Team>, s: &mut LoraScratch) {
         let m = acts.rows();
-        self.w.matmul_t(acts, out, par);
+        self.w.matmul_t(acts, out, team);
         if let Some(b) = &self.bias {
             rows::add_rows(out, b);
         }
         if let Some(l) = &self.lora {
             let (r, rp) = (l.a.n(), l.b.k());
             resize(&mut s.t, m * r);
-            l.a.matmul_t(acts, &mut s.t, par);
+            l.a.matmul_t(acts, &mut s.t, team);
             resize(&mut s.padded, m * rp);
             for (dst, src) in s.padded.chunks_exact_mut(rp).zip(s.t.chunks_exact(r)) {
                 dst[..r].copy_from_slice(src);
             }
             s.acts.quantize(&s.padded, m, rp);
             resize(&mut s.delta, m * l.b.n());
-            l.b.matmul_t(&s.acts, &mut s.delta, par);
+            l.b.matmul_t(&s.acts, &mut s.delta, team);
             rows::axpy(out, &s.delta, l.scale);
         }
     }
