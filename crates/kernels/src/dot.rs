@@ -1,13 +1,16 @@
-//! Block dot products of one weight row against up to [`ROWS`] quantised activation rows, at
-//! each instruction-set level. Each row's sum runs over the blocks in order with its own
-//! accumulator, so a row's result does not depend on which rows share the pass (a sample's
-//! tokens do not depend on what else is in the batch).
+//! Block dot products of weight rows against up to [`ROWS`] quantised activation rows, at each
+//! instruction-set level: at AVX-512 and AVX2, two weight rows per pass with each (row, column)
+//! sum left in lanes ([`acc2`]) and sixteen columns' lanes summed at once ([`reduce_row`]); the
+//! portable loops one weight row at a time. Each (row, column) sum runs over the blocks in order
+//! with its own accumulator, so a row's result does not depend on which rows share the pass (a
+//! sample's tokens do not depend on what else is in the batch).
 
 use crate::isa::Isa;
 use crate::quant::BLOCK;
 
-/// Activation rows a pass over one weight row serves: each weight block is loaded once for all
-/// of them (AVX2 has 16 vector registers: 4 accumulators, the weights and temporaries).
+/// Activation rows a pass over the weight rows serves: each weight block is loaded once for all
+/// of them (AVX2 has 16 vector registers: 8 accumulators for two weight rows, the weights and
+/// temporaries).
 pub(crate) const ROWS: usize = 4;
 
 /// Up to [`ROWS`] consecutive activation rows: int8 values `[rows, k]`, scales `[rows, k / 32]`,
@@ -18,33 +21,6 @@ pub(crate) struct XRows<'a> {
     pub(crate) d: &'a [f32],
     pub(crate) dv: &'a [f32],
     pub(crate) k: usize,
-}
-
-/// `out[r] = Σ_b wd[b]·xd[r,b]·(wq_b · xq_r,b)` (Q8_0 weights), below AVX-512 (which takes
-/// [`acc2`]).
-pub(crate) fn q8(isa: Isa, wq: &[i8], wd: &[f32], x: XRows, out: &mut [f32]) {
-    let kb = x.k / BLOCK;
-    assert!(out.len() <= ROWS && wq.len() >= x.k && wd.len() >= kb && x.q.len() >= out.len() * x.k && x.d.len() >= out.len() * kb && x.dv.len() >= out.len() * kb * 8);
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `isa` is at most the detected level (crate::isa), and the slices were checked.
-        Isa::Avx2 | Isa::Avx512 => unsafe { x86::q8_avx2(wq, wd, x, out) },
-        _ => q8_scalar(wq, wd, x, out),
-    }
-}
-
-/// The `d` part of a 4-bit product, `out[r] = Σ_b wd[b]·xd[r,b]·(wq_b · xq_r,b)` (weights
-/// `d·q + m`, two per byte: element `j < 16` in the low nibble of byte `j`, element `16 + j`
-/// in its high one); [`mins`] gives the `m` part. Below AVX-512 (which takes [`acc2`]).
-pub(crate) fn q4(isa: Isa, qs: &[u8], wd: &[f32], x: XRows, out: &mut [f32]) {
-    let kb = x.k / BLOCK;
-    assert!(out.len() <= ROWS && qs.len() >= x.k / 2 && wd.len() >= kb && x.q.len() >= out.len() * x.k && x.dv.len() >= out.len() * kb * 8);
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `isa` is at most the detected level (crate::isa), and the slices were checked.
-        Isa::Avx2 | Isa::Avx512 => unsafe { x86::q4_avx2(qs, wd, x, out) },
-        _ => q4_scalar(qs, wd, x, out),
-    }
 }
 
 /// The `m` part of a 4-bit product for sixteen columns and one row:
@@ -91,45 +67,70 @@ pub(crate) enum Cols<'a> {
     Q4 { q: [&'a [u8]; 2], d: [&'a [f32]; 2] },
 }
 
-/// AVX-512: columns `cols` against the first `rows` rows of `x`, each (row, column) sum left
-/// in 16 lanes, `acc[(r · stride + j) · 16..][..16]` for column `j` of the two; [`reduce_row`]
-/// sums sixteen columns' lanes at once. (Summing each pair's lanes on its own, and adding the
-/// 4-bit `m` part per column, cost a third of the work of a 576-wide product.)
+/// Lanes a SIMD level leaves each (row, column) sum in ([`acc2`]): 16 at AVX-512, 8 at AVX2.
+pub(crate) fn lanes(isa: Isa) -> usize {
+    if isa == Isa::Avx512 { 16 } else { 8 }
+}
+
+/// AVX-512 or AVX2: columns `cols` against the first `rows` rows of `x`, each (row, column)
+/// sum left in its [`lanes`], `acc[(r · stride + j) · lanes..][..lanes]` for column `j` of the
+/// two; [`reduce_row`] sums sixteen columns' lanes at once. (Summing each column's lanes on its
+/// own, and adding the 4-bit `m` part per column, cost a third of the work of a 576-wide
+/// product at AVX-512.)
 ///
 /// # Panics
-/// Without AVX-512 (crate::isa), or slices shorter than the rows and blocks need.
+/// Below AVX2 (crate::isa), or slices shorter than the rows and blocks need.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn acc2(isa: Isa, cols: Cols, x: XRows, rows: usize, acc: &mut [f32], stride: usize) {
-    let kb = x.k / BLOCK;
-    assert!(isa == Isa::Avx512 && (1..=ROWS).contains(&rows) && stride >= 2 && acc.len() >= ((rows - 1) * stride + 2) * 16);
+    let (kb, lanes) = (x.k / BLOCK, lanes(isa));
+    assert!(isa >= Isa::Avx2 && (1..=ROWS).contains(&rows) && stride >= 2 && acc.len() >= ((rows - 1) * stride + 2) * lanes);
     assert!(x.q.len() >= rows * x.k && x.dv.len() >= rows * kb * 8);
     match cols {
         Cols::Q8 { q, d } => {
             assert!(q.iter().all(|w| w.len() >= x.k) && d.iter().all(|d| d.len() >= kb));
             // SAFETY: the level is the detected one or lower (crate::isa); slices checked above.
-            unsafe { x86::q8x2_acc(q, d, x, rows, acc, stride) };
+            unsafe {
+                if isa == Isa::Avx512 {
+                    x86::q8x2_acc(q, d, x, rows, acc, stride);
+                } else {
+                    x86::q8x2_acc_avx2(q, d, x, rows, acc, stride);
+                }
+            }
         }
         Cols::Q4 { q, d } => {
             assert!(q.iter().all(|w| w.len() >= x.k / 2) && d.iter().all(|d| d.len() >= kb));
             // SAFETY: as above.
-            unsafe { x86::q4x2_acc(q, d, x, rows, acc, stride) };
+            unsafe {
+                if isa == Isa::Avx512 {
+                    x86::q4x2_acc(q, d, x, rows, acc, stride);
+                } else {
+                    x86::q4x2_acc_avx2(q, d, x, rows, acc, stride);
+                }
+            }
         }
     }
 }
 
-/// AVX-512: `out[c] = Σ lanes of acc[c · 16..][..16] (+ mins(m, xs)[c])` for the first
-/// `out.len()` ≤ 16 of sixteen columns' lanes, each by the same tree of additions (a column's
-/// result depends on nothing but its own lanes).
+/// AVX-512 or AVX2: `out[c] = Σ lanes of column c (+ mins(m, xs)[c])` for the first
+/// `out.len()` ≤ 16 of sixteen columns' lanes (`acc[c · lanes..]`), each by the same tree of
+/// additions (a column's result depends on nothing but its own lanes).
 ///
 /// # Panics
-/// Without AVX-512, or `acc` shorter than 256 values, `out` longer than 16.
+/// Below AVX2, or `acc` shorter than sixteen columns' lanes, `out` longer than 16.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn reduce_row(isa: Isa, acc: &[f32], mins: Option<(&[u16], &[f32])>, out: &mut [f32]) {
-    assert!(isa == Isa::Avx512 && acc.len() >= 256 && out.len() <= 16 && mins.is_none_or(|(m, xs)| m.len() >= xs.len() * 16));
+    assert!(isa >= Isa::Avx2 && acc.len() >= 16 * lanes(isa) && out.len() <= 16 && mins.is_none_or(|(m, xs)| m.len() >= xs.len() * 16));
     // SAFETY: the level is the detected one or lower (crate::isa); lengths checked above.
-    unsafe { x86::reduce_row(acc, mins, out) };
+    unsafe {
+        if isa == Isa::Avx512 {
+            x86::reduce_row(acc, mins, out);
+        } else {
+            x86::reduce_row_avx2(acc, mins, out);
+        }
+    }
 }
 
+/// `out[r] = Σ_b wd[b]·xd[r,b]·(wq_b · xq_r,b)` (Q8_0 weights), portable.
 pub(crate) fn q8_scalar(wq: &[i8], wd: &[f32], x: XRows, out: &mut [f32]) {
     let (k, kb) = (x.k, x.k / BLOCK);
     for (r, o) in out.iter_mut().enumerate() {
@@ -144,6 +145,9 @@ pub(crate) fn q8_scalar(wq: &[i8], wd: &[f32], x: XRows, out: &mut [f32]) {
     }
 }
 
+/// The `d` part of a 4-bit product, `out[r] = Σ_b wd[b]·xd[r,b]·(wq_b · xq_r,b)` (weights
+/// `d·q + m`, two per byte: element `j < 16` in the low nibble of byte `j`, element `16 + j`
+/// in its high one), portable; [`mins`] gives the `m` part.
 pub(crate) fn q4_scalar(qs: &[u8], wd: &[f32], x: XRows, out: &mut [f32]) {
     let (k, kb) = (x.k, x.k / BLOCK);
     for (r, o) in out.iter_mut().enumerate() {
@@ -168,13 +172,6 @@ mod x86 {
     use super::XRows;
     use crate::quant::BLOCK;
 
-    #[target_feature(enable = "avx2")]
-    fn hsum256(a: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
-    }
-
     /// # Safety
     /// F16C; `dst` at least as long as `src`.
     #[target_feature(enable = "f16c,avx")]
@@ -190,33 +187,6 @@ mod x86 {
         }
     }
 
-    /// ggml's int8 dot: `maddubs` needs one unsigned operand, so |w| multiplies x carrying w's
-    /// sign; pairs widen to i32; one FMA per block applies both scales (the activation's from
-    /// its pre-broadcast vector).
-    ///
-    /// # Safety
-    /// AVX2 and FMA; slices sized as [`super::q8`] checks.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn q8_avx2(wq: &[i8], wd: &[f32], x: XRows, out: &mut [f32]) {
-        let (k, kb, rows) = (x.k, x.k / BLOCK, out.len());
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); 4];
-        for (b, &d) in wd[..kb].iter().enumerate() {
-            // SAFETY: b·32 + 32 ≤ k ≤ wq.len(), and likewise within each row of x.q and x.dv.
-            let w = unsafe { _mm256_loadu_si256(wq.as_ptr().add(b * BLOCK).cast()) };
-            let (aw, dw) = (_mm256_sign_epi8(w, w), _mm256_set1_ps(d));
-            for (r, a) in acc.iter_mut().enumerate().take(rows) {
-                let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones);
-                let dx = unsafe { _mm256_loadu_ps(x.dv.as_ptr().add((r * kb + b) * 8)) };
-                *a = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(p), *a);
-            }
-        }
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = hsum256(a);
-        }
-    }
-
     /// The 32 nibbles of one 4-bit block as bytes in element order.
     ///
     /// # Safety
@@ -226,32 +196,6 @@ mod x86 {
         // SAFETY: the caller guarantees 16 bytes.
         let t = unsafe { _mm_loadu_si128(p.cast()) };
         _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F))
-    }
-
-    /// The `d` part of a 4-bit product (the caller adds the `m` part): 4-bit weights are
-    /// unsigned (0..15), so `maddubs` takes them as they are.
-    ///
-    /// # Safety
-    /// AVX2 and FMA; slices sized as [`super::q4`] checks.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn q4_avx2(qs: &[u8], wd: &[f32], x: XRows, out: &mut [f32]) {
-        let (k, kb, rows) = (x.k, x.k / BLOCK, out.len());
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); 4];
-        for (b, &d) in wd[..kb].iter().enumerate() {
-            // SAFETY: b·16 + 16 ≤ k/2 ≤ qs.len(), and as in `q8_avx2` for x.
-            let w = unsafe { nibbles(qs.as_ptr().add(b * 16)) };
-            let dw = _mm256_set1_ps(d);
-            for (r, a) in acc.iter_mut().enumerate().take(rows) {
-                let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
-                let dx = unsafe { _mm256_loadu_ps(x.dv.as_ptr().add((r * kb + b) * 8)) };
-                *a = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(p), *a);
-            }
-        }
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o = hsum256(a);
-        }
     }
 
     /// The 64 nibbles of two consecutive 4-bit blocks as bytes in element order: low nibbles
@@ -457,5 +401,101 @@ mod x86 {
             // SAFETY: out holds 16 values.
             unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * j), *h) };
         }
+    }
+
+    /// [`q4x2_acc`] at AVX2: one block per register, `maddubs` then `madd` to int32, eight
+    /// lanes per (row, column), each activation block loaded once for both columns.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; slices sized as [`super::acc2`] checks.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn q4x2_acc_avx2(qs: [&[u8]; 2], wd: [&[f32]; 2], x: XRows, rows: usize, out: &mut [f32], stride: usize) {
+        let (k, kb) = (x.k, x.k / BLOCK);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+        for (b, (&d0, &d1)) in wd[0][..kb].iter().zip(&wd[1][..kb]).enumerate() {
+            // SAFETY: b·16 + 16 ≤ k/2 ≤ each qs's length, and b·32 + 32 ≤ k within each row of x.
+            let w = unsafe { [nibbles(qs[0].as_ptr().add(b * 16)), nibbles(qs[1].as_ptr().add(b * 16))] };
+            let dw = [_mm256_set1_ps(d0), _mm256_set1_ps(d1)];
+            for (r, a) in acc.iter_mut().enumerate().take(rows) {
+                let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
+                let dx = unsafe { _mm256_loadu_ps(x.dv.as_ptr().add((r * kb + b) * 8)) };
+                for c in 0..2 {
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[c], xv), ones);
+                    a[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[c], dx), _mm256_cvtepi32_ps(p), a[c]);
+                }
+            }
+        }
+        for (r, a) in acc.iter().enumerate().take(rows) {
+            for (c, v) in a.iter().enumerate() {
+                // SAFETY: (r·stride + c)·8 + 8 ≤ out.len(), as the caller checked.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add((r * stride + c) * 8), *v) };
+            }
+        }
+    }
+
+    /// [`q4x2_acc_avx2`] for Q8_0 weights, one column after the other: `|w|` is the unsigned
+    /// side and x takes w's sign. (Both columns in one pass ran out of AVX2's sixteen registers:
+    /// the LM head against 64 rows took 32.9 ms against 29.1.)
+    ///
+    /// # Safety
+    /// As [`q4x2_acc_avx2`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn q8x2_acc_avx2(wq: [&[i8]; 2], wd: [&[f32]; 2], x: XRows, rows: usize, out: &mut [f32], stride: usize) {
+        let (k, kb) = (x.k, x.k / BLOCK);
+        let ones = _mm256_set1_epi16(1);
+        for c in 0..2 {
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for (b, &d) in wd[c][..kb].iter().enumerate() {
+                // SAFETY: b·32 + 32 ≤ k ≤ each wq's length, and likewise within each row of x.
+                let w = unsafe { _mm256_loadu_si256(wq[c].as_ptr().add(b * BLOCK).cast()) };
+                let (aw, dw) = (_mm256_sign_epi8(w, w), _mm256_set1_ps(d));
+                for (r, a) in acc.iter_mut().enumerate().take(rows) {
+                    let xv = unsafe { _mm256_loadu_si256(x.q.as_ptr().add(r * k + b * BLOCK).cast()) };
+                    let dx = unsafe { _mm256_loadu_ps(x.dv.as_ptr().add((r * kb + b) * 8)) };
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones);
+                    *a = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(p), *a);
+                }
+            }
+            for (r, a) in acc.iter().enumerate().take(rows) {
+                // SAFETY: as in `q4x2_acc_avx2`.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add((r * stride + c) * 8), *a) };
+            }
+        }
+    }
+
+    /// [`reduce_row`] at AVX2: two trees of eight columns' eight lanes, then the `m` part.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `acc` holds 128 values, `mins` as [`super::reduce_row`] checks,
+    /// `out` at most 16 long.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn reduce_row_avx2(acc: &[f32], mins: Option<(&[u16], &[f32])>, out: &mut [f32]) {
+        let mut sums = [0f32; 16];
+        for h in 0..2 {
+            let mut t = [_mm256_setzero_ps(); 4];
+            for (i, t) in t.iter_mut().enumerate() {
+                // SAFETY: vectors 8h + 2i and 8h + 2i + 1 lie within the 128 values.
+                let (a, b) = unsafe { (_mm256_loadu_ps(acc.as_ptr().add(64 * h + 16 * i)), _mm256_loadu_ps(acc.as_ptr().add(64 * h + 16 * i + 8))) };
+                *t = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+            }
+            let mut u = [_mm256_setzero_ps(); 2];
+            for (i, u) in u.iter_mut().enumerate() {
+                let (a, b) = (_mm256_castps_pd(t[2 * i]), _mm256_castps_pd(t[2 * i + 1]));
+                *u = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)), _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+            }
+            let s = _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(u[0], u[1]), _mm256_permute2f128_ps::<0x31>(u[0], u[1]));
+            // SAFETY: 8h + 8 ≤ 16.
+            unsafe { _mm256_storeu_ps(sums.as_mut_ptr().add(8 * h), s) };
+        }
+        if let Some((m, xs)) = mins {
+            let mut ms = [0f32; 16];
+            // SAFETY: F16C and FMA are enabled here; m holds 16 values per block of xs.
+            unsafe { mins_avx2(m, xs, &mut ms) };
+            for (s, m) in sums.iter_mut().zip(ms) {
+                *s += m;
+            }
+        }
+        out.copy_from_slice(&sums[..out.len()]);
     }
 }

@@ -22,10 +22,9 @@ use std::ops::{Deref, DerefMut, Range};
 
 use rayon::prelude::*;
 
-use crate::team::Team;
-
 use crate::dot::{self, ROWS, XRows};
 use crate::isa::{self, Isa};
+use crate::team::Team;
 
 /// Values per block.
 pub const BLOCK: usize = 32;
@@ -313,7 +312,7 @@ impl QMatrix {
         let tiles = self.n.div_ceil(width);
         let kb = self.k / BLOCK;
         let dst = OutPtr(out.as_mut_ptr());
-        let run = |ts: std::ops::Range<usize>| {
+        let run = |ts: Range<usize>| {
             SCRATCH.with_borrow_mut(|sc| {
                 for t in ts {
                     let cs = t * width..((t + 1) * width).min(self.n);
@@ -340,18 +339,18 @@ impl QMatrix {
     /// a multiple of 16), written through `dst`: the task that owns the tile alone writes them.
     fn pass(&self, isa: Isa, cs: Range<usize>, x: &Acts, rs: Range<usize>, sc: &mut TileScratch, dst: OutPtr) {
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx512 {
-            return self.pass_avx512(cs, x, rs, sc, dst);
+        if isa >= Isa::Avx2 {
+            return self.pass_lanes(isa, cs, x, rs, sc, dst);
         }
         let (k, kb, n) = (self.k, self.k / BLOCK, self.n);
         let (xr, mut col) = (x.x(rs.start), [0f32; ROWS]);
         for c in cs.clone() {
             let col = &mut col[..rs.len()];
             match &self.blocks {
-                Blocks::Q8 { q, d } => dot::q8(isa, &q[c * k..(c + 1) * k], &d[c * kb..(c + 1) * kb], xr, col),
+                Blocks::Q8 { q, d } => dot::q8_scalar(&q[c * k..(c + 1) * k], &d[c * kb..(c + 1) * kb], xr, col),
                 Blocks::Q4 { qs, .. } => {
                     let j = c - cs.start;
-                    dot::q4(isa, &qs[c * k / 2..(c + 1) * k / 2], &sc.d[j * kb..(j + 1) * kb], xr, col);
+                    dot::q4_scalar(&qs[c * k / 2..(c + 1) * k / 2], &sc.d[j * kb..(j + 1) * kb], xr, col);
                 }
             }
             for (r, &v) in rs.clone().zip(col.iter()) {
@@ -373,14 +372,15 @@ impl QMatrix {
         }
     }
 
-    /// [`QMatrix::pass`] at AVX-512: each pair of columns leaves its rows' sums in lanes, and
-    /// sixteen columns' lanes are summed at once, with the 4-bit `m` part, into one store.
+    /// [`QMatrix::pass`] at AVX-512 or AVX2: each pair of columns leaves its rows' sums in
+    /// lanes, and sixteen columns' lanes are summed at once, with the 4-bit `m` part, into one
+    /// store per row.
     #[cfg(target_arch = "x86_64")]
-    fn pass_avx512(&self, cs: Range<usize>, x: &Acts, rs: Range<usize>, sc: &mut TileScratch, dst: OutPtr) {
-        let (k, kb, rows) = (self.k, self.k / BLOCK, rs.len());
+    fn pass_lanes(&self, isa: Isa, cs: Range<usize>, x: &Acts, rs: Range<usize>, sc: &mut TileScratch, dst: OutPtr) {
+        let (k, kb, rows, lanes) = (self.k, self.k / BLOCK, rs.len(), dot::lanes(isa));
         let stride = cs.len().div_ceil(16) * 16;
         let TileScratch { d: wd, acc } = sc;
-        acc.resize(rows * stride * 16, 0.0);
+        acc.resize(rows * stride * lanes, 0.0);
         let xr = x.x(rs.start);
         for c in cs.clone().step_by(2) {
             // An odd last column goes with itself; its twin's lanes land in the padding.
@@ -390,7 +390,7 @@ impl QMatrix {
                 Blocks::Q8 { q, d } => dot::Cols::Q8 { q: [&q[c * k..], &q[c2 * k..]], d: [&d[c * kb..], &d[c2 * kb..]] },
                 Blocks::Q4 { qs, .. } => dot::Cols::Q4 { q: [&qs[c * k / 2..], &qs[c2 * k / 2..]], d: [&wd[j * kb..], &wd[j2 * kb..]] },
             };
-            dot::acc2(Isa::Avx512, cols, xr, rows, &mut acc[j * 16..], stride);
+            dot::acc2(isa, cols, xr, rows, &mut acc[j * lanes..], stride);
         }
         for (i, r) in rs.enumerate() {
             for g in (0..cs.len()).step_by(16) {
@@ -402,7 +402,7 @@ impl QMatrix {
                 // SAFETY: row r, columns c..c + len of the output (r·n + c + len ≤ m·n), within
                 // this task's tile and written by nothing else while the slice lives.
                 let out = unsafe { std::slice::from_raw_parts_mut(dst.get().add(r * self.n + c), (cs.end - c).min(16)) };
-                dot::reduce_row(Isa::Avx512, &acc[(i * stride + g) * 16..], mins, out);
+                dot::reduce_row(isa, &acc[(i * stride + g) * lanes..], mins, out);
             }
         }
     }
@@ -439,7 +439,8 @@ impl<T: Byte> Aligned<T> {
         a
     }
 
-    /// New values are zero.
+    /// Keeps the lines it has: values past the old length are whatever they held (zero in new
+    /// lines); the one caller overwrites them all.
     fn resize(&mut self, len: usize) {
         self.lines.resize(len.div_ceil(64), Line([0; 64]));
         self.len = len;
