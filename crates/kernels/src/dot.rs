@@ -284,12 +284,8 @@ mod x86 {
                 }
             }
         }
-        for (r, a) in acc.iter().enumerate().take(rows) {
-            for (c, v) in a.iter().enumerate() {
-                // SAFETY: (r·stride + c)·16 + 16 ≤ out.len(), as the caller checked.
-                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((r * stride + c) * 16), *v) };
-            }
-        }
+        // SAFETY: as the caller checked.
+        unsafe { store_lanes(&acc, rows, out, stride) };
     }
 
     /// [`q4x2_acc`] for Q8_0 weights: signed, so `|w|` is the u8 side and x takes w's sign
@@ -333,9 +329,20 @@ mod x86 {
                 }
             }
         }
+        // SAFETY: as the caller checked.
+        unsafe { store_lanes(&acc, rows, out, stride) };
+    }
+
+    /// Stores the first `rows` rows of two columns' lanes at `out[(r · stride + c) · 16..]`.
+    ///
+    /// # Safety
+    /// AVX-512 F; `out` holds `((rows − 1) · stride + 2) · 16` values.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn store_lanes(acc: &[[__m512; 2]; 4], rows: usize, out: &mut [f32], stride: usize) {
         for (r, a) in acc.iter().enumerate().take(rows) {
             for (c, v) in a.iter().enumerate() {
-                // SAFETY: as in `q4x2_acc`.
+                // SAFETY: (r·stride + c)·16 + 16 ≤ out.len(), as the caller guarantees.
                 unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((r * stride + c) * 16), *v) };
             }
         }

@@ -6,8 +6,8 @@
 //!   the product `x Wᵀ` split over output columns.
 //! - [`isa`]: which instruction set the block dot products use, chosen once at run time
 //!   (AVX-512 with VNNI, AVX2 with FMA, or portable Rust), overridable with `RLX_ISA`.
-//! - [`team`]: the threads of one decoding step, splitting its products and attention into
-//!   parts they claim, and spinning between them rather than sleeping.
+//! - [`team`]: the threads of a decoding group running alone, splitting its products and
+//!   attention into parts they claim, and spinning between them rather than sleeping.
 //! - [`rows`]: RMSNorm, rotary embeddings, SwiGLU, attention of one query over a cache, small
 //!   f32 products (LoRA adapters), and a vectorisable `exp`.
 //!

@@ -1,6 +1,6 @@
-//! A team of rayon's threads held for one decoding step: the step's products and attention
-//! split into parts that the team's threads claim from one counter, and a thread with nothing to
-//! claim spins for the next split instead of going back to rayon.
+//! A team of rayon's threads held while a decoding group runs alone: each step's products and
+//! attention split into parts that the team's threads claim from one counter, and a thread with
+//! nothing to claim spins (then yields) for the next split instead of going back to rayon.
 //!
 //! Why not rayon's `join` per product: a step of one sequence is about 200 products of a few
 //! microseconds each, and each split through rayon woke the other thread and waited for it
@@ -21,7 +21,7 @@ struct Split<'a> {
     f: &'a (dyn Fn(usize) + Sync),
 }
 
-/// The threads of one step; see [`Team::run`].
+/// The threads of a decoding group's steps; see [`Team::run`].
 pub struct Team {
     helpers: usize,
     /// The current split, valid while one of its parts is unfinished.
@@ -35,7 +35,9 @@ pub struct Team {
     panicked: AtomicBool,
 }
 
+/// Bits of `parts` and of `next` in the claim word.
 const PARTS_BITS: u32 = 20;
+
 fn pack(epoch: u64, parts: usize, next: usize) -> u64 {
     (epoch << (2 * PARTS_BITS)) | ((parts as u64) << PARTS_BITS) | next as u64
 }
@@ -46,8 +48,9 @@ fn unpack(c: u64) -> (u64, usize, usize) {
 }
 
 impl Team {
-    /// Runs `f` with a team of the current rayon pool's threads: the caller, and helpers spawned
-    /// into the pool that work on [`Team::split`]s until `f` returns.
+    /// Runs `f` with a team of the current rayon pool's threads: the caller, and the pool's
+    /// other threads as helpers (through a broadcast) working on [`Team::split`]s until `f`
+    /// returns.
     pub fn run<R: Send>(f: impl FnOnce(&Team) -> R + Send) -> R {
         let team = Team {
             helpers: rayon::current_num_threads().saturating_sub(1),
