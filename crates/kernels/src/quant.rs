@@ -10,8 +10,9 @@
 //!   exactly the weights the trainer dequantised from the file (rlx's own Q8_0 copy would
 //!   re-round them).
 //!
-//! Scales are f32 (GGUF's f16 scales are widened on load): the kernels then need no
-//! conversions, at 4 bytes per block more than GGUF.
+//! Q8_0 scales are f32 (GGUF's f16 widened on load). 4-bit blocks keep GGUF's f16 scales, 4
+//! bytes a block fewer to stream, widened per tile of columns as used; their minimums are stored
+//! grouped by sixteen columns, the columns whose `m` parts are summed at once.
 //!
 //! Activations are quantised per row and block to int8 with their own scale, as llama.cpp does
 //! ([`Acts`], with each block's scaled sum for the `m` term), so a product is an int8 dot per
