@@ -83,7 +83,7 @@ fn the_sdk_downloads_what_rlx_exports_and_the_merged_model_is_the_saved_sampler(
     let script = repo().join("tests/fixtures/tinker_sdk/download.py");
     let out = server.python(&python, &script).args(["tiny-model", sdk_dir.to_str().unwrap()]).current_dir(cx.path()).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the SDK script failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(out.status.success(), "the SDK script failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
     let s: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("no summary ({e}):\n{stdout}\n{stderr}"));
     let text = |k: &str| s[k].as_str().unwrap().to_string();
 
