@@ -23,23 +23,17 @@ pub(crate) struct XRows<'a> {
     pub(crate) k: usize,
 }
 
-/// The `m` part of a 4-bit product for sixteen columns and one row:
+/// The `m` part of a 4-bit product for sixteen columns and one row, portable:
 /// `out[c] = Σ_b xs[b]·m[b, c]`, `m` the group's minimums `[blocks, 16]` (f16 bits) and `xs`
-/// the row's scaled block sums. Vectorised across the columns, where one dot product per column
-/// over its few blocks (18 for a 576-wide input) was a fifth of the 4-bit kernel's time.
-pub(crate) fn mins(isa: Isa, m: &[u16], xs: &[f32], out: &mut [f32; 16]) {
+/// the row's scaled block sums. Summed across the columns, where one dot product per column over
+/// its few blocks (18 for a 576-wide input) was a fifth of the 4-bit kernel's time; the SIMD
+/// levels do the same inside [`reduce_row`].
+pub(crate) fn mins_scalar(m: &[u16], xs: &[f32], out: &mut [f32; 16]) {
     assert!(m.len() >= xs.len() * 16);
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the AVX2 and AVX-512 levels include F16C and FMA (crate::isa); length checked.
-        Isa::Avx2 | Isa::Avx512 => unsafe { x86::mins_avx2(m, xs, out) },
-        _ => {
-            out.fill(0.0);
-            for (mb, &x) in m.chunks_exact(16).zip(xs) {
-                for (o, &h) in out.iter_mut().zip(mb) {
-                    *o += x * crate::quant::f16_to_f32(h);
-                }
-            }
+    out.fill(0.0);
+    for (mb, &x) in m.chunks_exact(16).zip(xs) {
+        for (o, &h) in out.iter_mut().zip(mb) {
+            *o += x * crate::quant::f16_to_f32(h);
         }
     }
 }
@@ -63,7 +57,7 @@ pub(crate) fn widen(isa: Isa, src: &[u16], dst: &mut [f32]) {
 #[derive(Clone, Copy)]
 pub(crate) enum Cols<'a> {
     Q8 { q: [&'a [i8]; 2], d: [&'a [f32]; 2] },
-    /// Nibbles and widened `d` scales (the `m` part is [`mins`]'s).
+    /// Nibbles and widened `d` scales (the `m` part is added by [`reduce_row`]).
     Q4 { q: [&'a [u8]; 2], d: [&'a [f32]; 2] },
 }
 
@@ -147,7 +141,7 @@ pub(crate) fn q8_scalar(wq: &[i8], wd: &[f32], x: XRows, out: &mut [f32]) {
 
 /// The `d` part of a 4-bit product, `out[r] = Σ_b wd[b]·xd[r,b]·(wq_b · xq_r,b)` (weights
 /// `d·q + m`, two per byte: element `j < 16` in the low nibble of byte `j`, element `16 + j`
-/// in its high one), portable; [`mins`] gives the `m` part.
+/// in its high one), portable; [`mins_scalar`] gives the `m` part.
 pub(crate) fn q4_scalar(qs: &[u8], wd: &[f32], x: XRows, out: &mut [f32]) {
     let (k, kb) = (x.k, x.k / BLOCK);
     for (r, o) in out.iter_mut().enumerate() {
@@ -373,8 +367,7 @@ mod x86 {
         // [vectors 4i..4i+4 over 128-bit lanes 0+1, the same over lanes 2+3, then 4i+4..4i+8].
         let g0 = _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(u[0], u[1]), _mm512_shuffle_f32x4::<0b11_01_11_01>(u[0], u[1]));
         let g1 = _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(u[2], u[3]), _mm512_shuffle_f32x4::<0b11_01_11_01>(u[2], u[3]));
-        let g = [g0, g1];
-        let mut s = _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(g[0], g[1]), _mm512_shuffle_f32x4::<0b11_01_11_01>(g[0], g[1]));
+        let mut s = _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(g0, g1), _mm512_shuffle_f32x4::<0b11_01_11_01>(g0, g1));
         if let Some((m, xs)) = mins {
             let mut ms = _mm512_setzero_ps();
             for (b, &x) in xs.iter().enumerate() {
@@ -389,7 +382,7 @@ mod x86 {
         unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), mask, s) };
     }
 
-    /// [`super::mins`] at AVX2: two halves of eight columns.
+    /// [`super::mins_scalar`] at AVX2: two halves of eight columns.
     ///
     /// # Safety
     /// AVX2, FMA and F16C; `m` holds 16 values per block of `xs`.

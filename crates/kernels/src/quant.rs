@@ -126,7 +126,7 @@ enum Blocks {
     /// Scales as stored in GGUF (f16 bits): 20 bytes a block instead of 24 with f32, and a
     /// decoding step is bound by the bytes it streams; `d` is widened per tile as used. The
     /// minimums `mt` are grouped by sixteen columns, `[n / 16, blocks, 16]` (zero past `n`):
-    /// the `m` part of a product is summed across sixteen columns at once ([`dot::mins`]).
+    /// the `m` part of a product is summed across sixteen columns at once.
     Q4 { qs: Aligned<u8>, d: Vec<u16>, mt: Vec<u16> },
 }
 
@@ -308,7 +308,7 @@ impl QMatrix {
         // the LM head's 49,152 columns).
         // One row (a decoding step of one sequence) has nothing to keep in cache: tiles of 16
         // columns split a 576-column projection evenly over the cores (9 tiles of 64 did not).
-        // Both widths are multiples of 16, the columns [`dot::mins`] and AVX-512's sums take.
+        // Both widths are multiples of 16, the columns whose `m` parts and lanes are summed at once.
         let width = if m > ROWS { 64 } else { 16 };
         let tiles = self.n.div_ceil(width);
         let kb = self.k / BLOCK;
@@ -343,6 +343,7 @@ impl QMatrix {
         if isa >= Isa::Avx2 {
             return self.pass_lanes(isa, cs, x, rs, sc, dst);
         }
+        let _ = isa;
         let (k, kb, n) = (self.k, self.k / BLOCK, self.n);
         let (xr, mut col) = (x.x(rs.start), [0f32; ROWS]);
         for c in cs.clone() {
@@ -363,7 +364,7 @@ impl QMatrix {
             let mut sums = [0f32; 16];
             for g in cs.clone().step_by(16) {
                 for r in rs.clone() {
-                    dot::mins(isa, &mt[g * kb..(g + 16) * kb], &x.s[r * kb..(r + 1) * kb], &mut sums);
+                    dot::mins_scalar(&mt[g * kb..(g + 16) * kb], &x.s[r * kb..(r + 1) * kb], &mut sums);
                     for (c, v) in (g..cs.end).zip(sums) {
                         // SAFETY: as above.
                         unsafe { *dst.get().add(r * n + c) += v };
