@@ -101,6 +101,10 @@ impl SlowTrainer {
 }
 
 impl Trainer for SlowTrainer {
+    // A remote service: the engine streams groups k steps deep.
+    fn runs_elsewhere(&self) -> bool {
+        true
+    }
     fn forward_backward(&self, data: Vec<Datum>, _loss: LossFn) -> Pending<ForwardBackwardOutput> {
         let outputs = data.iter().map(|d| rlx::seam::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
         self.after(self.lat.forward_backward, ForwardBackwardOutput { loss: 1.0, outputs, stats: Default::default() })
@@ -220,7 +224,7 @@ fn main() {
             "name: pipeline
 seed: 1
 model: {{base: {tiny}}}
-backend: {{kind: tinker}}
+backend: {{kind: local}}
 data:
   train: [{{path: {train}, format: mbpp}}]
 prompt: {{user: {user}}}

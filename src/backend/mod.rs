@@ -274,6 +274,13 @@ pub trait Trainer: Send + Sync {
     /// (In the reply.) I/O failures, or a state written by a different model/adapter layout.
     fn load_state(&self, state: &StateRef) -> Pending<()>;
 
+    /// Whether the trainer and its samplers run on other machines (a remote service), so that
+    /// sampling and training do not compete for this machine's cores: the engine then streams
+    /// groups `grpo.max_steps_off_policy` steps deep rather than sampling one step ahead.
+    fn runs_elsewhere(&self) -> bool {
+        false
+    }
+
     /// Submits: a sampler on a snapshot of the weights as of this point in the request order
     /// (later steps do not change it).
     ///

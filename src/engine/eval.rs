@@ -18,7 +18,9 @@ use crate::spec::types::RolloutLog;
 use crate::plan::Plan;
 
 use super::rollout::{self, Ctx};
-use super::{Error, problems};
+use super::error::Error;
+use super::problems;
+use super::record;
 
 /// An evaluation's metrics and per-problem records.
 pub(crate) struct EvalResult {
@@ -84,7 +86,7 @@ pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &Ev
             RolloutLog::Sample => 1,
             RolloutLog::None => 0,
         };
-        samples.extend(g.trajectories.iter().take(keep).enumerate().map(|(k, t)| sample_record(step, &source, k, t.last())));
+        samples.extend(g.trajectories.iter().take(keep).enumerate().map(|(k, t)| record::eval_sample(step, &source, k, t.last())));
         let graded: Vec<&super::grading::Graded> = g.trajectories.iter().map(|t| &t.last().graded).collect();
         let c = graded.iter().filter(|x| x.verdict.passed).count() as u32;
         let graded_n = graded.iter().filter(|x| x.verdict.status != VerdictStatus::InfraError).count() as u32;
@@ -99,7 +101,7 @@ pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &Ev
             source,
             n: graded_n,
             correct: c,
-            statuses: graded.iter().map(|x| super::record_status(x.verdict.status)).collect(),
+            statuses: graded.iter().map(|x| record::status(x.verdict.status)).collect(),
             tests_passed: graded.iter().map(|x| x.verdict.tests_passed).collect(),
             metrics: PassAtK(per),
         });
@@ -122,27 +124,6 @@ pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &Ev
     metrics.insert(names::PROBLEMS_DROPPED.into(), timing.sampler_dropped as f64);
     metrics.insert(time::EVAL_S.into(), t.elapsed().as_secs_f64());
     Ok(Some(EvalResult { metrics, records, samples }))
-}
-
-/// The eval_rollouts.jsonl record of sample `k` (its prompt on the first sample only).
-fn sample_record(step: i64, source: &Option<String>, k: usize, t: &rollout::Turn) -> EvalSampleRecord {
-    let v = &t.graded.verdict;
-    EvalSampleRecord {
-        step,
-        problem_id: v.problem_id.clone(),
-        source: source.clone(),
-        sample: k,
-        text: t.text.clone(),
-        code: t.graded.code.clone(),
-        status: super::record_status(v.status),
-        tests_passed: v.tests_passed,
-        tests_total: v.tests_total,
-        tests: v.tests.iter().map(super::step::test_record).collect(),
-        error: v.error.clone(),
-        prompt: if k == 0 { super::record_prompt(&t.prompt) } else { vec![] },
-        stop_reason: super::record_stop(t.seq.stop_reason),
-        tokens: t.seq.tokens.len(),
-    }
 }
 
 /// Each `k`'s pass@k averaged over `records`' problems (0 for none).

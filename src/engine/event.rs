@@ -75,3 +75,11 @@ impl<F: Fn(Event) + Send + Sync> EventSink for F {
         self(event)
     }
 }
+
+/// Tracker warnings: on the console (through the sink) and in `logs.log`.
+pub(crate) fn warn(sink: &dyn EventSink, warnings: Vec<String>) {
+    for w in warnings {
+        tracing::info!("warning: {w}");
+        sink.event(Event::Warning(w));
+    }
+}

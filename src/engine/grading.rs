@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::plan::Plan;
 use crate::sandbox::{AnyGrader, GradeOptions, Limits};
 
-use super::{Error, Event, EventSink};
+use super::error::Error;
+use super::event::{Event, EventSink};
 
 pub(crate) use crate::sandbox::grade_loop::{Graded, grade_group};
 

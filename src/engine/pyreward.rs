@@ -24,7 +24,8 @@ use crate::sandbox::{AnyGrader, VerdictStatus};
 
 use super::grading::{Graded, Sandboxes};
 use super::rollout::Group;
-use super::{Error, Event, EventSink};
+use super::error::Error;
+use super::event::{Event, EventSink};
 
 /// A run's Python reward: the user's function, the local sandbox it runs in, and the failed
 /// calls counted so far.

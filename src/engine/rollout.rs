@@ -16,7 +16,10 @@ use crate::sandbox::{AnyGrader, GradeOptions, VerdictStatus};
 
 use super::grading::{Graded, grade_group};
 use super::prompting::{Prompting, Rendered};
-use super::{Error, Event, EventSink, StopSignal, feedback, problems};
+use super::control::StopSignal;
+use super::error::Error;
+use super::event::{Event, EventSink};
+use super::{feedback, problems};
 
 /// One attempt: the prompt it saw, what was sampled, and its grade.
 #[derive(Debug)]

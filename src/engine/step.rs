@@ -1,32 +1,29 @@
-//! One GRPO training step: problems → groups → rewards → advantages → datums → optimizer step.
-//! [`run`] does it on-policy; the pipelined loop calls [`rollouts`] and [`learn`] itself.
+//! One GRPO update: a step's groups (gathered by a source, engine/gather.rs, each scored once
+//! as it arrived) → datums → optimizer step → the step's metrics and rollout records.
 //!
-//! [`rollouts`] collects a step's groups (with dynamic sampling, in rounds: the decision is
-//! [`super::fill::Fill`]'s); [`learn`] scores them ([`score`]), shapes the datums' advantages
-//! (the KL penalty, then the loss aggregation: [`crate::rl::shaping`]), trains, and reports.
+//! [`learn`] builds the datums from the groups' advantages (degenerate groups skipped, truncated
+//! trajectories masked when asked), shapes them (the KL penalty, then the loss aggregation:
+//! [`crate::rl::shaping`]), trains, and reports.
 
 use std::collections::BTreeMap;
-use std::ops::Range;
-use std::sync::Arc;
 use std::time::Instant;
 
-
-use crate::backend::{Sampler, Trainer};
+use crate::backend::Trainer;
 use crate::quantile::quantile;
-use crate::rl::advantage::{AdvantageStrategy, should_skip};
+use crate::rl::advantage::should_skip;
 use crate::rl::shaping;
-use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SamplingParams, StopReason, make_multiturn_datum};
-use crate::rl::reward::{Custom, Grading, RewardStrategy};
-use crate::sandbox::VerdictStatus;
 use crate::runlog::metrics::{optim, sandbox, time, train};
-use crate::runlog::{Attempt, RolloutRecord, TestOutcome, TestRecord};
+use crate::runlog::RolloutRecord;
+use crate::sandbox::VerdictStatus;
+use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, StopReason, make_multiturn_datum};
 use crate::spec::types::{Overlong, RolloutLog};
 
+use super::error::Error;
+use super::event::Event;
 use super::fill::Fill;
-use super::pyreward::Scores;
-use super::grading::Graded;
-use super::rollout::{self, Ctx, Group, GroupPrompt, Trajectory, truncation_rate};
-use super::{Error, problems};
+use super::record;
+use super::rollout::{Ctx, Trajectory, truncation_rate};
+use super::scoring::StepConfig;
 
 /// What a finished step produced.
 pub(crate) struct StepResult {
@@ -34,131 +31,9 @@ pub(crate) struct StepResult {
     pub metrics: BTreeMap<String, f64>,
     /// Records for rollouts.jsonl.
     pub rollouts: Vec<RolloutRecord>,
-    /// Problems the step drew: the data cursor advances by this (`prompts_per_step`, or more
-    /// with dynamic sampling).
-    pub drawn: u64,
     /// When every group of the step was dropped for sandbox infrastructure errors: the last
     /// error (the sandbox is down; the engine stops rather than sample on).
     pub sandbox_down: Option<String>,
-}
-
-/// Inputs of a step that do not change between steps.
-pub(crate) struct StepConfig<'a> {
-    /// The run's plan (batch shape, loss, optimizer, logging).
-    pub plan: &'a crate::plan::Plan,
-    /// Training problems (already in run order).
-    pub train: &'a [Arc<crate::data::Problem>],
-    /// Advantage strategy.
-    pub advantage: &'a dyn AdvantageStrategy,
-    /// Reward strategy.
-    pub reward: &'a dyn RewardStrategy,
-    /// The Python reward function, when the reward calls one.
-    pub python: Option<&'a super::pyreward::PythonRewards>,
-    /// Sampling parameters (seed set per problem).
-    pub sampling: &'a SamplingParams,
-}
-
-/// The outcome the reward strategies see.
-pub(crate) fn outcome<'a>(g: &Graded, custom: Option<&'a Custom>) -> Grading<'a> {
-    Grading {
-        format_ok: g.verdict.status != VerdictStatus::FormatError,
-        tests_passed: g.verdict.tests_passed as u32,
-        tests_total: g.verdict.tests_total as u32,
-        infra_error: g.verdict.status == VerdictStatus::InfraError,
-        custom,
-    }
-}
-
-/// The group prompts of training step `step` for its problem slots `slots` (slot j is problem
-/// `cursor + j`, cycling, seeded by (seed, step, j)).
-///
-/// # Errors
-/// Template or tokenizer failures.
-pub(crate) fn prompts(step: u32, cursor: u64, slots: Range<u64>, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Vec<GroupPrompt>, Error> {
-    let plan = cfg.plan;
-    let n_problems = cfg.train.len() as u64;
-    let mut prompts = vec![];
-    for j in slots {
-        let problem = cfg.train[((cursor + j) % n_problems) as usize].clone();
-        let rendered = cx.prompting.first_turn(&problem)?;
-        prompts.push((problem, rendered, problems::derive_seed(plan.seed, i64::from(step), j)));
-    }
-    Ok(prompts)
-}
-
-/// The rewards of group `gi`'s trajectories (the last attempt's reward, with the Python
-/// reward's value from `scores` when there is one, plus the overlong penalty when
-/// `grpo.overlong` asks for it); `None` when a grade hit an infrastructure error or the Python
-/// reward failed.
-fn group_rewards(g: &Group, gi: usize, scores: &Scores, cfg: &StepConfig<'_>) -> Option<Vec<f64>> {
-    let max_tokens = cfg.plan.sampling.max_tokens;
-    g.trajectories
-        .iter()
-        .enumerate()
-        .map(|(k, t)| {
-            let last = t.last();
-            let r = cfg.reward.reward(&outcome(&last.graded, scores.custom(gi, k)))?;
-            let shaped = match cfg.plan.grpo.overlong {
-                Some(Overlong::SoftPenalty { cache_tokens, penalty }) => shaping::overlong_penalty(last.seq.tokens.len(), max_tokens, cache_tokens as usize, penalty),
-                _ => 0.0,
-            };
-            Some(r + shaped)
-        })
-        .collect()
-}
-
-/// Whether group `gi` carries a learning signal: scored, and not every advantage zero.
-pub(crate) fn informative(g: &Group, gi: usize, scores: &Scores, cfg: &StepConfig<'_>) -> bool {
-    group_rewards(g, gi, scores, cfg).is_some_and(|r| !should_skip(&cfg.advantage.advantages(&r)))
-}
-
-/// Samples and grades the groups of step `step` on `sampler`, drawing problems from `cursor`:
-/// `prompts_per_step` of them, then, with dynamic sampling, more rounds until [`Fill`] says the
-/// step is full. `None` when a stop was requested.
-///
-/// # Errors
-/// Sampler, template or tokenizer failures.
-pub(crate) async fn rollouts(sampler: &dyn Sampler, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<Fill>, Error> {
-    let plan = cfg.plan;
-    let target = plan.grpo.prompts_per_step as usize;
-    let mut fill = Fill::new(target, plan.grpo.dynamic_sampling.map_or(0, |d| d.max_extra_rounds));
-    let phase = rollout::Phase { n: plan.grpo.group_size as usize, params: cfg.sampling, max_attempts: plan.rollout.max_attempts, name: "sample", step: i64::from(step) };
-    let mut want = target;
-    loop {
-        let prompts = prompts(step, cursor, fill.drawn..fill.drawn + want as u64, cfg, cx)?;
-        let (groups, timing) = rollout::run(sampler, prompts, &phase, cx).await?;
-        let Some(groups) = groups else { return Ok(None) };
-        // The Python reward is called here, once per group: dynamic sampling needs the rewards
-        // to know whether a round filled the step.
-        let scores = match cfg.python {
-            Some(python) => python.score(step, &groups, cx.sink).await?,
-            None => Scores::default(),
-        };
-        fill.add(groups, timing, want as u64, |gi, g| informative(g, gi, &scores, cfg));
-        fill.scores.append(scores);
-        match fill.wants() {
-            Some(more) if !cx.stop.requested() => {
-                tracing::info!(step, round = fill.rounds + 1, problems = more, "dynamic sampling: drawing more problems");
-                want = more;
-            }
-            _ => break,
-        }
-    }
-    Ok(Some(fill))
-}
-
-/// Runs training step `step` on-policy: sample on the current weights, grade, train. `None`
-/// when a stop was requested before training (the step is then abandoned whole: no update).
-///
-/// # Errors
-/// Sampler, prompt or trainer failures.
-pub(crate) async fn run(trainer: &dyn Trainer, step: u32, cursor: u64, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<Option<StepResult>, Error> {
-    let sampler = trainer.sampler().await?;
-    let Some(fill) = rollouts(&*sampler, step, cursor, cfg, cx).await? else { return Ok(None) };
-    if cx.stop.requested() {
-        return Ok(None);
-    }
-    Ok(Some(learn(Some(trainer), step, &fill, 0, cfg, cx).await?))
 }
 
 /// A datum and which of its positions predict a sampled token (the rest is context).
@@ -285,73 +160,15 @@ struct Scored {
     tally: Tally,
 }
 
-/// The rollout record of trajectory `k` of group `gi`.
-fn record(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory, (reward, advantage, skipped): (f64, f64, bool)) -> RolloutRecord {
-    let last = t.last();
-    // Earlier attempts and the feedback each got.
-    let turns = if t.turns.len() > 1 {
-        t.turns
-            .iter()
-            .map(|x| Attempt {
-                prompt_last_message: x.prompt.messages.last().map(|m| m.content.clone()),
-                text: x.text.clone(),
-                status: super::record_status(x.graded.verdict.status),
-                tests_passed: x.graded.verdict.tests_passed,
-            })
-            .collect()
-    } else {
-        vec![]
-    };
-    RolloutRecord {
-        step,
-        problem_id: g.problem.id.clone(),
-        group: gi,
-        sample: k,
-        text: last.text.clone(),
-        code: last.graded.code.clone(),
-        status: super::record_status(last.graded.verdict.status),
-        tests_passed: last.graded.verdict.tests_passed,
-        tests_total: last.graded.verdict.tests_total,
-        tests: last.graded.verdict.tests.iter().map(test_record).collect(),
-        error: last.graded.verdict.error.clone(),
-        // Once per group: its completions share the prompt.
-        prompt: match k {
-            0 => super::record_prompt(&t.turns[0].prompt),
-            _ => vec![],
-        },
-        reward,
-        advantage,
-        skipped,
-        stop_reason: super::record_stop(last.seq.stop_reason),
-        tokens: last.seq.tokens.len(),
-        attempts: t.turns.len(),
-        policy_version: None,
-        turns,
-    }
-}
-
-/// A test's result as the run log records it (the log's own enum, as for verdicts).
-pub(crate) fn test_record(t: &crate::sandbox::TestResult) -> TestRecord {
-    use crate::sandbox::TestStatus as T;
-    let status = match t.status {
-        T::Passed => TestOutcome::Passed,
-        T::WrongAnswer => TestOutcome::WrongAnswer,
-        T::RuntimeError => TestOutcome::RuntimeError,
-        T::Timeout => TestOutcome::Timeout,
-        T::MemoryLimit => TestOutcome::MemoryLimit,
-        T::OutputLimit => TestOutcome::OutputLimit,
-    };
-    TestRecord { status, time_ms: t.time_ms, got: t.got.clone(), error: t.error.clone() }
-}
-
-/// Rewards and advantages of `groups`, their datums (degenerate groups skipped, truncated
-/// trajectories masked when asked), rollout records and counts.
+/// The datums of a step's groups (degenerate groups skipped, truncated trajectories masked when
+/// asked), their rollout records and counts, from the rewards and advantages computed when
+/// each group arrived.
 fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
     let groups = &fill.groups;
     let plan = cfg.plan;
     let mask_overlong = matches!(plan.grpo.overlong, Some(Overlong::Mask));
     let (mut datums, mut rollouts, mut n) = (vec![], vec![], Tally::default());
-    for (gi, g) in groups.iter().enumerate() {
+    for (gi, (g, scored)) in groups.iter().zip(&fill.scored).enumerate() {
         for t in g.trajectories.iter().flat_map(|t| &t.turns) {
             n.infra_errors += t.graded.infra_errors;
             if t.graded.code.is_some() {
@@ -359,7 +176,7 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
                 n.tests.add(&t.graded.verdict);
             }
         }
-        let Some(rewards) = group_rewards(g, gi, &fill.scores, cfg) else {
+        let Some(rewards) = &scored.rewards else {
             if fill.scores.failed(gi) {
                 // The user's reward failed (already reported and counted): not the model's doing.
                 continue;
@@ -368,16 +185,16 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
             // model, so it is dropped rather than scored.
             n.infra_dropped += 1;
             n.last_infra = g.trajectories.iter().flat_map(|t| &t.turns).filter_map(|t| t.graded.verdict.error.clone()).next_back().or(n.last_infra.take());
-            cx.sink.event(super::Event::Warning(format!("step {step}: group of `{}` dropped after sandbox infrastructure errors", g.problem.id)));
+            cx.sink.event(Event::Warning(format!("step {step}: group of `{}` dropped after sandbox infrastructure errors", g.problem.id)));
             continue;
         };
-        let adv = cfg.advantage.advantages(&rewards);
-        let skip = plan.grpo.skip_degenerate && should_skip(&adv);
+        let adv = &scored.advantages;
+        let skip = plan.grpo.skip_degenerate && should_skip(adv);
         n.skipped += u32::from(skip);
         if let Some(t) = g.trajectories.first() {
             n.prompt_tokens += t.turns[0].prompt.tokens.len();
         }
-        for (k, (t, (&r, &a))) in g.trajectories.iter().zip(rewards.iter().zip(&adv)).enumerate() {
+        for (k, (t, (&r, &a))) in g.trajectories.iter().zip(rewards.iter().zip(adv)).enumerate() {
             let last = t.last();
             n.total += 1;
             n.correct += usize::from(last.graded.verdict.passed);
@@ -398,7 +215,7 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
                 RolloutLog::None => false,
             };
             if log {
-                rollouts.push(record(step, g, gi, k, t, (r, a, skip)));
+                rollouts.push(record::rollout(step, g, gi, k, t, (r, a, skip)));
             }
         }
     }
@@ -438,13 +255,13 @@ fn aggregate(datums: &mut [Built], cfg: &StepConfig<'_>) {
     }
 }
 
-/// Rewards, advantages, datums and the optimizer step for the groups `fill` collected for step
-/// `step`, sampled `off_policy` steps behind the weights being trained. Without a trainer (a dry
-/// run) everything but the optimizer step: the datums are built and counted, not trained on.
+/// Datums and the optimizer step for the groups `fill` collected for step `step` (each sampled
+/// [`Fill::staleness`] steps behind the weights being trained). Without a trainer (a dry run)
+/// everything but the optimizer step: the datums are built and counted, not trained on.
 ///
 /// # Errors
 /// Trainer failures.
-pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, fill: &Fill, off_policy: u32, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
+pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Result<StepResult, Error> {
     let plan = cfg.plan;
     let Scored { mut datums, rollouts, tally } = score(step, fill, cfg, cx);
     let t_train = Instant::now();
@@ -474,15 +291,15 @@ pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, fill: &Fill,
     if let Some(kl) = kl {
         m.insert(train::KL_REFERENCE.into(), kl);
     }
-    step_metrics(&mut m, &tally, fill, off_policy, cfg);
+    step_metrics(&mut m, &tally, fill, cfg);
     let all_dropped = !fill.groups.is_empty() && tally.infra_dropped as usize == fill.groups.len();
     let sandbox_down = all_dropped.then(|| tally.last_infra.clone().unwrap_or_else(|| "no message".into()));
-    Ok(StepResult { metrics: m, rollouts, drawn: fill.drawn, sandbox_down })
+    Ok(StepResult { metrics: m, rollouts, sandbox_down })
 }
 
 /// The step's metrics besides the loss's: rewards, groups, tokens, sandbox, timing, and the
 /// variants' counts.
-fn step_metrics(m: &mut BTreeMap<String, f64>, n: &Tally, fill: &Fill, off_policy: u32, cfg: &StepConfig<'_>) {
+fn step_metrics(m: &mut BTreeMap<String, f64>, n: &Tally, fill: &Fill, cfg: &StepConfig<'_>) {
     let (plan, groups, timing) = (cfg.plan, &fill.groups, fill.timing);
     let groups_total = groups.len() as f64;
     let frac = |x: usize| if n.total == 0 { 0.0 } else { x as f64 / n.total as f64 };
@@ -499,7 +316,7 @@ fn step_metrics(m: &mut BTreeMap<String, f64>, n: &Tally, fill: &Fill, off_polic
     m.insert(train::GROUPS_INFRA_DROPPED.into(), f64::from(n.infra_dropped));
     m.extend(fill.scores.metrics());
     m.insert(train::GROUPS_SAMPLER_DROPPED.into(), timing.sampler_dropped as f64);
-    m.insert(train::OFF_POLICY_STEPS.into(), f64::from(off_policy));
+    m.insert(train::OFF_POLICY_STEPS.into(), f64::from(fill.off_policy()));
     m.insert(train::TRUNCATED_RATE.into(), truncation_rate(groups));
     m.insert(train::COMPLETION_TOKENS_MEAN.into(), if n.turns == 0 { 0.0 } else { n.completion_tokens as f64 / n.turns as f64 });
     m.insert(train::PROMPT_TOKENS_MEAN.into(), if groups.is_empty() { 0.0 } else { n.prompt_tokens as f64 / groups_total });
@@ -509,7 +326,7 @@ fn step_metrics(m: &mut BTreeMap<String, f64>, n: &Tally, fill: &Fill, off_polic
         m.insert(train::ENTROPY.into(), h);
     }
     if plan.grpo.dynamic_sampling.is_some() {
-        m.insert(train::PROBLEMS_DRAWN.into(), fill.drawn as f64);
+        m.insert(train::PROBLEMS_DRAWN.into(), fill.drawn() as f64);
         m.insert(train::GROUPS_DISCARDED.into(), fill.discarded() as f64);
         m.insert(train::SAMPLE_ROUNDS.into(), f64::from(fill.rounds));
     }
@@ -545,6 +362,7 @@ mod tests {
     use crate::seam::{SampledSequence, StopReason};
     use crate::engine::prompting::Rendered;
     use crate::engine::rollout::Turn;
+    use crate::engine::grading::Graded;
     use crate::sandbox::Verdict;
 
     fn turn(prompt: &[u32], sampled: &[u32]) -> Turn {

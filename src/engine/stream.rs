@@ -1,5 +1,6 @@
-//! Remote backends k steps deep: with `grpo.max_steps_off_policy` = k ≥ 1 on a backend whose
-//! sampler and trainer run elsewhere (Tinker), groups stream in and steps train as soon as they
+//! The stream, one of the driver's two group sources (engine/gather.rs): with
+//! `grpo.max_steps_off_policy` = k ≥ 1 on a trainer that runs elsewhere (Tinker, `rlx serve`:
+//! [`crate::backend::Trainer::runs_elsewhere`]), groups stream in and steps train as soon as they
 //! have theirs, with sampling up to k policy versions behind.
 //!
 //! - **Streaming.** Problems are drawn in order, one group per task, each sampled on the newest
@@ -7,9 +8,9 @@
 //!   s trains, the groups of steps s + 1 … s + k are sampled (k · `prompts_per_step` groups in
 //!   flight or waiting, plus one for each group a step consumes without using it); a group
 //!   that would train more than k versions after the newest sampler waits for the next one
-//!   when that is on its way; a step takes the first `prompts_per_step` that arrive (with dynamic
-//!   sampling, the first informative ones, drawing more as groups are set aside; past
-//!   `max_extra_rounds` · `prompts_per_step` set aside, whatever comes).
+//!   when that is on its way; a step takes groups as they arrive until it is full by the one rule
+//!   of engine/fill.rs (with dynamic sampling the first informative ones, drawing more as groups
+//!   are set aside).
 //! - **Versions and staleness.** Version v is the weights after v optimizer steps. After step s
 //!   trains, the sampler for version s + 1 is requested (`save_weights_for_sampler`) without
 //!   anyone waiting for it; groups sampled until it is ready use the previous version. A group
@@ -18,11 +19,8 @@
 //!   log-probabilities, so a stale datum is corrected like any off-policy one.
 //! - **Evals beside training.** An eval due after step s runs on the version-(s + 1) sampler
 //!   while training goes on, and is recorded at step s.
-//! - **Records in step order.** A step's records (rollouts, metrics line, checkpoint record)
-//!   are written in step order once its eval, if any, has finished; its trainer state is saved
-//!   right after it trains (before the next update), its record later. A crash loses nothing
-//!   that a checkpoint record points at: records after the last checkpoint record are dropped
-//!   on resume as always.
+//! - **Records in step order** (the driver's, engine/driver.rs): a step's records are written
+//!   once its eval, if any, has finished; its trainer state is saved right after it trains.
 //! - **Resume.** A checkpoint records the data cursor (every problem before it consumed) and
 //!   the problems consumed beyond it (groups finish out of order); a resumed run draws from the
 //!   cursor and skips those. Groups in flight at a crash are lost and their problems drawn
@@ -41,13 +39,17 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::backend::{Sampler, Trainer};
 use crate::runlog::metrics::{time, train};
-use crate::seam::StateRef;
+use crate::seam::SamplingParams;
 
-use super::eval::{self, EvalResult};
+use super::error::Error;
+use super::eval::{self, EvalResult, EvalSet};
+use super::event::{Event, EventSink};
+use super::batch::{self, Batch};
 use super::fill::Fill;
-use super::pyreward::Scores;
-use super::rollout::{self, Ctx, Group, Timing};
-use super::{Driver, Error, Event, EventSink, RunOutcome, problems, step};
+use super::rollout::{Ctx, Timing};
+use super::scoring::StepConfig;
+use super::step::StepResult;
+use super::problems;
 
 /// Sampling seeds of streamed groups derive from (seed, this, problem slot): a group's seed does
 /// not depend on which step it lands in, which a stream does not know when it samples.
@@ -58,24 +60,20 @@ type Boxed<'b, T> = Pin<Box<dyn Future<Output = T> + Send + 'b>>;
 type Publication = tokio::task::JoinHandle<crate::backend::Result<Arc<dyn Sampler>>>;
 /// An eval's step and result.
 type EvalDone = (u32, Result<Option<EvalResult>, Error>);
-/// Starts the eval after a step on that step's sampler.
-type Evaluate<'b> = dyn Fn(u32, Arc<dyn Sampler>) -> Boxed<'b, EvalDone> + Sync + 'b;
 
 /// One group as it came back.
 struct Sampled {
     slot: u64,
     version: u32,
     /// `None`: the sampler dropped it after infrastructure errors, or a stop was requested.
-    group: Option<Group>,
+    batch: Option<Batch>,
     /// Why the sampler dropped it.
     dropped: Option<crate::backend::Error>,
-    scores: Scores,
-    timing: Timing,
 }
 
 /// Passes warnings on and drops progress: groups stream in one at a time, and a progress bar
 /// per group would only flicker.
-struct Quiet<'s>(&'s dyn EventSink);
+pub(crate) struct Quiet<'s>(pub &'s dyn EventSink);
 
 impl EventSink for Quiet<'_> {
     fn event(&self, e: Event) {
@@ -86,99 +84,59 @@ impl EventSink for Quiet<'_> {
 }
 
 /// Samples, grades and scores the group of problem `slot` on `sampler` (version `version`).
-fn sample_group<'b>(slot: u64, version: u32, sampler: Arc<dyn Sampler>, cfg: &'b step::StepConfig<'b>, cx: &'b Ctx<'b>) -> Boxed<'b, Result<Sampled, Error>> {
+fn sample_group<'b>(slot: u64, version: u32, sampler: Arc<dyn Sampler>, cfg: &'b StepConfig<'b>, cx: &'b Ctx<'b>) -> Boxed<'b, Result<Sampled, Error>> {
     Box::pin(async move {
-        let plan = cfg.plan;
-        let problem = cfg.train[(slot % cfg.train.len() as u64) as usize].clone();
-        let rendered = cx.prompting.first_turn(&problem)?;
-        let seed = problems::derive_seed(plan.seed, STREAM_SEED_STEP, slot);
-        let phase = rollout::Phase { n: plan.grpo.group_size as usize, params: cfg.sampling, max_attempts: plan.rollout.max_attempts, name: "sample", step: i64::from(version) };
-        let (groups, timing, dropped) = match rollout::run(&*sampler, vec![(problem, rendered, seed)], &phase, cx).await {
-            Ok((groups, timing)) => (groups, timing, None),
+        let seed = problems::derive_seed(cfg.plan.seed, STREAM_SEED_STEP, slot);
+        match batch::sample(&*sampler, &[(slot, seed)], version, cfg, cx).await {
+            Ok(batch) => Ok(Sampled { slot, version, batch, dropped: None }),
             // One group lost to the sampler's infrastructure errors (already warned about).
-            Err(Error::Backend(e)) if e.is_infrastructure() => (None, Timing { sampler_dropped: 1, ..Timing::default() }, Some(e)),
-            Err(e) => return Err(e),
-        };
-        let group = groups.and_then(|mut g| g.pop());
-        let scores = match (cfg.python, &group) {
-            (Some(python), Some(g)) => python.score(version, std::slice::from_ref(g), cx.sink).await?,
-            _ => Scores::default(),
-        };
-        Ok(Sampled { slot, version, group, dropped, scores, timing })
+            Err(Error::Backend(e)) if e.is_infrastructure() => {
+                let batch = Batch { timing: Timing { sampler_dropped: 1, ..Timing::default() }, ..Batch::default() };
+                Ok(Sampled { slot, version, batch: Some(batch), dropped: Some(e) })
+            }
+            Err(e) => Err(e),
+        }
     })
 }
 
-/// The groups a step has taken so far.
-#[derive(Default)]
-struct Take {
-    groups: Vec<Group>,
-    scores: Scores,
-    staleness: Vec<u32>,
-    informative: usize,
-    set_aside: usize,
-    stale: usize,
-    consumed: Vec<u64>,
-    timing: Timing,
-    /// The last sampler failure a dropped group met.
-    last_drop: Option<crate::backend::Error>,
+/// Takes `g` into step `s`'s `fill` (or consumes its problem without a group, when it is too
+/// stale or never came back); keeps the sampler failure a dropped group met.
+fn offer(fill: &mut Fill, g: Sampled, s: u32, cfg: &StepConfig<'_>, last_drop: &mut Option<crate::backend::Error>) {
+    if g.dropped.is_some() {
+        *last_drop = g.dropped;
+    }
+    // `None`: a stop was requested while it sampled; no groups: the sampler dropped it.
+    let Some(batch) = g.batch else {
+        fill.lose(g.slot, Timing::default(), false);
+        return;
+    };
+    if batch.groups.is_empty() {
+        fill.lose(g.slot, batch.timing, false);
+        return;
+    }
+    let staleness = s.saturating_sub(g.version);
+    if staleness > cfg.plan.grpo.max_steps_off_policy {
+        fill.lose(g.slot, batch.timing, true);
+        return;
+    }
+    fill.add(batch, &[g.slot], staleness, cfg);
 }
-
-impl Take {
-    /// Takes `g` for step `s` (or sets it aside, counted, when it is too stale).
-    fn offer(&mut self, g: Sampled, s: u32, cfg: &step::StepConfig<'_>) {
-        self.consumed.push(g.slot);
-        self.timing.sample_s += g.timing.sample_s;
-        self.timing.grade_s += g.timing.grade_s;
-        self.timing.sampler_dropped += g.timing.sampler_dropped;
-        if g.dropped.is_some() {
-            self.last_drop = g.dropped;
-        }
-        let Some(group) = g.group else { return };
-        let staleness = s.saturating_sub(g.version);
-        if staleness > cfg.plan.grpo.max_steps_off_policy {
-            self.stale += 1;
-            return;
-        }
-        let informative = step::informative(&group, 0, &g.scores, cfg);
-        self.informative += usize::from(informative);
-        self.set_aside += usize::from(!informative);
-        self.staleness.push(staleness);
-        self.groups.push(group);
-        self.scores.append(g.scores);
-    }
-
-    /// Groups that count toward the step: all it took, or with dynamic sampling the
-    /// informative ones.
-    fn useful(&self, cfg: &step::StepConfig<'_>) -> usize {
-        match cfg.plan.grpo.dynamic_sampling {
-            None => self.groups.len(),
-            Some(_) => self.informative,
-        }
-    }
-
-    /// Whether the step can train.
-    fn full(&self, cfg: &step::StepConfig<'_>) -> bool {
-        let target = cfg.plan.grpo.prompts_per_step as usize;
-        match cfg.plan.grpo.dynamic_sampling {
-            None => self.groups.len() >= target,
-            Some(d) => self.informative >= target || (self.set_aside >= d.max_extra_rounds as usize * target && self.groups.len() >= target),
-        }
-    }
-}
-
 /// The stream's moving parts, borrowed from the run for `'b`.
-struct Pipe<'b> {
-    cfg: &'b step::StepConfig<'b>,
+pub(crate) struct Pipe<'b> {
+    cfg: &'b StepConfig<'b>,
     /// The rollout context with [`Quiet`] events.
     cx: &'b Ctx<'b>,
+    trainer: &'b dyn Trainer,
+    eval_set: &'b EvalSet,
+    eval_sampling: &'b SamplingParams,
     /// `grpo.max_steps_off_policy` and `prompts_per_step`.
     k: usize,
     p: usize,
     /// The step being gathered or trained, and which.
     step_now: u32,
     training: bool,
-    /// Useful groups the step being gathered has, and groups it consumed without using (stale,
-    /// dropped, set aside by dynamic sampling): each of those is drawn again.
+    /// Groups that count for the step being gathered, and groups it consumed without using
+    /// (stale, dropped, set aside by dynamic sampling): each of those is drawn again.
     have: usize,
     extra: usize,
     /// No more launches (the run is ending).
@@ -198,16 +156,39 @@ struct Pipe<'b> {
     /// a fresher sampler.
     idle_since: Option<Instant>,
     sampler_waited_s: f64,
-    evaluate: &'b Evaluate<'b>,
+    /// How long the last gathered step waited for its groups.
+    trainer_waited_s: f64,
+    /// When the previous step trained (`time/step_s` runs from there).
+    since: Instant,
+}
+
+/// What a stream borrows from the run.
+pub(crate) struct Borrowed<'b> {
+    /// The steps' inputs.
+    pub cfg: &'b StepConfig<'b>,
+    /// The rollout context (with [`Quiet`] events).
+    pub cx: &'b Ctx<'b>,
+    /// The trainer, which runs elsewhere.
+    pub trainer: &'b dyn Trainer,
+    /// The held-out problems and their sampling parameters.
+    pub eval: (&'b EvalSet, &'b SamplingParams),
 }
 
 impl<'b> Pipe<'b> {
-    /// An empty stream drawing from `cursor` (skipping `skip`), sampling on `latest` first.
-    fn new(cfg: &'b step::StepConfig<'b>, cx: &'b Ctx<'b>, latest: (u32, Arc<dyn Sampler>), cursor: u64, skip: BTreeSet<u64>, evaluate: &'b Evaluate<'b>) -> Self {
-        let g = &cfg.plan.grpo;
-        Pipe {
-            cfg,
-            cx,
+    /// An empty stream for step `first_step` on, drawing from `cursor` (skipping `skip`),
+    /// sampling on the trainer's current weights first.
+    ///
+    /// # Errors
+    /// The trainer's sampler.
+    pub(crate) async fn start(b: Borrowed<'b>, first_step: u32, cursor: u64, skip: BTreeSet<u64>) -> Result<Self, Error> {
+        let g = &b.cfg.plan.grpo;
+        let latest = (first_step, b.trainer.sampler().await?);
+        Ok(Pipe {
+            cfg: b.cfg,
+            cx: b.cx,
+            trainer: b.trainer,
+            eval_set: b.eval.0,
+            eval_sampling: b.eval.1,
             k: g.max_steps_off_policy as usize,
             p: g.prompts_per_step as usize,
             step_now: latest.0,
@@ -226,8 +207,19 @@ impl<'b> Pipe<'b> {
             eval_done: BTreeMap::new(),
             idle_since: None,
             sampler_waited_s: 0.0,
-            evaluate,
-        }
+            trainer_waited_s: 0.0,
+            since: Instant::now(),
+        })
+    }
+
+    /// The rollout context the stream's steps report through.
+    pub(crate) fn cx(&self) -> &'b Ctx<'b> {
+        self.cx
+    }
+
+    /// Finished evals by the step they follow.
+    pub(crate) fn evals(&mut self) -> &mut BTreeMap<u32, Option<EvalResult>> {
+        &mut self.eval_done
     }
 
     /// Groups that may be in flight or waiting now: while step s trains, those of steps s + 1 …
@@ -282,6 +274,12 @@ impl<'b> Pipe<'b> {
         }
     }
 
+    /// The eval after step `step` on `sampler` (the version-(step + 1) weights).
+    fn evaluate(&self, step: u32, sampler: Arc<dyn Sampler>) -> Boxed<'b, EvalDone> {
+        let (plan, set, params, cx) = (self.cfg.plan, self.eval_set, self.eval_sampling, self.cx);
+        Box::pin(async move { (step, eval::run(&*sampler, i64::from(step), plan, set, params, cx).await) })
+    }
+
     /// Waits for the next group, published sampler or finished eval, and takes it in.
     async fn pump(&mut self) -> Result<(), Error> {
         self.top_up();
@@ -310,7 +308,8 @@ impl<'b> Pipe<'b> {
                 let (version, _) = self.publishing.pop_front().expect("a publication was awaited");
                 let sampler = p??;
                 if self.eval_wanted.remove(&version) {
-                    self.evals.push((self.evaluate)(version - 1, sampler.clone()));
+                    let ev = self.evaluate(version - 1, sampler.clone());
+                    self.evals.push(ev);
                 }
                 self.latest = (version, sampler);
             }
@@ -320,41 +319,44 @@ impl<'b> Pipe<'b> {
         }
         Ok(())
     }
-}
 
-impl Pipe<'_> {
     /// The groups of step `s`, as they arrive; `None` when a stop was requested.
-    async fn gather(&mut self, s: u32) -> Result<Option<Take>, Error> {
-        let mut take = Take::default();
+    pub(crate) async fn gather(&mut self, s: u32) -> Result<Option<Fill>, Error> {
+        let t_wait = Instant::now();
+        let mut fill = Fill::new(self.cfg);
+        let mut last_drop = None;
         (self.step_now, self.training) = (s, false);
         loop {
-            while !take.full(self.cfg)
+            while fill.wants() > 0
                 && let Some(g) = self.ready.pop_front()
             {
-                take.offer(g, s, self.cfg);
+                offer(&mut fill, g, s, self.cfg, &mut last_drop);
             }
-            if take.groups.is_empty() && take.timing.sampler_dropped >= self.p
-                && let Some(e) = take.last_drop.take()
+            if fill.groups.is_empty() && fill.timing.sampler_dropped >= self.p
+                && let Some(e) = last_drop.take()
             {
                 // A step's worth of groups lost and not one sampled: the sampler is down, not
-                // flaky; the run stops and says so (as a synchronous step would).
+                // flaky; the run stops and says so (as rounds would).
                 return Err(e.into());
             }
             if self.cx.stop.requested() {
                 return Ok(None);
             }
-            if take.full(self.cfg) {
+            if fill.wants() == 0 {
                 (self.training, self.have, self.extra) = (true, 0, 0);
-                return Ok(Some(take));
+                fill.rounds = 1;
+                self.trainer_waited_s = t_wait.elapsed().as_secs_f64();
+                return Ok(Some(fill));
             }
-            self.have = take.useful(self.cfg);
-            self.extra = take.consumed.len() - self.have;
+            self.have = fill.counted();
+            self.extra = fill.consumed.len() - self.have;
             self.pump().await?;
         }
     }
 
-    /// Awaits `work` (a step's update) while groups, samplers and evals keep coming in.
-    async fn while_pumping<T>(&mut self, work: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+    /// Awaits `work` (a step's update, a checkpoint's save) while groups, samplers and evals
+    /// keep coming in.
+    pub(crate) async fn while_pumping<T>(&mut self, work: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
         tokio::pin!(work);
         loop {
             tokio::select! {
@@ -363,6 +365,37 @@ impl Pipe<'_> {
             }
         }
     }
+
+    /// After step `s` trained on `fill`: the next version's sampler is requested, queued behind
+    /// the update (nobody waits for it); an eval due after the step waits for that sampler. The
+    /// step's records get each completion's policy version and the stream's metrics.
+    pub(crate) fn trained(&mut self, s: u32, eval_due: bool, res: &mut StepResult, fill: &Fill) {
+        let publication = self.trainer.sampler();
+        self.publishing.push_back((s + 1, tokio::spawn(publication)));
+        if eval_due {
+            self.eval_wanted.insert(s + 1);
+        }
+        for r in &mut res.rollouts {
+            r.policy_version = fill.staleness.get(r.group).map(|&x| s - x);
+        }
+        let m = &mut res.metrics;
+        let staleness = &fill.staleness;
+        let n = staleness.len().max(1) as f64;
+        m.insert(train::STALENESS_MEAN.into(), staleness.iter().map(|&x| f64::from(x)).sum::<f64>() / n);
+        m.insert(train::STALENESS_MAX.into(), f64::from(fill.off_policy()));
+        m.insert(train::GROUPS_STALE.into(), fill.stale as f64);
+        m.insert(time::TRAINER_WAIT_S.into(), self.trainer_waited_s);
+        m.insert(time::SAMPLER_WAIT_S.into(), std::mem::take(&mut self.sampler_waited_s));
+        m.insert(time::STEP_S.into(), self.since.elapsed().as_secs_f64());
+        self.since = Instant::now();
+    }
+
+    /// Launches nothing more and waits for the next thing in flight (an eval the run's last
+    /// records wait for).
+    pub(crate) async fn drain(&mut self) -> Result<(), Error> {
+        self.closed = true;
+        self.pump().await
+    }
 }
 
 /// What [`Pipe::pump`] woke up for.
@@ -370,165 +403,4 @@ enum Next {
     Group(Result<Sampled, Error>),
     Published(Result<crate::backend::Result<Arc<dyn Sampler>>, tokio::task::JoinError>),
     Eval(EvalDone),
-}
-
-/// A step trained, waiting for its records to be written in order.
-struct Trained {
-    res: step::StepResult,
-    /// Its trainer state, saved right after it trained, when a checkpoint is due.
-    state: Option<StateRef>,
-    /// Whether an eval is due after it.
-    eval: bool,
-    /// The data cursor and the problems consumed beyond it, as of its state.
-    cursor: (u64, Vec<u64>),
-}
-
-impl<'a> Driver<'a> {
-    /// The step loop of a remote backend k steps deep (the module's doc).
-    pub(super) async fn drive_stream(&mut self, trainer: &'a dyn Trainer, first_step: u32) -> Result<RunOutcome, Error> {
-        let (plan, cfg, setup) = (self.plan, self.cfg, self.setup);
-        let quiet = Quiet(self.cx.sink);
-        let cx = Ctx { sink: &quiet, ..*self.cx };
-        let p = plan.grpo.prompts_per_step as usize;
-        let skip: BTreeSet<u64> = match first_step {
-            0 => BTreeSet::new(),
-            _ => self.dir.last_checkpoint()?.map(|c| c.consumed_ahead.into_iter().collect()).unwrap_or_default(),
-        };
-        let eval_cx = &cx;
-        let evaluate = move |step: u32, sampler: Arc<dyn Sampler>| -> Boxed<'_, EvalDone> {
-            Box::pin(async move { (step, eval::run(&*sampler, i64::from(step), plan, &setup.eval_set, &setup.eval_sampling, eval_cx).await) })
-        };
-        let latest = (first_step, trainer.sampler().await?);
-        let mut pipe = Pipe::new(cfg, &cx, latest, self.cursor, skip.clone(), &evaluate);
-        // Every slot consumed by a trained step (or set aside for it), for checkpoint cursors;
-        // every slot below `base` was consumed before this attempt.
-        let base = self.cursor;
-        let mut consumed = skip;
-        let mut ledger: BTreeMap<u32, Trained> = BTreeMap::new();
-        let mut done = first_step;
-        let mut t_step = Instant::now();
-        let mut outcome = None;
-        for s in first_step..plan.schedule.max_steps {
-            if cx.stop.requested() {
-                break;
-            }
-            let t_wait = Instant::now();
-            let Some(mut take) = pipe.gather(s).await? else { break };
-            let trainer_waited_s = t_wait.elapsed().as_secs_f64();
-            let staleness = take.staleness.clone();
-            let (stale, consumed_now) = (take.stale, std::mem::take(&mut take.consumed));
-            let fill = Fill::streamed(p, take.groups, take.informative, consumed_now.len() as u64, take.timing, take.scores);
-            let off = staleness.iter().copied().max().unwrap_or(0);
-            let mut res = pipe.while_pumping(step::learn(Some(trainer), s, &fill, off, cfg, &cx)).await?;
-            if let Some(last) = res.sandbox_down.take() {
-                // Nothing trained: the step's problems are not consumed, a resumed run samples
-                // them again.
-                outcome = Some(Error::SandboxDown { step: s, groups: fill.groups.len(), last });
-                break;
-            }
-            consumed.extend(consumed_now);
-            // The next version's sampler, queued behind this step's update; nobody waits for it.
-            let publication = trainer.sampler();
-            pipe.publishing.push_back((s + 1, tokio::spawn(publication)));
-            let eval = !setup.eval_set.is_empty() && self.due(s, plan.schedule.eval_every);
-            if eval {
-                pipe.eval_wanted.insert(s + 1);
-            }
-            // The state after exactly this step: saved before the next update is submitted.
-            let state = match self.due(s, plan.schedule.save_every) {
-                true => Some(pipe.while_pumping(async { Ok(trainer.save_state(&super::checkpoint_name(s)).await?) }).await?),
-                false => None,
-            };
-            for r in &mut res.rollouts {
-                r.policy_version = staleness.get(r.group).map(|&x| s - x);
-            }
-            stream_metrics(&mut res, &staleness, stale, trainer_waited_s, std::mem::take(&mut pipe.sampler_waited_s), t_step);
-            t_step = Instant::now();
-            ledger.insert(s, Trained { res, state, eval, cursor: cursor_of(base, &consumed) });
-            done = s + 1;
-            if let Some(e) = self.flush(&mut ledger, &mut pipe.eval_done)? {
-                outcome = Some(e);
-                break;
-            }
-        }
-        // What is trained gets recorded: evals still due are waited for, unless stopping.
-        while !ledger.is_empty() && outcome.is_none() && !cx.stop.requested() {
-            pipe.closed = true;
-            pipe.pump().await?;
-            if let Some(e) = self.flush(&mut ledger, &mut pipe.eval_done)? {
-                outcome = Some(e);
-            }
-        }
-        self.flush_all(&mut ledger, &mut pipe.eval_done)?;
-        drop(pipe);
-        // Groups in flight are dropped with the pipe: their problems are drawn again on resume.
-        let (cursor, ahead) = cursor_of(base, &consumed);
-        self.cursor = cursor;
-        match outcome {
-            Some(e) => {
-                self.save_unsaved(done, ahead).await?;
-                Err(e)
-            }
-            None if done < plan.schedule.max_steps => {
-                self.save_unsaved(done, ahead).await?;
-                Ok(RunOutcome::Interrupted { steps: done })
-            }
-            None => Ok(RunOutcome::Finished { steps: plan.schedule.max_steps }),
-        }
-    }
-
-    /// Writes the records of the trained steps at the head of `ledger` whose evals are done.
-    fn flush(&mut self, ledger: &mut BTreeMap<u32, Trained>, evals: &mut BTreeMap<u32, Option<EvalResult>>) -> Result<Option<Error>, Error> {
-        while let Some(entry) = ledger.first_entry() {
-            let s = *entry.key();
-            if entry.get().eval && !evals.contains_key(&s) {
-                break;
-            }
-            let t = entry.remove();
-            if let Some(stop) = self.record_trained(s, t, evals.remove(&s).flatten())? {
-                return Ok(Some(stop));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Writes every trained step's records, evals not yet done left out (a stop).
-    fn flush_all(&mut self, ledger: &mut BTreeMap<u32, Trained>, evals: &mut BTreeMap<u32, Option<EvalResult>>) -> Result<(), Error> {
-        while let Some((s, t)) = ledger.pop_first() {
-            // A diagnostic stop here changes nothing: the run is ending already.
-            let _ = self.record_trained(s, t, evals.remove(&s).flatten())?;
-        }
-        Ok(())
-    }
-
-    fn record_trained(&mut self, s: u32, t: Trained, ev: Option<EvalResult>) -> Result<Option<Error>, Error> {
-        let stop = self.record_step(s, t.res, ev)?;
-        if let Some(state) = &t.state {
-            self.cursor = t.cursor.0;
-            self.record_checkpoint(s, state, self.checkpoint_kind(s), t.cursor.1)?;
-        }
-        Ok(stop)
-    }
-}
-
-/// The data cursor (the first problem slot from `base` not consumed) and the slots consumed
-/// beyond it.
-fn cursor_of(base: u64, consumed: &BTreeSet<u64>) -> (u64, Vec<u64>) {
-    let mut cursor = base;
-    while consumed.contains(&cursor) {
-        cursor += 1;
-    }
-    (cursor, consumed.range(cursor..).copied().collect())
-}
-
-/// A streamed step's own metrics: staleness, stale groups, waits, step time.
-fn stream_metrics(res: &mut step::StepResult, staleness: &[u32], stale: usize, trainer_waited_s: f64, sampler_waited_s: f64, since: Instant) {
-    let m = &mut res.metrics;
-    let n = staleness.len().max(1) as f64;
-    m.insert(train::STALENESS_MEAN.into(), staleness.iter().map(|&x| f64::from(x)).sum::<f64>() / n);
-    m.insert(train::STALENESS_MAX.into(), f64::from(staleness.iter().copied().max().unwrap_or(0)));
-    m.insert(train::GROUPS_STALE.into(), stale as f64);
-    m.insert(time::TRAINER_WAIT_S.into(), trainer_waited_s);
-    m.insert(time::SAMPLER_WAIT_S.into(), sampler_waited_s);
-    m.insert(time::STEP_S.into(), since.elapsed().as_secs_f64());
 }

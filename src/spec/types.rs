@@ -680,8 +680,10 @@ fn default_overlong_penalty() -> f64 {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DynamicSampling {
-    /// Rounds of sampling after the first, each drawing as many new problems as the step still
-    /// lacks informative groups; after the last the step trains on what it has. Default `4`.
+    /// Extra rounds' worth of groups a step may set aside: each refill draws as many new
+    /// problems as the step still lacks informative groups, and once `max_extra_rounds` ×
+    /// `prompts_per_step` groups are set aside the step takes whatever comes until it has
+    /// `prompts_per_step` groups (the same on every backend, streamed or not). Default `4`.
     #[serde(default = "default_max_extra_rounds")]
     #[schemars(range(max = 64))]
     pub max_extra_rounds: u32,

@@ -114,6 +114,10 @@ struct Recorder {
 }
 
 impl Trainer for Recorder {
+    // A remote service: the engine streams groups k steps deep.
+    fn runs_elsewhere(&self) -> bool {
+        true
+    }
     fn forward_backward(&self, data: Vec<Datum>, _loss: LossFn) -> Pending<ForwardBackwardOutput> {
         let (loss, _, kl, ratio) = (self.numbers)(self.calls.load(Ordering::SeqCst));
         let outputs = data.iter().map(|d| rlx::seam::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
@@ -156,7 +160,7 @@ fn plan(cx: &TestContext, steps: u32, diagnostics: &str, extra: &str) -> rlx::pl
         "name: health
 seed: 5
 model: {{base: ./tiny}}
-backend: {{kind: tinker}}
+backend: {{kind: local}}
 data:
   train: [{{path: {train}, format: mbpp, limit: 4}}]
   eval: [{{path: {eval}, format: mbpp, limit: 2}}]

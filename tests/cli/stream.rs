@@ -57,6 +57,10 @@ struct Remote {
 }
 
 impl Trainer for Remote {
+    // A remote service: the engine streams groups k steps deep.
+    fn runs_elsewhere(&self) -> bool {
+        true
+    }
     fn forward_backward(&self, data: Vec<Datum>, _loss: LossFn) -> Pending<ForwardBackwardOutput> {
         let n = self.steps.load(Ordering::SeqCst);
         let log = self.log.clone();
@@ -92,7 +96,7 @@ fn plan(cx: &TestContext, k: u32) -> rlx::plan::Plan {
         "name: stream
 seed: 2
 model: {{base: ./tiny}}
-backend: {{kind: tinker}}
+backend: {{kind: local}}
 data:
   train: [{{path: {train}, format: mbpp}}]
   eval: [{{path: {eval}, format: mbpp, limit: 3}}]

@@ -6,7 +6,7 @@
 //! sample's tokens do not depend on what else is in the batch).
 
 use crate::isa::Isa;
-use crate::quant::BLOCK;
+use crate::block::BLOCK;
 
 /// Activation rows a pass over the weight rows serves: each weight block is loaded once for all
 /// of them (AVX2 has 16 vector registers: 8 accumulators for two weight rows, the weights and
@@ -33,7 +33,7 @@ pub(crate) fn mins_scalar(m: &[u16], xs: &[f32], out: &mut [f32; 16]) {
     out.fill(0.0);
     for (mb, &x) in m.chunks_exact(16).zip(xs) {
         for (o, &h) in out.iter_mut().zip(mb) {
-            *o += x * crate::quant::f16_to_f32(h);
+            *o += x * crate::block::f16_to_f32(h);
         }
     }
 }
@@ -47,7 +47,7 @@ pub(crate) fn widen(isa: Isa, src: &[u16], dst: &mut [f32]) {
         Isa::Avx2 | Isa::Avx512 => unsafe { x86::widen_f16c(src, dst) },
         _ => {
             for (d, &h) in dst.iter_mut().zip(src) {
-                *d = crate::quant::f16_to_f32(h);
+                *d = crate::block::f16_to_f32(h);
             }
         }
     }
@@ -164,7 +164,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::XRows;
-    use crate::quant::BLOCK;
+    use crate::block::BLOCK;
 
     /// # Safety
     /// F16C; `dst` at least as long as `src`.
@@ -177,7 +177,7 @@ mod x86 {
             i += 8;
         }
         for (d, &h) in dst[i..src.len()].iter_mut().zip(&src[i..]) {
-            *d = crate::quant::f16_to_f32(h);
+            *d = crate::block::f16_to_f32(h);
         }
     }
 

@@ -19,6 +19,7 @@ pub mod quant;
 pub mod rows;
 pub mod team;
 
+mod block;
 mod dot;
 
 pub use isa::Isa;

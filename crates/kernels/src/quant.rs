@@ -27,8 +27,7 @@ use crate::dot::{self, ROWS, XRows};
 use crate::isa::{self, Isa};
 use crate::team::Team;
 
-/// Values per block.
-pub const BLOCK: usize = 32;
+pub use crate::block::{BLOCK, f16_to_f32};
 
 /// A GGUF tensor type [`QMatrix::from_ggml`] reads as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -554,21 +553,6 @@ fn f32_to_f16(x: f32) -> Option<u16> {
     (f16_to_f32(out) == x).then_some(out)
 }
 
-/// IEEE half to single precision (GGUF block scales).
-pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h >> 15) << 31;
-    let exp = u32::from((h >> 10) & 0x1F);
-    let frac = u32::from(h & 0x3FF);
-    let bits = match (exp, frac) {
-        (0, 0) => sign,
-        // Subnormal: value frac·2⁻²⁴, exact in f32.
-        (0, _) => return if sign != 0 { -(frac as f32) * 2f32.powi(-24) } else { frac as f32 * 2f32.powi(-24) },
-        (31, 0) => sign | 0x7F80_0000,
-        (31, _) => sign | 0x7FC0_0000,
-        _ => sign | ((exp + 112) << 23) | (frac << 13),
-    };
-    f32::from_bits(bits)
-}
 
 /// Deterministic test data without a dependency.
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub(crate) mod loss_tensor;
 pub(crate) mod lora;
 pub mod model;
 pub(crate) mod optim;
+pub(crate) mod pick;
 pub(crate) mod options;
 pub mod quant;
 pub(crate) mod sampler;

@@ -106,6 +106,10 @@ fn gone(reason: &str) -> Error {
 }
 
 impl Trainer for TinkerTrainer {
+    fn runs_elsewhere(&self) -> bool {
+        true
+    }
+
     fn forward_backward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput> {
         self.send(|reply| Op::ForwardBackward { data, loss, forward_only: false, reply })
     }

@@ -29,7 +29,7 @@ use rlx_kernels::Team;
 use super::cache::{Shape, Slot};
 use super::forward::{Row, Scratch};
 use super::weights::Decoder;
-use crate::backend::local::sampler::pick;
+use crate::backend::local::pick::pick;
 use crate::backend::Result;
 use crate::rng::SplitMix64 as Rng;
 use crate::seam::{SampleRequest, SampledSequence, SamplingParams, StopReason};

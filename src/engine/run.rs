@@ -1,0 +1,125 @@
+//! A run from its plan to its status file: the run directory locked, trackers attached, the
+//! setup, the resume point, the baseline eval and the driver's steps; how it ended recorded.
+
+use crate::plan::Plan;
+use crate::runlog::sinks::{End, RunInfo, Sinks};
+use crate::runlog::{self, EventRecord, RunDir, State, Status, files};
+
+use super::control::{PolicySource, RunOutcome, StopSignal};
+use super::driver::{Driver, Logs, Start};
+use super::error::Error;
+use super::event::{self, Event, EventSink};
+use super::rollout::Ctx;
+use super::scoring::StepConfig;
+use super::setup::{resume_point, set_up};
+
+/// Runs a planned experiment to completion, resuming its run directory if it has one.
+///
+/// # Errors
+/// Setup failures (data, model, sandbox), backend failures; the status file says `failed`, with
+/// the error's causes.
+pub async fn run(plan: &Plan, policy: PolicySource, stop: &StopSignal, sink: &dyn EventSink) -> Result<RunOutcome, Error> {
+    let dir = RunDir::create(plan)?;
+    // Before anything is written: a second process on the same run must not touch its files.
+    let _lock = dir.lock()?;
+    if let Some(s) = dir.status()?
+        && s.state == State::Finished
+        && s.steps_done >= plan.schedule.max_steps
+    {
+        // Re-running a finished experiment (a re-launched sweep) is a no-op.
+        return Ok(RunOutcome::Finished { steps: s.steps_done });
+    }
+    let _ = runlog::logfile::attach(&dir.file(files::LOG));
+    // Trackers follow metrics.jsonl: the engine only pokes them after each line it writes and
+    // passes their warnings on; none of them can stop or slow the run.
+    let info = RunInfo { run_id: plan.run_id.clone(), name: plan.name.clone(), config: crate::plan::record::to_json(plan) };
+    let mut sinks = Sinks::for_spec(&dir, &info, &plan.log.sinks);
+    let result = run_in(plan, policy, &dir, stop, sink, &mut sinks).await;
+    let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
+    let mut events = dir.jsonl(files::EVENTS)?;
+    match &result {
+        Ok(RunOutcome::Finished { steps }) => {
+            status.state = State::Finished;
+            status.steps_done = *steps;
+            status.reason = None;
+            events.append(&EventRecord::finished(*steps))?;
+        }
+        Ok(RunOutcome::Interrupted { steps }) => {
+            status.state = State::Interrupted;
+            status.steps_done = *steps;
+            status.reason = Some("stopped by a signal".into());
+            events.append(&EventRecord::interrupted(*steps))?;
+        }
+        Err(e) => {
+            let chain = crate::causes::causes(e);
+            status.state = State::Failed;
+            status.reason = Some(chain.join(": "));
+            events.append(&EventRecord::failed(e))?;
+            tracing::info!("run failed: {}", chain.join(": "));
+        }
+    }
+    status.pid = None;
+    dir.set_status(&status)?;
+    let end = match &result {
+        Ok(RunOutcome::Finished { .. }) => End::Finished,
+        Ok(RunOutcome::Interrupted { .. }) => End::Interrupted,
+        Err(_) => End::Failed,
+    };
+    for report in sinks.finish(end).await {
+        match report.warning(dir.path()) {
+            Some(w) => event::warn(sink, vec![w]),
+            None => tracing::info!(tracker = report.name, lines = report.mirrored, "mirrored to {}", report.location),
+        }
+    }
+    runlog::logfile::detach();
+    result
+}
+
+async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &StopSignal, sink: &dyn EventSink, sinks: &mut Sinks) -> Result<RunOutcome, Error> {
+    let setup = set_up(plan, policy, dir, sink).await?;
+    let mut events = dir.jsonl(files::EVENTS)?;
+    let (first_step, cursor) = resume_point(dir, setup.trainer.as_ref(), &mut events).await?;
+    // The signals look back over recent steps: a resumed run's monitor sees the steps it kept.
+    let mut monitor = crate::health::Monitor::new(plan.diagnostics.clone());
+    if first_step > 0 {
+        crate::health::replay(&mut monitor, &dir.metrics()?.rows, &dir.rollouts()?.rows);
+    }
+    let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
+    status.state = State::Running;
+    status.steps_done = first_step;
+    status.pid = Some(std::process::id());
+    status.reason = None;
+    dir.set_status(&status)?;
+    let max_steps = plan.schedule.max_steps;
+    sink.event(Event::Started { run_id: plan.run_id.clone(), dir: dir.path().to_path_buf(), first_step, max_steps, problems: (setup.train.len(), setup.eval_set.problems.len()) });
+    event::warn(sink, sinks.started().await);
+
+    let logs = Logs {
+        metrics: dir.jsonl(files::METRICS)?,
+        rollouts: dir.jsonl(files::ROLLOUTS)?,
+        eval: dir.jsonl(files::EVAL_RESULTS)?,
+        eval_rollouts: dir.jsonl(files::EVAL_ROLLOUTS)?,
+        checkpoints: dir.jsonl(files::CHECKPOINTS)?,
+        events,
+    };
+    let cx = Ctx { prompting: &setup.prompting, grader: &setup.grader, opts: &setup.opts, retries: plan.rollout.infra_retries, sink, stop };
+    let cfg = StepConfig {
+        plan,
+        train: &setup.train,
+        advantage: setup.advantage.as_ref(),
+        reward: setup.reward.as_ref(),
+        python: setup.python.as_ref(),
+        sampling: &setup.sampling,
+    };
+    let start = Start { status, logs, first_step, cursor, monitor };
+    let mut driver = Driver::new(plan, &setup, &cfg, &cx, (dir, sinks), start);
+    if first_step == 0 && (plan.schedule.eval_at_start || max_steps == 0) && !setup.eval_set.is_empty()
+        && let Some(stopped) = driver.baseline().await?
+    {
+        return Ok(stopped);
+    }
+    if setup.trainer.is_none() && !plan.schedule.dry_run {
+        return Ok(RunOutcome::Finished { steps: 0 });
+    }
+    driver.drive(first_step).await
+}
