@@ -3,16 +3,19 @@
 //! A step wants `prompts_per_step` groups that count.
 //!
 //! - Without dynamic sampling every group that came back counts.
-//! - With DAPO's dynamic sampling (`grpo.dynamic_sampling`, arXiv 2503.14476 §3.2) a group whose
-//!   advantages are all zero carries no gradient: only informative groups count, the others are
-//!   set aside (kept in the step's records, left out of the update). A step sets aside at most
+//! - With DAPO's dynamic sampling (`grpo.dynamic_sampling`, arXiv 2503.14476 §3.2) only
+//!   informative groups count: by default those whose completions neither all pass nor all fail
+//!   (DAPO's accuracy filter; `metric: reward`: rewards not all equal). The others are set aside
+//!   (kept in the step's records, left out of the update). A step sets aside at most
 //!   `max_extra_rounds` × `prompts_per_step` groups, as many as that many whole extra rounds
 //!   would draw (DAPO's `max_num_gen_batches`, counted in groups so that it means the same
 //!   whether groups come in rounds or one by one); once that budget is spent the step takes
 //!   whatever comes until it has `prompts_per_step` groups.
-//! - A group that never came back (the sampler dropped it after infrastructure errors) or came
-//!   back too stale to train on (the stream) does not count either way: the source draws another
-//!   problem in its place.
+//! - A group the sampler dropped after infrastructure errors is taken like any other (without
+//!   dynamic sampling the step trains on fewer groups; with it the group counts as set aside), so
+//!   a server that keeps failing on some problems cannot make a step draw without end. A group
+//!   that came back too stale to train on (the stream) is the stream's own doing: it does not
+//!   count, and the stream draws another problem in its place.
 //!
 //! [`Fill::wants`] says how many more groups a step needs; the rounds source draws exactly that
 //! many at a time (so a step never has more informative groups than it asked for and no sampled
@@ -84,7 +87,7 @@ impl Fill {
         self.add_timing(batch.timing);
         for (gi, g) in batch.groups.iter().enumerate() {
             let s = scoring::score(g, gi, &batch.scores, cfg);
-            self.informative += usize::from(s.informative());
+            self.informative += usize::from(s.informative);
             self.scored.push(s);
             self.staleness.push(staleness);
         }
@@ -105,10 +108,15 @@ impl Fill {
         self.timing.sampler_dropped += t.sampler_dropped;
     }
 
+    /// Groups taken: back from the sampler, or dropped by it.
+    fn taken(&self) -> usize {
+        self.groups.len() + self.timing.sampler_dropped
+    }
+
     /// Groups that count toward the step (the module's rule).
     pub(crate) fn counted(&self) -> usize {
         match self.budget {
-            None => self.groups.len(),
+            None => self.taken(),
             Some(_) => self.informative,
         }
     }
@@ -120,7 +128,7 @@ impl Fill {
             return 0;
         }
         match self.budget {
-            Some(budget) if self.discarded() >= budget => self.target.saturating_sub(self.groups.len()),
+            Some(budget) if self.taken() - self.informative >= budget => self.target.saturating_sub(self.taken()),
             _ => self.target - counted,
         }
     }
@@ -206,7 +214,7 @@ mod tests {
             // 4 drawn, 1 informative -> 3 more.
             f.add(batch(vec![group([true, false]), group([true, true]), group([false, false]), group([false, false])]), &[0, 1, 2, 3], 0, cfg);
             assert_eq!(f.wants(), 3);
-            assert!(f.scored[0].informative() && !f.scored[1].informative());
+            assert!(f.scored[0].informative && !f.scored[1].informative);
             // 3 drawn, the sampler dropped one, both back informative -> 1 more.
             f.add(batch(vec![group([false, true]), group([true, false])]), &[4, 5, 6], 0, cfg);
             assert_eq!(f.wants(), 1);
@@ -230,14 +238,25 @@ mod tests {
     }
 
     #[test]
-    fn without_dynamic_sampling_every_group_counts_and_lost_ones_are_replaced() {
-        with_cfg("{prompts_per_step: 2, group_size: 2}", |cfg| {
+    fn without_dynamic_sampling_every_group_counts_dropped_ones_too_and_stale_ones_are_replaced() {
+        with_cfg("{prompts_per_step: 3, group_size: 2}", |cfg| {
             let mut f = Fill::new(cfg);
             f.lose(0, Timing { sampler_dropped: 1, ..Timing::default() }, false);
-            assert_eq!(f.wants(), 2, "a lost group does not count");
-            f.add(batch(vec![group([true, true]), group([false, false])]), &[1, 2], 1, cfg);
+            assert_eq!(f.wants(), 2, "a group the sampler dropped is taken");
+            f.lose(1, Timing::default(), true);
+            assert_eq!(f.wants(), 2, "a stale group is not");
+            f.add(batch(vec![group([true, true]), group([false, false])]), &[2, 3], 1, cfg);
             assert_eq!(f.wants(), 0);
-            assert_eq!((f.drawn(), f.off_policy(), f.timing.sampler_dropped), (3, 1, 1));
+            assert_eq!((f.drawn(), f.off_policy(), f.timing.sampler_dropped, f.stale), (4, 1, 1, 1));
+        });
+    }
+
+    #[test]
+    fn dropped_groups_spend_the_set_aside_budget() {
+        with_cfg("{prompts_per_step: 2, group_size: 2, dynamic_sampling: {max_extra_rounds: 1}}", |cfg| {
+            let mut f = Fill::new(cfg);
+            f.add(Batch { timing: Timing { sampler_dropped: 2, ..Timing::default() }, ..Batch::default() }, &[0, 1], 0, cfg);
+            assert_eq!(f.wants(), 0, "a server failing every group cannot make the step draw forever");
         });
     }
 }

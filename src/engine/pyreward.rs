@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::data::Problem;
 use crate::plan::Plan;
+use crate::retry;
 use crate::rl::reward::Custom;
 use crate::runlog::metrics;
 use crate::sandbox::local::{LocalConfig, LocalSandbox};
@@ -36,6 +37,9 @@ use super::event::{Event, EventSink};
 /// input, not the model's).
 pub(crate) struct PythonRewards {
     func: Arc<RewardFn>,
+    /// Components `reward.terms` weighs by name: a call that does not return each of them
+    /// failed (the user's function did not do what the spec says), never a sandbox error.
+    required: Vec<String>,
     sandbox: LocalSandbox,
     max_failures: u32,
     retries: u32,
@@ -139,7 +143,8 @@ impl PythonRewards {
                 (started.grader, Some(started.protection))
             }
         };
-        let rewards = PythonRewards { func: Arc::new(func), sandbox, max_failures: py.max_failures, retries: plan.rollout.infra_retries, failures: AtomicU32::new(0) };
+        let required = plan.reward.terms.iter().filter(|t| t.kind == crate::spec::types::RewardTermKind::Python).filter_map(|t| t.component.clone()).collect();
+        let rewards = PythonRewards { func: Arc::new(func), required, sandbox, max_failures: py.max_failures, retries: plan.rollout.infra_retries, failures: AtomicU32::new(0) };
         Ok(Some((rewards, protection)))
     }
 
@@ -179,7 +184,7 @@ impl PythonRewards {
             let customs = results
                 .into_iter()
                 .enumerate()
-                .map(|(k, r)| match r {
+                .map(|(k, r)| match r.and_then(|c| self.complete(c)) {
                     Ok(c) => c,
                     Err(f) => {
                         failed = true;
@@ -213,24 +218,39 @@ impl PythonRewards {
     }
 }
 
+impl PythonRewards {
+    /// `c` if it has every component the spec's terms weigh, else the failure that says which
+    /// one it lacks.
+    fn complete(&self, c: Custom) -> Result<Custom, Failure> {
+        let Some(missing) = self.required.iter().find(|name| c.component(name).is_none()) else { return Ok(c) };
+        let got = match &c {
+            Custom::Components(m) => format!("the components {}", m.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")),
+            _ => "a number".to_owned(),
+        };
+        Err(Failure {
+            kind: crate::sandbox::reward::FailureKind::Returned,
+            message: format!("{}() returned {got}, without `{missing}`, which `reward.terms` weighs", self.func.function()),
+            location: None,
+            traceback: String::new(),
+        })
+    }
+}
+
 /// One group's call, run again while the sandbox fails (up to `retries` times); `None` when
 /// it still fails: an infrastructure error, never the user's nor the model's.
 async fn call_with_retries(func: &RewardFn, sandbox: &LocalSandbox, problem: &Value, calls: &[Call], retries: u32) -> Option<Vec<CallResult>> {
-    let mut attempt = 0;
-    loop {
+    let policy = retry::Policy::counted(retries, Duration::from_millis(200), Duration::from_secs(5));
+    let done = retry::run(&policy, "python reward", |i| async move {
         match func.call(sandbox, problem, calls).await {
-            Ok(r) => return Some(r),
-            Err(e) if attempt < retries => {
-                attempt += 1;
-                tracing::warn!(attempt, "the Python reward's sandbox failed; calling again: {e}");
-                tokio::time::sleep(Duration::from_millis(200) * attempt).await;
-            }
+            Ok(r) => retry::Attempt::Done(r),
             Err(e) => {
-                tracing::warn!("the Python reward's sandbox failed: {e}");
-                return None;
+                tracing::warn!(attempt = i + 1, "the Python reward's sandbox failed: {e}");
+                retry::Attempt::Retry(e, None)
             }
         }
-    }
+    })
+    .await;
+    done.ok()
 }
 
 /// What calling the Python reward once on a sample found (`rlx validate`).

@@ -9,7 +9,7 @@ use crate::rl::reward::{Custom, Grading, RewardStrategy};
 use crate::rl::shaping;
 use crate::sandbox::VerdictStatus;
 use crate::seam::SamplingParams;
-use crate::spec::types::Overlong;
+use crate::spec::types::{DynamicSamplingMetric, Overlong};
 
 use super::grading::Graded;
 use super::pyreward::Scores;
@@ -39,13 +39,10 @@ pub(crate) struct GroupScore {
     pub rewards: Option<Vec<f64>>,
     /// The advantage strategy's output for `rewards` (empty without rewards).
     pub advantages: Vec<f64>,
-}
-
-impl GroupScore {
-    /// Whether the group carries a learning signal: scored, and not every advantage zero.
-    pub(crate) fn informative(&self) -> bool {
-        self.rewards.is_some() && !should_skip(&self.advantages)
-    }
+    /// Whether the group carries a learning signal: scored, not every advantage zero, and with
+    /// dynamic sampling by `metric: correct`, its completions neither all passing nor all
+    /// failing.
+    pub informative: bool,
 }
 
 /// The outcome the reward strategies see.
@@ -79,5 +76,9 @@ pub(crate) fn score(g: &Group, gi: usize, scores: &Scores, cfg: &StepConfig<'_>)
         })
         .collect();
     let advantages = rewards.as_deref().map(|r| cfg.advantage.advantages(r)).unwrap_or_default();
-    GroupScore { rewards, advantages }
+    let passed = g.trajectories.iter().filter(|t| t.last().graded.verdict.passed).count();
+    let mixed = passed > 0 && passed < g.trajectories.len();
+    let by_correctness = matches!(cfg.plan.grpo.dynamic_sampling, Some(d) if d.metric == DynamicSamplingMetric::Correct);
+    let informative = rewards.is_some() && !should_skip(&advantages) && (mixed || !by_correctness);
+    GroupScore { rewards, advantages, informative }
 }

@@ -189,7 +189,9 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
             continue;
         };
         let adv = &scored.advantages;
-        let skip = plan.grpo.skip_degenerate && should_skip(adv);
+        // Degenerate, or set aside by dynamic sampling (whose filter may be correctness: an
+        // all-wrong group whose rewards differ only by format or length still trains nothing).
+        let skip = (plan.grpo.skip_degenerate && should_skip(adv)) || (plan.grpo.dynamic_sampling.is_some() && !scored.informative);
         n.skipped += u32::from(skip);
         if let Some(t) = g.trajectories.first() {
             n.prompt_tokens += t.turns[0].prompt.tokens.len();

@@ -479,6 +479,31 @@ fn check_templates(cx: &mut Ctx<'_>, prompt: &mut crate::spec::types::Prompt) ->
     found
 }
 
+/// GSPO's sequence ratio is taken against the sampler's log-probabilities. A tempered sampler
+/// or quantised sampler weights put it far from 1 on-policy (the quickstart at T 0.7 with its
+/// GGUF's blocks: 0.94–0.97, from `train/kl_sample_train` 0.026–0.062 nats per token), outside
+/// a band as narrow as the paper's [0.9997, 1.0004], so every negative-advantage sequence would
+/// take the clipped, gradient-free branch and only positive ones would train. Refused rather
+/// than run wrong; a band wide enough to hold that gap (the user's choice) is let through.
+fn check_gspo_band(cx: &mut Ctx<'_>, spec: &Spec) {
+    use crate::spec::types::{Backend, Loss, SampleWeights};
+    let Loss::Gspo { clip_low_threshold: lo, clip_high_threshold: hi } = spec.grpo.loss else { return };
+    let quantised = matches!(spec.backend, Backend::Local { sample_weights, .. } if sample_weights != Some(SampleWeights::F32));
+    let tempered = spec.sampling.temperature != 1.0;
+    if !(quantised || tempered) || (lo <= 0.9 && hi >= 1.1) {
+        return;
+    }
+    let why = match (tempered, quantised) {
+        (true, true) => format!("tempered (`sampling.temperature: {}`) and from quantised weights", spec.sampling.temperature),
+        (true, false) => format!("tempered (`sampling.temperature: {}`)", spec.sampling.temperature),
+        _ => "from quantised weights (`backend.sample_weights` is not `f32`)".to_string(),
+    };
+    cx.err("grpo.loss", format!("GSPO's clip band [{lo}, {hi}] cannot hold its sequence ratio against this sampler, whose log-probabilities are {why}")).hints.extend([
+        "on-policy the ratio is then not 1 but about 0.94–0.97 (measured on the quickstart), so every negative-advantage sequence is clipped and only positive ones train".to_string(),
+        "sample at `sampling.temperature: 1` with `backend.sample_weights: f32` (the ratio is 1 on-policy), or widen the band to at least [0.9, 1.1] (`clip_low_threshold`, `clip_high_threshold`) and watch `train/clip_fraction`".to_string(),
+    ]);
+}
+
 /// The GRPO variants (docs/variants.md): combinations a backend cannot run or that contradict
 /// each other, refused before the run with what to use instead.
 fn check_grpo_variants(cx: &mut Ctx<'_>, spec: &Spec) {
@@ -491,6 +516,7 @@ fn check_grpo_variants(cx: &mut Ctx<'_>, spec: &Spec) {
             "use `backend.kind: local` for GSPO, or `grpo.loss: {kind: ppo, clip_high_threshold: 1.28}` (clip-higher) on Tinker".to_string(),
         ]);
     }
+    check_gspo_band(cx, spec);
     if matches!(g.loss, Loss::Dro { .. }) && g.loss_agg != LossAgg::Sum {
         cx.err("grpo.loss_agg", "`grpo.loss_agg` other than `sum` cannot be used with `grpo.loss: {kind: dro}`".into()).hints.push(
             "rlx aggregates by scaling each sequence's advantages, and DRO's quadratic penalty does not scale with the advantage; keep `loss_agg: {kind: sum}` and choose `beta`, or use `ppo`".into(),

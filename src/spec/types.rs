@@ -687,6 +687,23 @@ pub struct DynamicSampling {
     #[serde(default = "default_max_extra_rounds")]
     #[schemars(range(max = 64))]
     pub max_extra_rounds: u32,
+    /// What makes a group informative. `correct` (the default): its completions neither all
+    /// pass nor all fail, DAPO's accuracy filter (verl's `filter_groups.metric: acc`), so a group
+    /// whose completions are all wrong is set aside even when format or length shaping makes
+    /// their rewards differ. `reward`: its rewards are not all equal (shaping included).
+    #[serde(default)]
+    pub metric: DynamicSamplingMetric,
+}
+
+/// The filter of `grpo.dynamic_sampling`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DynamicSamplingMetric {
+    /// Completions that neither all pass nor all fail.
+    #[default]
+    Correct,
+    /// Rewards that are not all equal.
+    Reward,
 }
 
 fn default_max_extra_rounds() -> u32 {

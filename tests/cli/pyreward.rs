@@ -320,6 +320,30 @@ fn failing_rewards_drop_their_groups_and_stop_the_run_after_the_threshold() {
     assert!(r.stderr.contains("File \"r/rew.py\", line 5, in fails"), "{}", r.stderr);
 }
 
+/// A `weighted` term naming a component the function does not return: each call failed (the
+/// user's function does not do what the spec says), counted as the reward's failure, never as a
+/// sandbox infrastructure error (which would stop the run as "sandbox down").
+#[test]
+fn a_missing_weighted_component_is_a_failed_call_not_an_infrastructure_error() {
+    if !python_available() {
+        return;
+    }
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    cx.write("r/rew.py", RUN_REWARD);
+    let reward = "reward: {kind: weighted, terms: [{kind: python, component: style, weight: 1.0}], path: r/rew.py, max_failures: 100, test_timeout_s: 2}";
+    cx.write("spec.yaml", &run_spec(2, reward));
+    let r = cx.run(&["run", "spec.yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("reward() returned the components `chars`, `tests`, without `style`, which `reward.terms` weighs"), "{}", r.stderr);
+    let dir = only_run(&cx);
+    for m in jsonl(&dir.join("metrics.jsonl")).iter().filter(|m| m["step"].as_i64() >= Some(0)) {
+        assert_eq!(m["train/reward_failures"], 6.0, "{m}");
+        assert_eq!(m["train/groups_reward_dropped"], 2.0, "{m}");
+        assert_eq!(m["train/groups_infra_dropped"], 0.0, "not the sandbox's: {m}");
+    }
+}
+
 #[test]
 fn validate_calls_the_reward_once_and_shows_its_traceback() {
     if !python_available() {

@@ -23,6 +23,9 @@ struct Scripted {
     /// (statement, reference solution) per line of the training file.
     problems: Vec<(String, String)>,
     asked: Mutex<Vec<usize>>,
+    /// Wrong answers on odd samples come without a code block (a format error): an all-wrong
+    /// group's rewards then differ by the format coefficient.
+    mix_format: bool,
 }
 
 impl Scripted {
@@ -36,7 +39,7 @@ impl Scripted {
                 (v["text"].as_str().unwrap().to_string(), v["code"].as_str().unwrap().to_string())
             })
             .collect();
-        Arc::new(Scripted { tokenizer, problems, asked: Mutex::default() })
+        Arc::new(Scripted { tokenizer, problems, asked: Mutex::default(), mix_format: false })
     }
 
     fn index(&self, prompt: &[u32]) -> usize {
@@ -59,7 +62,8 @@ impl Sampler for Scripted {
                 .map(|k| {
                     let right = Self::informative(i) && k % 2 == 0;
                     let body = if right { self.problems[i].1.clone() } else { "def nothing():\n    return None".to_string() };
-                    let mut tokens = self.tokenizer.encode(format!("```python\n{body}\n```"), false).unwrap().get_ids().to_vec();
+                    let text = if !right && self.mix_format && k % 2 == 1 { "I cannot solve this.".to_string() } else { format!("```python\n{body}\n```") };
+                    let mut tokens = self.tokenizer.encode(text, false).unwrap().get_ids().to_vec();
                     tokens.push(1);
                     SampledSequence { logprobs: vec![-0.5; tokens.len()], tokens, stop_reason: StopReason::Stop }
                 })
@@ -151,7 +155,11 @@ schedule: {{max_steps: 3, eval_every: 0, save_every: 1, eval_at_start: false}}",
 /// Runs `plan` to the end on a fresh scripted backend, stopping once after `stop_after` steps
 /// when given (then resuming on a new backend, as a restarted process would).
 async fn run(cx: &TestContext, plan: &rlx::plan::Plan, stop_after: Option<u32>) -> (Arc<Recorder>, Vec<usize>) {
-    let sampler = Scripted::new(cx);
+    run_on(Scripted::new(cx), plan, stop_after).await
+}
+
+/// [`run`] on the scripted sampler given.
+async fn run_on(sampler: Arc<Scripted>, plan: &rlx::plan::Plan, stop_after: Option<u32>) -> (Arc<Recorder>, Vec<usize>) {
     let trainer = Arc::new(Recorder { sampler: sampler.clone(), datums: Mutex::default(), inputs: Mutex::default(), states: Mutex::default() });
     let mut asked = vec![];
     if let Some(n) = stop_after {
@@ -286,6 +294,59 @@ async fn dynamic_sampling_stops_at_its_cap() {
     assert!(capped >= 1, "no step reached the cap: {metrics:?}");
 }
 
+/// DAPO's filter is on correctness: all-wrong groups whose rewards differ (some answers lack a
+/// code block and miss the format coefficient) are set aside, counted and refilled under
+/// `metric: correct`, and trained on under `metric: reward`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_sampling_filters_on_correctness_not_on_shaped_rewards() {
+    for (metric, sets_aside) in [("correct", true), ("reward", false)] {
+        let cx = TestContext::new();
+        crate::engine::tiny_model(&cx.path().join("tiny"));
+        let path = cx.path().join("runs");
+        let plan = dynamic_plan_with(&cx, 10, "");
+        let text = std::fs::read_to_string(&plan.written.path).unwrap()
+            .replace("max_extra_rounds: 10}", &format!("max_extra_rounds: 10, metric: {metric}}}"))
+            .replace("format_coef: 0}", "format_coef: 0.1}");
+        let spec = cx.write("spec.yaml", &text);
+        let plan = rlx::plan::plan(&spec, &[]).unwrap();
+        let sampler = Scripted::new(&cx);
+        let sampler = Arc::new(Scripted { tokenizer: sampler.tokenizer.clone(), problems: sampler.problems.clone(), asked: Mutex::default(), mix_format: true });
+        let (trainer, asked) = run_on(sampler, &plan, None).await;
+        let dir = path.join(&plan.run_id);
+        let metrics = jsonl(&dir.join("metrics.jsonl"));
+        let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+        // Every all-wrong group has rewards 0 and −0.1 (formatted or not): not all equal.
+        let all_wrong_differ = rollouts.iter().any(|r| r["status"] == "failed" && r["reward"].as_f64() == Some(0.0)) && rollouts.iter().any(|r| r["status"] == "format_error" && r["reward"].as_f64() == Some(-0.1));
+        assert!(all_wrong_differ, "the script makes all-wrong groups' rewards differ");
+        let discarded: usize = metrics.iter().map(|m| metric_of(m, "train/groups_discarded")).sum();
+        if sets_aside {
+            assert!(discarded > 0, "{metric}: all-wrong groups set aside: {metrics:?}");
+            assert_eq!(asked.len(), metrics.iter().map(|m| metric_of(m, "train/problems_drawn")).sum::<usize>());
+            assert!(metrics.iter().all(|m| metric_of(m, "train/sample_rounds") > 1 || metric_of(m, "train/groups_discarded") == 0));
+            // Only groups with a right answer trained: 3 a step, 4 datums each.
+            assert_eq!(*trainer.datums.lock().unwrap(), vec![12, 12, 12], "{metric}");
+            for r in rollouts.iter().filter(|r| !r["skipped"].as_bool().unwrap()) {
+                let i = sampler_index(&r["problem_id"]);
+                assert!(Scripted::informative(i), "{metric}: trained an all-wrong group: {r}");
+            }
+        } else {
+            assert_eq!(discarded, 0, "{metric}: every group's rewards differ");
+            assert!(metrics.iter().all(|m| metric_of(m, "train/sample_rounds") == 1), "{metrics:?}");
+        }
+    }
+}
+
+fn metric_of(m: &Value, k: &str) -> usize {
+    metric(m, k)
+}
+
+/// The line of the training file a problem id names (MBPP ids are the line's `task_id`).
+fn sampler_index(id: &Value) -> usize {
+    let text = std::fs::read_to_string(repo().join("experiments/data/easy_python_train.jsonl")).unwrap();
+    let id: u64 = id.as_str().and_then(|s| s.parse().ok()).or_else(|| id.as_u64()).expect("a numeric MBPP id");
+    text.lines().position(|l| serde_json::from_str::<Value>(l).unwrap()["task_id"].as_u64() == Some(id)).expect("a training problem")
+}
+
 /// The loss/advantage variants on the embedded trainer: GSPO, token-mean aggregation, the soft
 /// overlong penalty and the KL penalty (LoRA: the reference is the base with the adapter off) in
 /// one run; overlong masking in another.
@@ -403,6 +464,8 @@ fn validation_refuses_what_cannot_run() {
         ("backend: {kind: local}", "loss: {kind: dro}, loss_agg: {kind: token_mean}", "cannot be used with `grpo.loss: {kind: dro}`", "does not scale with the advantage"),
         ("backend: {kind: local}", "overlong: {kind: soft_penalty, cache_tokens: 12}", "must be below `sampling.max_tokens` (12)", "cache_tokens"),
         ("backend: {kind: local}", "dynamic_sampling: {}", "`grpo.skip_degenerate` is false", "remove `skip_degenerate: false`"),
+        // GSPO at the paper's band against a sampler on quantised weights (the local default).
+        ("backend: {kind: local}", "loss: {kind: gspo}", "GSPO's clip band [0.9997, 1.0004] cannot hold its sequence ratio", "`backend.sample_weights: f32`"),
     ];
     for (backend, grpo, error, hint) in cases {
         let text = crate::engine::spec_with(1, 1, "")
@@ -415,7 +478,10 @@ fn validation_refuses_what_cannot_run() {
         assert!(r.stderr.contains(error) && r.stderr.contains(hint), "{grpo}: {}", r.stderr);
     }
     // The same variants on the local backend, where they run, validate.
-    let ok = crate::engine::spec_with(1, 1, "").replace("skip_degenerate: false}", "loss: {kind: gspo}, loss_agg: {kind: constant}, overlong: {kind: mask}, dynamic_sampling: {max_extra_rounds: 2}, kl: {coef: 0.01, estimator: k3}}");
+    let ok = crate::engine::spec_with(1, 1, "")
+        .replace("backend: {kind: local, threads: 1}", "backend: {kind: local, threads: 1, sample_weights: f32}")
+        .replace("skip_degenerate: false}", "loss: {kind: gspo}, loss_agg: {kind: constant}, overlong: {kind: mask}, dynamic_sampling: {max_extra_rounds: 2}, kl: {coef: 0.01, estimator: k3}}");
+    assert!(ok.contains("sample_weights: f32"));
     cx.write("spec.yaml", &ok);
     let r = cx.run(&["validate", "spec.yaml"]);
     assert_eq!(r.code, 0, "{}", r.stderr);

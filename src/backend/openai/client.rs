@@ -15,6 +15,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::{Config, Error};
+use crate::retry;
 
 /// Longest back-off between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -100,25 +101,27 @@ impl Client {
 
     async fn call<T>(&self, path: &str, body: Option<&Value>, parse: impl Fn(Value) -> Result<T, String>) -> Result<T, Error> {
         let url = format!("{}/{path}", self.base_url);
-        let mut attempt = 1u32;
-        loop {
+        let policy = retry::Policy::counted(self.max_retries, self.backoff, MAX_BACKOFF);
+        let (url, parse) = (&url, &parse);
+        retry::run(&policy, url, |i| async move {
+            if i > 0 {
+                self.retries.fetch_add(1, Ordering::Relaxed);
+            }
             let outcome = {
                 let _slot = self.slots.acquire().await.expect("the semaphore is never closed");
-                self.once(&url, body, attempt, &parse).await
+                self.once(url, body, i + 1, parse).await
             };
             match outcome {
-                Ok(v) => return Ok(v),
-                Err(Attempt::Fail(e)) => return Err(e),
-                Err(Attempt::Retry(e)) if attempt > self.max_retries => return Err(e),
+                Ok(v) => retry::Attempt::Done(v),
+                Err(Attempt::Fail(e)) => retry::Attempt::Fail(e),
                 Err(Attempt::Retry(e)) => {
-                    let wait = self.backoff.saturating_mul(1 << (attempt - 1).min(16)).min(MAX_BACKOFF);
-                    tracing::warn!(%url, attempt, wait_ms = wait.as_millis() as u64, "retrying: {e}");
-                    self.retries.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(wait).await;
-                    attempt += 1;
+                    tracing::warn!(%url, attempt = i + 1, "failed, retryable: {e}");
+                    retry::Attempt::Retry(e, None)
                 }
             }
-        }
+        })
+        .await
+        .map_err(|gave_up| gave_up.last)
     }
 
     async fn once<T>(&self, url: &str, body: Option<&Value>, attempts: u32, parse: &impl Fn(Value) -> Result<T, String>) -> Result<T, Attempt> {

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{Cursor, End, Mirror, SinkError};
+use crate::retry;
 use crate::runlog::MetricsLine;
 
 /// MLflow's limits per `runs/log-batch` call.
@@ -85,10 +86,10 @@ impl Mlflow {
     /// with an error code (the caller decides: "does not exist" is expected sometimes).
     async fn call(&self, get: bool, path: &str, body: &Value) -> Result<Result<Value, (u16, Value)>, SinkError> {
         let url = format!("{}/{path}", self.api);
-        let mut wait = Duration::from_millis(500);
-        let mut last = String::new();
-        for attempt in 1..=TRIES {
-            let mut req = if get { self.client.get(&url).query(&body.as_object().map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect::<Vec<_>>()).unwrap_or_default()) } else { self.client.post(&url).json(body) };
+        let policy = retry::Policy::counted(TRIES - 1, Duration::from_millis(500), Duration::from_secs(8));
+        let url = &url;
+        let done = retry::run(&policy, url, |_| async move {
+            let mut req = if get { self.client.get(url).query(&body.as_object().map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect::<Vec<_>>()).unwrap_or_default()) } else { self.client.post(url).json(body) };
             req = match &self.auth {
                 Some(Auth::Bearer(t)) => req.bearer_auth(t),
                 Some(Auth::Basic(u, p)) => req.basic_auth(u, Some(p)),
@@ -100,21 +101,21 @@ impl Mlflow {
                     let text = resp.text().await.unwrap_or_default();
                     let value: Value = serde_json::from_str(&text).unwrap_or_else(|_| json!({"message": text}));
                     if status.is_success() {
-                        return Ok(Ok(value));
+                        retry::Attempt::Done(Ok(value))
+                    } else if !(status.is_server_error() || status.as_u16() == 429) {
+                        retry::Attempt::Done(Err((status.as_u16(), value)))
+                    } else {
+                        retry::Attempt::Retry(format!("HTTP {status}: {}", message(&value)), None)
                     }
-                    if !(status.is_server_error() || status.as_u16() == 429) {
-                        return Ok(Err((status.as_u16(), value)));
-                    }
-                    last = format!("HTTP {status}: {}", message(&value));
                 }
-                Err(e) => last = crate::causes::causes(&e).join(": "),
+                Err(e) => retry::Attempt::Retry(crate::causes::causes(&e).join(": "), None),
             }
-            if attempt < TRIES {
-                tokio::time::sleep(wait).await;
-                wait *= 2;
-            }
-        }
-        Err(SinkError::Failed(format!("`{path}` failed after {TRIES} tries: {last}")))
+        })
+        .await;
+        done.map_err(|g| match g.exhausted {
+            true => SinkError::Failed(format!("`{path}` failed after {} tries: {}", g.attempts, g.last)),
+            false => SinkError::Failed(format!("`{path}` failed: {}", g.last)),
+        })
     }
 
     /// A call whose error answer is a failure.
