@@ -134,6 +134,7 @@ fn sample_record(step: i64, source: &Option<String>, k: usize, t: &rollout::Turn
         sample: k,
         text: t.text.clone(),
         code: t.graded.code.clone(),
+        language: v.language.map(|l| l.name().to_owned()),
         status: super::record_status(v.status),
         tests_passed: v.tests_passed,
         tests_total: v.tests_total,

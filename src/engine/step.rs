@@ -263,7 +263,7 @@ impl Tests {
                 T::Passed => {}
                 T::WrongAnswer => self.wrong_answers += 1,
                 T::Timeout => self.timeouts += 1,
-                T::RuntimeError | T::MemoryLimit | T::OutputLimit => self.runtime_errors += 1,
+                T::RuntimeError | T::MemoryLimit | T::OutputLimit | T::CompileError => self.runtime_errors += 1,
             }
         }
     }
@@ -309,6 +309,7 @@ fn record(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory, (reward, ad
         sample: k,
         text: last.text.clone(),
         code: last.graded.code.clone(),
+        language: last.graded.verdict.language.map(|l| l.name().to_owned()),
         status: super::record_status(last.graded.verdict.status),
         tests_passed: last.graded.verdict.tests_passed,
         tests_total: last.graded.verdict.tests_total,
@@ -340,6 +341,7 @@ pub(crate) fn test_record(t: &crate::sandbox::TestResult) -> TestRecord {
         T::Timeout => TestOutcome::Timeout,
         T::MemoryLimit => TestOutcome::MemoryLimit,
         T::OutputLimit => TestOutcome::OutputLimit,
+        T::CompileError => TestOutcome::CompileError,
     };
     TestRecord { status, time_ms: t.time_ms, got: t.got.clone(), error: t.error.clone() }
 }
