@@ -63,7 +63,7 @@ data:
   train: [{{path: problems.jsonl, format: codeforces, language: cpp, compile_timeout_s: 60}}]
   eval: [{{path: problems.jsonl, format: codeforces, language: cpp, compile_timeout_s: 60}}]
 prompt: {{user: {user}, feedback: {feedback}}}
-sampling: {{max_tokens: 64, temperature: 1.0}}
+sampling: {{max_tokens: 400, temperature: 1.0}}
 grpo: {{prompts_per_step: 4, group_size: 2}}
 rollout: {{max_attempts: 2}}
 sandbox: {{kind: local, strict: false}}
@@ -89,7 +89,7 @@ fn a_cpp_dry_run_records_compile_errors_wrong_answers_and_passes() {
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     let dir = only_run(&cx);
     let rollouts = jsonl(&dir.join("rollouts.jsonl"));
-    let by = |id: &str| rollouts.iter().find(|r| r["problem_id"] == id).unwrap_or_else(|| panic!("{id} in {rollouts:?}"));
+    let by = |id: &str| rollouts.iter().find(|r| r["problem_id"] == id).unwrap_or_else(|| panic!("{id} in {rollouts:?}\n{}", r.stderr));
     let sum = by("sum");
     assert_eq!((sum["status"].as_str(), sum["language"].as_str()), (Some("passed"), Some("cpp")), "{sum}");
     assert!(sum["code"].as_str().unwrap().contains("#include <cstdio>"), "the C++ block is the code: {sum}");
