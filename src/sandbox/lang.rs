@@ -197,6 +197,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::print_stderr)] // the skip notice is meant to be seen in test output
     fn the_key_covers_flags_and_source() {
         if compiler(Language::Cpp).ok().flatten().is_none() {
             eprintln!("SKIPPED: no g++");
