@@ -176,6 +176,7 @@ fn sample(h: &mut String, s: &EvalSampleRecord) {
                 TestOutcome::Timeout => ("timeout", "fail"),
                 TestOutcome::MemoryLimit => ("memory limit", "fail"),
                 TestOutcome::OutputLimit => ("output limit", "fail"),
+                TestOutcome::CompileError => ("compile error", "fail"),
             };
             let _ = write!(h, "<li>test {}: <span class=\"{class}\">{name}</span>, {} ms", i + 1, t.time_ms);
             if let Some(g) = &t.got {

@@ -158,6 +158,11 @@ pub(crate) fn to_problem(row: &Row, format: Option<Format>, stem: &str, index: u
             metadata.insert(key.into(), v.clone());
         }
     }
+    // A checker the row names (`exact`, `tokens`, `float`); a checker program (Codeforces
+    // dumps carry one's source) is not run here, so it is not kept.
+    if let Some(c) = row.get(super::META_CHECKER).and_then(Value::as_str).filter(|c| crate::spec::types::Checker::parse(c).is_some()) {
+        metadata.insert(super::META_CHECKER.into(), c.into());
+    }
     Ok(Problem { id, statement, starter_code, tests, metadata })
 }
 

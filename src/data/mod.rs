@@ -22,6 +22,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::spec::types::{Checker, Language};
+
 pub use formats::Format;
 pub use source::{Dataset, Loaded, load_data, load_source};
 
@@ -40,6 +42,49 @@ pub struct Problem {
     /// Everything else the row carried that downstream code may want (difficulty, platform, ...).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Metadata key of the language a problem is to be solved in (absent: Python).
+pub const META_LANGUAGE: &str = "language";
+/// Metadata key of the compiler flags replacing the language's defaults.
+pub const META_COMPILE_FLAGS: &str = "compile_flags";
+/// Metadata key of the compile step's time limit, seconds.
+pub const META_COMPILE_TIMEOUT: &str = "compile_timeout_s";
+/// Metadata key of the output checker (`lcb`, `exact`, `tokens`, `float`).
+pub const META_CHECKER: &str = "checker";
+
+impl Problem {
+    /// The language the problem is to be solved in: its metadata's `language` (set from the
+    /// source's `language`, or carried by the row itself), Python when absent or unknown.
+    pub fn language(&self) -> Language {
+        self.metadata.get(META_LANGUAGE).and_then(serde_json::Value::as_str).and_then(Language::parse).unwrap_or_default()
+    }
+
+    /// The output checker the problem names, LiveCodeBench's ladder when none.
+    pub fn checker(&self) -> Checker {
+        self.metadata.get(META_CHECKER).and_then(serde_json::Value::as_str).and_then(Checker::parse).unwrap_or_default()
+    }
+
+    /// Compiler flags replacing the language's defaults, if the source set them.
+    pub fn compile_flags(&self) -> Option<Vec<String>> {
+        let flags = self.metadata.get(META_COMPILE_FLAGS)?.as_array()?;
+        Some(flags.iter().filter_map(|f| f.as_str().map(str::to_owned)).collect())
+    }
+
+    /// The compile step's time limit, if the source set one.
+    pub fn compile_timeout_s(&self) -> Option<f64> {
+        self.metadata.get(META_COMPILE_TIMEOUT).and_then(serde_json::Value::as_f64)
+    }
+
+    /// The same problem to be solved in `language` (tests and checker unchanged).
+    pub fn in_language(mut self, language: Language) -> Problem {
+        if language == Language::Python {
+            self.metadata.remove(META_LANGUAGE);
+        } else {
+            self.metadata.insert(META_LANGUAGE.into(), language.name().into());
+        }
+        self
+    }
 }
 
 /// The tests of a problem, in the shape the grading harness runs them.

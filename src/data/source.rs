@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use super::filter::{self, Stats};
 use super::formats::{self, Format};
-use super::{Problem, hf, parquet};
-use crate::spec::types::{Data, DataFormat, Source};
+use super::{META_CHECKER, META_COMPILE_FLAGS, META_COMPILE_TIMEOUT, META_LANGUAGE, Problem, hf, parquet};
+use crate::spec::types::{Data, DataFormat, Language, Source};
 
 /// Environment-dependent settings for loading (today: the Hugging Face cache and network policy).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +89,19 @@ pub enum Error {
         #[source]
         source: filter::Error,
     },
+    /// A problem whose tests only a Python program can pass (functional calls, asserts) in a
+    /// source that asks for another language.
+    #[error("dataset `{path}`: problem `{id}` has {kind} tests, which only Python can pass, but the source's `language` is `{language}`; only stdin/stdout problems can be solved in another language")]
+    Language {
+        /// The source's `path`.
+        path: String,
+        /// The first such problem.
+        id: String,
+        /// Its kind of tests.
+        kind: &'static str,
+        /// The source's language.
+        language: Language,
+    },
 }
 
 impl Error {
@@ -96,7 +109,7 @@ impl Error {
     /// being a failure of rlx or of the network (exit code 3).
     pub fn is_user_error(&self) -> bool {
         match self {
-            Error::Extension { .. } | Error::Missing { .. } | Error::Filter { .. } => true,
+            Error::Extension { .. } | Error::Missing { .. } | Error::Filter { .. } | Error::Language { .. } => true,
             Error::File(e) => e.is_user_error(),
             Error::Parquet(e) => e.is_user_error(),
             Error::Hub(e) => e.is_user_error(),
@@ -140,10 +153,43 @@ pub fn load_source(source: &Source, opts: &Options) -> Result<Loaded, Error> {
         let problems = load_local(&path, format)?;
         (problems, Origin { path: source.path.clone(), files: vec![path], revision: None })
     };
-    let (problems, stats) =
+    let (mut problems, stats) =
         filter::apply(problems, source).map_err(|e| Error::Filter { path: source.path.clone(), source: e })?;
+    stamp_language(&mut problems, source)?;
     let fingerprint = filter::fingerprint(&problems);
     Ok(Loaded { problems, fingerprint, origin, stats })
+}
+
+/// Writes the source's `language`, `compile_flags`, `compile_timeout_s` and `checker` into each
+/// problem's metadata (where the prompt and the sandbox read them, see [`Problem::language`]);
+/// a problem that names its own checker keeps it. Python, the default, leaves no trace, so the
+/// fingerprints of Python sources do not change.
+fn stamp_language(problems: &mut [Problem], source: &Source) -> Result<(), Error> {
+    let language = source.language.unwrap_or_default();
+    for p in problems.iter_mut() {
+        if language != Language::Python {
+            let kind = match p.tests {
+                crate::data::Tests::Stdin { .. } => None,
+                crate::data::Tests::Functional { .. } => Some("functional"),
+                crate::data::Tests::Asserts { .. } => Some("assert"),
+                crate::data::Tests::Check { .. } => Some("HumanEval check"),
+            };
+            if let Some(kind) = kind {
+                return Err(Error::Language { path: source.path.clone(), id: p.id.clone(), kind, language });
+            }
+            p.metadata.insert(META_LANGUAGE.into(), language.name().into());
+        }
+        if let Some(flags) = &source.compile_flags {
+            p.metadata.insert(META_COMPILE_FLAGS.into(), flags.clone().into());
+        }
+        if let Some(t) = source.compile_timeout_s {
+            p.metadata.insert(META_COMPILE_TIMEOUT.into(), t.into());
+        }
+        if let Some(c) = source.checker {
+            p.metadata.entry(META_CHECKER).or_insert_with(|| c.name().into());
+        }
+    }
+    Ok(())
 }
 
 /// Load a local `.jsonl`, `.json` or `.parquet` file (no filters).

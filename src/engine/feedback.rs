@@ -16,7 +16,7 @@ pub(crate) fn describe(problem: &Problem, verdict: &Verdict) -> Value {
     if verdict.status == VerdictStatus::FormatError {
         return json!({
             "status": "format_error", "input": null, "expected": null, "got": null,
-            "error": "no ```python code block was found in the answer",
+            "error": format!("no ```{} code block was found in the answer", problem.language().fences()[0]),
         });
     }
     let Some((i, t)) = verdict.tests.iter().enumerate().find(|(_, t)| t.status != TestStatus::Passed) else {

@@ -57,6 +57,7 @@ pub(crate) fn rollout(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory,
         sample: k,
         text: last.text.clone(),
         code: last.graded.code.clone(),
+        language: last.graded.verdict.language.map(|l| l.name().to_owned()),
         status: status(last.graded.verdict.status),
         tests_passed: last.graded.verdict.tests_passed,
         tests_total: last.graded.verdict.tests_total,
@@ -88,6 +89,7 @@ pub(crate) fn test_record(t: &crate::sandbox::TestResult) -> TestRecord {
         T::Timeout => TestOutcome::Timeout,
         T::MemoryLimit => TestOutcome::MemoryLimit,
         T::OutputLimit => TestOutcome::OutputLimit,
+        T::CompileError => TestOutcome::CompileError,
     };
     TestRecord { status, time_ms: t.time_ms, got: t.got.clone(), error: t.error.clone() }
 }
@@ -102,6 +104,7 @@ pub(crate) fn eval_sample(step: i64, source: &Option<String>, k: usize, t: &Turn
         sample: k,
         text: t.text.clone(),
         code: t.graded.code.clone(),
+        language: v.language.map(|l| l.name().to_owned()),
         status: status(v.status),
         tests_passed: v.tests_passed,
         tests_total: v.tests_total,

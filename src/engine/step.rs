@@ -138,7 +138,7 @@ impl Tests {
                 T::Passed => {}
                 T::WrongAnswer => self.wrong_answers += 1,
                 T::Timeout => self.timeouts += 1,
-                T::RuntimeError | T::MemoryLimit | T::OutputLimit => self.runtime_errors += 1,
+                T::RuntimeError | T::MemoryLimit | T::OutputLimit | T::CompileError => self.runtime_errors += 1,
             }
         }
     }

@@ -108,8 +108,11 @@ impl PromptTemplates {
 
 /// What templates see as `problem`: `id`, `statement`, `starter_code` (empty string when none),
 /// `kind` (`stdin`, `functional`, `asserts`, `check`), `fn_name` (functional and check problems),
-/// `tests_preview` (up to [`PREVIEW_TESTS`] assert lines of MBPP-style problems), `metadata`.
+/// `tests_preview` (up to [`PREVIEW_TESTS`] assert lines of MBPP-style problems), `metadata`,
+/// `language` (`python`, `cpp`, ...), `language_name` (`C++`) and `fence` (the tag its code
+/// block should carry).
 pub(crate) fn problem_context(p: &Problem) -> Value {
+    let language = p.language();
     let (kind, fn_name, preview): (&str, Option<&str>, Vec<String>) = match &p.tests {
         Tests::Stdin { .. } => ("stdin", None, vec![]),
         Tests::Functional { fn_name, .. } => ("functional", Some(fn_name.as_str()), vec![]),
@@ -124,6 +127,9 @@ pub(crate) fn problem_context(p: &Problem) -> Value {
         "fn_name": fn_name,
         "tests_preview": preview,
         "metadata": p.metadata,
+        "language": language.name(),
+        "language_name": language.display_name(),
+        "fence": language.fences()[0],
     })
 }
 

@@ -56,6 +56,9 @@ pub struct RolloutRecord {
     pub text: String,
     /// The code extracted from it; `None` on a format error.
     pub code: Option<String>,
+    /// The language it was graded in, when not Python (absent in runs before languages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
     /// The verdict.
     pub status: VerdictStatus,
     /// Tests passed.
@@ -113,6 +116,8 @@ pub enum TestOutcome {
     MemoryLimit,
     /// Wrote more than the output limit.
     OutputLimit,
+    /// The program did not compile (its `error` is the compiler's output).
+    CompileError,
 }
 
 /// One test of a graded completion.
@@ -194,6 +199,9 @@ pub struct EvalSampleRecord {
     pub text: String,
     /// The code extracted from it; `None` on a format error.
     pub code: Option<String>,
+    /// The language it was graded in, when not Python (absent in runs before languages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
     /// The verdict.
     pub status: VerdictStatus,
     /// Tests passed.

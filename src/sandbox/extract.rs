@@ -3,16 +3,37 @@
 //! Same rule as tinker-cookbook and rLLM: the last match of ```` ```(?:\w+)?\n(.*?)``` ````
 //! (DOTALL), stripped. A completion with no such block (or only an empty one) has no code, which
 //! graders report as `format_error`. Written by hand rather than with `regex` to keep the
-//! dependency out of the sandbox path; the scan mirrors the regex's left-to-right matching.
+//! dependency out of the sandbox path; the scan mirrors the regex's left-to-right matching
+//! (for languages other than Python the tag may also hold `+`, for ```` ```c++ ````). For languages other than Python only
+//! blocks tagged with that language (or untagged) count ([`extract_code_in`]).
+
+use crate::spec::types::Language;
 
 /// The content of the last fenced code block of `completion`, stripped; `None` if there is none.
 pub fn extract_code(completion: &str) -> Option<String> {
+    last_block(completion, false, |_| true)
+}
+
+/// The code to grade in `language`: for Python, the last fenced block whatever its tag (the
+/// rule above, so Python verdicts stay those of tinker-cookbook and rLLM); for any other
+/// language, the last block tagged with one of its fences (```` ```cpp ````, ```` ```c++ ````,
+/// any case) or untagged, so that a Python sketch or a shell line after the C++ answer is not
+/// what gets compiled.
+pub fn extract_code_in(completion: &str, language: Language) -> Option<String> {
+    if language == Language::Python {
+        return extract_code(completion);
+    }
+    last_block(completion, true, |tag| tag.is_empty() || language.fences().iter().any(|f| f.eq_ignore_ascii_case(tag)))
+}
+
+/// `plus`: a tag may hold `+` (```` ```c++ ````); off for Python, whose rule is the regex's `\w+`.
+fn last_block(completion: &str, plus: bool, wanted: impl Fn(&str) -> bool) -> Option<String> {
     let mut last = None;
     let mut i = 0;
     while let Some(off) = completion[i..].find("```") {
         let p = i + off;
         let after = &completion[p + 3..];
-        let lang_len: usize = after.chars().take_while(|c| c.is_alphanumeric() || *c == '_').map(char::len_utf8).sum();
+        let lang_len: usize = after.chars().take_while(|c| c.is_alphanumeric() || *c == '_' || (plus && *c == '+')).map(char::len_utf8).sum();
         if !after[lang_len..].starts_with('\n') {
             // Not an opening fence here; the regex would retry one character later.
             i = p + 1;
@@ -21,7 +42,9 @@ pub fn extract_code(completion: &str) -> Option<String> {
         let body_start = p + 3 + lang_len + 1;
         match completion[body_start..].find("```") {
             Some(end) => {
-                last = Some(&completion[body_start..body_start + end]);
+                if wanted(&after[..lang_len]) {
+                    last = Some(&completion[body_start..body_start + end]);
+                }
                 i = body_start + end + 3;
             }
             None => break,
@@ -32,7 +55,20 @@ pub fn extract_code(completion: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::extract_code;
+    use super::{Language, extract_code, extract_code_in};
+
+    #[test]
+    fn the_last_block_of_the_language() {
+        let text = "```cpp\nint main(){}\n```\nor in Python:\n```python\nprint(1)\n```\n```C++\nint main(){return 0;}\n```\n```bash\ng++ x.cpp\n```";
+        assert_eq!(extract_code_in(text, Language::Cpp).as_deref(), Some("int main(){return 0;}"));
+        let shell_last = "```cpp\nint main(){}\n```\n```bash\ng++ x.cpp\n```";
+        assert_eq!(extract_code_in(shell_last, Language::Python).as_deref(), Some("g++ x.cpp"), "Python keeps the any-tag rule");
+        assert_eq!(extract_code_in(shell_last, Language::Cpp).as_deref(), Some("int main(){}"));
+        assert_eq!(extract_code_in(text, Language::Python), extract_code(text));
+        assert_eq!(extract_code_in("```\nint main(){}\n```", Language::Cpp).as_deref(), Some("int main(){}"));
+        assert_eq!(extract_code_in("```python\nprint(1)\n```", Language::Cpp), None);
+        assert_eq!(extract_code_in("```c\nint main(){}\n```", Language::C).as_deref(), Some("int main(){}"));
+    }
 
     #[test]
     fn takes_the_last_block() {

@@ -31,8 +31,11 @@ use tokio::sync::Semaphore;
 
 use super::harness;
 use super::local::parse_tests;
-use super::{Error, GradeOptions, Grader, Verdict};
-use crate::data::Problem;
+use super::compare::check_output;
+use super::lang::Compiled;
+use super::{Error, GradeOptions, Grader, TestResult, TestStatus, Verdict, clip_start};
+use crate::data::{IoCase, Problem, Tests};
+use crate::spec::types::Language;
 
 /// Client configuration.
 #[derive(Debug, Clone)]
@@ -239,6 +242,10 @@ pub fn parse_verdict_line(stdout: &str, nonce: &str) -> Option<Value> {
 
 impl Grader for FusionClient {
     async fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Verdict {
+        let language = problem.language();
+        if language != Language::Python {
+            return self.grade_native(problem, code, opts, language).await.in_language(language);
+        }
         let total = problem.tests.len();
         let (body, nonce) = grade_request(problem, code, opts);
         let timeout = Duration::from_secs_f64(body["run_timeout"].as_f64().unwrap_or(60.0) + 30.0);
@@ -261,5 +268,89 @@ impl Grader for FusionClient {
                 Verdict::infra_error(&problem.id, total, &Error::Remote { attempts: 1, reason })
             }
         }
+    }
+}
+
+/// One test of a program in one of Sandbox Fusion's own languages: the `/run_code` body.
+fn native_request(language: &str, code: &str, case: &IoCase, problem: &Problem, opts: &GradeOptions) -> Value {
+    let compile_timeout = problem.compile_timeout_s().unwrap_or(opts.limits.compile_timeout.as_secs_f64());
+    json!({
+        "code": code,
+        "language": language,
+        "stdin": case.input,
+        "compile_timeout": compile_timeout,
+        "run_timeout": opts.limits.timeout.as_secs_f64(),
+        "memory_limit_MB": opts.limits.memory_mb,
+    })
+}
+
+/// The compile step of a `/run_code` reply, when it failed: the program's fault.
+fn failed_compile(resp: &Value) -> Option<Compiled> {
+    let c = resp.get("compile_result").filter(|c| !c.is_null())?;
+    let timed_out = c["status"] == "TimeLimitExceeded";
+    let exit = c["return_code"].as_i64();
+    if !timed_out && exit == Some(0) {
+        return None;
+    }
+    let output = format!("{}{}", c["stderr"].as_str().unwrap_or_default(), c["stdout"].as_str().unwrap_or_default());
+    let time_ms = (c["execution_time"].as_f64().unwrap_or(0.0) * 1000.0) as u64;
+    Some(Compiled { status: if timed_out { "timeout" } else { "error" }.into(), time_ms, exit, output: output.trim().to_owned(), cached: false })
+}
+
+/// One test's verdict from its `/run_code` reply (after a successful compile).
+fn native_test(resp: &Value, expected: &str, problem: &Problem) -> TestResult {
+    let r = &resp["run_result"];
+    let time_ms = (r["execution_time"].as_f64().unwrap_or(0.0) * 1000.0) as u64;
+    let stdout = r["stdout"].as_str().unwrap_or_default();
+    let stderr = r["stderr"].as_str().unwrap_or_default().trim();
+    let error = (!stderr.is_empty()).then(|| stderr.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect::<String>());
+    let status = if r["status"] == "TimeLimitExceeded" {
+        TestStatus::Timeout
+    } else if r["return_code"].as_i64() != Some(0) {
+        if stderr.contains("std::bad_alloc") || stderr.contains("Cannot allocate memory") { TestStatus::MemoryLimit } else { TestStatus::RuntimeError }
+    } else if check_output(problem.checker(), stdout, expected) {
+        TestStatus::Passed
+    } else {
+        TestStatus::WrongAnswer
+    };
+    let got = (status == TestStatus::WrongAnswer).then(|| clip_start(stdout, 600));
+    TestResult { status, time_ms, got, error: if status == TestStatus::Passed { None } else { error } }
+}
+
+impl FusionClient {
+    /// Grades a program in one of Sandbox Fusion's own languages (`cpp`): one `/run_code` per
+    /// test with `language` set, as verl sends them, compared here by the problem's checker
+    /// (our harness is Python and does not run there).
+    async fn grade_native(&self, problem: &Problem, code: &str, opts: &GradeOptions, language: Language) -> Verdict {
+        let total = problem.tests.len();
+        let Some(name) = language.fusion_name() else {
+            let reason = format!("Sandbox Fusion has no language for {}; use `sandbox.kind: local`", language.display_name());
+            return Verdict::infra_error(&problem.id, total, &Error::Remote { attempts: 0, reason });
+        };
+        let Tests::Stdin { cases } = &problem.tests else {
+            let reason = format!("only stdin/stdout problems can be graded in {}", language.display_name());
+            return Verdict::infra_error(&problem.id, total, &Error::Rejected(reason));
+        };
+        let timeout = opts.limits.timeout + opts.limits.compile_timeout + Duration::from_secs(30);
+        let replies = futures_util::future::join_all(cases.iter().map(|c| {
+            let body = native_request(name, code, c, problem, opts);
+            async move { self.run_code(&body, timeout).await }
+        }))
+        .await;
+        let mut tests = Vec::with_capacity(total);
+        for (resp, case) in replies.iter().zip(cases) {
+            let resp = match resp {
+                Ok(r) => r,
+                Err(e) => return Verdict::infra_error(&problem.id, total, e),
+            };
+            if let Some(c) = failed_compile(resp) {
+                return Verdict::compile_error(&problem.id, total, c, opts.fail_fast);
+            }
+            tests.push(native_test(resp, &case.output, problem));
+            if opts.fail_fast && tests.last().is_some_and(|t| t.status != TestStatus::Passed) {
+                break;
+            }
+        }
+        Verdict::from_tests(&problem.id, total, tests)
     }
 }

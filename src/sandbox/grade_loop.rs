@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{AnyGrader, Error, GradeOptions, Grader, Progress, Submission, Verdict, VerdictStatus, extract_code};
+use super::{AnyGrader, Error, GradeOptions, Grader, Progress, Submission, Verdict, VerdictStatus, extract_code_in};
 use crate::data::Problem;
 
 /// The first wait before grading again; it doubles per retry, up to [`MAX_BACKOFF`].
@@ -40,10 +40,11 @@ pub(crate) async fn grade_one<G: Grader>(grader: &G, problem: &Problem, submissi
 async fn grade_with_backoff<G: Grader>(grader: &G, problem: &Problem, submission: Submission, opts: &GradeOptions, retries: u32, backoff: Duration) -> Graded {
     let code = match submission {
         Submission::Code(code) => code,
-        Submission::Completion(text) => match extract_code(&text) {
+        Submission::Completion(text) => match extract_code_in(&text, problem.language()) {
             Some(code) => code,
             None => {
-                return Graded { verdict: Verdict::format_error(&problem.id, problem.tests.len()), code: None, latency_ms: 0.0, infra_errors: 0 };
+                let verdict = Verdict::format_error(&problem.id, problem.tests.len()).in_language(problem.language());
+                return Graded { verdict, code: None, latency_ms: 0.0, infra_errors: 0 };
             }
         },
     };

@@ -165,6 +165,42 @@ def stdin_output_matches(captured, expected):
     return False
 
 
+def native_out_of_memory(raw):
+    """A native program that ended for want of memory under RLIMIT_AS: C++'s `new` threw
+    std::bad_alloc (terminate, SIGABRT), or the program could not even be loaded (its static
+    arrays exceed the limit: execve fails with ENOMEM)."""
+    err = _text(raw, "stderr")
+    return "std::bad_alloc" in err or "Cannot allocate memory" in err
+
+
+def _float_close(a, b, eps=1e-6):
+    try:
+        x, y = float(a), float(b)
+    except ValueError:
+        return a == b
+    if math.isnan(x) or math.isnan(y):
+        return False
+    if math.isinf(x) or math.isinf(y):
+        return x == y
+    return abs(x - y) <= eps * max(1.0, abs(y))
+
+
+def check_output(checker, captured, expected):
+    """Compare a program's stdout with the expected output by the problem's checker: `lcb`
+    (LiveCodeBench's ladder), `exact` (equal after trailing whitespace of each line and of the
+    whole output), `tokens` (the same whitespace-separated tokens, Codeforces' wcmp) or `float`
+    (tokens; numbers within 1e-6 absolute or relative, Codeforces' rcmp6)."""
+    if checker == "exact":
+        norm = lambda t: "\n".join(line.rstrip() for line in t.replace("\r\n", "\n").rstrip().split("\n"))
+        return norm(captured) == norm(expected)
+    if checker == "tokens":
+        return captured.split() == expected.split()
+    if checker == "float":
+        a, b = captured.split(), expected.split()
+        return len(a) == len(b) and all(_float_close(x, y) for x, y in zip(a, b))
+    return stdin_output_matches(captured, expected)
+
+
 class Opaque:
     """A value the program returned that is not plain data; equal to nothing."""
 
@@ -521,7 +557,21 @@ def handle(job):
 
         # The files are on disk now; the processes that run the program need the job without
         # them (every hop re-parses the frame).
-        reply = supervise({k: v for k, v in job.items() if k != "files"}, wd)
+        job = {k: v for k, v in job.items() if k != "files"}
+        compiled = None
+        if job.get("lang"):
+            compiled = build(job, wd, uid, gid, chown)
+            if compiled.get("status") != "ok":
+                # Nothing to run: every test is a compile error. The expected outputs are still
+                # read, to stay in step with rlx.
+                if read_expected(job) is False:
+                    kill_zygote()
+                    sys.exit(0)
+                return {"compile": compiled, "tests": []}
+            job["exec"] = job["lang"]["run"]
+        reply = supervise(job, wd)
+        if compiled is not None:
+            reply["compile"] = compiled
         if job.get("fetch_files") and "error" not in reply:
             reply["files"] = fetch_files(wd, job["fetch_files"])
         return reply
@@ -583,6 +633,60 @@ def write_cached_pyc(path, data, uid, gid):
         f.write(pyc)
     if chown:
         os.chown(target, uid, gid)
+
+
+# The most of a compiler's output a reply carries (the start: the first error is what counts).
+COMPILE_OUTPUT_BYTES = 16 << 10
+# The largest binary sent back to rlx for its cache.
+BINARY_CACHE_BYTES = 16 << 20
+
+
+def build(job, wd, uid, gid, chown):
+    """The compile step of a compiled language, as a program of its own: the compiler runs in a
+    program process G like any submission (the slot's uid, the namespaces, the read-only root,
+    the rlimits of the compile step, its own wall-clock limit), with the source written by W.
+    A binary rlx already has for this source (`cached`, sent as a file) skips it. Returns
+    {"status": "ok" | "error" | "timeout", "time_ms", "exit", "output", "binary"?}; "binary"
+    (base64) is the built program, for rlx's cache."""
+    lang = job["lang"]
+    src = os.path.join(wd, lang["source"])
+    binary = os.path.join(wd, lang["binary"])
+    fd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(job["code"].encode("utf-8", "surrogateescape"))
+        while view:
+            view = view[os.write(fd, view):]
+        if chown:
+            os.fchown(fd, uid, gid)
+    finally:
+        os.close(fd)
+    if lang.get("cached"):
+        os.chmod(binary, 0o755)
+        return {"status": "ok", "time_ms": 0, "exit": 0, "output": "", "cached": True}
+    t = float(lang["compile_timeout_s"])
+    cjob = {"kind": "run", "mode": "script", "exec": lang["compile"], "tests": [{"stdin": ""}],
+            "timeout_s": t, "deadline_s": t + 5.0, "limits": lang["compile_limits"]}
+    reply = supervise(cjob, wd)
+    if "error" in reply:
+        raise OSError(errno.EIO, reply["error"])
+    r = reply["tests"][0]
+    output = (_text(r, "stderr") + _text(r, "stdout")).strip()
+    if len(output) > COMPILE_OUTPUT_BYTES:
+        output = output[:COMPILE_OUTPUT_BYTES] + "\n... (compiler output cut)"
+    out = {"time_ms": r.get("time_ms", 0), "exit": r.get("exit"), "output": output}
+    if r["status"] == "timeout":
+        out["status"] = "timeout"
+    elif r["status"] == "ran" and r.get("exit") == 0 and os.path.isfile(binary):
+        out["status"] = "ok"
+        try:
+            if os.path.getsize(binary) <= BINARY_CACHE_BYTES:
+                with open(binary, "rb") as f:
+                    out["binary"] = base64.b64encode(f.read()).decode()
+        except OSError:
+            pass
+    else:
+        out["status"] = "error"
+    return out
 
 
 def fetch_files(wd, names):
@@ -1007,10 +1111,12 @@ def _judge_status(job, raw, expected):
     res = raw.get("res")
     if mode == "stdin":
         if raw["exit"] != 0 or (res and res.get("exc")):
-            out["status"] = "memory_limit" if res and res.get("exc") == "MemoryError" else "runtime_error"
+            oom = (res and res.get("exc") == "MemoryError") or (job.get("exec") and native_out_of_memory(raw))
+            out["status"] = "memory_limit" if oom else "runtime_error"
         else:
             text = base64.b64decode(raw["stdout"]).decode("utf-8", "replace")
-            out["status"] = "passed" if stdin_output_matches(text, expected[raw["i"]]) else "wrong_answer"
+            ok = check_output(job.get("checker") or "lcb", text, expected[raw["i"]])
+            out["status"] = "passed" if ok else "wrong_answer"
     elif mode == "functional":
         if not res or "ok" not in res:
             exc = res.get("exc") if res else None
@@ -1371,7 +1477,44 @@ def run_tests(job, in_pidns, res_w):
 # ---------------------------------------------------------------- the program's process (G)
 
 
+def exec_test(job, start, out_w, err_w, resource):
+    """G for a compiled program (or the compile step): become the program for test `start`, with
+    the test on stdin. The control and acknowledgement pipes are closed first, so the program
+    has no way to say anything but its output and its exit status (W charges the test when G
+    ends, see `Watch.final`); the next test gets a fresh G. The address-space limit is the memory
+    limit itself: no interpreter is preloaded under a native program."""
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    fd = os.memfd_create("stdin")
+    view = memoryview((job["tests"][start].get("stdin") or "").encode("utf-8", "surrogateescape"))
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, 0)
+    os.dup2(fd, 0)
+    os.closerange(3, 1 << 16)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = int(ru.ru_utime + ru.ru_stime + math.ceil(job["timeout_s"])) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    argv = job["exec"]
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LC_ALL", "HOME")}
+    env["TMPDIR"] = job["wd"]
+    mem = job["limits"]["memory_mb"]
+    try:
+        # Last, just before the exec: this interpreter may already map more than the limit.
+        if mem > 0:
+            resource.setrlimit(resource.RLIMIT_AS, (mem << 20, mem << 20))
+        os.execve(argv[0], argv, env)
+    except OSError as e:
+        # What a shell says for a missing command, and its exit code.
+        os.write(2, ("rlx: cannot execute %s: %s\n" % (argv[0], e.strerror)).encode())
+        os._exit(127 if e.errno in (errno.ENOENT, errno.EACCES) else 126)
+
+
 def child_loop(job, start, out_w, err_w, ctl_w, ack_r, resource):
+    if job.get("exec"):
+        exec_test(job, start, out_w, err_w, resource)
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
     os.dup2(ctl_w, 3)

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::{GradeOptions, Limits};
 use crate::data::{Problem, Tests};
+use crate::spec::types::Checker;
 
 /// The Python source of the harness.
 pub const SOURCE: &str = include_str!("harness.py");
@@ -42,6 +43,10 @@ pub fn grade_job(problem: &Problem, code: &str, opts: &GradeOptions) -> (Value, 
         "limits": limits_json(&opts.limits),
         "fail_fast": opts.fail_fast,
     });
+    let checker = problem.checker();
+    if checker != Checker::Lcb {
+        job["checker"] = checker.name().into();
+    }
     let expected = match &problem.tests {
         Tests::Stdin { cases } => {
             job["mode"] = "stdin".into();

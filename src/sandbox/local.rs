@@ -46,6 +46,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use super::admission::Admission;
 use super::harness;
+use super::lang::{self, Build, Compiled};
 use super::{Error, ExecOutput, ExecRequest, ExecStatus, GradeOptions, Grader, Protection, Sandbox, TestResult, TestStatus, Verdict};
 use crate::data::Problem;
 
@@ -90,6 +91,7 @@ struct Inner {
     spawner: Spawner,
     protection: Protection,
     preload: Preload,
+    binaries: lang::SharedCache,
 }
 
 /// What the warm workers preloaded (see `PRELOAD` in `harness.py`).
@@ -169,6 +171,7 @@ impl LocalSandbox {
             spawner: spawner.clone(),
             protection: Protection::default(),
             preload: Preload::default(),
+            binaries: lang::SharedCache::default(),
         };
         let mut set = tokio::task::JoinSet::new();
         for slot in 0..workers {
@@ -457,29 +460,89 @@ pub(crate) fn parse_tests(reply: &Value) -> Result<Vec<TestResult>, String> {
         .collect()
 }
 
+impl LocalSandbox {
+    /// For a compiled language: add the build to `job` (or the cached program, as a file) and
+    /// return its cache key. `None` for interpreted languages.
+    fn prepare_build(&self, job: &mut Value, build: Option<Build>, files: &mut Vec<Vec<u8>>, cacheable: bool) -> Option<[u8; 32]> {
+        let build = build?;
+        job["lang"] = build.job;
+        let extra = build.timeout.as_secs_f64() + 5.0;
+        job["deadline_s"] = (job["deadline_s"].as_f64().unwrap_or(60.0) + extra).into();
+        if !cacheable {
+            return None;
+        }
+        let cached = self.inner.binaries.lock().expect("binary cache lock").get(&build.key);
+        if let Some(bin) = cached {
+            job["lang"]["cached"] = true.into();
+            let names = job.get("file_names").and_then(Value::as_array).cloned().unwrap_or_default();
+            let mut names: Vec<Value> = names;
+            names.push(lang::BINARY.into());
+            job["file_names"] = names.into();
+            files.push(bin.as_ref().clone());
+        }
+        Some(build.key)
+    }
+
+    /// The compile step's outcome from a reply, keeping a newly built program in the cache.
+    fn take_compiled(&self, reply: &mut Value, key: Option<[u8; 32]>) -> Option<Compiled> {
+        let c = reply.get_mut("compile")?;
+        let binary = c.as_object_mut().and_then(|m| m.remove("binary"));
+        if let (Some(key), Some(b)) = (key, binary.as_ref().and_then(Value::as_str))
+            && let Ok(bytes) = B64.decode(b)
+        {
+            self.inner.binaries.lock().expect("binary cache lock").put(key, bytes);
+        }
+        Some(Compiled::from_reply(c))
+    }
+}
+
 impl Grader for LocalSandbox {
     async fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Verdict {
         let total = problem.tests.len();
-        let (job, expected) = harness::grade_job(problem, code, opts);
-        let deadline = Duration::from_secs_f64(job["deadline_s"].as_f64().unwrap_or(60.0));
-        match self.call(job, Vec::new(), expected, deadline, opts.limits.memory_mb).await {
-            Ok(reply) => match parse_tests(&reply) {
-                Ok(tests) => Verdict::from_tests(&problem.id, total, tests),
-                Err(e) => Verdict::infra_error(&problem.id, total, &Error::Rejected(e)),
-            },
-            Err(e) => Verdict::infra_error(&problem.id, total, &e),
+        let language = problem.language();
+        let (mut job, expected) = harness::grade_job(problem, code, opts);
+        let mut limits = opts.limits.clone();
+        if let Some(t) = problem.compile_timeout_s() {
+            limits.compile_timeout = Duration::from_secs_f64(t.clamp(0.1, 600.0));
         }
+        let build = match lang::build(language, code, problem.compile_flags().as_deref(), &limits) {
+            Ok(b) => b,
+            Err(e) => return Verdict::infra_error(&problem.id, total, &e).in_language(language),
+        };
+        let mut files = Vec::new();
+        let key = self.prepare_build(&mut job, build, &mut files, true);
+        let deadline = Duration::from_secs_f64(job["deadline_s"].as_f64().unwrap_or(60.0));
+        let verdict = match self.call(job, files, expected, deadline, opts.limits.memory_mb).await {
+            Ok(mut reply) => {
+                let compiled = self.take_compiled(&mut reply, key);
+                match (parse_tests(&reply), compiled) {
+                    (Ok(_), Some(c)) if !c.ok() => Verdict::compile_error(&problem.id, total, c, opts.fail_fast),
+                    (Ok(tests), compiled) => Verdict { compile: compiled, ..Verdict::from_tests(&problem.id, total, tests) },
+                    (Err(e), _) => Verdict::infra_error(&problem.id, total, &Error::Rejected(e)),
+                }
+            }
+            Err(e) => Verdict::infra_error(&problem.id, total, &e),
+        };
+        verdict.in_language(language)
     }
 }
 
 impl Sandbox for LocalSandbox {
     async fn run(&self, req: ExecRequest) -> Result<ExecOutput, Error> {
-        let (names, files): (Vec<String>, Vec<Vec<u8>>) = req.files.into_iter().unzip();
-        let job = harness::run_job(&req.code, req.stdin.as_deref(), &names, &req.fetch_files, &req.limits);
-        let deadline = req.limits.timeout + Duration::from_secs(5);
-        let reply = self.call(job, files, None, deadline, req.limits.memory_mb).await?;
+        // Only a program without files may share a built program with another (see `lang`).
+        let cacheable = req.files.is_empty();
+        let (names, mut files): (Vec<String>, Vec<Vec<u8>>) = req.files.into_iter().unzip();
+        let mut job = harness::run_job(&req.code, req.stdin.as_deref(), &names, &req.fetch_files, &req.limits);
+        let build = lang::build(req.language, &req.code, None, &req.limits)?;
+        let key = self.prepare_build(&mut job, build, &mut files, cacheable);
+        let deadline = Duration::from_secs_f64(job["deadline_s"].as_f64().unwrap_or(60.0));
+        let mut reply = self.call(job, files, None, deadline, req.limits.memory_mb).await?;
         if let Some(e) = reply.get("error").and_then(Value::as_str) {
             return Err(Error::Rejected(e.to_owned()));
+        }
+        let compile = self.take_compiled(&mut reply, key);
+        if compile.as_ref().is_some_and(|c| !c.ok()) {
+            return Ok(ExecOutput { status: ExecStatus::Exited(0), stdout: vec![], stderr: vec![], stderr_truncated: false, time: Duration::ZERO, files: BTreeMap::new(), compile });
         }
         let t = &reply["tests"][0];
         let decode = |k: &str| B64.decode(t[k].as_str().unwrap_or_default()).unwrap_or_default();
@@ -502,6 +565,7 @@ impl Sandbox for LocalSandbox {
             stderr_truncated: t["stderr_truncated"].as_bool().unwrap_or(false),
             time: Duration::from_millis(t["time_ms"].as_u64().unwrap_or(0)),
             files,
+            compile,
         })
     }
 }

@@ -20,10 +20,12 @@
 //! Infrastructure failures never become failed tests: they are [`VerdictStatus::InfraError`].
 
 pub(crate) mod admission;
+pub(crate) mod compare;
 pub(crate) mod extract;
 pub mod fusion;
 pub(crate) mod grade_loop;
 pub mod harness;
+pub mod lang;
 pub mod local;
 pub(crate) mod preflight;
 pub(crate) mod proc_tree;
@@ -38,8 +40,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::data::Problem;
+use crate::spec::types::Language;
 
-pub use extract::extract_code;
+pub use extract::{extract_code, extract_code_in};
 pub use grade_loop::{Graded, grade_all, grade_group};
 pub use preflight::preflight;
 pub use start::{Started, start};
@@ -62,10 +65,13 @@ pub struct Limits {
     pub fsize_mb: u64,
     /// Open file descriptors.
     pub nofile: u32,
+    /// Wall-clock limit of the compile step of a compiled language.
+    pub compile_timeout: Duration,
 }
 
 impl Default for Limits {
-    /// LiveCodeBench's 6 s per test; 1 GiB (verl's default memory limit); 16 MiB of stdout.
+    /// LiveCodeBench's 6 s per test; 1 GiB (verl's default memory limit); 16 MiB of stdout;
+    /// Sandbox Fusion's 10 s to compile.
     fn default() -> Self {
         Limits {
             timeout: Duration::from_secs(6),
@@ -75,6 +81,7 @@ impl Default for Limits {
             nproc: 64,
             fsize_mb: 64,
             nofile: 256,
+            compile_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -110,7 +117,8 @@ impl Protection {
 /// One program to run (the `/run_code` shape).
 #[derive(Debug, Clone, Default)]
 pub struct ExecRequest {
-    /// Python source, run as `__main__` from `main.py` in a fresh working directory.
+    /// The source, run as `__main__` from `main.py` in a fresh working directory (Python), or
+    /// built from the language's source file and run (compiled languages).
     pub code: String,
     /// Stdin; `None` is an empty stdin.
     pub stdin: Option<String>,
@@ -118,8 +126,11 @@ pub struct ExecRequest {
     pub files: BTreeMap<String, Vec<u8>>,
     /// Files read back after the run (relative paths; missing ones are left out).
     pub fetch_files: Vec<String>,
-    /// Limits; `timeout` is the wall-clock limit of the whole run.
+    /// Limits; `timeout` is the wall-clock limit of the whole run (the compile step has its
+    /// own, `compile_timeout`).
     pub limits: Limits,
+    /// The language of `code` (Python by default); a compiled one is built first.
+    pub language: Language,
 }
 
 /// How a run ended.
@@ -151,6 +162,9 @@ pub struct ExecOutput {
     pub time: Duration,
     /// Fetched files (relative path → bytes).
     pub files: BTreeMap<String, Vec<u8>>,
+    /// The compile step, for a compiled language; when it failed the program did not run
+    /// (`status` is then `Exited(0)` and nothing else is set).
+    pub compile: Option<lang::Compiled>,
 }
 
 /// Sandbox failures: always infrastructure, never the program's fault.
@@ -222,6 +236,16 @@ pub enum Error {
         /// What to do (the CLI prints it as a `help:` line).
         hint: String,
     },
+    /// A language's compiler is not installed: the machine cannot grade that language.
+    #[error("{language} needs the compiler `{compiler}`, which is not installed (looked in {searched})")]
+    Toolchain {
+        /// The language.
+        language: String,
+        /// The compiler's name.
+        compiler: String,
+        /// Where it was looked for.
+        searched: String,
+    },
     /// A remote sandbox failed (transport error, 5xx, SandboxError), after retries.
     #[error("remote sandbox failed after {attempts} attempt(s): {reason}")]
     Remote {
@@ -237,7 +261,7 @@ impl Error {
     /// sandbox on a machine without some isolation layer, a bad URL or one where no Sandbox
     /// Fusion answers, a completion for an unknown problem. Everything else is the sandbox failing (exit code 3).
     pub fn is_user_error(&self) -> bool {
-        matches!(self, Error::Incomplete { .. } | Error::Url { .. } | Error::UnknownProblem { .. })
+        matches!(self, Error::Incomplete { .. } | Error::Url { .. } | Error::UnknownProblem { .. } | Error::Toolchain { .. })
             || matches!(self, Error::Preflight { sandbox, .. } if sandbox.starts_with("Sandbox Fusion"))
     }
 }
@@ -281,6 +305,9 @@ pub enum TestStatus {
     MemoryLimit,
     /// Wrote more than the output limit.
     OutputLimit,
+    /// The program did not compile (every test of a compiled language's submission; the first
+    /// carries the compiler's output as `error`).
+    CompileError,
 }
 
 /// One test's result.
@@ -317,6 +344,12 @@ pub struct Verdict {
     /// For `infra_error`: what failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The language graded, when it is not Python.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<Language>,
+    /// The compile step of a compiled language.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile: Option<lang::Compiled>,
 }
 
 impl Verdict {
@@ -332,7 +365,26 @@ impl Verdict {
             tests_total,
             tests,
             error: None,
+            language: None,
+            compile: None,
         }
+    }
+
+    /// A submission that did not compile: every test a compile error (only the first with
+    /// fail-fast), the first carrying the compiler's output.
+    pub fn compile_error(problem_id: &str, tests_total: usize, compiled: lang::Compiled, fail_fast: bool) -> Verdict {
+        let n = if fail_fast { tests_total.min(1) } else { tests_total };
+        let what = if compiled.status == "timeout" { "the compiler ran past its time limit".to_owned() } else { compiled.output.clone() };
+        let tests = (0..n)
+            .map(|i| TestResult { status: TestStatus::CompileError, time_ms: 0, got: None, error: (i == 0).then(|| clip_start(&what, 2000)) })
+            .collect();
+        Verdict { compile: Some(compiled), ..Verdict::from_tests(problem_id, tests_total, tests) }
+    }
+
+    /// The same verdict, saying which language was graded (when not Python).
+    pub fn in_language(mut self, language: Language) -> Verdict {
+        self.language = (language != Language::Python).then_some(language);
+        self
     }
 
     /// No code block to run.
@@ -345,6 +397,8 @@ impl Verdict {
             tests_total,
             tests: vec![],
             error: None,
+            language: None,
+            compile: None,
         }
     }
 
@@ -365,7 +419,18 @@ impl Verdict {
             tests_total,
             tests: vec![],
             error: Some(msg),
+            language: None,
+            compile: None,
         }
+    }
+}
+
+/// The start of `s`, at most `chars` characters, marked when cut (a compiler's first error is
+/// the one that counts).
+pub(crate) fn clip_start(s: &str, chars: usize) -> String {
+    match s.char_indices().nth(chars) {
+        Some((i, _)) => format!("{}\n... (cut)", &s[..i]),
+        None => s.to_owned(),
     }
 }
 

@@ -179,7 +179,7 @@ impl RewardFn {
         // backstop for a hang the driver's timer cannot interrupt (one inside C code).
         let n = calls.len() as f64 + 1.0;
         let limits = Limits { timeout: Duration::from_secs_f64(t * n + 2.0), memory_mb: self.memory_mb, ..Limits::default() };
-        let req = ExecRequest { code: DRIVER.to_owned(), stdin: Some(stdin.to_string()), files: self.files.clone(), fetch_files: vec![], limits };
+        let req = ExecRequest { code: DRIVER.to_owned(), stdin: Some(stdin.to_string()), files: self.files.clone(), fetch_files: vec![], limits, ..ExecRequest::default() };
         let out = sandbox.run(req).await?;
         Ok(parse_results(&out.stdout, &out.stderr, out.status, calls.len(), t))
     }

@@ -5,8 +5,10 @@
 //! response JSON and status rules: `Success` iff the run finished with return code 0, `Failed`
 //! for a non-zero code, a signal or a timeout (`TimeLimitExceeded`, `return_code: null`), and
 //! `SandboxError` when the sandbox itself failed. A body that fails validation gets HTTP 422 with
-//! a pydantic-style `detail` list. Languages other than Python are accepted by Sandbox Fusion's
-//! schema but not run here: they get `SandboxError`.
+//! a pydantic-style `detail` list. `python` and `cpp` run (`cpp`: a compile step first, with its
+//! own `compile_timeout`; a failed compile is `Failed` with `compile_result` set and no
+//! `run_result`, as in Sandbox Fusion). The other languages of Sandbox Fusion's schema are
+//! accepted but not run here: they get `SandboxError`.
 //!
 //! Differences: concurrency is bounded by the worker pool (requests queue; Sandbox Fusion runs
 //! everything at once); stdout/stderr are read while the program runs and capped instead of being
@@ -28,7 +30,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use super::local::LocalSandbox;
+use super::lang::Compiled;
 use super::{ExecRequest, ExecStatus, Limits, Sandbox};
+use crate::spec::types::Language;
 
 /// Languages in Sandbox Fusion's `RunCodeRequest.language` Literal.
 const FUSION_LANGUAGES: &[&str] = &[
@@ -98,6 +102,8 @@ pub struct RunCodeRequest {
     pub code: String,
     /// Language (one of Sandbox Fusion's).
     pub language: String,
+    /// Wall-clock limit of the compile step (compiled languages), seconds.
+    pub compile_timeout: f64,
     /// Wall-clock limit of the run, seconds.
     pub run_timeout: f64,
     /// Address-space limit, MiB (≤ 0: the default limit).
@@ -140,7 +146,7 @@ pub fn parse_request(body: &[u8]) -> Result<RunCodeRequest, Vec<Value>> {
         Some(_) => { errs.push(detail(&["body", key], "Input should be a valid number", "float_type")); default }
     };
     let run_timeout = number("run_timeout", 10.0);
-    let _compile_timeout = number("compile_timeout", 10.0);
+    let compile_timeout = number("compile_timeout", 10.0);
     let memory_limit_mb = number("memory_limit_MB", -1.0) as i64;
     let stdin = match m.get("stdin") {
         None | Some(Value::Null) => None,
@@ -172,10 +178,31 @@ pub fn parse_request(body: &[u8]) -> Result<RunCodeRequest, Vec<Value>> {
     if !(run_timeout > 0.0 && run_timeout.is_finite()) {
         errs.push(detail(&["body", "run_timeout"], "Input should be greater than 0", "greater_than"));
     }
+    if !(compile_timeout > 0.0 && compile_timeout.is_finite()) {
+        errs.push(detail(&["body", "compile_timeout"], "Input should be greater than 0", "greater_than"));
+    }
     if !errs.is_empty() {
         return Err(errs);
     }
-    Ok(RunCodeRequest { code, language, run_timeout, memory_limit_mb, stdin, files, fetch_files })
+    Ok(RunCodeRequest { code, language, compile_timeout, run_timeout, memory_limit_mb, stdin, files, fetch_files })
+}
+
+/// The Sandbox Fusion languages this server runs.
+fn served_languages() -> Vec<&'static str> {
+    Language::ALL.into_iter().filter_map(Language::fusion_name).collect()
+}
+
+/// Sandbox Fusion's `compile_result`: `Finished` with the compiler's return code, or
+/// `TimeLimitExceeded` with none. The compiler's output is in `stderr` (stderr, then stdout).
+fn compile_result(c: &Compiled) -> Value {
+    let timed_out = c.status == "timeout";
+    json!({
+        "status": if timed_out { "TimeLimitExceeded" } else { "Finished" },
+        "execution_time": c.time_ms as f64 / 1000.0,
+        "return_code": if timed_out { Value::Null } else { json!(c.exit.unwrap_or(i64::from(!c.ok()))) },
+        "stdout": "",
+        "stderr": c.output,
+    })
 }
 
 fn sandbox_error(message: &str) -> Value {
@@ -185,9 +212,9 @@ fn sandbox_error(message: &str) -> Value {
 
 /// Run a validated request and build the Sandbox Fusion response.
 pub async fn run_code<S: Sandbox>(r: RunCodeRequest, sandbox: &S) -> Value {
-    if r.language != "python" {
-        return sandbox_error(&format!("language `{}` is not supported by rlx sandbox serve (python only)", r.language));
-    }
+    let Some(language) = Language::ALL.into_iter().find(|l| l.fusion_name() == Some(r.language.as_str())) else {
+        return sandbox_error(&format!("language `{}` is not supported by rlx sandbox serve ({})", r.language, served_languages().join(", ")));
+    };
     // Absolute or escaping paths land anywhere on the host in Sandbox Fusion; here they are refused.
     if let Some(bad) = r.files.keys().find(|p| p.starts_with('/') || p.split('/').any(|c| c == "..")) {
         return sandbox_error(&format!("file path `{bad}` must be relative to the working directory"));
@@ -196,11 +223,18 @@ pub async fn run_code<S: Sandbox>(r: RunCodeRequest, sandbox: &S) -> Value {
     if r.memory_limit_mb > 0 {
         limits.memory_mb = r.memory_limit_mb as u64;
     }
-    let req = ExecRequest { code: r.code, stdin: r.stdin, files: r.files, fetch_files: r.fetch_files, limits };
+    limits.compile_timeout = Duration::from_secs_f64(r.compile_timeout.min(600.0));
+    let req = ExecRequest { code: r.code, stdin: r.stdin, files: r.files, fetch_files: r.fetch_files, limits, language };
     let out = match sandbox.run(req).await {
         Ok(o) => o,
         Err(e) => return sandbox_error(&e.to_string()),
     };
+    let compile_result = out.compile.as_ref().map(compile_result);
+    if out.compile.as_ref().is_some_and(|c| !c.ok()) {
+        // Sandbox Fusion: a failed compile (non-zero code or its time limit) runs nothing.
+        return json!({"status": "Failed", "message": "", "compile_result": compile_result, "run_result": null,
+                      "executor_pod_name": null, "files": {}});
+    }
     let (run_status, return_code) = match out.status {
         ExecStatus::Exited(c) => ("Finished", json!(c)),
         ExecStatus::Signaled(s) => ("Finished", json!(-s)),
@@ -212,7 +246,7 @@ pub async fn run_code<S: Sandbox>(r: RunCodeRequest, sandbox: &S) -> Value {
     json!({
         "status": status,
         "message": "",
-        "compile_result": null,
+        "compile_result": compile_result,
         "run_result": {
             "status": run_status,
             "execution_time": out.time.as_secs_f64(),

@@ -13,6 +13,7 @@
 
 pub mod defaults;
 pub mod health;
+pub mod language;
 pub(crate) mod diagnostic;
 pub mod node;
 pub mod overrides;

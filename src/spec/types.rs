@@ -17,6 +17,8 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use super::language::{Checker, Language};
+
 /// An rlx experiment: what to train, on which problems, how to reward it, and how long.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -422,6 +424,24 @@ pub struct Source {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_tests: Option<u32>,
+    /// The language the problems are to be solved in: the prompt template sees it
+    /// (`problem.language`), the last fenced block in it is graded, and the record says it.
+    /// stdin/stdout problems can be solved in any language; functional and assert problems only
+    /// in Python. Default `python`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<Language>,
+    /// Compiler flags for a compiled `language`, replacing its defaults (`-O2 -std=c++17` for
+    /// `cpp`, `-O2 -std=c11` for `c`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_flags: Option<Vec<String>>,
+    /// Seconds the compile step may take (wall clock). Default `10`, Sandbox Fusion's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.1, max = 600.0))]
+    pub compile_timeout_s: Option<f64>,
+    /// How stdout is compared with the expected output, for problems that do not name a checker
+    /// themselves. Default `lcb` (LiveCodeBench's ladder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checker: Option<Checker>,
 }
 
 impl Source {
@@ -460,6 +480,10 @@ impl Source {
             skip: None,
             limit: None,
             max_tests: None,
+            language: None,
+            compile_flags: None,
+            compile_timeout_s: None,
+            checker: None,
         }
     }
 }

@@ -114,6 +114,8 @@ pub(crate) struct Completion {
     pub text: String,
     /// The code extracted from it; `None` on a format error.
     pub code: Option<String>,
+    /// The language it was graded in, when not Python.
+    pub language: Option<String>,
     /// Why sampling stopped.
     pub stop_reason: StopReason,
     /// Sampled tokens.
@@ -141,6 +143,7 @@ impl Completion {
             prompt: r.prompt,
             text: r.text,
             code: r.code,
+            language: r.language,
             stop_reason: r.stop_reason,
             tokens: r.tokens,
             training: Some(Training { group: r.group, reward: r.reward, advantage: r.advantage, skipped: r.skipped, attempts: r.attempts, turns: r.turns }),
@@ -161,6 +164,7 @@ impl Completion {
             prompt: r.prompt,
             text: r.text,
             code: r.code,
+            language: r.language,
             stop_reason: r.stop_reason,
             tokens: r.tokens,
             training: None,
@@ -330,6 +334,7 @@ mod tests {
             prompt: if sample == 0 { vec![PromptMessage { role: "user".into(), content: format!("solve {problem}") }] } else { vec![] },
             text: String::new(),
             code: None,
+            language: None,
             stop_reason: StopReason::Stop,
             tokens: 1,
             training: Some(Training { group, reward: 0.0, advantage: 0.0, skipped: false, attempts: 1, turns: vec![] }),

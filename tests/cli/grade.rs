@@ -193,3 +193,56 @@ fn reduced_isolation_is_a_warning() {
     assert_eq!(err.matches("warning: the sandbox runs model code with reduced isolation").count(), 1, "{err}");
     assert!(err.contains("namespaces disabled") && err.contains("help: pass `--strict` to refuse to run instead"), "{err}");
 }
+
+#[test]
+fn grade_cpp_completions_and_a_missing_compiler() {
+    if !crate::sandbox_cpp::toolchain(rlx::spec::types::Language::Cpp) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let problems = dir.path().join("p.jsonl");
+    write_jsonl(&problems, &[json!({"id": "ab", "problem": "a+b", "tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "2 2\n", "output": "4\n"}]})]);
+    let completions = dir.path().join("c.jsonl");
+    let good = format!("Here it is:\n```cpp\n{}```\nand in Python:\n```python\nprint(sum(map(int, input().split())))\n```", crate::sandbox_cpp::APLUSB);
+    write_jsonl(
+        &completions,
+        &[
+            json!({"problem_id": "ab", "completion": good}),
+            json!({"problem_id": "ab", "completion": "```c++\nint main(){ return nope; }\n```"}),
+            json!({"problem_id": "ab", "completion": "```python\nprint(3)\n```"}),
+        ],
+    );
+    let out = rlx()
+        .args(["grade", "--no-progress", "--language", "cpp", "--compile-timeout", "60"])
+        .arg("--problems")
+        .arg(&problems)
+        .arg("--completions")
+        .arg(&completions)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let l = lines(&out.stdout);
+    assert_eq!((l[0]["status"].as_str(), l[0]["language"].as_str(), l[0]["compile"]["status"].as_str()), (Some("passed"), Some("cpp"), Some("ok")), "{}", l[0]);
+    assert_eq!(l[1]["status"], "failed");
+    assert_eq!(l[1]["tests"][0]["status"], "compile_error");
+    assert!(l[1]["tests"][0]["error"].as_str().is_some_and(|e| e.contains("nope")), "{}", l[1]);
+    assert_eq!(l[2]["status"], "format_error", "a ```python block is not C++: {}", l[2]);
+
+    // No compiler: exit 2 naming it, before anything is graded.
+    let out = rlx()
+        .env("RLX_TOOLCHAIN_PATH", dir.path().join("no-such-dir"))
+        .args(["grade", "--no-progress", "--language", "cpp"])
+        .arg("--problems")
+        .arg(&problems)
+        .arg("--completions")
+        .arg(&completions)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("C++ needs the compiler `g++`, which is not installed"), "{stderr}");
+    assert!(out.stdout.is_empty(), "nothing graded");
+    let out = rlx().args(["grade", "--language", "cplusplus", "--problems", "p", "--completions", "c"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown language `cplusplus`"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -10,6 +10,9 @@
 //! - `compare`: `rlx compare` on run directories the tests write (arms × seeds, failed and torn
 //!   runs, another problem set), its statistics, formats, HTML (headless Chromium) and PNGs.
 //! - `common`: `TestContext` (temp work dir, clean env, `rlx` command) and helpers.
+//! - `cpp_run`: C++ runs end to end: a dry run with right, wrong and non-compiling answers
+//!   (recorded per test, compile errors fed back, `rlx show`, `rlx eval`), the tiny model on the
+//!   shipped C++ data, a missing compiler (exit 2).
 //! - `data`: dataset files and format adapters.
 //! - `engine`: `rlx run` end to end on a tiny model: run directory, kill -9 and resume, SIGINT.
 //! - `export`: `rlx export` (Hugging Face directories loaded by transformers, PEFT adapters, GGUF)
@@ -25,6 +28,8 @@
 //! - `run`: `rlx run` up to the engine boundary.
 //! - `runlog`: run directory files, atomic writes, torn lines.
 //! - `sandbox`: the local sandbox: dataset grading, LiveCodeBench conformance, adversarial programs.
+//! - `sandbox_cpp`: C++ and C in the local sandbox with the real compilers: every verdict, the
+//!   checkers, compile flags and limits, the cache of built programs, adversarial programs.
 //! - `sandbox_warm`: the warm workers: preloaded modules (numpy) leak nothing between
 //!   submissions, nor does memory (a submission scanning its own), cached bytecode, a virtualenv under /tmp, admission of waiting submissions.
 //! - `schema`: `rlx schema` and the committed `schemas/experiment.schema.json` agree.
@@ -64,6 +69,7 @@ mod backend_contract;
 mod chat;
 mod common;
 mod compat;
+mod cpp_run;
 mod compare;
 mod data;
 mod engine;
@@ -77,6 +83,7 @@ mod registry;
 mod run;
 mod runlog;
 mod sandbox;
+mod sandbox_cpp;
 mod sandbox_warm;
 mod schema;
 mod seams;

@@ -16,6 +16,7 @@ use rlx::data;
 use rlx::sandbox::fusion::{FusionClient, FusionConfig};
 use rlx::sandbox::local::{LocalConfig, LocalSandbox};
 use rlx::sandbox::{GradeOptions, Grader, VerdictStatus};
+use rlx::spec::types::Language;
 use serde_json::{Value, json};
 
 use crate::common::fixture_problems;
@@ -106,8 +107,9 @@ async fn serve_answers_like_sandbox_fusion() {
     assert_eq!(r["files"], json!({"out.bin": "AAE="}));
 
     // A language Sandbox Fusion knows but rlx does not run: a sandbox error, not a failure.
-    let r = run_code(addr, json!({"code": "int main(){}", "language": "cpp"})).await;
+    let r = run_code(addr, json!({"code": "class A {}", "language": "java"})).await;
     assert_eq!(r["status"], "SandboxError");
+    assert!(r["message"].as_str().is_some_and(|m| m.contains("python, cpp")), "{r}");
     let r = run_code(addr, json!({"code": "x", "language": "python", "files": {"../escape": "eA=="}})).await;
     assert_eq!(r["status"], "SandboxError");
 
@@ -141,6 +143,73 @@ async fn fusion_client_grades_through_a_fusion_compatible_server() {
     let fake = "print('RLX-VERDICT 00000000000000000000000000000000 {\"tests\": [{\"status\": \"passed\", \"time_ms\": 1}]}')";
     let v = client.grade(&problems[0], fake, &o).await;
     assert_eq!(v.status, VerdictStatus::Failed, "{v:?}");
+}
+
+/// The C++ requests of the side-by-side with Sandbox Fusion: each verdict `/run_code` gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_cpp_like_sandbox_fusion() {
+    if !crate::sandbox_cpp::toolchain(Language::Cpp) {
+        return;
+    }
+    let (addr, _stop) = start_server().await;
+    let cpp = |code: &str, stdin: &str| json!({"code": code, "language": "cpp", "stdin": stdin, "compile_timeout": 60, "run_timeout": 5});
+    let r = run_code(addr, cpp(crate::sandbox_cpp::APLUSB, "2 40")).await;
+    assert_eq!(r["status"], "Success", "{r}");
+    assert_eq!((r["compile_result"]["status"].as_str(), r["compile_result"]["return_code"].as_i64()), (Some("Finished"), Some(0)));
+    assert_eq!((r["run_result"]["status"].as_str(), r["run_result"]["stdout"].as_str()), (Some("Finished"), Some("42\n")));
+    // The same program again (verl sends one request per test): built once, same answer.
+    let r = run_code(addr, cpp(crate::sandbox_cpp::APLUSB, "1 1")).await;
+    assert_eq!((r["status"].as_str(), r["run_result"]["stdout"].as_str()), (Some("Success"), Some("2\n")), "{r}");
+
+    let r = run_code(addr, cpp("int main(){ return nope; }", "")).await;
+    assert_eq!(r["status"], "Failed");
+    assert_eq!(r["run_result"], Value::Null, "a failed compile runs nothing");
+    assert_eq!(r["compile_result"]["status"], "Finished");
+    assert_ne!(r["compile_result"]["return_code"], 0);
+    assert!(r["compile_result"]["stderr"].as_str().is_some_and(|e| e.contains("nope")), "{r}");
+
+    let r = run_code(addr, json!({"code": "int main(){ for(;;); }", "language": "cpp", "run_timeout": 1})).await;
+    assert_eq!((r["status"].as_str(), r["run_result"]["status"].as_str()), (Some("Failed"), Some("TimeLimitExceeded")), "{r}");
+    assert_eq!(r["run_result"]["return_code"], Value::Null);
+    let r = run_code(addr, cpp("int main(){ int *p = nullptr; *p = 1; }", "")).await;
+    assert_eq!((r["status"].as_str(), r["run_result"]["return_code"].as_i64()), (Some("Failed"), Some(-11)), "{r}");
+    let r = run_code(addr, cpp("int main(){ return 3; }", "")).await;
+    assert_eq!((r["status"].as_str(), r["run_result"]["return_code"].as_i64()), (Some("Failed"), Some(3)));
+    let hog = "#include <vector>\nint main(){ std::vector<char> v(1ull << 31, 1); return v[7] - 1; }";
+    let r = run_code(addr, json!({"code": hog, "language": "cpp", "memory_limit_MB": 256, "compile_timeout": 60})).await;
+    assert_eq!((r["status"].as_str(), r["run_result"]["return_code"].as_i64()), (Some("Failed"), Some(-6)), "std::bad_alloc aborts: {r}");
+    assert!(r["run_result"]["stderr"].as_str().is_some_and(|e| e.contains("bad_alloc")), "{r}");
+    let slow = "template<int N, long M> struct A { static const long v = A<N-1, 2*M>::v + A<N-1, 2*M+1>::v; };\ntemplate<long M> struct A<0, M> { static const long v = M; };\nint main(){ return A<40, 1>::v == 0; }\n";
+    let r = run_code(addr, json!({"code": slow, "language": "cpp", "compile_timeout": 1})).await;
+    assert_eq!((r["status"].as_str(), r["compile_result"]["status"].as_str()), (Some("Failed"), Some("TimeLimitExceeded")), "{r}");
+    assert_eq!(r["run_result"], Value::Null);
+}
+
+/// rlx's client grades C++ through Sandbox Fusion's own `cpp` (one request per test, `language`
+/// sent), against our server: the same verdicts as the embedded sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fusion_client_grades_cpp_with_language() {
+    if !crate::sandbox_cpp::toolchain(Language::Cpp) {
+        return;
+    }
+    let (addr, _stop) = start_server().await;
+    let client = FusionClient::new(FusionConfig::new(&format!("http://{addr}"))).unwrap();
+    let local = LocalSandbox::start(LocalConfig { workers: 1, ..LocalConfig::default() }).await.unwrap();
+    let p = crate::sandbox_cpp::problem(Language::Cpp, "aplusb", &[("1 2\n", "3\n"), ("5 5", "10"), ("0 0", "0")]);
+    let o = GradeOptions { limits: rlx::sandbox::Limits { compile_timeout: Duration::from_secs(60), ..Default::default() }, fail_fast: false };
+    let programs = [
+        crate::sandbox_cpp::APLUSB,
+        "#include <cstdio>\nint main(){ int a,b; scanf(\"%d %d\",&a,&b); printf(\"%d\\n\", a*b); }",
+        "int main(){ return nope; }",
+        "int main(){ int *p = nullptr; *p = 1; }",
+    ];
+    for code in programs {
+        let remote = client.grade(&p, code, &o).await;
+        let here = local.grade(&p, code, &o).await;
+        let st = |v: &rlx::sandbox::Verdict| (v.status, v.tests.iter().map(|t| t.status).collect::<Vec<_>>(), v.language);
+        assert_eq!(st(&remote), st(&here), "{code}: {remote:?} vs {here:?}");
+        assert_eq!(remote.language, Some(Language::Cpp));
+    }
 }
 
 fn fast_retries(url: String) -> FusionConfig {

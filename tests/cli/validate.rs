@@ -34,6 +34,7 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("unknown_enum.yaml", "`sandbox.kind` must be one of `local`, `fusion`, found `fusoin`", ":8:17", "did you mean `fusion`?"),
     ("unknown_field.yaml", "unknown field `learning_rte` in `optimizer`", ":9:3", "did you mean `learning_rate`?"),
     ("unknown_kind.yaml", "unknown `backend.kind` `tinkr`", ":3:17", "did you mean `tinker`?"),
+    ("unknown_language.yaml", "`data.train[0].language` must be one of `python`, `cpp`, `c`, found `c++`", ":5:44", "did you mean `cpp`?"),
     ("weighted_without_terms.yaml", "`reward.kind: weighted` needs `reward.terms`", ":8:9", "terms: [{kind: tests_fraction"),
     ("wrong_type.yaml", "`optimizer.beta1` must be a number, found a string `fast`", ":8:20", ""),
     ("yaml11_boolean.yaml", "`data.shuffle` must be `true` or `false`, found a string `yes`", ":6:12", "YAML 1.2"),
@@ -63,7 +64,7 @@ fn every_bad_fixture_has_a_located_error() {
 
 #[test]
 fn good_fixtures_and_shipped_experiments_validate() {
-    for spec in ["tests/fixtures/specs/ok/minimal.yaml", "tests/fixtures/specs/ok/full.yaml", "experiments/quickstart.yaml", "experiments/qwen3-4b.yaml", "experiments/default.yaml"] {
+    for spec in ["tests/fixtures/specs/ok/minimal.yaml", "tests/fixtures/specs/ok/full.yaml", "experiments/quickstart.yaml", "experiments/quickstart-cpp.yaml", "experiments/qwen3-4b.yaml", "experiments/default.yaml"] {
         let r = validate_fixture(&format!("../../../{spec}"));
         assert_eq!(r.code, 0, "{spec}: {}", r.stderr);
         assert!(r.stderr.contains("is valid"), "{spec}: {}", r.stderr);

@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::cli::{UserError, exit, printer};
 use crate::data::{self, Format};
 use crate::sandbox::{GradeOptions, Limits, Progress, Submission, Verdict, VerdictStatus, grade_all};
-use crate::spec::types::{Rollout, Sandbox as SandboxSpec};
+use crate::spec::types::{Language, Rollout, Sandbox as SandboxSpec};
 
 /// Which sandbox grades.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -78,6 +78,22 @@ pub struct GradeArgs {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// The language the completions are in (`python`, `cpp`, `c`): the last fenced block in it
+    /// is graded; a compiled language is built first. Problems that name their own language
+    /// keep it. Default `python`.
+    #[arg(long, value_parser = parse_language)]
+    pub language: Option<Language>,
+    /// Wall-clock limit of the compile step of a compiled language, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub compile_timeout: f64,
+}
+
+fn parse_language(s: &str) -> Result<Language, String> {
+    Language::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = Language::ALL.iter().map(|l| l.name()).collect();
+        let hint = crate::spec::diagnostic::did_you_mean(s, names.iter().copied()).map(|m| format!(" (did you mean `{m}`?)")).unwrap_or_default();
+        format!("unknown language `{s}`{hint}; one of {}", names.join(", "))
+    })
 }
 
 fn parse_format(s: &str) -> Result<Format, String> {
@@ -127,7 +143,13 @@ impl Progress for Bar {
 /// Unreadable or malformed inputs (exit code 2), a sandbox that cannot start, output that cannot
 /// be written.
 pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
-    let problems = data::load_file(&args.problems, args.format).with_context(|| format!("cannot load problems from `{}`", args.problems.display()))?;
+    let mut problems = data::load_file(&args.problems, args.format).with_context(|| format!("cannot load problems from `{}`", args.problems.display()))?;
+    if let Some(l) = args.language {
+        problems = problems.into_iter().map(|p| if p.metadata.contains_key(data::META_LANGUAGE) { p } else { p.in_language(l) }).collect();
+    }
+    if args.sandbox == SandboxKind::Local {
+        crate::sandbox::lang::check_toolchains(problems.iter().map(data::Problem::language).collect::<std::collections::HashSet<_>>())?;
+    }
     let submissions = read_completions(&args.completions)?;
     // An unknown problem id is a usage error (exit 2), found before any sandbox starts.
     let known: std::collections::HashSet<&str> = problems.iter().map(|p| p.id.as_str()).collect();
@@ -140,7 +162,12 @@ pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
         return Err(UserError::msg(format!("`--timeout` must be a positive number of seconds, found `{}`", args.timeout)));
     }
     let opts = GradeOptions {
-        limits: Limits { timeout: Duration::from_secs_f64(args.timeout), memory_mb: args.memory_mb, ..Limits::default() },
+        limits: Limits {
+            timeout: Duration::from_secs_f64(args.timeout),
+            memory_mb: args.memory_mb,
+            compile_timeout: Duration::from_secs_f64(args.compile_timeout.clamp(0.1, 600.0)),
+            ..Limits::default()
+        },
         fail_fast: args.fail_fast,
     };
     // The spec's sandbox section, as the flags describe it: one start-up path for every command.

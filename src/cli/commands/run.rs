@@ -74,12 +74,24 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
 }
 
+/// Fails (exit code 2, naming the compiler) when the embedded sandbox is to grade a language
+/// whose compiler this machine lacks: otherwise every rollout would be an infrastructure error
+/// (or, worse, read as a failure of the model).
+fn require_toolchains(plan: &crate::plan::Plan) -> anyhow::Result<()> {
+    if plan.sandbox.kind != crate::spec::types::SandboxKind::Local {
+        return Ok(());
+    }
+    let languages = plan.data.train.iter().chain(&plan.data.eval).filter_map(|s| s.language);
+    crate::sandbox::lang::check_toolchains(languages).map_err(|e| anyhow::Error::new(e).context("cannot grade the spec's languages"))
+}
+
 /// Runs a plan on a fresh runtime with the console's progress and the signal policy of `rlx
 /// run`: the first SIGINT/SIGTERM stops after the current step, the second exits at once.
 ///
 /// # Errors
 /// The runtime cannot start (the engine's own errors are the inner result).
 pub(super) fn execute(plan: &crate::plan::Plan) -> anyhow::Result<Result<engine::RunOutcome, engine::Error>> {
+    require_toolchains(plan)?;
     let rt = super::runtime()?;
     let stop = engine::StopSignal::default();
     let console = Console::new();

@@ -134,6 +134,7 @@ fn outcome_name(s: TestOutcome) -> (&'static str, Option<bool>) {
         TestOutcome::Timeout => ("timeout", Some(false)),
         TestOutcome::MemoryLimit => ("memory_limit", Some(false)),
         TestOutcome::OutputLimit => ("output_limit", Some(false)),
+        TestOutcome::CompileError => ("compile_error", Some(false)),
     }
 }
 
@@ -183,7 +184,8 @@ fn completion(out: &mut String, c: &Completion, p: Paint) {
         }
     }
     section(out, p, "completion", &c.text, "(empty)");
-    section(out, p, "code", c.code.as_deref().unwrap_or(""), "(no code block found)");
+    let code_label = c.language.as_deref().map_or_else(|| "code".to_owned(), |l| format!("code ({l})"));
+    section(out, p, &code_label, c.code.as_deref().unwrap_or(""), "(no code block found)");
     tests_section(out, c, p);
 }
 
@@ -229,7 +231,8 @@ fn test_line(i: usize, t: &TestRecord, p: Paint) -> String {
         let _ = write!(s, "  {} {}", p.dim("got:"), clip_lines(g, 3, 200).replace('\n', "\n                               "));
     }
     if let Some(e) = &t.error {
-        let tail = last_lines(e, 6);
+        // A compiler's first error is what counts; a traceback's last lines are.
+        let tail = if t.status == TestOutcome::CompileError { clip_lines(e, 12, 1600) } else { last_lines(e, 6) };
         for l in tail.lines() {
             let _ = write!(s, "\n         {} {l}", p.dim("│"));
         }

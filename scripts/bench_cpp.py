@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""CPU per C++ `/run_code` request: `rlx sandbox serve` (or any Sandbox-Fusion-compatible server)
+against what Sandbox Fusion does per request, on the seven kinds of request of issue 41.
+
+Requests (Sandbox Fusion's `cpp`: `code`, `language`, `stdin`, `compile_timeout`, `run_timeout`,
+`memory_limit_MB`): a correct A+B over 10^5 numbers, a wrong answer, a compile error, a timeout
+(an endless loop, run_timeout 1 s), a runtime error (a null write), a memory limit (a 2 GiB
+vector under 256 MiB) and a special-checker program (floats printed with 7 digits, which only a
+tolerance checker accepts). Each kind is checked against the status and return code Sandbox
+Fusion gives (reference/sandbox-fusion.md §1.3: `Success`/`Failed`, `compile_result` and
+`run_result`, `TimeLimitExceeded` with `return_code: null`, negative codes for signals).
+
+Two workloads per kind: `distinct` (a unique comment per request, so every request compiles, as
+every Sandbox Fusion request does) and `repeat` (the same program with new stdin, as verl sends
+one request per test: rlx builds it once and keeps the binary; Sandbox Fusion compiles again).
+
+Server CPU = the change in utime+stime+cutime+cstime over the server process and its live
+descendants (/proc), per request. Anchor, in the same run: what Sandbox Fusion runs per request
+without its own server work, a fresh temporary directory, `g++ -O2 -std=c++17` and the program
+under `subprocess` (children's rusage). Ratio = anchor / server. Requests run one at a time.
+
+  scripts/bench_cpp.py --rlx target/release/rlx [--n 20]
+  scripts/bench_cpp.py --url http://127.0.0.1:8080 --server-pid PID   # any running server
+
+Standard library only.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_fusion_lcb import Client, start_rlx, tree_cpu_s  # noqa: E402
+
+NUMS = " ".join(str(i % 1000) for i in range(100_000))
+SUM = sum(i % 1000 for i in range(100_000))
+APLUSB = "#include <bits/stdc++.h>\nint main(){ long long s = 0, x; while (std::cin >> x) s += x; std::cout << s << \"\\n\"; }\n"
+
+# kind: (code, stdin, extra request fields, check(reply) -> bool)
+KINDS = {
+    "correct": (APLUSB, NUMS, {}, lambda r: r["status"] == "Success" and r["run_result"]["stdout"].strip() == str(SUM)),
+    "wrong_answer": (APLUSB.replace("s += x", "s -= x"), NUMS, {}, lambda r: r["status"] == "Success" and r["run_result"]["stdout"].strip() != str(SUM)),
+    "compile_error": ("int main(){ return nope; }\n", "", {}, lambda r: r["status"] == "Failed" and r["run_result"] is None and r["compile_result"]["return_code"] not in (0, None)),
+    "timeout": ("int main(){ for(;;); }\n", "", {"run_timeout": 1}, lambda r: r["status"] == "Failed" and r["run_result"]["status"] == "TimeLimitExceeded" and r["run_result"]["return_code"] is None),
+    "runtime_error": ("int main(){ volatile int *p = nullptr; *p = 1; }\n", "", {}, lambda r: r["status"] == "Failed" and r["run_result"]["return_code"] == -11),
+    "memory_limit": ("#include <vector>\nint main(){ std::vector<char> v(1ull << 31, 1); return v[7] - 1; }\n", "", {"memory_limit_MB": 256},
+                     lambda r: r["status"] == "Failed" and r["run_result"]["return_code"] == -6 and "bad_alloc" in r["run_result"]["stderr"]),
+    "checker": ("#include <cstdio>\nint main(){ printf(\"%.7f\\n\", 1.0 / 3); }\n", "", {},
+                lambda r: r["status"] == "Success" and abs(float(r["run_result"]["stdout"]) - 1 / 3) < 1e-6),
+}
+
+
+def body(kind, i, distinct):
+    code, stdin, extra, _ = KINDS[kind]
+    if distinct:
+        code = f"// request {i} {time.time_ns()}\n" + code
+    req = {"code": code, "language": "cpp", "stdin": stdin, "compile_timeout": 30, "run_timeout": 6}
+    req.update(extra)
+    return json.dumps(req).encode(), KINDS[kind][3]
+
+
+def anchor_ms(kind, n):
+    """Sandbox Fusion's work per request minus its server: a fresh directory, g++, the program."""
+    code, stdin, extra, _ = KINDS[kind]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    for i in range(n):
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "tmp.cpp")
+            with open(src, "w") as f:
+                f.write(f"// {i}\n" + code)
+            cc = subprocess.run(["g++", "-O2", "-std=c++17", src, "-o", os.path.join(d, "a.out")], capture_output=True)
+            if cc.returncode != 0:
+                continue
+
+            def limit(mb=extra.get("memory_limit_MB")):
+                if mb:
+                    resource.setrlimit(resource.RLIMIT_AS, (mb << 20, mb << 20))
+
+            try:
+                subprocess.run([os.path.join(d, "a.out")], input=stdin.encode(), capture_output=True, timeout=extra.get("run_timeout", 6), preexec_fn=limit)
+            except subprocess.TimeoutExpired:
+                pass
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)) * 1000 / n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rlx", help="rlx binary: start `rlx sandbox serve` (and stop it)")
+    ap.add_argument("--url", help="a running server instead")
+    ap.add_argument("--server-pid", type=int, help="its process id, for the CPU column")
+    ap.add_argument("--n", type=int, default=20, help="requests per kind and workload")
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    args = ap.parse_args()
+    proc = None
+    if args.rlx:
+        proc, url = start_rlx(args.rlx, ["--concurrency", "1"])
+        pid = proc.pid
+    elif args.url:
+        url, pid = args.url, args.server_pid
+    else:
+        sys.exit("give --rlx BINARY or --url URL")
+    client = Client(url)
+    print(f"{'kind':<14} {'workload':<9} {'verdicts':>9} {'server ms':>10} {'p50 ms':>8} {'anchor ms':>10} {'ratio':>7}")
+    try:
+        for kind in args.kinds.split(","):
+            anchor = anchor_ms(kind, max(3, args.n // 4))
+            for distinct in (True, False):
+                client.post(body(kind, -1, distinct)[0])  # warm-up (and, for `repeat`, the build)
+                cpu0 = tree_cpu_s(pid) if pid else 0.0
+                lat, ok = [], 0
+                for i in range(args.n):
+                    b, check = body(kind, i, distinct)
+                    t = time.perf_counter()
+                    r = client.post(b)
+                    lat.append((time.perf_counter() - t) * 1000)
+                    ok += bool(check(r))
+                cpu = (tree_cpu_s(pid) - cpu0) * 1000 / args.n if pid else float("nan")
+                lat.sort()
+                ratio = anchor / cpu if cpu and cpu == cpu else float("nan")
+                print(f"{kind:<14} {'distinct' if distinct else 'repeat':<9} {ok:>4}/{args.n:<4} {cpu:>10.1f} {lat[len(lat) // 2]:>8.1f} {anchor:>10.1f} {ratio:>6.1f}x", flush=True)
+    finally:
+        if proc:
+            proc.terminate()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+//! Compiled languages in the embedded sandbox: the compile step the harness runs, its limits,
+//! and the cache of built programs.
+//!
+//! What a language is (its name, fences, source file, compiler and default flags) is the table
+//! in [`crate::spec::language`]; this module turns a row of it into the harness's `lang` job:
+//! the compiler's argv (resolved here, on the host, to the path the sandbox's read-only view of
+//! `/usr` shows too), the run argv, and the compile step's own limits. The compile runs inside
+//! the sandbox like any submission: a compiler reading `#include "/proc/self/environ"` or
+//! looping in templates is contained as a program would be.
+//!
+//! Built programs are cached by the SHA-256 of (language, compiler, flags, source): a group of
+//! identical completions, or Sandbox Fusion clients that send one request per test (verl),
+//! compile once. Only sources graded alone are cached (a `/run_code` request with files is not:
+//! `#include "data.txt"` would put one request's file into another's program).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::harness::limits_json;
+use super::{Error, Limits};
+use crate::spec::types::Language;
+
+/// Where compilers are looked for: what the sandbox's workers have on `PATH`, inside the
+/// read-only view of `/usr` and `/bin` they run in. `RLX_TOOLCHAIN_PATH` (colon-separated)
+/// replaces it; a directory outside `/usr`, `/bin` and `/etc` is not visible in the sandbox.
+const SEARCH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+fn search_path() -> String {
+    std::env::var("RLX_TOOLCHAIN_PATH").ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| SEARCH.to_owned())
+}
+
+/// The name of the built program in the working directory.
+pub(crate) const BINARY: &str = "main";
+
+/// Memory the compile step may use at least (cc1plus on `<bits/stdc++.h>` at `-O2` maps a few
+/// hundred MiB), whatever the programs' own limit.
+const COMPILE_MEMORY_MB: u64 = 2048;
+
+/// The compiler `language` needs, as a path, if it has one.
+///
+/// # Errors
+/// [`Error::Toolchain`] naming the compiler when it is not installed: a missing compiler is
+/// the machine's problem, never a compile error of every rollout.
+pub fn compiler(language: Language) -> Result<Option<PathBuf>, Error> {
+    let Some(tc) = language.toolchain() else { return Ok(None) };
+    let searched = search_path();
+    find(tc.compiler, &searched).map(Some).ok_or_else(|| Error::Toolchain {
+        language: language.display_name().to_owned(),
+        compiler: tc.compiler.to_owned(),
+        searched,
+    })
+}
+
+fn find(name: &str, searched: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    searched
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(name))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+/// Checks that every language in `languages` has its compiler.
+///
+/// # Errors
+/// [`Error::Toolchain`] for the first that does not.
+pub fn check_toolchains(languages: impl IntoIterator<Item = Language>) -> Result<(), Error> {
+    for l in languages {
+        compiler(l)?;
+    }
+    Ok(())
+}
+
+/// How one source is built: the harness's `lang` job and the cache key.
+pub(crate) struct Build {
+    /// The `lang` object of the harness job.
+    pub job: Value,
+    /// SHA-256 of language, compiler, flags and source.
+    pub key: [u8; 32],
+    /// Wall-clock limit of the compile step.
+    pub timeout: Duration,
+}
+
+/// The build of `code` in `language` (`flags` replace the language's defaults).
+///
+/// # Errors
+/// [`Error::Toolchain`] when the compiler is missing; `Ok(None)` for interpreted languages.
+pub(crate) fn build(language: Language, code: &str, flags: Option<&[String]>, limits: &Limits) -> Result<Option<Build>, Error> {
+    let (Some(tc), Some(cc)) = (language.toolchain(), compiler(language)?) else { return Ok(None) };
+    let mut argv: Vec<String> = vec![cc.display().to_string()];
+    match flags {
+        Some(f) => argv.extend(f.iter().cloned()),
+        None => argv.extend(tc.default_flags.iter().map(|s| (*s).to_owned())),
+    }
+    argv.extend(["-o".into(), BINARY.into(), language.source_file().into()]);
+    argv.extend(tc.link_flags.iter().map(|s| (*s).to_owned()));
+    let mut h = Sha256::new();
+    let joined = argv.join("\0");
+    for part in [language.name(), joined.as_str(), code] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    let memory_mb = if limits.memory_mb == 0 { 0 } else { limits.memory_mb.max(COMPILE_MEMORY_MB) };
+    let compile_limits = Limits { memory_mb, output_bytes: 1 << 20, ..limits.clone() };
+    let job = json!({
+        "source": language.source_file(),
+        "binary": BINARY,
+        "compile": argv,
+        "run": [format!("./{BINARY}")],
+        "compile_timeout_s": limits.compile_timeout.as_secs_f64(),
+        "compile_limits": limits_json(&compile_limits),
+    });
+    Ok(Some(Build { job, key: h.finalize().into(), timeout: limits.compile_timeout }))
+}
+
+/// How the compile step of a graded or run program ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Compiled {
+    /// `ok`, `error` (the compiler failed: the program's fault) or `timeout`.
+    pub status: String,
+    /// Wall time of the compile step, milliseconds (0 when the program came from the cache).
+    pub time_ms: u64,
+    /// The compiler's exit code, when it exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<i64>,
+    /// What the compiler wrote (stderr, then stdout), from its start, cut at 16 KiB.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output: String,
+    /// The program came from the cache of built programs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
+}
+
+impl Compiled {
+    /// From the harness's `compile` reply object.
+    pub(crate) fn from_reply(v: &Value) -> Compiled {
+        Compiled {
+            status: v["status"].as_str().unwrap_or("error").to_owned(),
+            time_ms: v["time_ms"].as_u64().unwrap_or(0),
+            exit: v["exit"].as_i64(),
+            output: v["output"].as_str().unwrap_or_default().to_owned(),
+            cached: v["cached"].as_bool().unwrap_or(false),
+        }
+    }
+
+    /// The program was built (or found in the cache).
+    pub fn ok(&self) -> bool {
+        self.status == "ok"
+    }
+}
+
+/// Built programs by [`Build::key`], least recently used dropped first past [`Self::CAP_BYTES`].
+#[derive(Default)]
+pub(crate) struct BinaryCache {
+    map: HashMap<[u8; 32], Arc<Vec<u8>>>,
+    order: VecDeque<[u8; 32]>,
+    bytes: usize,
+}
+
+impl BinaryCache {
+    /// What the cache may hold in all.
+    const CAP_BYTES: usize = 256 << 20;
+
+    pub(crate) fn get(&mut self, key: &[u8; 32]) -> Option<Arc<Vec<u8>>> {
+        let hit = self.map.get(key).cloned()?;
+        self.order.retain(|k| k != key);
+        self.order.push_back(*key);
+        Some(hit)
+    }
+
+    pub(crate) fn put(&mut self, key: [u8; 32], binary: Vec<u8>) {
+        if self.map.contains_key(&key) || binary.len() > Self::CAP_BYTES / 4 {
+            return;
+        }
+        self.bytes += binary.len();
+        self.map.insert(key, Arc::new(binary));
+        self.order.push_back(key);
+        while self.bytes > Self::CAP_BYTES {
+            let Some(old) = self.order.pop_front() else { break };
+            if let Some(b) = self.map.remove(&old) {
+                self.bytes -= b.len();
+            }
+        }
+    }
+}
+
+/// A [`BinaryCache`] shared by the sandbox's slots.
+pub(crate) type SharedCache = Arc<Mutex<BinaryCache>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(clippy::print_stderr)] // the skip notice is meant to be seen in test output
+    fn the_key_covers_flags_and_source() {
+        if compiler(Language::Cpp).ok().flatten().is_none() {
+            eprintln!("SKIPPED: no g++");
+            return;
+        }
+        let l = Limits::default();
+        let a = build(Language::Cpp, "int main(){}", None, &l).unwrap().unwrap();
+        let b = build(Language::Cpp, "int main(){ }", None, &l).unwrap().unwrap();
+        let c = build(Language::Cpp, "int main(){}", Some(&["-O0".to_owned()]), &l).unwrap().unwrap();
+        assert!(a.key != b.key && a.key != c.key);
+        let argv: Vec<&str> = a.job["compile"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert!(argv[0].ends_with("/g++") && argv[1..].starts_with(&["-O2", "-std=c++17", "-o", "main", "main.cpp"]), "{argv:?}");
+        assert!(build(Language::Python, "print(1)", None, &l).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_cache_drops_the_oldest() {
+        let mut c = BinaryCache::default();
+        let big = BinaryCache::CAP_BYTES / 4;
+        for i in 0..5u8 {
+            c.put([i; 32], vec![0; big]);
+        }
+        assert!(c.get(&[0; 32]).is_none() && c.get(&[4; 32]).is_some());
+        assert!(c.bytes <= BinaryCache::CAP_BYTES);
+    }
+}

@@ -1,0 +1,282 @@
+//! C++ (and C) in the embedded sandbox with the real compilers: every verdict (passed, wrong
+//! answer, compile error, timeout, runtime error, memory limit, checkers), the compile step's
+//! own limits, the cache of built programs, and the adversarial programs of `sandbox.rs` written
+//! in C++: each checks its verdict, that nothing is left running, and that the host is unharmed.
+//! Each test says SKIPPED when g++ (gcc) is not installed.
+
+#![allow(clippy::print_stderr)] // skip notices are meant to be seen in test output
+
+use std::time::Duration;
+
+use rlx::data::{IoCase, Problem, Tests};
+use rlx::sandbox::local::{LocalConfig, LocalSandbox};
+use rlx::sandbox::{ExecRequest, ExecStatus, GradeOptions, Grader, Limits, Sandbox, TestStatus, Verdict, VerdictStatus};
+use rlx::spec::types::Language;
+
+/// Skip (loudly) when the language's compiler or Python (the workers) is missing.
+pub(crate) fn toolchain(language: Language) -> bool {
+    if let Err(e) = rlx::sandbox::lang::compiler(language) {
+        eprintln!("SKIPPED: {e}");
+        return false;
+    }
+    let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: python3 is not available");
+    }
+    ok
+}
+
+async fn sandbox(workers: usize) -> LocalSandbox {
+    LocalSandbox::start(LocalConfig { workers, ..LocalConfig::default() }).await.expect("sandbox starts")
+}
+
+fn opts(timeout_s: f64) -> GradeOptions {
+    // Generous compile limit: g++ at -O2 takes a few seconds on a loaded 2-core machine.
+    GradeOptions { limits: Limits { timeout: Duration::from_secs_f64(timeout_s), compile_timeout: Duration::from_secs(60), ..Limits::default() }, fail_fast: false }
+}
+
+pub(crate) fn problem(language: Language, id: &str, cases: &[(&str, &str)]) -> Problem {
+    Problem {
+        id: id.into(),
+        statement: String::new(),
+        starter_code: None,
+        tests: Tests::Stdin { cases: cases.iter().map(|(i, o)| IoCase { input: (*i).into(), output: (*o).into() }).collect() },
+        metadata: Default::default(),
+    }
+    .in_language(language)
+}
+
+fn statuses(v: &Verdict) -> Vec<TestStatus> {
+    v.tests.iter().map(|t| t.status).collect()
+}
+
+/// Processes still alive under the sandbox's uids (root only).
+fn assert_nothing_left(sb: &LocalSandbox) {
+    if !sb.protection().unprivileged_uid {
+        eprintln!("note: not root, the per-uid process check is skipped");
+        return;
+    }
+    let uids = sb.uid_range();
+    let n = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+            status.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u32>().ok()).is_some_and(|u| uids.contains(&u))
+        })
+        .count();
+    assert_eq!(n, 0, "processes left running under the sandbox uids");
+}
+
+pub(crate) const APLUSB: &str = "#include <bits/stdc++.h>\nint main(){long long a,b; std::cin>>a>>b; std::cout<<a+b<<\"\\n\";}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpp_verdicts() {
+    if !toolchain(Language::Cpp) {
+        return;
+    }
+    let sb = sandbox(1).await;
+    let p = problem(Language::Cpp, "aplusb", &[("1 2\n", "3\n"), ("0 0\n", "0\n"), ("1000000000000 1\n", "1000000000001\n")]);
+    let v = sb.grade(&p, APLUSB, &opts(5.0)).await;
+    assert!(v.passed, "{v:?}");
+    assert_eq!(v.language, Some(Language::Cpp));
+    let c = v.compile.as_ref().expect("the compile step is reported");
+    assert!(c.ok() && !c.cached, "{c:?}");
+    // The same source again: the program comes from the cache, the verdict is the same.
+    let again = sb.grade(&p, APLUSB, &opts(5.0)).await;
+    assert!(again.passed && again.compile.as_ref().is_some_and(|c| c.cached), "{again:?}");
+
+    let wrong = "#include <cstdio>\nint main(){long long a,b; scanf(\"%lld %lld\",&a,&b); printf(\"%lld\\n\", a-b);}\n";
+    let v = sb.grade(&p, wrong, &opts(5.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::WrongAnswer, TestStatus::Passed, TestStatus::WrongAnswer], "{v:?}");
+    assert_eq!(v.tests[0].got.as_deref(), Some("-1\n"));
+
+    let broken = "#include <cstdio>\nint main(){ printf(\"%d\\n\", undeclared_thing); }\n";
+    let v = sb.grade(&p, broken, &opts(5.0)).await;
+    assert_eq!(v.status, VerdictStatus::Failed);
+    assert_eq!(statuses(&v), [TestStatus::CompileError; 3]);
+    let c = v.compile.as_ref().unwrap();
+    assert_eq!(c.status, "error");
+    assert!(c.output.contains("undeclared_thing") && c.output.contains("error"), "{c:?}");
+    assert!(v.tests[0].error.as_deref().is_some_and(|e| e.contains("undeclared_thing")), "the feedback carries the compiler's output");
+
+    let one = problem(Language::Cpp, "one", &[("", "1\n")]);
+    let v = sb.grade(&one, "int main(){ for(;;); }", &opts(1.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::Timeout], "{v:?}");
+    let v = sb.grade(&one, "int main(){ int *p = nullptr; *p = 1; return 0; }", &opts(5.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::RuntimeError], "{v:?}");
+    let v = sb.grade(&one, "#include <cstdio>\nint main(){ puts(\"1\"); return 3; }", &opts(5.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::RuntimeError], "a non-zero exit fails the test: {v:?}");
+    let v = sb.grade(&one, "#include <stdexcept>\nint main(){ throw std::runtime_error(\"boom\"); }", &opts(5.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::RuntimeError]);
+    assert!(v.tests[0].error.as_deref().is_some_and(|e| e.contains("boom")), "{v:?}");
+
+    let mut small = opts(10.0);
+    small.limits.memory_mb = 256;
+    let hog = "#include <vector>\n#include <cstdio>\nint main(){ std::vector<char> v(1ull << 31, 1); printf(\"%d\\n\", v[12345]); }\n";
+    let v = sb.grade(&one, hog, &small).await;
+    assert_eq!(statuses(&v), [TestStatus::MemoryLimit], "{v:?}");
+    // Static arrays past the limit (volatile, so the compiler cannot drop the array): the
+    // program cannot even be loaded.
+    let statics = "#include <cstdio>\nstatic volatile char big[1ull << 30];\nint main(){ int i; if (scanf(\"%d\", &i) != 1) i = 7; big[i] = 1; printf(\"%d\\n\", big[i]); }\n";
+    let v = sb.grade(&one, statics, &small).await;
+    assert!(matches!(statuses(&v)[..], [TestStatus::MemoryLimit | TestStatus::RuntimeError]), "{v:?}");
+    // Within the limit, the same program passes: the limit is the program's, not the interpreter's.
+    let fits = "#include <vector>\n#include <cstdio>\nint main(){ std::vector<char> v(150u << 20, 1); printf(\"%d\\n\", v[12345]); }\n";
+    let v = sb.grade(&one, fits, &small).await;
+    assert!(v.passed, "{v:?}");
+    assert_nothing_left(&sb);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpp_checkers_flags_and_compile_limits() {
+    if !toolchain(Language::Cpp) {
+        return;
+    }
+    let sb = sandbox(1).await;
+    let pi = "#include <cstdio>\nint main(){ printf(\"%.7f %d\\n\", 3.14159265, 2); }\n";
+    let mut p = problem(Language::Cpp, "pi", &[("", "3.141592 2")]);
+    p.metadata.insert("checker".into(), "float".into());
+    assert!(sb.grade(&p, pi, &opts(5.0)).await.passed, "within 1e-6");
+    p.metadata.insert("checker".into(), "tokens".into());
+    assert_eq!(statuses(&sb.grade(&p, pi, &opts(5.0)).await), [TestStatus::WrongAnswer]);
+    p.metadata.insert("checker".into(), "exact".into());
+    let spaced = "#include <cstdio>\nint main(){ printf(\"3.141592  2\\n\"); }\n";
+    assert_eq!(statuses(&sb.grade(&p, spaced, &opts(5.0)).await), [TestStatus::WrongAnswer]);
+    p.metadata.insert("checker".into(), "tokens".into());
+    assert!(sb.grade(&p, spaced, &opts(5.0)).await.passed);
+
+    // Flags replace the defaults: C++20 designated initialisers fail under -std=c++11.
+    let cxx20 = "#include <cstdio>\nstruct P{int x; int y;};\nint main(){ P p{.x=1,.y=2}; printf(\"%d\\n\", p.x+p.y); }\n";
+    let mut p = problem(Language::Cpp, "flags", &[("", "3")]);
+    p.metadata.insert("compile_flags".into(), serde_json::json!(["-std=c++11", "-pedantic-errors"]));
+    let v = sb.grade(&p, cxx20, &opts(5.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::CompileError], "{v:?}");
+    p.metadata.insert("compile_flags".into(), serde_json::json!(["-O0", "-std=c++20"]));
+    assert!(sb.grade(&p, cxx20, &opts(5.0)).await.passed);
+
+    // A compile that runs past its own limit (templates instantiated without end) is a compile
+    // error with status `timeout`, not a hang and not an infrastructure error.
+    // 2^40 distinct instantiations: it never finishes.
+    let explode = "template<int N, long M> struct A { static const long v = A<N-1, 2*M>::v + A<N-1, 2*M+1>::v; };\ntemplate<long M> struct A<0, M> { static const long v = M; };\nint main(){ return A<40, 1>::v == 0; }\n";
+    let mut o = opts(5.0);
+    o.limits.compile_timeout = Duration::from_secs(1);
+    let v = sb.grade(&problem(Language::Cpp, "slow_compile", &[("", "")]), explode, &o).await;
+    assert_eq!(v.status, VerdictStatus::Failed, "{v:?}");
+    assert_eq!(statuses(&v), [TestStatus::CompileError]);
+    assert_eq!(v.compile.as_ref().unwrap().status, "timeout", "{v:?}");
+    assert_nothing_left(&sb);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpp_adversarial() {
+    if !toolchain(Language::Cpp) {
+        return;
+    }
+    let sb = sandbox(1).await;
+    let prot = sb.protection().clone();
+    let one = |name: &str, out: &str| problem(Language::Cpp, name, &[("", out)]);
+
+    let bomb = "#include <unistd.h>\nint main(){ for(;;) fork(); }\n";
+    let v = sb.grade(&one("fork_bomb", "1"), bomb, &opts(2.0)).await;
+    assert!(matches!(statuses(&v)[..], [TestStatus::Timeout | TestStatus::RuntimeError]), "{v:?}");
+    assert_nothing_left(&sb);
+
+    let memory = "#include <cstring>\nint main(){ for(;;){ char *p = new char[16 << 20]; memset(p, 1, 16 << 20);} }\n";
+    let mut small = opts(20.0);
+    small.limits.memory_mb = 256;
+    let v = sb.grade(&one("memory_bomb", "1"), memory, &small).await;
+    assert_eq!(statuses(&v), [TestStatus::MemoryLimit], "{v:?}");
+    let malloc = "#include <cstdlib>\n#include <cstring>\nint main(){ for(;;){ char *p = (char*)malloc(16 << 20); if(!p) return 9; memset(p, 1, 16 << 20);} }\n";
+    let v = sb.grade(&one("malloc_bomb", "1"), malloc, &small).await;
+    assert_eq!(statuses(&v), [TestStatus::RuntimeError], "malloc fails under the limit and the program exits 9: {v:?}");
+
+    // Daemonised, signal-ignoring children die with the submission; the output still counts.
+    let daemon = "#include <unistd.h>\n#include <csignal>\n#include <cstdio>\nint main(){ signal(SIGTERM, SIG_IGN); if(fork()==0){ setsid(); if(fork()==0){ sleep(1000);} _exit(0);} puts(\"1\"); }\n";
+    let v = sb.grade(&one("daemon", "1"), daemon, &opts(10.0)).await;
+    assert!(v.passed, "{v:?}");
+    assert_nothing_left(&sb);
+
+    // Network: a server on the host's loopback is unreachable.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connect = format!(
+        "#include <sys/socket.h>\n#include <netinet/in.h>\n#include <arpa/inet.h>\n#include <cstdio>\nint main(){{ int s = socket(AF_INET, SOCK_STREAM, 0); sockaddr_in a{{}}; a.sin_family = AF_INET; a.sin_port = htons({port}); inet_pton(AF_INET, \"127.0.0.1\", &a.sin_addr); puts(connect(s, (sockaddr*)&a, sizeof a) == 0 ? \"connected\" : \"blocked\"); }}\n"
+    );
+    let v = sb.grade(&one("connect", "blocked"), &connect, &opts(5.0)).await;
+    if prot.network_namespace {
+        assert!(v.passed, "{v:?}");
+        assert_eq!(listener.accept().unwrap_err().kind(), std::io::ErrorKind::WouldBlock, "nothing connected");
+    }
+
+    // Writing outside the working directory fails and leaves the host untouched.
+    let marker = std::env::temp_dir().join(format!("rlx-cpp-escape-{}", std::process::id()));
+    let write = format!(
+        "#include <cstdio>\nint main(){{ int ok = 0; const char *ps[] = {{\"{}\", \"/etc/rlx-escape\", \"/usr/rlx-escape\", \"/tmp/rlx-escape\"}}; for (auto p : ps) {{ FILE *f = fopen(p, \"w\"); if (f) {{ ok++; fclose(f); }} }} FILE *in = fopen(\"inside.txt\", \"w\"); if (!in) return 5; fclose(in); printf(\"%d\\n\", ok); }}\n",
+        marker.display()
+    );
+    let v = sb.grade(&one("write_outside", "0"), &write, &opts(5.0)).await;
+    if prot.mount_namespace {
+        assert!(v.passed, "{v:?}");
+    }
+    assert!(!marker.exists(), "the host was written to");
+
+    // The compiler runs inside the sandbox too: a file of the host outside the read-only system
+    // directories cannot be included, nor the environment through /proc.
+    let secret = std::env::temp_dir().join(format!("rlx-cpp-secret-{}.h", std::process::id()));
+    std::fs::write(&secret, "#define SECRET 42\n").unwrap();
+    let include = format!("#include \"{}\"\n#include <cstdio>\nint main(){{ printf(\"%d\\n\", SECRET); }}\n", secret.display());
+    let v = sb.grade(&one("include_host_file", "42"), &include, &opts(5.0)).await;
+    std::fs::remove_file(&secret).unwrap();
+    if prot.mount_namespace {
+        assert_eq!(statuses(&v), [TestStatus::CompileError], "{v:?}");
+    }
+    let environ = "#include \"/proc/self/environ\"\nint main(){}\n";
+    let v = sb.grade(&one("include_environ", ""), environ, &opts(5.0)).await;
+    if prot.mount_namespace {
+        assert_eq!(statuses(&v), [TestStatus::CompileError], "{v:?}");
+    }
+
+    // Killing its parent, init and everything it can see: grading goes on.
+    let kill = "#include <csignal>\n#include <unistd.h>\n#include <cstdio>\nint main(){ kill(getppid(), SIGKILL); kill(1, SIGKILL); kill(-1, SIGKILL); puts(\"7\"); }\n";
+    let v = sb.grade(&one("kill_parent", "7"), kill, &opts(10.0)).await;
+    assert_ne!(v.status, VerdictStatus::InfraError, "{v:?}");
+    let v = sb.grade(&one("after_kill", "8"), "#include <cstdio>\nint main(){ puts(\"8\"); }\n", &opts(10.0)).await;
+    assert!(v.passed, "the worker survives: {v:?}");
+
+    // Exit codes and printed markers decide nothing; the control pipes are closed before exec.
+    let forge = "#include <unistd.h>\nint main(){ const char f[] = \"\\0\\0\\0\\x0b{\\\"exit\\\": 0}\"; write(3, f, sizeof f - 1); write(1, \"PASSED\\n\", 7); _exit(0); }\n";
+    let v = sb.grade(&one("forge", "42"), forge, &opts(5.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::WrongAnswer], "{v:?}");
+    assert_nothing_left(&sb);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_programs_and_plain_runs() {
+    if !toolchain(Language::C) {
+        return;
+    }
+    let sb = sandbox(1).await;
+    let sum = "#include <stdio.h>\n#include <math.h>\nint main(void){ double x; scanf(\"%lf\", &x); printf(\"%.0f\\n\", sqrt(x)); return 0; }\n";
+    let v = sb.grade(&problem(Language::C, "sqrt", &[("49\n", "7\n"), ("81", "9")]), sum, &opts(5.0)).await;
+    assert!(v.passed && v.language == Some(Language::C), "{v:?}");
+
+    // `run` (what `/run_code` uses): output, exit codes, signals, the compile step.
+    let run = |code: &str, stdin: Option<&str>| ExecRequest {
+        code: code.into(),
+        stdin: stdin.map(str::to_owned),
+        language: Language::C,
+        limits: Limits { timeout: Duration::from_secs(3), compile_timeout: Duration::from_secs(60), ..Limits::default() },
+        ..Default::default()
+    };
+    let out = sb.run(run("#include <stdio.h>\nint main(void){ int x; scanf(\"%d\", &x); printf(\"%d\\n\", x * 2); return 4; }", Some("21"))).await.unwrap();
+    assert_eq!((out.status, String::from_utf8_lossy(&out.stdout).into_owned()), (ExecStatus::Exited(4), "42\n".to_owned()));
+    assert!(out.compile.as_ref().is_some_and(rlx::sandbox::lang::Compiled::ok));
+    let out = sb.run(run("#include <signal.h>\nint main(void){ raise(SIGSEGV); }", None)).await.unwrap();
+    assert_eq!(out.status, ExecStatus::Signaled(libc::SIGSEGV));
+    let out = sb.run(run("int main(void){ return nope; }", None)).await.unwrap();
+    let c = out.compile.unwrap();
+    assert!(!c.ok() && c.output.contains("nope"), "{c:?}");
+    assert!(out.stdout.is_empty());
+}
