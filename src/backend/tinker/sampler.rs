@@ -78,7 +78,7 @@ impl Sampler for TinkerSampler {
                     return tokio::spawn(async { Ok(Vec::new()) });
                 }
                 let body = asample_body(&self.id, &r, &token_stops);
-                let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: r.num_samples, permits: self.options.in_flight.clone(), decode: convert::sample_response };
+                let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: r.num_samples, permits: self.options.in_flight.clone(), decode: convert::sample_payload };
                 tokio::spawn(job.run())
             })
             .collect();
@@ -108,7 +108,7 @@ impl Sampler for TinkerSampler {
         let params = SamplingParams { max_tokens: 1, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![], seed: None };
         let mut body = asample_body(&self.id, &SampleRequest { prompt, num_samples: 1, seed: None }, &params);
         body.prompt_logprobs = Some(true);
-        let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: 1, permits: self.options.in_flight.clone(), decode: |b: &[u8], _| convert::prompt_logprobs_response(b) };
+        let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: 1, permits: self.options.in_flight.clone(), decode: convert::prompt_logprobs_payload };
         let handle = tokio::spawn(job.run());
         Box::pin(async move { handle.await.map_err(|e| Error::Gone { what: "Tinker sampler", reason: e.to_string() })? })
     }
@@ -149,7 +149,7 @@ struct Job<T> {
     body: wire::SampleRequest,
     num_samples: usize,
     permits: Arc<Semaphore>,
-    decode: fn(&[u8], usize) -> std::result::Result<T, TinkerError>,
+    decode: fn(Payload, usize) -> std::result::Result<T, TinkerError>,
 }
 
 impl<T> Job<T> {
@@ -163,14 +163,13 @@ impl<T> Job<T> {
             let r = async {
                 let bytes = client.submit("/api/v1/asample", &Body::json(&self.body), "SamplingClient.sample").await?;
                 let s: wire::UntypedApiFuture = super::http::parse_json("/api/v1/asample", &bytes)?;
-                let ids = s.sample_sequence_ids.as_ref().map_or(0, Vec::len);
-                if ids != self.num_samples {
+                // Servers on the older wire (SkyRL) answer no ids; the result's count is checked
+                // by `decode` either way.
+                if let Some(ids) = s.sample_sequence_ids.as_ref().map(Vec::len).filter(|&n| n != self.num_samples) {
                     return Err(TinkerError::Protocol { path: "/api/v1/asample".into(), reason: format!("asked for {} samples and got {ids} sample_sequence_ids", self.num_samples) });
                 }
-                match future::retrieve(&client, &s.request_id, RequestType::Sample, Accept::Proto).await? {
-                    Payload::Proto(b) => (self.decode)(&b, self.num_samples),
-                    Payload::Json(_) => unreachable!("retrieve returns protobuf when asked for it"),
-                }
+                let payload = future::retrieve(&client, &s.request_id, RequestType::Sample, Accept::Proto).await?;
+                (self.decode)(payload, self.num_samples)
             }
             .await;
             match r {
