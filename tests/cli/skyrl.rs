@@ -91,7 +91,7 @@ impl Skyrl {
             .arg(format!("sqlite:///{}", db.display()))
             .arg("--checkpoints-base")
             .arg(work.join("skyrl-checkpoints"))
-            .args(["--backend-config", r#"{"max_lora_adapters": 4, "max_lora_rank": 8}"#])
+            .args(["--backend-config", r#"{"max_lora_adapters": 16, "max_lora_rank": 8}"#])
             .current_dir(project)
             // The engine is a `uv run` of its own: it must find uv, and neither re-resolve nor
             // reach the network.
@@ -153,7 +153,7 @@ impl Drop for Skyrl {
         while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
             std::thread::sleep(Duration::from_millis(200));
         }
-        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).status();
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).stderr(Stdio::null()).status();
         let _ = self.child.wait();
     }
 }
@@ -192,7 +192,7 @@ async fn fixed_batch(url: &str, model: &Path) -> Vec<f64> {
     let Policy::Trainable(trainer) = tinker::open(options(url, model)).await.expect("a training model on SkyRL") else { panic!("trainable") };
     let tokens: Vec<u32> = vec![9707, 11, 1879, 0, 576, 374, 264, 1273, 13, 151645];
     let datum = Datum { model_input: tokens[..tokens.len() - 1].to_vec(), loss_fn_inputs: LossFnInputs { target_tokens: tokens[1..].to_vec(), weights: None, logprobs: None, advantages: None } };
-    let adam = AdamParams { learning_rate: 1e-2, ..AdamParams::default() };
+    let adam = AdamParams { learning_rate: 1e-3, ..AdamParams::default() };
     let mut losses = vec![];
     for _ in 0..4 {
         let out = trainer.forward_backward(vec![datum.clone()], LossFn::CrossEntropy).await.expect("forward_backward on SkyRL");
@@ -261,6 +261,8 @@ fn run_with_resume(cx: &TestContext, kill_after: Option<usize>) -> (PathBuf, Dur
 /// the `forward_backward` of its step and before the next one's (what rlx submitted, in order).
 fn check_order(futures: &[(i64, String, String)]) -> usize {
     let mut per_model: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    let kinds: std::collections::BTreeSet<&str> = futures.iter().map(|f| f.1.as_str()).collect();
+    say(&format!("SkyRL's request types: {kinds:?}"));
     for (_, kind, model) in futures {
         if !model.is_empty() {
             per_model.entry(model).or_default().push(kind);
@@ -270,7 +272,8 @@ fn check_order(futures: &[(i64, String, String)]) -> usize {
     for (model, kinds) in &per_model {
         let mut since_step = 0;
         for k in kinds {
-            match *k {
+            // SQLModel stores the enum's name (`FORWARD_BACKWARD`) or value, by version.
+            match k.to_ascii_lowercase().as_str() {
                 "forward_backward" => since_step += 1,
                 "optim_step" => {
                     assert!(since_step > 0, "model {model}: an optim_step without a forward_backward before it: {kinds:?}");
@@ -301,7 +304,7 @@ fn rlx_trains_checkpoints_and_resumes_through_skyrls_tinker_server() {
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let losses = rt.block_on(fixed_batch(&server.url, &model));
-    say(&format!("fixed batch, cross_entropy, 4 steps at lr 1e-2: losses {losses:?}"));
+    say(&format!("fixed batch, cross_entropy, 4 steps at lr 1e-3: losses {losses:?}"));
     assert!(losses.windows(2).all(|w| w[1] < w[0]), "the loss goes down on a fixed batch: {losses:?}");
 
     // A refused setting: GSPO, declared for SkyRL, exits 2 at validate naming server and setting.
@@ -342,7 +345,16 @@ fn rlx_trains_checkpoints_and_resumes_through_skyrls_tinker_server() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let (code, table) = crate::tinker::compat_table(&served.record, &server.url, &model.display().to_string(), "skyrl", true);
     say(&table);
-    assert_eq!(code, 0, "every replayed call matches on SkyRL");
+    // The calls as hosted Tinker takes them: SkyRL-tx has no `client/config`, and its JAX PRNG
+    // keys refuse the 63-bit sampling seeds of the record (rlx's client adapts to both, above).
+    assert_eq!(code, 1, "{table}");
+    let row = |endpoint: &str| table.lines().find(|l| l.starts_with(&format!("| `{endpoint}` |"))).unwrap_or_else(|| panic!("no {endpoint} row:\n{table}")).to_string();
+    for endpoint in ["/api/v1/create_session", "/api/v1/create_model", "/api/v1/forward_backward", "/api/v1/optim_step", "/api/v1/save_weights", "/api/v1/save_weights_for_sampler"] {
+        let line = row(endpoint);
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        assert!(cells[2] == cells[3] && cells[4].is_empty(), "{endpoint} matches on SkyRL:\n{table}");
+    }
+    assert!(row("/api/v1/client/config").contains("HTTP 404") && row("/api/v1/asample").contains("out of bounds for int32"), "{table}");
 
     let futures = server.futures(&python);
     let optim_steps = check_order(&futures);

@@ -116,9 +116,9 @@ pub fn lora_config(finetune: &Finetune, seed: u64) -> Result<wire::LoraConfig, E
 /// # Errors
 /// No key, an unreachable service, a model the service does not offer, a refused LoRA config.
 pub async fn open(options: Options) -> Result<Policy, Error> {
-    let lora = lora_config(&options.finetune, options.seed)?;
     let client = http::Client::new(&options.base_url, &options.api_key, options.retry.clone())?;
     let profile = server_profile(&client, options.server).await;
+    let lora = lora_config(&options.finetune, options.seed & profile.seed_mask)?;
     if let (Some(max), Finetune::Lora(l)) = (profile.max_lora_rank, &options.finetune) {
         if l.rank as u32 > max {
             return Err(Error::ServerLacks {
@@ -149,6 +149,7 @@ pub async fn open(options: Options) -> Result<Policy, Error> {
         in_flight: Arc::new(tokio::sync::Semaphore::new(options.max_in_flight.max(1))),
         max_in_flight: options.max_in_flight.max(1),
         tokenizer: options.tokenizer.clone(),
+        seed_mask: profile.seed_mask,
     };
     Ok(Policy::Trainable(Arc::new(TinkerTrainer::start(session, model_id, options.base_model.clone(), sampler, profile))))
 }
@@ -191,6 +192,7 @@ pub async fn open_sampler(options: Options, model_path: Option<String>) -> Resul
         in_flight: Arc::new(tokio::sync::Semaphore::new(options.max_in_flight.max(1))),
         max_in_flight: options.max_in_flight.max(1),
         tokenizer: options.tokenizer.clone(),
+        seed_mask: profile.seed_mask,
     };
     Ok(Policy::Fixed(Arc::new(TinkerSampler::new(session, created.sampling_session_id, sampler))))
 }

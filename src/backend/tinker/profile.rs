@@ -56,6 +56,9 @@ pub struct Profile {
     pub create_from_state: bool,
     /// `POST /client/config` exists (servers without it get the SDK's defaults).
     pub client_config: bool,
+    /// The bits of a seed (LoRA initialisation, sampling) the server takes: JSON readers stop
+    /// at i64, SkyRL's JAX PRNG keys at i32 (a larger one fails the request).
+    pub seed_mask: u64,
 }
 
 /// Tinker's built-in losses that rlx computes identically (`gspo` is named by the protocol but
@@ -83,13 +86,13 @@ impl Server {
 
     /// What the server accepts.
     pub fn profile(self) -> Profile {
-        let hosted = Profile { server: self, wire: Wire::Protobuf, losses: TINKER_LOSSES, max_lora_rank: None, create_from_state: true, client_config: true };
-        let old = Profile { server: self, wire: Wire::Json, losses: OLD_WIRE_LOSSES, max_lora_rank: None, create_from_state: false, client_config: false };
+        let hosted = Profile { server: self, wire: Wire::Protobuf, losses: TINKER_LOSSES, max_lora_rank: None, create_from_state: true, client_config: true, seed_mask: i64::MAX as u64 };
+        let old = Profile { server: self, wire: Wire::Json, losses: OLD_WIRE_LOSSES, max_lora_rank: None, create_from_state: false, client_config: false, seed_mask: i64::MAX as u64 };
         match self {
             Server::Tinker | Server::Rlx => hosted,
             // SkyRL's JAX engine keeps every adapter in one stacked array sized by
             // `max_lora_rank` (32 unless the server is started with more).
-            Server::Skyrl => Profile { losses: SKYRL_LOSSES, max_lora_rank: Some(32), ..old },
+            Server::Skyrl => Profile { losses: SKYRL_LOSSES, max_lora_rank: Some(32), seed_mask: i32::MAX as u64, ..old },
             Server::VerlTinker | Server::Tuft => old,
         }
     }
@@ -142,6 +145,7 @@ mod tests {
         assert_eq!((s.wire, s.max_lora_rank, s.create_from_state, s.client_config), (Wire::Json, Some(32), false, false));
         assert!(s.supports_loss("cispo") && !s.supports_loss("dro") && !s.supports_loss("gspo"));
         assert!(!Server::VerlTinker.profile().supports_loss("cispo"));
+        assert_eq!(s.seed_mask, 0x7fff_ffff);
         assert_eq!(Server::ALL.map(Server::name), ["tinker", "rlx", "skyrl", "verl_tinker", "tuft"]);
     }
 }
