@@ -42,6 +42,8 @@ pub enum BackendChoice {
         max_in_flight: usize,
         /// Saved sampler weights to evaluate (`tinker://…`).
         model_path: Option<String>,
+        /// The server at the URL (`None`: asked at first contact).
+        server: Option<super::tinker::Server>,
     },
     /// An OpenAI-compatible server (sampling only).
     Openai {
@@ -127,7 +129,7 @@ pub async fn open(o: &OpenOptions, cx: &Context) -> Result<Policy> {
             }
             Ok(policy)
         }
-        BackendChoice::Tinker { base_url, api_key_env, max_in_flight, model_path } => {
+        BackendChoice::Tinker { base_url, api_key_env, max_in_flight, model_path, server } => {
             let (base_url, api_key) = tinker::Options::credentials(base_url.as_deref(), api_key_env)?;
             let tokenizer = if o.stop_text { Some(Arc::new(prompt_files(o).await?.tokenizer)) } else { None };
             let options = tinker::Options {
@@ -140,6 +142,7 @@ pub async fn open(o: &OpenOptions, cx: &Context) -> Result<Policy> {
                 tokenizer,
                 user_metadata: o.labels.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect(),
                 retry: tinker::RetryPolicy::default(),
+                server: *server,
             };
             if o.eval_only {
                 return Ok(tinker::open_sampler(options, model_path.clone()).await?);

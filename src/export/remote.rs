@@ -40,7 +40,9 @@ pub(crate) async fn export(req: &Request, ck: Checkpoint, client: Client, base: 
     let dir = stage.path().join(DOWNLOAD);
     std::fs::create_dir(&dir).map_err(|source| Error::Io { action: "create", path: dir.clone(), source })?;
     let metadata = [("created_by".to_string(), serde_json::Value::from("rlx export"))].into_iter().collect();
-    let session = Session::create(client, metadata).await?;
+    // Export needs `client/config` defaults only; a server without it (SkyRL) answers 404,
+    // which the session takes as the defaults.
+    let session = Session::create(client, metadata, &crate::backend::tinker::Server::Tinker.profile()).await?;
     let fetched = download::fetch(&session, &path, &dir).await;
     let named = match &fetched {
         Ok(_) => name_base(&session, &path, &dir).await,

@@ -510,8 +510,16 @@ fn check_grpo_variants(cx: &mut Ctx<'_>, spec: &Spec) {
     use crate::spec::types::{Backend, Loss, LossAgg, Overlong};
     let g = &spec.grpo;
     let tinker = matches!(spec.backend, Backend::Tinker { .. });
+    check_tinker_server(cx, spec);
     if tinker && matches!(g.loss, Loss::Gspo { .. }) {
-        cx.err("grpo.loss.kind", "`grpo.loss: {kind: gspo}` cannot run on Tinker".into()).hints.extend([
+        let on = match spec.backend {
+            Backend::Tinker { server: Some(s), .. } => {
+                let name = super::resolve::tinker_server(s).name();
+                format!("the `{name}` Tinker server (`backend.server: {name}`)")
+            }
+            _ => "Tinker".to_string(),
+        };
+        cx.err("grpo.loss.kind", format!("`grpo.loss: {{kind: gspo}}` cannot run on {on}")).hints.extend([
             "Tinker's protocol names a `gspo` loss without defining it, its built-in losses are token-level (a sequence ratio couples a datum's tokens), and a custom loss needs a torch.fx graph upload that rlx does not implement".to_string(),
             "use `backend.kind: local` for GSPO, or `grpo.loss: {kind: ppo, clip_high_threshold: 1.28}` (clip-higher) on Tinker".to_string(),
         ]);
@@ -545,6 +553,28 @@ fn check_grpo_variants(cx: &mut Ctx<'_>, spec: &Spec) {
             cx.err("grpo.kl", format!("`grpo.kl` is not available on the `{}` backend", spec.backend.kind())).hints.push(
                 "the reference log-probabilities come from the trainer's base model (the embedded trainer, or a Tinker sampling client of the base model); use `backend.kind: local` or `tinker`, or leave `grpo.kl` out".into(),
             );
+        }
+    }
+}
+
+/// What the declared Tinker server (`backend.server`) lacks: a loss it does not compute (GSPO is
+/// refused on every server below), a LoRA rank above its limit. Without `backend.server` the
+/// same checks run at first contact, against the server found at the URL.
+fn check_tinker_server(cx: &mut Ctx<'_>, spec: &Spec) {
+    use crate::spec::types::{Backend, Loss};
+    let Backend::Tinker { server: Some(server), .. } = spec.backend else { return };
+    let profile = super::resolve::tinker_server(server).profile();
+    let name = profile.server.name();
+    let loss = super::resolve::loss_fn(&spec.grpo.loss);
+    if !matches!(spec.grpo.loss, Loss::Gspo { .. }) && !profile.supports_loss(loss.name()) {
+        let d = cx.err("grpo.loss.kind", format!("`grpo.loss: {{kind: {}}}` cannot run on the `{name}` Tinker server (`backend.server: {name}`)", loss.name()));
+        d.hints.push(format!("its losses are {}", profile.losses.join(", ")));
+    }
+    if let Some(max) = profile.max_lora_rank.filter(|_| matches!(spec.model.finetune, crate::spec::types::Finetune::Lora)) {
+        if spec.model.lora.rank > max {
+            cx.err("model.lora.rank", format!("LoRA rank {} is above the `{name}` Tinker server's default `max_lora_rank` of {max} (`backend.server: {name}`)", spec.model.lora.rank))
+                .hints
+                .push(format!("lower `model.lora.rank` to {max} or less, or start the server with a larger `max_lora_rank` (docs/self-hosting.md)"));
         }
     }
 }

@@ -47,7 +47,12 @@ pub fn to_json(plan: &Plan) -> Value {
                 SampleWeights::Gguf => "gguf",
             });
         }
-        BackendChoice::Tinker { max_in_flight, .. } => backend["max_in_flight"] = json!(max_in_flight),
+        BackendChoice::Tinker { max_in_flight, server, .. } => {
+            backend["max_in_flight"] = json!(max_in_flight);
+            if let Some(s) = server {
+                backend["server"] = json!(s.name());
+            }
+        }
         BackendChoice::Openai { served_model, concurrency, timeout, max_retries, .. } => {
             backend["served_model"] = json!(served_model);
             backend["concurrency"] = json!(concurrency);

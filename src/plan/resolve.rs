@@ -102,6 +102,18 @@ fn model(m: &types::Model) -> Result<ModelPlan, SourceError> {
     })
 }
 
+/// The backend's name for a `backend.server`.
+pub(crate) fn tinker_server(s: types::TinkerServer) -> crate::backend::tinker::Server {
+    use crate::backend::tinker::Server;
+    match s {
+        types::TinkerServer::Tinker => Server::Tinker,
+        types::TinkerServer::Rlx => Server::Rlx,
+        types::TinkerServer::Skyrl => Server::Skyrl,
+        types::TinkerServer::VerlTinker => Server::VerlTinker,
+        types::TinkerServer::Tuft => Server::Tuft,
+    }
+}
+
 fn backend(spec: &Spec) -> BackendChoice {
     match &spec.backend {
         Backend::Local { threads, max_tokens_per_microbatch, sample_weights, model_path } => BackendChoice::Local {
@@ -114,11 +126,12 @@ fn backend(spec: &Spec) -> BackendChoice {
             },
             model_path: model_path.as_ref().map(std::path::PathBuf::from),
         },
-        Backend::Tinker { base_url, api_key_env, max_in_flight, model_path } => BackendChoice::Tinker {
+        Backend::Tinker { base_url, api_key_env, max_in_flight, model_path, server } => BackendChoice::Tinker {
             base_url: base_url.clone(),
             api_key_env: api_key_env.clone(),
             max_in_flight: max_in_flight.unwrap_or(defaults::TINKER_MAX_IN_FLIGHT) as usize,
             model_path: model_path.clone(),
+            server: server.map(tinker_server),
         },
         Backend::Openai { base_url, api_key_env, served_model, api, prompt, concurrency, timeout_s, max_retries } => BackendChoice::Openai {
             base_url: base_url.trim_end_matches('/').to_string(),
@@ -150,7 +163,7 @@ fn sampling(s: &types::Sampling) -> SamplingParams {
     }
 }
 
-fn loss_fn(loss: &Loss) -> LossFn {
+pub(crate) fn loss_fn(loss: &Loss) -> LossFn {
     match *loss {
         Loss::ImportanceSampling => LossFn::ImportanceSampling,
         Loss::Ppo { clip_low_threshold, clip_high_threshold } => LossFn::Ppo { clip_low_threshold, clip_high_threshold },

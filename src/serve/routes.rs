@@ -185,6 +185,7 @@ async fn route(state: &Arc<State>, method: &Method, path: &str, headers: &Header
         (&Method::POST, p::CREATE_MODEL) => create_model(state, b),
         (&Method::POST, p::GET_INFO) => get_info(state, b),
         (&Method::POST, p::FORWARD_BACKWARD) => forward_backward(state, headers, b),
+        (&Method::POST, p::FORWARD) => forward_backward_legacy(state, b, true),
         (&Method::POST, p::OPTIM_STEP) => optim_step(state, b),
         (&Method::POST, p::SAVE_WEIGHTS) => save_weights(state, b),
         (&Method::POST, p::SAVE_WEIGHTS_FOR_SAMPLER) => save_weights_for_sampler(state, b),
@@ -336,7 +337,7 @@ fn finish_with<T: Send + 'static>(completion: super::futures::Completion, pendin
 
 fn forward_backward(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> Handled {
     if !is_protobuf(headers) {
-        return Err(bad("`forward_backward` takes a protobuf `tinker_public.ForwardBackwardRequest` body (`Content-Type: application/x-protobuf`); JSON bodies ended with SDK 0.24"));
+        return forward_backward_legacy(state, b, false);
     }
     if headers.get("content-encoding").is_some_and(|v| v.as_bytes() != b"identity") {
         return Err(bad("compressed `forward_backward` bodies are not supported (this server answers `proto_compress_fwdbwd: false`)"));
@@ -363,6 +364,33 @@ fn forward_backward(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> Handle
     let forward_only = r.forward_only;
     let kind = if forward_only { RequestType::Forward } else { RequestType::ForwardBackward };
     submit_training(state, kind, &r.model_id, Some(seq_id), move |t, completion| match input {
+        Err(e) => completion.fail(ErrorCategory::User, e),
+        Ok((data, loss)) => {
+            let pending = if forward_only { t.forward(data, loss) } else { t.forward_backward(data, loss) };
+            finish_with(completion, pending, FutureResult::ForwardBackward);
+        }
+    })
+}
+
+/// The JSON body of SDKs before 0.25 (`forward_backward_input`, or `forward_input` on
+/// `/forward`), as SkyRL, verl_tinker and TuFT read it: rlx's client sends it to servers on
+/// that wire, and `rlx serve` accepts it so that the same client path runs against a local
+/// server. `seq_id` is required here as on the protobuf wire (rlx's client always sends it).
+fn forward_backward_legacy(state: &Arc<State>, b: &[u8], forward_only: bool) -> Handled {
+    let r: wire::JsonForwardBackwardRequest = parse(b, if forward_only { "forward" } else { "forward_backward" })?;
+    let input = if forward_only { r.forward_input } else { r.forward_backward_input };
+    let key = if forward_only { "forward_input" } else { "forward_backward_input" };
+    let input = input.ok_or_else(|| bad(format!("`{key}` is missing")))?;
+    let decoded = input
+        .data
+        .iter()
+        .enumerate()
+        .map(|(i, d)| convert::datum_from_json(d, i))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|data| Ok((data, seam::LossFn::from_tinker(&input.loss_fn, &input.loss_fn_config.clone().unwrap_or_default())?)))
+        .map_err(|e| e.to_string());
+    let kind = if forward_only { RequestType::Forward } else { RequestType::ForwardBackward };
+    submit_training(state, kind, &r.model_id, r.seq_id, move |t, completion| match decoded {
         Err(e) => completion.fail(ErrorCategory::User, e),
         Ok((data, loss)) => {
             let pending = if forward_only { t.forward(data, loss) } else { t.forward_backward(data, loss) };

@@ -256,6 +256,14 @@ pub enum Backend {
         /// `model.base`; evaluation-only runs (`schedule.max_steps: 0`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model_path: Option<String>,
+        /// Which server speaks Tinker's API at `base_url` (docs/self-hosting.md): `tinker`
+        /// (hosted), `rlx` (`rlx serve`), `skyrl` (SkyRL's Tinker server), `verl_tinker` or
+        /// `tuft`. It decides the `forward_backward` wire (protobuf, or the JSON of SDKs before
+        /// 0.25), how a saved state comes back, and what `rlx validate` checks (losses, LoRA
+        /// rank). Default: asked at first contact (SkyRL says who it is; any other server is
+        /// taken for Tinker).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<TinkerServer>,
     },
     /// An OpenAI-compatible server (vLLM, llama.cpp, SGLang, ...). Sampling only: it cannot
     /// train, so it serves evaluation-only runs (`schedule.max_steps: 0`) and dry runs
@@ -319,6 +327,22 @@ impl Backend {
     pub fn trains_full_weights(&self) -> bool {
         matches!(self, Backend::Local { .. })
     }
+}
+
+/// A server of Tinker's API (`backend.server`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TinkerServer {
+    /// Thinking Machines' hosted service.
+    Tinker,
+    /// `rlx serve`.
+    Rlx,
+    /// SkyRL's Tinker server (JAX engine, or SkyRL-Train's FSDP/Megatron backends).
+    Skyrl,
+    /// verl's `verl_tinker` recipe (the JSON wire of SDKs before 0.25).
+    VerlTinker,
+    /// TuFT (the JSON wire of SDKs before 0.25).
+    Tuft,
 }
 
 /// Which endpoint of an OpenAI-compatible server samples (`backend.api`).

@@ -421,6 +421,101 @@ pub(crate) fn sampled_sequences_from_proto(p: &proto::SampleResponse) -> Result<
         .collect()
 }
 
+// ---------------------------------------------------------------------------------------------
+// The JSON forward/backward wire (SDKs before 0.25: SkyRL, verl_tinker, TuFT)
+
+/// The JSON body of `forward_backward` (`forward_backward_input`) or `forward`
+/// (`forward_input`) as SDKs before 0.25 sent it. Token ids go as JSON integers: servers that
+/// read `TensorData.data` as `list[int] | list[float]` (pydantic) would take `2.0` for a float
+/// and fail to index with it. `seq_id` is sent too; servers that order by arrival ignore it.
+pub(crate) fn forward_backward_json_request(model_id: &str, seq_id: i64, data: &[Datum], loss: &LossFn, forward_only: bool) -> serde_json::Value {
+    use serde_json::json;
+    let floats = |v: &[f32]| json!({"data": v, "dtype": "float32", "shape": [v.len()]});
+    let datums: Vec<_> = data
+        .iter()
+        .map(|d| {
+            let i = &d.loss_fn_inputs;
+            let mut inputs = serde_json::Map::new();
+            inputs.insert("target_tokens".into(), json!({"data": i.target_tokens, "dtype": "int64", "shape": [i.target_tokens.len()]}));
+            for (name, v) in [("weights", &i.weights), ("logprobs", &i.logprobs), ("advantages", &i.advantages)] {
+                if let Some(v) = v {
+                    inputs.insert(name.into(), floats(v));
+                }
+            }
+            json!({"model_input": {"chunks": [{"type": "encoded_text", "tokens": d.model_input}]}, "loss_fn_inputs": inputs})
+        })
+        .collect();
+    let input = json!({"data": datums, "loss_fn": loss.name(), "loss_fn_config": loss.config()});
+    let key = if forward_only { "forward_input" } else { "forward_backward_input" };
+    json!({"model_id": model_id, "seq_id": seq_id, key: input})
+}
+
+/// A JSON datum as rlx's (the server side of [`forward_backward_json_request`]).
+///
+/// # Errors
+/// A chunk that is not text, a token id that is not a non-negative integer, a missing
+/// `target_tokens`.
+pub(crate) fn datum_from_json(d: &wire::JsonDatum, index: usize) -> Result<Datum, Error> {
+    let bad = |reason: String| Error::Datum { index, reason };
+    let model_input = prompt_from_wire(&d.model_input).map_err(|e| bad(e.to_string()))?;
+    let floats = |name: &str| d.loss_fn_inputs.get(name).map(|t| t.data.iter().map(|&x| x as f32).collect::<Vec<f32>>());
+    let targets = d.loss_fn_inputs.get("target_tokens").ok_or_else(|| bad("has no `target_tokens`".into()))?;
+    let target_tokens = targets
+        .data
+        .iter()
+        .map(|&x| if x >= 0.0 && x.fract() == 0.0 && x <= f64::from(u32::MAX) { Ok(x as u32) } else { Err(bad(format!("target token {x} is not a token id"))) })
+        .collect::<Result<Vec<u32>, Error>>()?;
+    Ok(Datum { model_input, loss_fn_inputs: LossFnInputs { target_tokens, weights: floats("weights"), logprobs: floats("logprobs"), advantages: floats("advantages") } })
+}
+
+/// A JSON forward/backward result as rlx's: per-datum `logprobs`, and the loss from
+/// `loss:sum` or, from servers that report no metrics (SkyRL), the sum of the per-token
+/// `elementwise_loss` they return instead.
+///
+/// # Errors
+/// A datum without `logprobs`, or neither `loss:sum` nor `elementwise_loss`.
+pub(crate) fn forward_backward_output_from_json(o: &wire::ForwardBackwardOutput) -> Result<seam::ForwardBackwardOutput, Error> {
+    let mut outputs = Vec::with_capacity(o.loss_fn_outputs.len());
+    let mut elementwise = Some(0.0);
+    for (i, record) in o.loss_fn_outputs.iter().enumerate() {
+        let lp = record.get("logprobs").ok_or_else(|| field(format!("loss_fn_outputs[{i}]"), "has no `logprobs`"))?;
+        outputs.push(DatumOutput { logprobs: lp.data.iter().map(|&x| x as f32).collect() });
+        elementwise = match (elementwise, record.get("elementwise_loss")) {
+            (Some(sum), Some(t)) => Some(sum + t.data.iter().sum::<f64>()),
+            _ => None,
+        };
+    }
+    let loss = match (o.metrics.get(LOSS_SUM), elementwise) {
+        (Some(&l), _) => l,
+        (None, Some(l)) if !o.loss_fn_outputs.is_empty() => l,
+        _ => return Err(field("metrics", format!("has no `{LOSS_SUM}` and the outputs no `elementwise_loss`"))),
+    };
+    Ok(seam::ForwardBackwardOutput { loss, outputs, stats: Default::default() })
+}
+
+/// The completions of a JSON sample result.
+///
+/// # Errors
+/// An unknown stop reason, or tokens and log-probabilities of different lengths.
+pub(crate) fn sampled_sequences_from_json(r: &wire::SampleResponse) -> Result<Vec<SampledSequence>, Error> {
+    r.sequences
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let f = |reason: String| field(format!("sequences[{i}]"), reason);
+            if s.logprobs.len() != s.tokens.len() {
+                return Err(f(format!("has {} tokens but {} logprobs", s.tokens.len(), s.logprobs.len())));
+            }
+            let stop_reason = match s.stop_reason.as_str() {
+                "stop" => StopReason::Stop,
+                "length" => StopReason::Length,
+                other => return Err(f(format!("has the unknown stop reason `{other}`"))),
+            };
+            Ok(SampledSequence { tokens: s.tokens.clone(), logprobs: s.logprobs.clone(), stop_reason })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use prost::Message as _;
@@ -494,5 +589,25 @@ mod tests {
         assert!(none.stop.is_empty());
         let e = sampling_params_from_wire(&wire::SamplingParams { top_k: 0, ..w }, &[]).unwrap_err().to_string();
         assert!(e.contains("sampling_params.top_k"), "{e}");
+    }
+
+    #[test]
+    fn json_forward_backward_round_trips_and_sums_elementwise_losses() {
+        let d = Datum { model_input: vec![1, 2], loss_fn_inputs: LossFnInputs { target_tokens: vec![2, 3], weights: None, logprobs: Some(vec![-0.5, -1.0]), advantages: Some(vec![1.0, 1.0]) } };
+        let body = forward_backward_json_request("m", 4, std::slice::from_ref(&d), &LossFn::PPO, false);
+        // Token ids are JSON integers (a float would be read as one by pydantic servers).
+        assert_eq!(body["forward_backward_input"]["data"][0]["loss_fn_inputs"]["target_tokens"]["data"], serde_json::json!([2, 3]));
+        assert_eq!(body["forward_backward_input"]["loss_fn"], "ppo");
+        assert_eq!(body["seq_id"], 4);
+        assert!(forward_backward_json_request("m", 1, &[], &LossFn::CrossEntropy, true).get("forward_input").is_some());
+        let parsed: wire::JsonForwardBackwardRequest = serde_json::from_value(body).unwrap();
+        let input = parsed.forward_backward_input.unwrap();
+        assert_eq!(datum_from_json(&input.data[0], 0).unwrap(), d);
+        let out: wire::ForwardBackwardOutput = serde_json::from_value(serde_json::json!({"loss_fn_output_type": "scalar", "metrics": {},
+            "loss_fn_outputs": [{"logprobs": {"data": [-1.0, -2.0], "dtype": "float32"}, "elementwise_loss": {"data": [0.25, 0.5], "dtype": "float32"}}]})).unwrap();
+        let o = forward_backward_output_from_json(&out).unwrap();
+        assert_eq!((o.loss, o.outputs[0].logprobs.clone()), (0.75, vec![-1.0, -2.0]));
+        let none: wire::ForwardBackwardOutput = serde_json::from_value(serde_json::json!({"loss_fn_output_type": "scalar", "metrics": {}, "loss_fn_outputs": [{"logprobs": {"data": [-1.0], "dtype": "float32"}}]})).unwrap();
+        assert!(forward_backward_output_from_json(&none).unwrap_err().to_string().contains("elementwise_loss"));
     }
 }

@@ -71,6 +71,9 @@ pub(crate) mod path {
     pub(crate) const GET_INFO: &str = "/api/v1/get_info";
     /// Protobuf forward/backward (future).
     pub(crate) const FORWARD_BACKWARD: &str = "/api/v1/forward_backward";
+    /// Forward only, JSON body (SDKs before 0.25; later ones send `forward_only` in
+    /// `forward_backward`).
+    pub(crate) const FORWARD: &str = "/api/v1/forward";
     /// Adam step (future).
     pub(crate) const OPTIM_STEP: &str = "/api/v1/optim_step";
     /// Save training state (future).

@@ -541,6 +541,51 @@ pub(crate) struct ForwardBackwardOutput {
     pub metrics: BTreeMap<String, f64>,
 }
 
+/// `POST /api/v1/forward_backward` or `/api/v1/forward` with a JSON body: the wire of SDKs
+/// before 0.25, which SkyRL, verl_tinker and TuFT read (and `rlx serve` still accepts).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct JsonForwardBackwardRequest {
+    /// The model.
+    pub model_id: String,
+    /// The model's request counter (servers that order by arrival ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_id: Option<u64>,
+    /// The batch, for `forward_backward`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_backward_input: Option<JsonForwardBackwardInput>,
+    /// The batch, for `forward`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_input: Option<JsonForwardBackwardInput>,
+}
+
+/// The batch and loss of a JSON `forward_backward`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct JsonForwardBackwardInput {
+    /// The datums.
+    pub data: Vec<JsonDatum>,
+    /// The loss's name.
+    pub loss_fn: String,
+    /// Its parameters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_fn_config: Option<BTreeMap<String, f64>>,
+}
+
+/// A JSON datum: text chunks and named tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct JsonDatum {
+    /// The input tokens.
+    pub model_input: ModelInput,
+    /// `target_tokens`, `weights`, `logprobs`, `advantages`.
+    pub loss_fn_inputs: BTreeMap<String, JsonTensor>,
+}
+
+/// A tensor of a JSON datum (`dtype` and `shape` are implied by the field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct JsonTensor {
+    /// Flattened values.
+    pub data: Vec<f64>,
+}
+
 /// `save_weights` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SaveWeightsResponse {

@@ -41,6 +41,8 @@
 //!   verdict and test outcome) and on a tiny-model run: each filter, evals, colour, bad input.
 //! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
 //! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records, `--sample`.
+//! - `skyrl`: rlx against SkyRL's Tinker server (`skyrl-tx` from PyPI, JAX on CPU, a tiny Qwen3):
+//!   a fixed batch, `rlx run` killed and resumed, the streaming run (opt-in: `RLX_TEST_SKYRL=1`).
 //! - `slurm`: `rlx sweep --launcher slurm` against a real single-node Slurm started by the test
 //!   (munged, slurmctld, slurmd): a two-member sweep, a cancelled member resumed on
 //!   resubmission, a member requeued before its time limit, `rlx sweep status`; batch scripts.
@@ -89,6 +91,7 @@ mod schema;
 mod seams;
 mod server;
 mod show;
+mod skyrl;
 mod slurm;
 mod stream;
 mod sources;

@@ -36,10 +36,13 @@ fn training_work(records: &[Value]) -> std::collections::BTreeMap<String, Vec<(S
     let mut per_model: std::collections::BTreeMap<String, Vec<(String, i64)>> = Default::default();
     for r in records {
         let path = r["path"].as_str().unwrap_or("");
-        let training = ["/api/v1/forward_backward", "/api/v1/optim_step", "/api/v1/save_weights", "/api/v1/save_weights_for_sampler"].contains(&path);
-        if training && did_work(r) {
+        // `/forward` and a `load_weights` into an existing model take a `seq_id` on the older
+        // JSON wire; a `load_weights` that creates a model has none.
+        let training = ["/api/v1/forward_backward", "/api/v1/forward", "/api/v1/optim_step", "/api/v1/save_weights", "/api/v1/save_weights_for_sampler", "/api/v1/load_weights"].contains(&path);
+        let seq = r["seq_id"].as_i64().filter(|_| path != "/api/v1/load_weights" || r["body"]["model_id"].is_string());
+        if let (true, true, Some(seq)) = (training, did_work(r), seq) {
             let model = r["model_id"].as_str().unwrap_or_default().to_string();
-            per_model.entry(model).or_default().push((path.to_string(), r["seq_id"].as_i64().unwrap()));
+            per_model.entry(model).or_default().push((path.to_string(), seq));
         }
     }
     per_model
@@ -79,6 +82,7 @@ pub(crate) fn options(url: &str, model: &Path) -> tinker::Options {
         tokenizer: None,
         user_metadata: Default::default(),
         retry: tinker::RetryPolicy::default(),
+        server: None,
     }
 }
 
@@ -106,6 +110,39 @@ async fn the_tinker_backend_meets_the_contract_through_rlx_serve() {
     let lifecycle = |p: &str| p == "/api/v1/retrieve_future" || p.ends_with("/finish") || p.ends_with("session_heartbeat") || p.ends_with("telemetry");
     let keyless: Vec<&Value> = records.iter().filter(|r| r["method"] == "POST" && !lifecycle(r["path"].as_str().unwrap_or("")) && !r["idempotency_key"].is_string()).collect();
     assert!(keyless.is_empty(), "submissions without an idempotency key: {keyless:#?}");
+}
+
+/// The older wire of SkyRL, verl_tinker and TuFT (`backend.server: verl_tinker`): JSON
+/// `forward_backward` and `/forward` bodies, JSON results, states loaded into the existing model.
+/// `rlx serve` still reads that wire, so the same client path meets the same contract here, on
+/// every `cargo test`, as it does against SkyRL in `skyrl::`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_json_wire_meets_the_contract_through_rlx_serve() {
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let served = serve(&cx, &model, &[]);
+    let o = tinker::Options { server: Some(tinker::Server::VerlTinker), ..options(&served.url, &model) };
+    let Policy::Trainable(trainer) = tinker::open(o).await.expect("a session on rlx serve") else { panic!("Tinker policies train") };
+    let fixture = Fixture { prompts: vec![vec![5, 6, 7], vec![8, 9, 10, 11, 12, 13]], vocab_size: 98, stop_token: 1, max_tokens: 6 };
+    let sampler = trainer.sampler().await.unwrap();
+    check_sampler(&*sampler, &fixture).await.unwrap_or_else(|e| panic!("sampler: {e}: {:?}", std::error::Error::source(&e)));
+    check_trainer(&*trainer, &fixture).await.unwrap_or_else(|e| panic!("trainer: {e}: {:?}", std::error::Error::source(&e)));
+    // A loss the declared server lacks is refused before anything is sent, naming both.
+    let d = rlx::seam::Datum { model_input: vec![5, 6], loss_fn_inputs: rlx::seam::LossFnInputs { target_tokens: vec![6, 7], weights: None, logprobs: Some(vec![-1.0; 2]), advantages: Some(vec![1.0; 2]) } };
+    // Forward-only passes go to `/forward` on this wire.
+    let out = trainer.forward(vec![d.clone()], rlx::seam::LossFn::CrossEntropy).await.expect("a JSON forward");
+    assert!(out.outputs[0].logprobs.len() == 2 && out.outputs[0].logprobs.iter().all(|l| *l < 0.0), "{out:?}");
+    let err = trainer.forward_backward(vec![d], rlx::seam::LossFn::CISPO).await.unwrap_err();
+    let msg = chain(&err);
+    assert!(msg.contains("`verl_tinker` Tinker server cannot run `grpo.loss: {kind: cispo}`") && err.is_user_error(), "{msg}");
+    drop((sampler, trainer));
+    let records = served.record();
+    let bodies = |p: &str| records.iter().filter(|r| r["path"] == p && did_work(r)).count();
+    assert!(bodies("/api/v1/forward") > 0 && bodies("/api/v1/forward_backward") > 0, "JSON forward and forward_backward were sent");
+    assert!(records.iter().filter(|r| r["path"] == "/api/v1/forward_backward").all(|r| r["body"]["forward_backward_input"].is_object()), "every forward_backward body was JSON");
+    let loads: Vec<&Value> = records.iter().filter(|r| r["path"] == "/api/v1/load_weights" && did_work(r)).collect();
+    assert!(!loads.is_empty() && loads.iter().all(|r| r["body"]["model_id"].is_string()), "states load into the existing model: {loads:#?}");
+    assert_each_training_request_ran_once(&records);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -322,4 +359,46 @@ fn a_closed_base_url_fails_at_once_naming_it() {
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains(&format!("nothing answers at the Tinker URL `{url}`")), "{}", r.stderr);
     assert!(r.stderr.contains("TINKER_BASE_URL"), "{}", r.stderr);
+}
+
+/// Runs the compatibility suite (scripts/tinker_compat.py) on `record` against `url`: its exit
+/// status and the table it printed.
+pub(crate) fn compat_table(record: &Path, url: &str, base_model: &str, name: &str, json_wire: bool) -> (i32, String) {
+    let mut c = std::process::Command::new("python3");
+    c.arg(crate::common::repo().join("scripts/tinker_compat.py")).arg("--record").arg(record).args(["--url", url, "--base-model", base_model, "--name", name]);
+    if json_wire {
+        c.arg("--json-wire");
+    }
+    let out = c.env("NO_PROXY", "127.0.0.1,localhost").env_remove("HTTP_PROXY").env_remove("http_proxy").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(stdout.starts_with("| endpoint"), "the suite printed no table:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), stdout)
+}
+
+/// The calls of a recorded `rlx run` (2 steps, a checkpoint each) replayed against a second
+/// `rlx serve`: everything matches on the JSON wire; protobuf bodies are said to be skipped
+/// without it.
+#[test]
+fn the_compatibility_suite_replays_a_recorded_run_against_rlx_serve() {
+    let cx = TestContext::new();
+    let model = tiny(cx.path());
+    let recorded = serve(&cx, &model, &[]);
+    cx.write("spec.yaml", &spec(&recorded.url, 2, 1));
+    let r = Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let cx2 = TestContext::new();
+    let replayed = serve(&cx2, &model, &[]);
+    let base = model.display().to_string();
+    let (code, table) = compat_table(&recorded.record, &replayed.url, &base, "rlx serve", true);
+    #[allow(clippy::print_stderr)] // the table is the test's output, shown with --nocapture
+    {
+        eprintln!("{table}");
+    }
+    assert_eq!(code, 0, "every replayed call matches on rlx serve:\n{table}");
+    for endpoint in ["/api/v1/create_session", "/api/v1/create_model", "/api/v1/forward_backward", "/api/v1/optim_step", "/api/v1/save_weights", "/api/v1/save_weights_for_sampler", "/api/v1/asample"] {
+        assert!(table.contains(&format!("| `{endpoint}` |")), "no row for {endpoint}:\n{table}");
+    }
+    let (code, table) = compat_table(&recorded.record, &replayed.url, &base, "rlx serve", false);
+    assert_eq!(code, 1, "{table}");
+    assert!(table.contains("forward_backward (protobuf)") && table.contains("skipped"), "{table}");
 }

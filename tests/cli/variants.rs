@@ -461,6 +461,9 @@ fn validation_refuses_what_cannot_run() {
     crate::engine::tiny_model(&cx.path().join("tiny"));
     let cases = [
         ("backend: {kind: tinker}", "loss: {kind: gspo}", "`grpo.loss: {kind: gspo}` cannot run on Tinker", "clip_high_threshold: 1.28"),
+        // A declared server (`backend.server`) is named with what it lacks (docs/self-hosting.md).
+        ("backend: {kind: tinker, server: skyrl}", "loss: {kind: gspo}", "`grpo.loss: {kind: gspo}` cannot run on the `skyrl` Tinker server (`backend.server: skyrl`)", "clip_high_threshold: 1.28"),
+        ("backend: {kind: tinker, server: verl_tinker}", "loss: {kind: cispo}", "`grpo.loss: {kind: cispo}` cannot run on the `verl_tinker` Tinker server", "its losses are cross_entropy, importance_sampling, ppo"),
         ("backend: {kind: local}", "loss: {kind: dro}, loss_agg: {kind: token_mean}", "cannot be used with `grpo.loss: {kind: dro}`", "does not scale with the advantage"),
         ("backend: {kind: local}", "overlong: {kind: soft_penalty, cache_tokens: 12}", "must be below `sampling.max_tokens` (12)", "cache_tokens"),
         ("backend: {kind: local}", "dynamic_sampling: {}", "`grpo.skip_degenerate` is false", "remove `skip_degenerate: false`"),
@@ -477,6 +480,12 @@ fn validation_refuses_what_cannot_run() {
         assert_eq!(r.code, 2, "{grpo}: {}", r.stderr);
         assert!(r.stderr.contains(error) && r.stderr.contains(hint), "{grpo}: {}", r.stderr);
     }
+    // SkyRL's JAX engine takes LoRA ranks up to its `max_lora_rank` (32 by default).
+    let rank = crate::engine::spec_with(1, 1, "").replace("backend: {kind: local, threads: 1}", "backend: {kind: tinker, server: skyrl}").replace("finetune: full}", "finetune: lora, lora: {rank: 64}}");
+    cx.write("spec.yaml", &rank);
+    let r = cx.run(&["validate", "spec.yaml"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("LoRA rank 64 is above the `skyrl` Tinker server's default `max_lora_rank` of 32") && r.stderr.contains("model.lora.rank"), "{}", r.stderr);
     // The same variants on the local backend, where they run, validate.
     let ok = crate::engine::spec_with(1, 1, "")
         .replace("backend: {kind: local, threads: 1}", "backend: {kind: local, threads: 1, sample_weights: f32}")

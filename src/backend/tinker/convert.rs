@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use prost::Message;
 
 use super::Error;
+use super::future::Payload;
 use crate::seam;
 use crate::backend;
 use crate::seam::{Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SampledSequence};
@@ -34,6 +35,76 @@ pub(crate) fn forward_backward_body(model_id: &str, seq_id: i64, data: &[Datum],
         data
     };
     convert::forward_backward_request(model_id, seq_id as i32, data, loss, forward_only).encode_to_vec()
+}
+
+/// The JSON `forward_backward` body of the older wire (SkyRL, verl_tinker, TuFT), with
+/// `weights` filled in as in [`forward_backward_body`].
+pub(crate) fn forward_backward_json_body(model_id: &str, seq_id: i64, data: &[Datum], loss: &LossFn, forward_only: bool) -> serde_json::Value {
+    let filled: Vec<Datum>;
+    let data = if *loss == LossFn::CrossEntropy && data.iter().any(|d| d.loss_fn_inputs.weights.is_none()) {
+        filled = data.iter().map(|d| {
+            let mut d = d.clone();
+            d.loss_fn_inputs.weights.get_or_insert_with(|| vec![1.0; d.model_input.len()]);
+            d
+        }).collect();
+        &filled[..]
+    } else {
+        data
+    };
+    convert::forward_backward_json_request(model_id, seq_id, data, loss, forward_only)
+}
+
+/// Per-datum log-probabilities and the summed loss of a chunk of `n` datums, from a protobuf
+/// or a JSON result (servers on the older wire answer JSON whatever `Accept` says).
+///
+/// # Errors
+/// [`Error::Protocol`] for a result that does not decode or another number of datums.
+pub(crate) fn forward_backward_payload(p: Payload, n: usize) -> Result<(Vec<Vec<f32>>, f64), Error> {
+    match p {
+        Payload::Proto(b) => forward_backward_output(&b, n),
+        Payload::Json(v) => {
+            let o: wire::ForwardBackwardOutput = serde_json::from_value(v).map_err(|e| protocol("ForwardBackwardOutput", e))?;
+            let out = convert::forward_backward_output_from_json(&o).map_err(|e| protocol("ForwardBackwardOutput", e))?;
+            if out.outputs.len() != n {
+                return Err(protocol("ForwardBackwardOutput", format!("{n} datums sent, {} outputs returned", out.outputs.len())));
+            }
+            Ok((out.outputs.into_iter().map(|o| o.logprobs).collect(), out.loss))
+        }
+    }
+}
+
+/// The completions of a sample result (protobuf or JSON) with exactly `n` sequences.
+///
+/// # Errors
+/// As [`sample_response`].
+pub(crate) fn sample_payload(p: Payload, n: usize) -> Result<Vec<SampledSequence>, Error> {
+    match p {
+        Payload::Proto(b) => sample_response(&b, n),
+        Payload::Json(v) => {
+            let r: wire::SampleResponse = serde_json::from_value(v).map_err(|e| protocol("SampleResponse", e))?;
+            let seqs = convert::sampled_sequences_from_json(&r).map_err(|e| protocol("SampleResponse", e))?;
+            if seqs.len() != n {
+                return Err(protocol("SampleResponse", format!("asked for {n} samples, got {}", seqs.len())));
+            }
+            Ok(seqs)
+        }
+    }
+}
+
+/// The prompt log-probabilities of a `compute_logprobs` result (protobuf or JSON; NaN where
+/// unscored).
+///
+/// # Errors
+/// As [`prompt_logprobs_response`].
+pub(crate) fn prompt_logprobs_payload(p: Payload, _n: usize) -> Result<Vec<f32>, Error> {
+    match p {
+        Payload::Proto(b) => prompt_logprobs_response(&b),
+        Payload::Json(v) => {
+            let r: wire::SampleResponse = serde_json::from_value(v).map_err(|e| protocol("SampleResponse", e))?;
+            let lp = r.prompt_logprobs.ok_or_else(|| protocol("SampleResponse", "no `prompt_logprobs` in a reply to `prompt_logprobs: true`"))?;
+            Ok(lp.into_iter().map(|x| x.unwrap_or(f32::NAN)).collect())
+        }
+    }
 }
 
 /// Per-datum learner log-probabilities and `loss:sum` of a chunk of `n` datums.

@@ -100,6 +100,16 @@ pub enum Error {
         /// The feature.
         what: String,
     },
+    /// The server named (`backend.server`) or found at the URL cannot do what the spec asks.
+    #[error("the `{server}` Tinker server cannot run `{setting}`: {reason}")]
+    ServerLacks {
+        /// The server (`skyrl`, `tinker`, ...).
+        server: String,
+        /// The spec setting (`grpo.loss`, `model.lora.rank`, ...).
+        setting: String,
+        /// Why, and what to use instead.
+        reason: String,
+    },
     /// An earlier request of this training client failed after it took its `seq_id`; the
     /// server waits for that id forever, so nothing later can run.
     #[error("an earlier Tinker request of model {model_id} failed (seq_id {seq_id}), so later requests cannot run: {reason}")]
@@ -118,7 +128,7 @@ impl Error {
     /// than rlx or the service having failed.
     pub fn is_user_error(&self) -> bool {
         match self {
-            Error::NoKey { .. } | Error::BadKey { .. } | Error::Billing { .. } | Error::Refused { .. } | Error::Unsupported { .. } | Error::Unreachable { .. } => true,
+            Error::NoKey { .. } | Error::BadKey { .. } | Error::Billing { .. } | Error::Refused { .. } | Error::Unsupported { .. } | Error::Unreachable { .. } | Error::ServerLacks { .. } => true,
             Error::Status { status, .. } => matches!(status, 400 | 401 | 403 | 404 | 422),
             Error::RequestFailed { category, .. } => category == "user",
             _ => false,

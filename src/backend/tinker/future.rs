@@ -98,12 +98,8 @@ pub(crate) async fn retrieve(client: &Client, request_id: &str, kind: RequestTyp
                     }
                     Answer::MetadataOnly => allow_metadata_only = false,
                     Answer::Failed { category, message } => return Err(Error::RequestFailed { request_id: request_id.to_string(), category, message }),
-                    Answer::Done(v) if accept == Accept::Proto => {
-                        return Err(Error::Protocol {
-                            path: PATH.into(),
-                            reason: format!("asked for a protobuf {kind} result and got JSON (a server that predates protobuf results?): {}", super::http::detail(&v.to_string())),
-                        });
-                    }
+                    // Servers on the older wire (SkyRL, verl_tinker, TuFT) answer JSON whatever
+                    // `Accept` says; the callers read either.
                     Answer::Done(v) => return Ok(Payload::Json(v)),
                 }
             }

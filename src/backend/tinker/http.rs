@@ -209,6 +209,15 @@ impl Client {
         parse_json(path, &bytes)
     }
 
+    /// GETs `path` as the first request of a session (see [`Client::first_contact`]); the
+    /// reply body, unparsed.
+    ///
+    /// # Errors
+    /// As [`Client::first_contact`].
+    pub async fn first_contact_get(&self, path: &str, method: &'static str) -> Result<bytes::Bytes, Error> {
+        self.retrying_from(path, Verb::Get, method, Contact::First).await
+    }
+
     /// GETs a JSON document, retrying as [`Client::post_json`].
     ///
     /// # Errors

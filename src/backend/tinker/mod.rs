@@ -9,6 +9,7 @@
 //! | [`trainer`] | a LoRA training model: `seq_id` order, pipelined submission |
 //! | [`sampler`] | a sampling session: `asample` with many requests in flight |
 //! | [`convert`] | rlx's data to Tinker's protobuf and JSON and back |
+//! | [`profile`] | which server is at the URL (hosted Tinker, `rlx serve`, SkyRL, ...) and what it accepts |
 //!
 //! What rlx does not implement: the JWT credential exchange (a service that asks for it gets a
 //! clear error), zstd-compressed bodies (optional for clients), telemetry (rlx sends none),
@@ -25,12 +26,14 @@ pub(crate) mod convert;
 mod error;
 pub(crate) mod future;
 pub(crate) mod http;
+pub mod profile;
 pub(crate) mod sampler;
 pub(crate) mod session;
 pub(crate) mod trainer;
 
 pub use error::Error;
 pub use http::RetryPolicy;
+pub use profile::{Profile, Server, Wire};
 pub use sampler::{SamplerOptions, TinkerSampler};
 pub use session::Session;
 pub use trainer::TinkerTrainer;
@@ -65,6 +68,8 @@ pub struct Options {
     pub user_metadata: serde_json::Map<String, serde_json::Value>,
     /// Retry timings.
     pub retry: RetryPolicy,
+    /// The server at `base_url` (`backend.server`); `None`: asked at first contact.
+    pub server: Option<Server>,
 }
 
 impl Options {
@@ -111,9 +116,19 @@ pub fn lora_config(finetune: &Finetune, seed: u64) -> Result<wire::LoraConfig, E
 /// # Errors
 /// No key, an unreachable service, a model the service does not offer, a refused LoRA config.
 pub async fn open(options: Options) -> Result<Policy, Error> {
-    let lora = lora_config(&options.finetune, options.seed)?;
     let client = http::Client::new(&options.base_url, &options.api_key, options.retry.clone())?;
-    let session = Session::create(client.clone(), options.user_metadata.clone()).await?;
+    let profile = server_profile(&client, options.server).await;
+    let lora = lora_config(&options.finetune, options.seed & profile.seed_mask)?;
+    if let (Some(max), Finetune::Lora(l)) = (profile.max_lora_rank, &options.finetune) {
+        if l.rank as u32 > max {
+            return Err(Error::ServerLacks {
+                server: profile.server.to_string(),
+                setting: "model.lora.rank".into(),
+                reason: format!("rank {} is above its default `max_lora_rank` of {max}; lower the rank, or start the server with a larger `max_lora_rank` in its backend config", l.rank),
+            });
+        }
+    }
+    let session = Session::create(client.clone(), options.user_metadata.clone(), &profile).await?;
     let model_seq = session.next_model_seq();
     let body = wire::CreateModelRequest {
         session_id: session.id().to_string(),
@@ -134,8 +149,24 @@ pub async fn open(options: Options) -> Result<Policy, Error> {
         in_flight: Arc::new(tokio::sync::Semaphore::new(options.max_in_flight.max(1))),
         max_in_flight: options.max_in_flight.max(1),
         tokenizer: options.tokenizer.clone(),
+        seed_mask: profile.seed_mask,
     };
-    Ok(Policy::Trainable(Arc::new(TinkerTrainer::start(session, model_id, options.base_model.clone(), sampler))))
+    Ok(Policy::Trainable(Arc::new(TinkerTrainer::start(session, model_id, options.base_model.clone(), sampler, profile))))
+}
+
+/// The declared server's profile, else the one [`profile::discover`] finds at the URL.
+async fn server_profile(client: &http::Client, declared: Option<Server>) -> Profile {
+    let server = match declared {
+        Some(s) => s,
+        None => {
+            let found = profile::discover(client).await;
+            if found != Server::Tinker {
+                tracing::info!(server = %found, url = %client.base_url(), "found a `{found}` Tinker server (set `backend.server` to say so and skip the probe)");
+            }
+            found
+        }
+    };
+    server.profile()
 }
 
 /// Creates a session and a sampling session on the base model, or on saved sampler weights
@@ -146,7 +177,8 @@ pub async fn open(options: Options) -> Result<Policy, Error> {
 /// No key, an unreachable service, a model or path the service does not know.
 pub async fn open_sampler(options: Options, model_path: Option<String>) -> Result<Policy, Error> {
     let client = http::Client::new(&options.base_url, &options.api_key, options.retry.clone())?;
-    let session = Session::create(client.clone(), options.user_metadata.clone()).await?;
+    let profile = server_profile(&client, options.server).await;
+    let session = Session::create(client.clone(), options.user_metadata.clone(), &profile).await?;
     let body = wire::CreateSamplingSessionRequest {
         session_id: session.id().to_string(),
         sampling_session_seq_id: u64::from(session.next_sampling_seq()),
@@ -160,6 +192,7 @@ pub async fn open_sampler(options: Options, model_path: Option<String>) -> Resul
         in_flight: Arc::new(tokio::sync::Semaphore::new(options.max_in_flight.max(1))),
         max_in_flight: options.max_in_flight.max(1),
         tokenizer: options.tokenizer.clone(),
+        seed_mask: profile.seed_mask,
     };
     Ok(Policy::Fixed(Arc::new(TinkerSampler::new(session, created.sampling_session_id, sampler))))
 }

@@ -34,6 +34,8 @@ pub struct SamplerOptions {
     /// For stop strings: Tinker's `stop` is either token ids or strings, never both, so rlx
     /// stops on the tokens server-side and cuts at the strings here.
     pub tokenizer: Option<Arc<Tokenizer>>,
+    /// The bits of a sampling seed the server takes ([`super::Profile::seed_mask`]).
+    pub seed_mask: u64,
 }
 
 /// The [`Sampler`] over one sampling session.
@@ -77,8 +79,8 @@ impl Sampler for TinkerSampler {
                     // Nothing to ask for (Tinker refuses `num_samples: 0`).
                     return tokio::spawn(async { Ok(Vec::new()) });
                 }
-                let body = asample_body(&self.id, &r, &token_stops);
-                let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: r.num_samples, permits: self.options.in_flight.clone(), decode: convert::sample_response };
+                let body = asample_body(&self.id, &r, &token_stops, self.options.seed_mask);
+                let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: r.num_samples, permits: self.options.in_flight.clone(), decode: convert::sample_payload };
                 tokio::spawn(job.run())
             })
             .collect();
@@ -106,9 +108,9 @@ impl Sampler for TinkerSampler {
     /// `prompt_logprobs: true` (reference/tinker-protocol.md §5.6), NaN at position 0.
     fn prompt_logprobs(&self, prompt: Vec<u32>) -> Pending<Vec<f32>> {
         let params = SamplingParams { max_tokens: 1, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![], seed: None };
-        let mut body = asample_body(&self.id, &SampleRequest { prompt, num_samples: 1, seed: None }, &params);
+        let mut body = asample_body(&self.id, &SampleRequest { prompt, num_samples: 1, seed: None }, &params, self.options.seed_mask);
         body.prompt_logprobs = Some(true);
-        let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: 1, permits: self.options.in_flight.clone(), decode: |b: &[u8], _| convert::prompt_logprobs_response(b) };
+        let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: 1, permits: self.options.in_flight.clone(), decode: convert::prompt_logprobs_payload };
         let handle = tokio::spawn(job.run());
         Box::pin(async move { handle.await.map_err(|e| Error::Gone { what: "Tinker sampler", reason: e.to_string() })? })
     }
@@ -117,10 +119,11 @@ impl Sampler for TinkerSampler {
 /// One `asample` request (`seq_id` is filled in per attempt). `params.stop` holds token ids
 /// only, always sent as an explicit list: an absent `stop` would mean the service's idea of
 /// EOS (§5.6).
-fn asample_body(session: &str, r: &SampleRequest, params: &SamplingParams) -> wire::SampleRequest {
+fn asample_body(session: &str, r: &SampleRequest, params: &SamplingParams, seed_mask: u64) -> wire::SampleRequest {
     let mut p = params.clone();
-    // Python ints are unbounded, but JSON readers (and the service's protobufs) stop at i64.
-    p.seed = r.seed.or(p.seed).map(|s| s & (i64::MAX as u64));
+    // Python ints are unbounded, but JSON readers (and the service's protobufs) stop at i64,
+    // and some servers' PRNG keys at i32 (the profile's mask).
+    p.seed = r.seed.or(p.seed).map(|s| s & seed_mask);
     let sampling_params = wire_convert::sampling_params_to_wire(&p).expect("token stops only");
     wire::SampleRequest {
         num_samples: r.num_samples as u64,
@@ -149,7 +152,7 @@ struct Job<T> {
     body: wire::SampleRequest,
     num_samples: usize,
     permits: Arc<Semaphore>,
-    decode: fn(&[u8], usize) -> std::result::Result<T, TinkerError>,
+    decode: fn(Payload, usize) -> std::result::Result<T, TinkerError>,
 }
 
 impl<T> Job<T> {
@@ -163,14 +166,13 @@ impl<T> Job<T> {
             let r = async {
                 let bytes = client.submit("/api/v1/asample", &Body::json(&self.body), "SamplingClient.sample").await?;
                 let s: wire::UntypedApiFuture = super::http::parse_json("/api/v1/asample", &bytes)?;
-                let ids = s.sample_sequence_ids.as_ref().map_or(0, Vec::len);
-                if ids != self.num_samples {
+                // Servers on the older wire (SkyRL) answer no ids; the result's count is checked
+                // by `decode` either way.
+                if let Some(ids) = s.sample_sequence_ids.as_ref().map(Vec::len).filter(|&n| n != self.num_samples) {
                     return Err(TinkerError::Protocol { path: "/api/v1/asample".into(), reason: format!("asked for {} samples and got {ids} sample_sequence_ids", self.num_samples) });
                 }
-                match future::retrieve(&client, &s.request_id, RequestType::Sample, Accept::Proto).await? {
-                    Payload::Proto(b) => (self.decode)(&b, self.num_samples),
-                    Payload::Json(_) => unreachable!("retrieve returns protobuf when asked for it"),
-                }
+                let payload = future::retrieve(&client, &s.request_id, RequestType::Sample, Accept::Proto).await?;
+                (self.decode)(payload, self.num_samples)
             }
             .await;
             match r {
@@ -211,7 +213,7 @@ mod tests {
         let r = SampleRequest { prompt: vec![1, 2, 3], num_samples: 2, seed: Some(3) };
         let p = SamplingParams { max_tokens: 16, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![], seed: None };
         let p = SamplingParams { stop: vec![Stop::Token(151645)], ..p };
-        let b = serde_json::to_value(asample_body("sess-1:sample:1", &r, &p)).unwrap();
+        let b = serde_json::to_value(asample_body("sess-1:sample:1", &r, &p, i64::MAX as u64)).unwrap();
         let want = serde_json::json!({"num_samples": 2,
             "prompt": {"chunks": [{"tokens": [1, 2, 3], "type": "encoded_text"}]},
             "sampling_params": {"max_tokens": 16, "seed": 3, "stop": [151645], "temperature": 1.0, "top_k": -1, "top_p": 1.0},

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::Error;
 use super::http::{Body, Client};
+use super::profile::Profile;
 use crate::tinker::SDK_VERSION;
 use crate::tinker::wire;
 
@@ -30,9 +31,8 @@ impl Session {
     /// # Errors
     /// The service cannot be reached or refuses the credential, or asks for a feature rlx does
     /// not implement (JWT exchange, compressed forward_backward bodies).
-    pub async fn create(client: Client, user_metadata: serde_json::Map<String, serde_json::Value>) -> Result<Arc<Session>, Error> {
-        let ask = wire::ClientConfigRequest { sdk_version: SDK_VERSION.into() };
-        let config: wire::ClientConfigResponse = client.first_contact("/api/v1/client/config", &ask, "ServiceClient.__init__").await?;
+    pub async fn create(client: Client, user_metadata: serde_json::Map<String, serde_json::Value>, profile: &Profile) -> Result<Arc<Session>, Error> {
+        let config = client_config(&client, profile).await?;
         if config.pjwt_auth_enabled {
             return Err(Error::Unsupported { what: "the service requires the JWT credential exchange (`pjwt_auth_enabled`), which rlx does not implement yet".into() });
         }
@@ -121,6 +121,28 @@ impl Drop for Session {
             });
         });
         let _ = sent.join();
+    }
+}
+
+/// The server's feature flags. Servers without `client/config` (SkyRL-tx, the older wire) get
+/// the SDK's defaults; a 404 from a server declared to have it is taken the same way, since the
+/// flags only tune the client, and the session request that follows is the real first contact.
+async fn client_config(client: &Client, profile: &Profile) -> Result<wire::ClientConfigResponse, Error> {
+    let ask = wire::ClientConfigRequest { sdk_version: SDK_VERSION.into() };
+    if !profile.client_config {
+        // Still the first contact: a wrong URL fails here, at once, with the setting to fix.
+        match client.first_contact_get("/api/v1/healthz", "ServiceClient.__init__").await {
+            Ok(_) | Err(Error::Status { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        return Ok(wire::ClientConfigResponse::default());
+    }
+    match client.first_contact("/api/v1/client/config", &ask, "ServiceClient.__init__").await {
+        Err(Error::Status { status: 404, .. }) => {
+            tracing::info!(server = %profile.server, "the server has no `client/config`; using the SDK's defaults");
+            Ok(wire::ClientConfigResponse::default())
+        }
+        other => other,
     }
 }
 

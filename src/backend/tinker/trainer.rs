@@ -18,8 +18,9 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::future::{self, Accept, Payload};
+use super::future::{self, Accept};
 use super::http::Body;
+use super::profile::{Profile, Wire};
 use super::sampler::{SamplerOptions, TinkerSampler};
 use super::session::Session;
 use super::{Error as TinkerError, convert};
@@ -82,10 +83,10 @@ const MAX_CHUNK_BYTES: usize = 5_000_000;
 
 impl TinkerTrainer {
     /// A trainer for the existing model `model_id` of `session`, trained from `base_model`.
-    pub fn start(session: Arc<Session>, model_id: String, base_model: String, sampler: SamplerOptions) -> Self {
+    pub fn start(session: Arc<Session>, model_id: String, base_model: String, sampler: SamplerOptions, profile: Profile) -> Self {
         let (ops, rx) = mpsc::unbounded_channel();
         let reference = Arc::new(Reference { session: session.clone(), base_model, options: sampler.clone(), sampler: tokio::sync::OnceCell::new() });
-        tokio::spawn(Submitter { session, model_id, next_seq: 1, steps: 0, poisoned: None, sampler }.run(rx));
+        tokio::spawn(Submitter { session, model_id, next_seq: 1, steps: 0, poisoned: None, sampler, profile }.run(rx));
         TinkerTrainer { ops, reference }
     }
 
@@ -175,6 +176,8 @@ struct Submitter {
     /// Why the sequence broke, once it has.
     poisoned: Option<String>,
     sampler: SamplerOptions,
+    /// What the server accepts (its wire, its losses, how states come back).
+    profile: Profile,
 }
 
 impl Submitter {
@@ -230,11 +233,26 @@ impl Submitter {
             let _ = reply.send(Err(crate::backend::Error::InvalidArgument { what: "loss_fn", reason }));
             return;
         }
+        if !self.profile.supports_loss(loss.name()) {
+            let server = self.profile.server;
+            let reason = format!("its losses are {}; choose one of them in `grpo.loss` (and set `backend.server: {server}` so that `rlx validate` says so before a run)", self.profile.losses.join(", "));
+            let _ = reply.send(Err(TinkerError::ServerLacks { server: server.to_string(), setting: format!("grpo.loss: {{kind: {}}}", loss.name()), reason }.into()));
+            return;
+        }
+        let wire = self.profile.wire;
+        // Chunks go one after another, each accepted before the next is sent, whatever
+        // `parallel_fwdbwd_chunks` says: servers that order a model's requests by arrival
+        // (SkyRL) then apply them in `seq_id` order too.
         let mut polls = Vec::new();
         for chunk in chunks(&data) {
             let model_id = self.model_id.clone();
             let method = if forward_only { "TrainingClient.forward" } else { "TrainingClient.forward_backward" };
-            let submitted = self.submit("/api/v1/forward_backward", |seq| Body::Proto(convert::forward_backward_body(&model_id, seq, chunk, &loss, forward_only)), method).await;
+            let path = if wire == Wire::Json && forward_only { crate::tinker::path::FORWARD } else { "/api/v1/forward_backward" };
+            let body = |seq| match wire {
+                Wire::Protobuf => Body::Proto(convert::forward_backward_body(&model_id, seq, chunk, &loss, forward_only)),
+                Wire::Json => Body::Json(convert::forward_backward_json_body(&model_id, seq, chunk, &loss, forward_only)),
+            };
+            let submitted = self.submit(path, body, method).await;
             match submitted {
                 Ok(s) => polls.push((s.request_id, chunk.len())),
                 Err(e) => {
@@ -249,9 +267,9 @@ impl Submitter {
             let mut loss_sum = 0.0;
             for (request_id, n) in polls {
                 let kind = if forward_only { RequestType::Forward } else { RequestType::ForwardBackward };
-                let out = match future::retrieve(&client, &request_id, kind, Accept::Proto).await {
-                    Ok(Payload::Proto(b)) => convert::forward_backward_output(&b, n),
-                    Ok(Payload::Json(_)) => unreachable!("retrieve returns protobuf when asked for it"),
+                let accept = if wire == Wire::Protobuf { Accept::Proto } else { Accept::Json };
+                let out = match future::retrieve(&client, &request_id, kind, accept).await {
+                    Ok(p) => convert::forward_backward_payload(p, n),
                     Err(e) => Err(e),
                 };
                 match out {
@@ -311,6 +329,9 @@ impl Submitter {
         if !state.0.starts_with("tinker://") {
             return Err(Error::InvalidArgument { what: "state", reason: format!("`{state}` is not a Tinker state (tinker://…); it was written by another backend") });
         }
+        if !self.profile.create_from_state {
+            return self.load_into_model(state).await;
+        }
         let model_seq = self.session.next_model_seq();
         let body = wire::LoadWeightsRequest {
             model_id: None,
@@ -331,6 +352,33 @@ impl Submitter {
         self.model_id = format!("{}:train:{model_seq}", self.session.id());
         self.next_seq = 1;
         tracing::info!(model_id = %self.model_id, from = %state, "Tinker model restored");
+        Ok(())
+    }
+
+    /// The older wire's `load_weights` into the existing model (its next `seq_id`), weights and
+    /// optimizer state both, for servers that cannot create a model from a state (SkyRL).
+    async fn load_into_model(&mut self, state: &StateRef) -> Result<()> {
+        let model_id = self.model_id.clone();
+        let path = state.0.clone();
+        let body = |seq: i64| {
+            Body::json(&wire::LoadWeightsRequest {
+                model_id: Some(model_id),
+                seq_id: Some(seq as u64),
+                session_id: None,
+                model_seq_id: None,
+                base_model: None,
+                user_metadata: None,
+                path,
+                optimizer: true,
+                optimizer_config: None,
+                weights_access_token: None,
+                r#type: literal::LoadWeights,
+            })
+        };
+        let s = self.submit("/api/v1/load_weights", body, "TrainingClient.load_state_with_optimizer").await?;
+        let client = self.session.client().clone();
+        let _: wire::LoadWeightsResponse = future::retrieve_json(&client, &s.request_id, RequestType::LoadWeights).await?;
+        tracing::info!(model_id = %self.model_id, from = %state, server = %self.profile.server, "Tinker model restored in place");
         Ok(())
     }
 
