@@ -550,3 +550,32 @@ fn malformed_taco_rows_name_file_row_and_expectation() {
         assert!(err.contains("taco.jsonl") && err.contains("row 2") && err.contains(expect), "{err}");
     }
 }
+
+/// `language` on a source: stdin problems carry it (and the other settings) into their
+/// metadata, Python leaves no trace (fingerprints unchanged), and problems only Python can
+/// pass are refused naming the first one.
+#[test]
+fn a_source_language_reaches_its_problems() {
+    use rlx::spec::types::{Checker, Language};
+    let data = crate::common::repo().join("experiments/data");
+    let stdin = data.join("easy_stdin_train.jsonl").display().to_string();
+    let plain = source::load_source(&src(&stdin), &no_hub()).unwrap();
+    let mut cpp = src(&stdin);
+    cpp.language = Some(Language::Cpp);
+    cpp.compile_flags = Some(vec!["-O0".into()]);
+    cpp.checker = Some(Checker::Tokens);
+    let loaded = source::load_source(&cpp, &no_hub()).unwrap();
+    assert!(plain.problems.iter().all(|p| p.language() == Language::Python && !p.metadata.contains_key("language")));
+    assert!(loaded.problems.iter().all(|p| p.language() == Language::Cpp && p.checker() == Checker::Tokens && p.compile_flags() == Some(vec!["-O0".to_owned()])));
+    assert_ne!(plain.fingerprint, loaded.fingerprint, "another language is another task");
+    let mut python = src(&stdin);
+    python.language = Some(Language::Python);
+    assert_eq!(source::load_source(&python, &no_hub()).unwrap().fingerprint, plain.fingerprint, "python is the default");
+
+    let mut mbpp = src(data.join("easy_python_train.jsonl").display().to_string());
+    mbpp.language = Some(Language::Cpp);
+    let err = source::load_source(&mbpp, &no_hub()).unwrap_err();
+    assert!(err.is_user_error());
+    let msg = err.to_string();
+    assert!(msg.contains("problem `10001` has assert tests, which only Python can pass") && msg.contains("`cpp`"), "{msg}");
+}
