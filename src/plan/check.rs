@@ -570,12 +570,12 @@ fn check_tinker_server(cx: &mut Ctx<'_>, spec: &Spec) {
         let d = cx.err("grpo.loss.kind", format!("`grpo.loss: {{kind: {}}}` cannot run on the `{name}` Tinker server (`backend.server: {name}`)", loss.name()));
         d.hints.push(format!("its losses are {}", profile.losses.join(", ")));
     }
-    if let Some(max) = profile.max_lora_rank.filter(|_| matches!(spec.model.finetune, crate::spec::types::Finetune::Lora)) {
-        if spec.model.lora.rank > max {
-            cx.err("model.lora.rank", format!("LoRA rank {} is above the `{name}` Tinker server's default `max_lora_rank` of {max} (`backend.server: {name}`)", spec.model.lora.rank))
-                .hints
-                .push(format!("lower `model.lora.rank` to {max} or less, or start the server with a larger `max_lora_rank` (docs/self-hosting.md)"));
-        }
+    if let Some(max) = profile.max_lora_rank.filter(|_| matches!(spec.model.finetune, crate::spec::types::Finetune::Lora))
+        && spec.model.lora.rank > max
+    {
+        cx.err("model.lora.rank", format!("LoRA rank {} is above the `{name}` Tinker server's default `max_lora_rank` of {max} (`backend.server: {name}`)", spec.model.lora.rank))
+            .hints
+            .push(format!("lower `model.lora.rank` to {max} or less, or start the server with a larger `max_lora_rank` (docs/self-hosting.md)"));
     }
 }
 

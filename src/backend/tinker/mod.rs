@@ -119,14 +119,14 @@ pub async fn open(options: Options) -> Result<Policy, Error> {
     let client = http::Client::new(&options.base_url, &options.api_key, options.retry.clone())?;
     let profile = server_profile(&client, options.server).await;
     let lora = lora_config(&options.finetune, options.seed & profile.seed_mask)?;
-    if let (Some(max), Finetune::Lora(l)) = (profile.max_lora_rank, &options.finetune) {
-        if l.rank as u32 > max {
-            return Err(Error::ServerLacks {
-                server: profile.server.to_string(),
-                setting: "model.lora.rank".into(),
-                reason: format!("rank {} is above its default `max_lora_rank` of {max}; lower the rank, or start the server with a larger `max_lora_rank` in its backend config", l.rank),
-            });
-        }
+    if let (Some(max), Finetune::Lora(l)) = (profile.max_lora_rank, &options.finetune)
+        && l.rank as u32 > max
+    {
+        return Err(Error::ServerLacks {
+            server: profile.server.to_string(),
+            setting: "model.lora.rank".into(),
+            reason: format!("rank {} is above its default `max_lora_rank` of {max}; lower the rank, or start the server with a larger `max_lora_rank` in its backend config", l.rank),
+        });
     }
     let session = Session::create(client.clone(), options.user_metadata.clone(), &profile).await?;
     let model_seq = session.next_model_seq();
