@@ -110,7 +110,7 @@ impl Trainer for SlowTrainer {
         self.after(self.lat.forward_backward, ForwardBackwardOutput { loss: 1.0, outputs, stats: Default::default() })
     }
     fn optim_step(&self, _adam: AdamParams) -> Pending<OptimStepOutput> {
-        self.after(self.lat.optim, OptimStepOutput { grad_norm: 1.0, clipped: false, step: 1, metrics: Default::default() })
+        self.after(self.lat.optim, OptimStepOutput { grad_norm: Some(1.0), clipped: false, step: 1, metrics: Default::default() })
     }
     fn save_state(&self, name: &str) -> Pending<StateRef> {
         self.after(0.0, StateRef(format!("bench://{name}")))

@@ -282,7 +282,10 @@ pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, fill: &Fill,
         m.insert(train::KL_SAMPLE_TRAIN.into(), fb.stats.kl_sample_train);
         m.insert(train::DATUMS.into(), n as f64);
         m.insert(train::ACTION_TOKENS.into(), fb.stats.tokens as f64);
-        m.insert(optim::GRAD_NORM.into(), opt.grad_norm);
+        // Absent when the backend reports none; a NaN it reports is kept (an explosion).
+        if let Some(g) = opt.grad_norm {
+            m.insert(optim::GRAD_NORM.into(), g);
+        }
         for (k, v) in opt.metrics {
             m.entry(k).or_insert(v);
         }

@@ -132,8 +132,10 @@ pub struct ForwardBackwardOutput {
 /// Result of one `optim_step`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OptimStepOutput {
-    /// Global L2 norm of the accumulated gradient before clipping.
-    pub grad_norm: f64,
+    /// Global L2 norm of the accumulated gradient before clipping; `None` when the backend does
+    /// not report one (a Tinker-API server may not): absent stays absent in the run log, rather
+    /// than a NaN that the `loss_exploding` diagnostic would read as an explosion.
+    pub grad_norm: Option<f64>,
     /// Whether clipping scaled the gradient down.
     pub clipped: bool,
     /// Optimizer steps taken so far, this one included.

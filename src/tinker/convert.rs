@@ -292,11 +292,11 @@ pub(crate) fn forward_backward_output_from_proto(p: &proto::ForwardBackwardOutpu
 
 /// `optim_step` metrics in Tinker's `name:reduction` form from rlx's result.
 pub(crate) fn optim_metrics(out: &seam::OptimStepOutput) -> BTreeMap<String, f64> {
-    BTreeMap::from([
-        ("grad_norm:mean".to_string(), out.grad_norm),
-        ("clipped:mean".to_string(), if out.clipped { 1.0 } else { 0.0 }),
-        ("step:max".to_string(), out.step as f64),
-    ])
+    let mut m = BTreeMap::from([("clipped:mean".to_string(), if out.clipped { 1.0 } else { 0.0 }), ("step:max".to_string(), out.step as f64)]);
+    if let Some(g) = out.grad_norm {
+        m.insert("grad_norm:mean".to_string(), g);
+    }
+    m
 }
 
 // ---------------------------------------------------------------------------------------------

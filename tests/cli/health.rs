@@ -126,7 +126,9 @@ impl Trainer for Recorder {
     }
     fn optim_step(&self, _adam: AdamParams) -> Pending<OptimStepOutput> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        // A negative scripted norm: the backend reports none.
         let (_, grad_norm, _, _) = (self.numbers)(n);
+        let grad_norm = (grad_norm >= 0.0).then_some(grad_norm);
         Box::pin(async move { Ok(OptimStepOutput { grad_norm, clipped: false, step: n as u64 + 1, metrics: Default::default() }) })
     }
     fn save_state(&self, name: &str) -> Pending<StateRef> {
@@ -331,6 +333,21 @@ async fn an_exploding_loss_and_a_sampler_learner_divergence_fire() {
     let (e, line) = ran.fired("logprob_divergence");
     assert_eq!(e["step"], 2, "the first full window");
     assert!(line.contains("train/kl_sample_train 0.3000 nats/token over the last 3 steps"), "{line}");
+}
+
+/// A backend that reports no gradient norm (a Tinker-API server may not): the metrics line has
+/// none, and `loss_exploding` does not take its absence for an explosion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absent_gradient_norm_stays_absent_and_fires_nothing() {
+    let cx = TestContext::new();
+    let half = |_: usize, _: bool, _: usize, k: usize| if k.is_multiple_of(2) { Answer::Right } else { Answer::Wrong };
+    let numbers = |_: usize| (1.0, -1.0, 0.0, 1.0);
+    let ran = run(&cx, &plan(&cx, 5, "window: 2", ""), Box::new(half), Box::new(numbers)).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    let metrics = jsonl(&ran.dir.join("metrics.jsonl"));
+    assert_eq!(metrics.len(), 5);
+    assert!(metrics.iter().all(|m| m.get("optim/grad_norm").is_none() && m["train/loss"].is_number()), "{metrics:?}");
+    assert!(ran.diagnostics.iter().all(|e| e["signal"] != "loss_exploding"), "{:?}", ran.diagnostics);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -111,7 +111,7 @@ impl Trainer for Recorder {
         let in_flight = self.in_flight.clone();
         Box::pin(async move {
             in_flight.leave();
-            Ok(OptimStepOutput { grad_norm: 0.5, clipped: false, step, metrics: Default::default() })
+            Ok(OptimStepOutput { grad_norm: Some(0.5), clipped: false, step, metrics: Default::default() })
         })
     }
     fn save_state(&self, name: &str) -> Pending<StateRef> {

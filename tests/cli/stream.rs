@@ -74,7 +74,7 @@ impl Trainer for Remote {
     }
     fn optim_step(&self, _adam: AdamParams) -> Pending<OptimStepOutput> {
         let n = self.steps.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move { Ok(OptimStepOutput { grad_norm: 1.0, clipped: false, step: u64::from(n) + 1, metrics: Default::default() }) })
+        Box::pin(async move { Ok(OptimStepOutput { grad_norm: Some(1.0), clipped: false, step: u64::from(n) + 1, metrics: Default::default() }) })
     }
     fn save_state(&self, name: &str) -> Pending<StateRef> {
         let uri = format!("scripted://{name}");

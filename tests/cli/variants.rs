@@ -99,7 +99,7 @@ impl Trainer for Recorder {
         Box::pin(async move { Ok(ForwardBackwardOutput { loss: 1.0, outputs, stats: LossStats::default() }) })
     }
     fn optim_step(&self, _adam: AdamParams) -> Pending<OptimStepOutput> {
-        Box::pin(async move { Ok(OptimStepOutput { grad_norm: 0.5, clipped: false, step: 1, metrics: Default::default() }) })
+        Box::pin(async move { Ok(OptimStepOutput { grad_norm: Some(0.5), clipped: false, step: 1, metrics: Default::default() }) })
     }
     fn save_state(&self, name: &str) -> Pending<StateRef> {
         let uri = format!("scripted://{name}");

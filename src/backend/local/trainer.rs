@@ -425,7 +425,7 @@ impl LocalTrainer {
         metrics.insert("optim/grad_norm".to_string(), r.grad_norm);
         metrics.insert("optim/clipped".to_string(), if r.clipped { 1.0 } else { 0.0 });
         metrics.insert("optim/lr".to_string(), adam.learning_rate);
-        Ok(OptimStepOutput { grad_norm: r.grad_norm, clipped: r.clipped, step: self.opt.step_count(), metrics })
+        Ok(OptimStepOutput { grad_norm: Some(r.grad_norm), clipped: r.clipped, step: self.opt.step_count(), metrics })
     }
 
     /// Saves weights and optimizer state into the directory `path`, to resume bit for bit.

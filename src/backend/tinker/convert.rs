@@ -143,11 +143,11 @@ pub(crate) fn fb_output(data: &[Datum], loss: &LossFn, logprobs: Vec<Vec<f32>>, 
 }
 
 /// An [`OptimStepOutput`] from `optim_step`'s metrics; the gradient norm is the service's when
-/// it reports one (`grad_norm:…`), NaN otherwise (the run log records NaN as absent).
+/// it reports one (`grad_norm:…`), `None` otherwise.
 pub(crate) fn optim_output(r: wire::OptimStepResponse, step: u64) -> OptimStepOutput {
     let metrics: BTreeMap<String, f64> = r.metrics.unwrap_or_default();
     let named = |name: &str| metrics.iter().find(|(k, _)| k.split(':').next() == Some(name)).map(|(_, &v)| v);
-    OptimStepOutput { grad_norm: named("grad_norm").unwrap_or(f64::NAN), clipped: named("clipped").is_some_and(|v| v > 0.0), step, metrics }
+    OptimStepOutput { grad_norm: named("grad_norm"), clipped: named("clipped").is_some_and(|v| v > 0.0), step, metrics }
 }
 
 /// The completions of a protobuf `SampleResponse` with exactly `n` sequences.
@@ -235,7 +235,7 @@ mod tests {
     fn optim_metrics_give_the_gradient_norm_when_reported() {
         let r = wire::OptimStepResponse { metrics: Some([("grad_norm:mean".to_string(), 2.5), ("clipped:mean".to_string(), 1.0)].into()) };
         let o = optim_output(r, 3);
-        assert_eq!((o.grad_norm, o.clipped, o.step), (2.5, true, 3));
-        assert!(optim_output(wire::OptimStepResponse { metrics: None }, 1).grad_norm.is_nan());
+        assert_eq!((o.grad_norm, o.clipped, o.step), (Some(2.5), true, 3));
+        assert_eq!(optim_output(wire::OptimStepResponse { metrics: None }, 1).grad_norm, None);
     }
 }
