@@ -155,7 +155,7 @@ impl<'a> Driver<'a> {
         let quiet = Quiet(self.cx.sink);
         let quiet_cx = Ctx { sink: &quiet, ..*self.cx };
         let mut source = match self.trainer() {
-            Some(trainer) if Source::streams(Some(trainer), cfg) => {
+            Some(trainer) if Source::streams(trainer, cfg) => {
                 let (cursor, _) = self.cursor();
                 let borrowed = Borrowed { cfg, cx: &quiet_cx, trainer, eval };
                 Source::Stream(Box::new(Pipe::start(borrowed, first_step, cursor, self.consumed.clone()).await?))

@@ -138,8 +138,8 @@ impl<'b> Source<'b> {
     /// The source the plan and the trainer call for: the stream on a trainer that runs
     /// elsewhere with `grpo.max_steps_off_policy` ≥ 1, rounds otherwise (one ahead with
     /// `max_steps_off_policy` ≥ 1, on-policy without, without updates with no trainer).
-    pub(crate) fn streams(trainer: Option<&dyn Trainer>, cfg: &StepConfig<'_>) -> bool {
-        trainer.is_some_and(|t| t.runs_elsewhere()) && cfg.plan.grpo.max_steps_off_policy >= 1
+    pub(crate) fn streams(trainer: &dyn Trainer, cfg: &StepConfig<'_>) -> bool {
+        trainer.runs_elsewhere() && cfg.plan.grpo.max_steps_off_policy >= 1
     }
 
     /// The rollout context the source's steps report through.

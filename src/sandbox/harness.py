@@ -537,18 +537,7 @@ def handle(job):
             folder = os.path.dirname(path)
             if folder != wd:
                 os.makedirs(folder, exist_ok=True)
-            # os.open rather than open(): the same flags and mode as open(path, "wb"), without
-            # the buffered file object's fstat, isatty ioctl and lseek (strace: 9 of W's 91
-            # system calls per LiveCodeBench request).
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                if chown:
-                    os.fchown(fd, uid, gid)
-            finally:
-                os.close(fd)
+            write_owned(path, data, 0o666, (uid, gid) if chown else None)
             if path.endswith(".py"):
                 try:
                     write_cached_pyc(path, data, uid, gid)
@@ -594,6 +583,22 @@ def handle(job):
 PYC_MAX_SOURCE = 1 << 20
 PYC_MAX_ENTRIES = 32
 PYC_SEEN = {}  # sha256 -> None (seen once) or pyc bytes (insertion order = age)
+
+
+def write_owned(path, data, mode, owner):
+    """Writes `data` to `path` (created with `mode`, truncated), owned by `owner` (uid, gid) when
+    given. os.open rather than open(): the same flags as open(path, "wb"), without the buffered
+    file object's fstat, isatty ioctl and lseek (strace: 9 of W's 91 system calls per
+    LiveCodeBench request)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if owner:
+            os.fchown(fd, *owner)
+    finally:
+        os.close(fd)
 
 
 def write_cached_pyc(path, data, uid, gid):
@@ -651,15 +656,7 @@ def build(job, wd, uid, gid, chown):
     lang = job["lang"]
     src = os.path.join(wd, lang["source"])
     binary = os.path.join(wd, lang["binary"])
-    fd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(job["code"].encode("utf-8", "surrogateescape"))
-        while view:
-            view = view[os.write(fd, view):]
-        if chown:
-            os.fchown(fd, uid, gid)
-    finally:
-        os.close(fd)
+    write_owned(src, job["code"].encode("utf-8", "surrogateescape"), 0o644, (uid, gid) if chown else None)
     if lang.get("cached"):
         os.chmod(binary, 0o755)
         return {"status": "ok", "time_ms": 0, "exit": 0, "output": "", "cached": True}

@@ -30,6 +30,11 @@ struct Scripted {
 
 impl Scripted {
     fn new(cx: &TestContext) -> Arc<Self> {
+        Self::with_format_mix(cx, false)
+    }
+
+    /// With `mix_format`, wrong answers on odd samples lack a code block.
+    fn with_format_mix(cx: &TestContext, mix_format: bool) -> Arc<Self> {
         let tokenizer = tokenizers::Tokenizer::from_file(cx.path().join("tiny/tokenizer.json")).unwrap();
         let text = std::fs::read_to_string(repo().join("experiments/data/easy_python_train.jsonl")).unwrap();
         let problems = text
@@ -39,7 +44,7 @@ impl Scripted {
                 (v["text"].as_str().unwrap().to_string(), v["code"].as_str().unwrap().to_string())
             })
             .collect();
-        Arc::new(Scripted { tokenizer, problems, asked: Mutex::default(), mix_format: false })
+        Arc::new(Scripted { tokenizer, problems, asked: Mutex::default(), mix_format })
     }
 
     fn index(&self, prompt: &[u32]) -> usize {
@@ -299,18 +304,17 @@ async fn dynamic_sampling_stops_at_its_cap() {
 /// `metric: correct`, and trained on under `metric: reward`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamic_sampling_filters_on_correctness_not_on_shaped_rewards() {
-    for (metric, sets_aside) in [("correct", true), ("reward", false)] {
+    for (filter, sets_aside) in [("correct", true), ("reward", false)] {
         let cx = TestContext::new();
         crate::engine::tiny_model(&cx.path().join("tiny"));
         let path = cx.path().join("runs");
         let plan = dynamic_plan_with(&cx, 10, "");
         let text = std::fs::read_to_string(&plan.written.path).unwrap()
-            .replace("max_extra_rounds: 10}", &format!("max_extra_rounds: 10, metric: {metric}}}"))
+            .replace("max_extra_rounds: 10}", &format!("max_extra_rounds: 10, metric: {filter}}}"))
             .replace("format_coef: 0}", "format_coef: 0.1}");
         let spec = cx.write("spec.yaml", &text);
         let plan = rlx::plan::plan(&spec, &[]).unwrap();
-        let sampler = Scripted::new(&cx);
-        let sampler = Arc::new(Scripted { tokenizer: sampler.tokenizer.clone(), problems: sampler.problems.clone(), asked: Mutex::default(), mix_format: true });
+        let sampler = Scripted::with_format_mix(&cx, true);
         let (trainer, asked) = run_on(sampler, &plan, None).await;
         let dir = path.join(&plan.run_id);
         let metrics = jsonl(&dir.join("metrics.jsonl"));
@@ -318,26 +322,22 @@ async fn dynamic_sampling_filters_on_correctness_not_on_shaped_rewards() {
         // Every all-wrong group has rewards 0 and −0.1 (formatted or not): not all equal.
         let all_wrong_differ = rollouts.iter().any(|r| r["status"] == "failed" && r["reward"].as_f64() == Some(0.0)) && rollouts.iter().any(|r| r["status"] == "format_error" && r["reward"].as_f64() == Some(-0.1));
         assert!(all_wrong_differ, "the script makes all-wrong groups' rewards differ");
-        let discarded: usize = metrics.iter().map(|m| metric_of(m, "train/groups_discarded")).sum();
+        let discarded: usize = metrics.iter().map(|m| metric(m, "train/groups_discarded")).sum();
         if sets_aside {
-            assert!(discarded > 0, "{metric}: all-wrong groups set aside: {metrics:?}");
-            assert_eq!(asked.len(), metrics.iter().map(|m| metric_of(m, "train/problems_drawn")).sum::<usize>());
-            assert!(metrics.iter().all(|m| metric_of(m, "train/sample_rounds") > 1 || metric_of(m, "train/groups_discarded") == 0));
+            assert!(discarded > 0, "{filter}: all-wrong groups set aside: {metrics:?}");
+            assert_eq!(asked.len(), metrics.iter().map(|m| metric(m, "train/problems_drawn")).sum::<usize>());
+            assert!(metrics.iter().all(|m| metric(m, "train/sample_rounds") > 1 || metric(m, "train/groups_discarded") == 0));
             // Only groups with a right answer trained: 3 a step, 4 datums each.
-            assert_eq!(*trainer.datums.lock().unwrap(), vec![12, 12, 12], "{metric}");
+            assert_eq!(*trainer.datums.lock().unwrap(), vec![12, 12, 12], "{filter}");
             for r in rollouts.iter().filter(|r| !r["skipped"].as_bool().unwrap()) {
                 let i = sampler_index(&r["problem_id"]);
-                assert!(Scripted::informative(i), "{metric}: trained an all-wrong group: {r}");
+                assert!(Scripted::informative(i), "{filter}: trained an all-wrong group: {r}");
             }
         } else {
-            assert_eq!(discarded, 0, "{metric}: every group's rewards differ");
-            assert!(metrics.iter().all(|m| metric_of(m, "train/sample_rounds") == 1), "{metrics:?}");
+            assert_eq!(discarded, 0, "{filter}: every group's rewards differ");
+            assert!(metrics.iter().all(|m| metric(m, "train/sample_rounds") == 1), "{metrics:?}");
         }
     }
-}
-
-fn metric_of(m: &Value, k: &str) -> usize {
-    metric(m, k)
 }
 
 /// The line of the training file a problem id names (MBPP ids are the line's `task_id`).
