@@ -166,6 +166,7 @@ async fn run() {
         threads: Some(a.threads),
         max_tokens_per_microbatch: 1024,
         sample_weights: a.sample_weights,
+        learner_temperature: 1.0,
         seed: 0,
         state_dir: state.path().to_path_buf(),
     };

@@ -244,6 +244,22 @@ pub trait Trainer: Send + Sync {
         Box::pin(async { Err(Error::InvalidArgument { what: "forward", reason: "this backend cannot run a forward pass without a backward pass".into() }) })
     }
 
+    /// Submits: score the following `forward`/`forward_backward`/`reference_logprobs` calls at
+    /// `temperature` (the learner's logits divided by it). Backends whose learner cannot
+    /// (Tinker's scores at 1) refuse any other value.
+    ///
+    /// # Errors
+    /// (In the reply.) A temperature this backend cannot score at.
+    fn set_learner_temperature(&self, temperature: f32) -> Pending<()> {
+        Box::pin(async move {
+            if temperature == 1.0 {
+                Ok(())
+            } else {
+                Err(Error::InvalidArgument { what: "temperature", reason: format!("this backend's learner scores at temperature 1, not {temperature}") })
+            }
+        })
+    }
+
     /// Submits: the reference policy's log-probabilities of each datum's targets (`grpo.kl`):
     /// the base model, without the adapter or the updates. The default answers that the
     /// backend has none.

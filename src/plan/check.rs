@@ -489,7 +489,9 @@ fn check_gspo_band(cx: &mut Ctx<'_>, spec: &Spec) {
     use crate::spec::types::{Backend, Loss, SampleWeights};
     let Loss::Gspo { clip_low_threshold: lo, clip_high_threshold: hi } = spec.grpo.loss else { return };
     let quantised = matches!(spec.backend, Backend::Local { sample_weights, .. } if sample_weights != Some(SampleWeights::F32));
-    let tempered = spec.sampling.temperature != 1.0;
+    // Scored at the sampling temperature (the embedded trainer's default), a tempered sampler
+    // is the learner's own distribution.
+    let tempered = spec.sampling.temperature != 1.0 && super::resolve::learner_temperature(spec) != spec.sampling.temperature;
     if !(quantised || tempered) || (lo <= 0.9 && hi >= 1.1) {
         return;
     }
@@ -500,7 +502,7 @@ fn check_gspo_band(cx: &mut Ctx<'_>, spec: &Spec) {
     };
     cx.err("grpo.loss", format!("GSPO's clip band [{lo}, {hi}] cannot hold its sequence ratio against this sampler, whose log-probabilities are {why}")).hints.extend([
         "on-policy the ratio is then not 1 but about 0.94–0.97 (measured on the quickstart), so every negative-advantage sequence is clipped and only positive ones train".to_string(),
-        "sample at `sampling.temperature: 1` with `backend.sample_weights: f32` (the ratio is 1 on-policy), or widen the band to at least [0.9, 1.1] (`clip_low_threshold`, `clip_high_threshold`) and watch `train/clip_fraction`".to_string(),
+        "let the learner score at the sampling temperature (leave `grpo.learner_temperature` out) with `backend.sample_weights: f32` (the ratio is 1 on-policy), or widen the band to at least [0.9, 1.1] (`clip_low_threshold`, `clip_high_threshold`) and watch `train/clip_fraction`".to_string(),
     ]);
 }
 
@@ -525,6 +527,7 @@ fn check_grpo_variants(cx: &mut Ctx<'_>, spec: &Spec) {
         ]);
     }
     check_gspo_band(cx, spec);
+    check_learner_temperature(cx, spec);
     if matches!(g.loss, Loss::Dro { .. }) && g.loss_agg != LossAgg::Sum {
         cx.err("grpo.loss_agg", "`grpo.loss_agg` other than `sum` cannot be used with `grpo.loss: {kind: dro}`".into()).hints.push(
             "rlx aggregates by scaling each sequence's advantages, and DRO's quadratic penalty does not scale with the advantage; keep `loss_agg: {kind: sum}` and choose `beta`, or use `ppo`".into(),
@@ -554,6 +557,31 @@ fn check_grpo_variants(cx: &mut Ctx<'_>, spec: &Spec) {
                 "the reference log-probabilities come from the trainer's base model (the embedded trainer, or a Tinker sampling client of the base model); use `backend.kind: local` or `tinker`, or leave `grpo.kl` out".into(),
             );
         }
+    }
+}
+
+/// Tinker's learner scores at temperature 1 and takes no temperature: asked for another, or
+/// sampling at T ≠ 1 without saying so, every importance ratio would carry the temperature
+/// (on the quickstart, up to ~15 on rare tokens) and the loss's clip would act on it.
+fn check_learner_temperature(cx: &mut Ctx<'_>, spec: &Spec) {
+    use crate::spec::types::Backend;
+    if !matches!(spec.backend, Backend::Tinker { .. }) || spec.schedule.max_steps == 0 || spec.schedule.dry_run {
+        return;
+    }
+    let t = spec.sampling.temperature;
+    match spec.grpo.learner_temperature {
+        Some(l) if l != 1.0 => {
+            cx.err("grpo.learner_temperature", format!("Tinker's learner scores log-probabilities at temperature 1, not {l}")).hints.push(
+                "Tinker's forward_backward takes no temperature; use `backend.kind: local` (or `rlx serve`) to score at the sampling temperature, or `learner_temperature: 1`".into(),
+            );
+        }
+        None if t != 1.0 && t != 0.0 => {
+            cx.err("sampling.temperature", format!("sampling at temperature {t} on Tinker, whose learner scores at temperature 1")).hints.extend([
+                format!("every importance ratio then compares π^(1/{t}) with π, not the update: PPO's and CISPO's clips act on the temperature (verl and TRL score at the sampling temperature)"),
+                "sample at `sampling.temperature: 1` (tinker-cookbook's default), or write `grpo.learner_temperature: 1` to run it knowingly".into(),
+            ]);
+        }
+        _ => {}
     }
 }
 

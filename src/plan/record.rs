@@ -15,7 +15,7 @@ use crate::backend::local::SampleWeights;
 use crate::spec::Spec;
 
 /// The version [`to_json`] writes.
-pub const SCHEMA_VERSION: u64 = 2;
+pub const SCHEMA_VERSION: u64 = 3;
 
 /// `resolved.json` of `plan`.
 pub fn to_json(plan: &Plan) -> Value {
@@ -37,6 +37,10 @@ pub fn to_json(plan: &Plan) -> Value {
         reward["max_failures"] = json!(py.max_failures);
     }
     obj.insert("diagnostics".into(), serde_json::to_value(&plan.diagnostics).unwrap_or_else(|_| json!({})));
+    if let BackendChoice::Local { learner_temperature, .. } = &plan.backend {
+        let grpo = obj.entry("grpo").or_insert_with(|| json!({}));
+        grpo["learner_temperature"] = json!(f64::from(*learner_temperature));
+    }
     let backend = obj.entry("backend").or_insert_with(|| json!({}));
     match &plan.backend {
         BackendChoice::Local { max_tokens_per_microbatch, sample_weights, .. } => {
@@ -77,6 +81,22 @@ pub enum Error {
     Model(#[from] crate::seam::SourceError),
 }
 
+/// Version 2 → 3: the embedded trainer scored at temperature 1 before `grpo.learner_temperature`
+/// (whose default is now the sampling temperature); a resumed run keeps scoring as it did.
+fn scored_at_one(mut v: Value) -> Value {
+    let local = v.pointer("/backend/kind").and_then(Value::as_str) == Some("local");
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+        if local {
+            let grpo = obj.entry("grpo").or_insert_with(|| json!({}));
+            if grpo.get("learner_temperature").is_none() {
+                grpo["learner_temperature"] = json!(1.0);
+            }
+        }
+    }
+    v
+}
+
 /// Reads a `resolved.json` of any known version as the current version.
 ///
 /// # Errors
@@ -85,11 +105,15 @@ pub fn upgrade(v: Value) -> Result<Value, Error> {
     match v.get("schema_version").and_then(Value::as_u64) {
         Some(SCHEMA_VERSION) => Ok(v),
         Some(n) if n > SCHEMA_VERSION => Err(Error::Newer(n)),
+        Some(2) => Ok(scored_at_one(v)),
         _ => {
             let mut spec: Spec = serde_json::from_value(v).map_err(Error::NotASpec)?;
             // Defaults that changed since: what the run was made with, not today's default.
             if let crate::spec::types::Backend::Local { sample_weights: sw @ None, .. } = &mut spec.backend {
                 *sw = Some(crate::spec::types::SampleWeights::Q8_0);
+            }
+            if matches!(spec.backend, crate::spec::types::Backend::Local { .. }) {
+                spec.grpo.learner_temperature.get_or_insert(1.0);
             }
             let written = Written { spec, path: Default::default(), text: String::new(), overrides: vec![], templates: vec![] };
             Ok(to_json(&super::resolve::resolve(written, String::new())?))
@@ -117,7 +141,8 @@ mod tests {
         assert!(old.get("schema_version").is_none());
         assert!(old["eval"].get("samples").is_none_or(Value::is_null));
         let new = upgrade(old).unwrap();
-        assert_eq!(new["schema_version"], json!(2));
+        assert_eq!(new["schema_version"], json!(SCHEMA_VERSION));
+        assert_eq!(new["grpo"]["learner_temperature"], json!(1.0), "rlx before the key scored at 1");
         assert_eq!(new["eval"]["samples"], json!(4));
         assert_eq!(new["backend"]["max_tokens_per_microbatch"], json!(crate::spec::defaults::MAX_TOKENS_PER_MICROBATCH));
         assert_eq!(new["backend"]["sample_weights"], json!("q8_0"));
@@ -126,8 +151,17 @@ mod tests {
     }
 
     #[test]
+    fn version_2_of_a_local_run_scored_at_one() {
+        let mut v2 = upgrade(v1()).unwrap();
+        v2["schema_version"] = json!(2);
+        v2["grpo"].as_object_mut().unwrap().remove("learner_temperature");
+        let new = upgrade(v2).unwrap();
+        assert_eq!((new["schema_version"].clone(), new["grpo"]["learner_temperature"].clone()), (json!(SCHEMA_VERSION), json!(1.0)));
+    }
+
+    #[test]
     fn newer_and_foreign_files_are_refused() {
-        assert!(matches!(upgrade(json!({"schema_version": 3})), Err(Error::Newer(3))));
+        assert!(matches!(upgrade(json!({"schema_version": SCHEMA_VERSION + 1})), Err(Error::Newer(n)) if n == SCHEMA_VERSION + 1));
         assert!(matches!(upgrade(json!({"name": 5})), Err(Error::NotASpec(_))));
     }
 }

@@ -114,9 +114,16 @@ pub(crate) fn tinker_server(s: types::TinkerServer) -> crate::backend::tinker::S
     }
 }
 
+/// `grpo.learner_temperature`, defaulting to the sampling temperature (1 when sampling is
+/// greedy: a greedy sampler's log-probabilities are not those of any temperature).
+pub(crate) fn learner_temperature(spec: &Spec) -> f64 {
+    spec.grpo.learner_temperature.unwrap_or(if spec.sampling.temperature > 0.0 { spec.sampling.temperature } else { 1.0 })
+}
+
 fn backend(spec: &Spec) -> BackendChoice {
     match &spec.backend {
         Backend::Local { threads, max_tokens_per_microbatch, sample_weights, model_path } => BackendChoice::Local {
+            learner_temperature: learner_temperature(spec) as f32,
             threads: threads.map(|t| t as usize),
             max_tokens_per_microbatch: max_tokens_per_microbatch.unwrap_or(defaults::MAX_TOKENS_PER_MICROBATCH) as usize,
             sample_weights: match sample_weights {

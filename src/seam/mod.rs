@@ -114,7 +114,7 @@ impl Datum {
 /// Per-datum output of `forward_backward`: Tinker's `loss_fn_outputs[i]`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DatumOutput {
-    /// Learner log-probabilities of the targets (temperature 1, full distribution).
+    /// Learner log-probabilities of the targets (full distribution, at the learner's temperature: 1 on Tinker).
     pub logprobs: Vec<f32>,
 }
 

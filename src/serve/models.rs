@@ -381,7 +381,7 @@ pub(crate) fn lora_of(c: &crate::tinker::wire::LoraConfig) -> Result<LoraConfig,
 async fn open_trainer(path: PathBuf, lora: LoraConfig, seed: u64, state_dir: PathBuf, threads: Option<usize>) -> Result<Arc<dyn Trainer>, backend::Error> {
     // f32 sampling: a Tinker client compares sampler and trainer log-probabilities, and the
     // server is a test double of a GPU service, not a throughput path.
-    let options = local::Options { threads, max_tokens_per_microbatch: crate::spec::defaults::MAX_TOKENS_PER_MICROBATCH as usize, sample_weights: local::SampleWeights::F32, seed, state_dir };
+    let options = local::Options { threads, max_tokens_per_microbatch: crate::spec::defaults::MAX_TOKENS_PER_MICROBATCH as usize, sample_weights: local::SampleWeights::F32, learner_temperature: 1.0, seed, state_dir };
     match local::open(path, &Finetune::Lora(lora), options).await? {
         Policy::Trainable(t) => Ok(t),
         Policy::Fixed(_) => Err(backend::Error::CannotTrain { kind: "local" }),

@@ -365,11 +365,21 @@ fn forward_backward(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> Handle
     let kind = if forward_only { RequestType::Forward } else { RequestType::ForwardBackward };
     submit_training(state, kind, &r.model_id, Some(seq_id), move |t, completion| match input {
         Err(e) => completion.fail(ErrorCategory::User, e),
-        Ok((data, loss)) => {
-            let pending = if forward_only { t.forward(data, loss) } else { t.forward_backward(data, loss) };
-            finish_with(completion, pending, FutureResult::ForwardBackward);
-        }
+        Ok((data, (loss, temperature))) => scored(&t, completion, data, loss, temperature, forward_only),
     })
+}
+
+/// A forward (or forward/backward) scored at `temperature` (`loss_fn_config.temperature`):
+/// set on the trainer's queue right before the call, for every call, so a call without the key
+/// scores at 1 whatever the previous one asked.
+fn scored(t: &Arc<dyn backend::Trainer>, completion: super::futures::Completion, data: Vec<seam::Datum>, loss: seam::LossFn, temperature: f32, forward_only: bool) {
+    let set = t.set_learner_temperature(temperature);
+    let pending = if forward_only { t.forward(data, loss) } else { t.forward_backward(data, loss) };
+    let pending: backend::Pending<seam::ForwardBackwardOutput> = Box::pin(async move {
+        set.await?;
+        pending.await
+    });
+    finish_with(completion, pending, FutureResult::ForwardBackward);
 }
 
 /// The JSON body of SDKs before 0.25 (`forward_backward_input`, or `forward_input` on
@@ -387,15 +397,16 @@ fn forward_backward_legacy(state: &Arc<State>, b: &[u8], forward_only: bool) -> 
         .enumerate()
         .map(|(i, d)| convert::datum_from_json(d, i))
         .collect::<Result<Vec<_>, _>>()
-        .and_then(|data| Ok((data, seam::LossFn::from_tinker(&input.loss_fn, &input.loss_fn_config.clone().unwrap_or_default())?)))
+        .and_then(|data| {
+            let mut config = input.loss_fn_config.clone().unwrap_or_default();
+            let temperature = convert::learner_temperature(&mut config)?;
+            Ok((data, (seam::LossFn::from_tinker(&input.loss_fn, &config)?, temperature)))
+        })
         .map_err(|e| e.to_string());
     let kind = if forward_only { RequestType::Forward } else { RequestType::ForwardBackward };
     submit_training(state, kind, &r.model_id, r.seq_id, move |t, completion| match decoded {
         Err(e) => completion.fail(ErrorCategory::User, e),
-        Ok((data, loss)) => {
-            let pending = if forward_only { t.forward(data, loss) } else { t.forward_backward(data, loss) };
-            finish_with(completion, pending, FutureResult::ForwardBackward);
-        }
+        Ok((data, (loss, temperature))) => scored(&t, completion, data, loss, temperature, forward_only),
     })
 }
 

@@ -626,6 +626,16 @@ pub struct Grpo {
     #[serde(default)]
     #[schemars(range(max = 16))]
     pub max_steps_off_policy: u32,
+    /// The temperature the trainer scores log-probabilities at: the learner's logits are divided
+    /// by it, so importance ratios compare the policy the samples came from with itself, as verl
+    /// and TRL do. Default: `sampling.temperature` on the embedded trainer (1 when sampling is
+    /// greedy). Scored at 1 while sampling at 0.7, the quickstart's ratios ran up to ~15 on
+    /// rare tokens and PPO's clip acted on the temperature, not on the update (docs/learning.md).
+    /// Tinker's learner always scores at 1: there it may only be `1`, and sampling at T ≠ 1 with
+    /// a ratio loss must say so with `learner_temperature: 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.05, max = 10.0))]
+    pub learner_temperature: Option<f64>,
     /// How the per-token losses of a step add up to its loss (docs/variants.md). Default
     /// `{kind: sum}`: Tinker's token-level sum, nothing divided.
     #[serde(default, skip_serializing_if = "LossAgg::is_sum")]
@@ -661,6 +671,7 @@ impl Default for Grpo {
             skip_degenerate: true,
             loss: Loss::default(),
             max_steps_off_policy: 0,
+            learner_temperature: None,
             loss_agg: LossAgg::default(),
             overlong: None,
             dynamic_sampling: None,

@@ -213,8 +213,8 @@ pub(crate) fn datum_to_proto(d: &Datum) -> proto::Datum {
 ///
 /// # Errors
 /// An unknown loss or key, a text value (no rlx loss takes one), an out-of-range value.
-pub(crate) fn loss_from_proto(r: &proto::ForwardBackwardRequest) -> Result<LossFn, Error> {
-    let config: BTreeMap<String, f64> = if r.loss_fn_config_v2.is_empty() {
+pub(crate) fn loss_from_proto(r: &proto::ForwardBackwardRequest) -> Result<(LossFn, f32), Error> {
+    let mut config: BTreeMap<String, f64> = if r.loss_fn_config_v2.is_empty() {
         r.loss_fn_config.clone()
     } else {
         r.loss_fn_config_v2
@@ -226,7 +226,23 @@ pub(crate) fn loss_from_proto(r: &proto::ForwardBackwardRequest) -> Result<LossF
             })
             .collect::<Result<_, _>>()?
     };
-    Ok(LossFn::from_tinker(&r.loss_fn, &config)?)
+    let temperature = learner_temperature(&mut config)?;
+    Ok((LossFn::from_tinker(&r.loss_fn, &config)?, temperature))
+}
+
+/// `loss_fn_config.temperature`, an rlx extension that hosted Tinker does not take: the
+/// temperature this call scores log-probabilities at (the learner's logits divided by it, as
+/// verl and TRL score a policy sampled at that temperature). Taken out of `config`; absent, 1
+/// (Tinker's learner).
+///
+/// # Errors
+/// A temperature that is not a positive finite number.
+pub(crate) fn learner_temperature(config: &mut BTreeMap<String, f64>) -> Result<f32, Error> {
+    match config.remove("temperature") {
+        None => Ok(1.0),
+        Some(t) if t.is_finite() && (0.05..=10.0).contains(&t) => Ok(t as f32),
+        Some(t) => Err(field("loss_fn_config.temperature", format!("must be in [0.05, 10], found {t}"))),
+    }
 }
 
 /// A `ForwardBackwardRequest` as the SDK builds it: floats of the config written to both maps.
@@ -544,7 +560,7 @@ mod tests {
         let bytes = hex(proto::GOLDEN_PPO);
         let r = proto::ForwardBackwardRequest::decode(bytes.as_slice()).unwrap();
         assert_eq!(datum_from_proto(&r.data[0], 0).unwrap(), golden_datum());
-        assert_eq!(loss_from_proto(&r).unwrap(), LossFn::Ppo { clip_low_threshold: 0.8, clip_high_threshold: 1.2 });
+        assert_eq!(loss_from_proto(&r).unwrap(), (LossFn::Ppo { clip_low_threshold: 0.8, clip_high_threshold: 1.2 }, 1.0));
         let ours = forward_backward_request("sess-1:train:0", 1, &[golden_datum()], &LossFn::PPO, false);
         assert_eq!(ours, r, "rlx's request is the SDK's, field for field");
     }

@@ -144,6 +144,9 @@ fn the_official_sdk_drives_rlx_serve() {
     assert!(losses.windows(2).all(|w| w[1] < w[0]), "cross_entropy must fall step after step: {losses:?}");
     assert!(s["sample_logprob_max_diff"].as_f64().unwrap() < 2e-3, "{s}");
     assert!(s["prompt_logprob_max_diff"].as_f64().unwrap() < 2e-3, "{s}");
+    // `loss_fn_config.temperature` scores a tempered sampler's tokens on-policy; without it, not.
+    assert!(s["tempered_logprob_max_diff"].as_f64().unwrap() < 2e-3, "{s}");
+    assert!(s["untempered_logprob_max_diff"].as_f64().unwrap() > 1e-2, "{s}");
     assert!((s["is_loss"].as_f64().unwrap() + 0.5 * s["tokens"].as_f64().unwrap()).abs() < 1e-2, "{s}");
     assert!(s["too_long_error"].as_str().unwrap().contains("exceed the model's context"), "{s}");
     assert!(s["state_path"].as_str().unwrap().starts_with("tinker://"), "{s}");

@@ -565,3 +565,119 @@ fn hand_written_pass_microbatches_sum_to_the_full_batch_gradient() {
         assert!(d <= 1e-5 * scale.max(1.0), "{n}: {d}");
     }
 }
+
+fn tempered_trainer(arch: Arch, tuning: Tuning, dtype: DType, seed: u64, temperature: f32) -> LocalTrainer {
+    let cfg = tiny_config(arch);
+    let w = random_weights(&cfg, 0.2, seed, dtype).unwrap();
+    let opts = TrainerOptions { tuning, seed, max_tokens_per_microbatch: 4096, temperature, ..Default::default() };
+    LocalTrainer::from_weights(cfg, w, None, opts, PathBuf::from("random")).unwrap()
+}
+
+/// `log softmax(logits / T)[target]` in f64, from the model's raw logits: the independent
+/// computation the learner's temperature must match.
+fn log_softmax_at(logits: &[f32], target: u32, t: f64) -> f64 {
+    let z: Vec<f64> = logits.iter().map(|&x| f64::from(x) / t).collect();
+    let max = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let lse = max + z.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+    z[target as usize] - lse
+}
+
+#[test]
+fn learner_temperature_scores_the_log_softmax_of_logits_over_t() {
+    // Both paths (the hand-written f32 pass and candle's f64 autograd), both heads.
+    for (arch, dtype) in [(Arch::Llama, DType::F32), (Arch::Qwen2, DType::F32), (Arch::Qwen3, DType::F64)] {
+        for t in [0.7f32, 1.0, 1.6] {
+            let tr = tempered_trainer(arch, lora(), dtype, 21, t);
+            let d = pg_datum(1.0);
+            let got = tr.forward(std::slice::from_ref(&d)).unwrap().remove(0).logprobs;
+            let logits = model_logits(tr.model(), &d.model_input);
+            for (i, (row, &target)) in logits.iter().zip(&d.loss_fn_inputs.target_tokens).enumerate() {
+                let want = log_softmax_at(row, target, f64::from(t));
+                assert!((f64::from(got[i]) - want).abs() < 1e-4, "{arch:?} T={t} position {i}: {} vs log_softmax(z/T) {want}", got[i]);
+            }
+            if t != 1.0 {
+                // Not the untempered distribution (the test would pass vacuously if T were ignored).
+                let plain = log_softmax_at(&logits[1], d.loss_fn_inputs.target_tokens[1], 1.0);
+                assert!((f64::from(got[1]) - plain).abs() > 1e-3, "{arch:?} T={t}: the temperature changed nothing");
+            }
+        }
+    }
+}
+
+#[test]
+fn tempered_gradients_match_finite_differences_and_the_hand_written_pass() {
+    let t = 0.7;
+    let loss = LossFn::Ppo { clip_low_threshold: 0.8, clip_high_threshold: 1.28 };
+    let data = vec![pg_datum(1.5), pg_datum(-0.5)];
+    let mut tr = tempered_trainer(Arch::Qwen3, Tuning::Full, DType::F64, 5, t);
+    tr.forward_backward(&data, &loss).unwrap();
+    let grads: HashMap<String, Tensor> = tr.grads().unwrap().map(|(n, g)| (n.to_string(), g.clone())).collect();
+    let params: Vec<(String, candle_core::Var)> = tr.params().map(|(n, v)| (n.to_string(), v.clone())).collect();
+    let mut checked = 0;
+    for (name, var) in params.iter().step_by(4) {
+        let flat = var.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+        let g = grads[name].flatten_all().unwrap().to_vec1::<f64>().unwrap();
+        for idx in [0, flat.len() / 2] {
+            let h = 1e-5;
+            let at = |tr: &mut LocalTrainer, x: f64| {
+                let mut v = flat.clone();
+                v[idx] += x;
+                var.set(&Tensor::from_vec(v, var.shape(), &Device::Cpu).unwrap()).unwrap();
+                loss_value(tr, &data, &loss)
+            };
+            let fd = (at(&mut tr, h) - at(&mut tr, -h)) / (2.0 * h);
+            var.set(&Tensor::from_vec(flat.clone(), var.shape(), &Device::Cpu).unwrap()).unwrap();
+            assert!((fd - g[idx]).abs() < 1e-6 + 1e-4 * fd.abs().max(g[idx].abs()), "{name}[{idx}]: autograd {} vs finite difference {fd} at T={t}", g[idx]);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 6, "only {checked} entries checked");
+    // The hand-written pass folds 1/T into the head's backward: same values and gradients as
+    // autograd through logits / T.
+    let mut pair = [DType::F32, DType::F64].map(|dt| tempered_trainer(Arch::Qwen2, lora(), dt, 8, t));
+    for tr in &mut pair {
+        for (name, v) in tr.params() {
+            if name.ends_with("lora_B.weight") {
+                let b: Vec<f64> = (0..v.elem_count()).map(|i| 0.1 * (i as f64 * 0.7).sin()).collect();
+                v.set(&Tensor::from_vec(b, v.shape(), &Device::Cpu).unwrap().to_dtype(v.dtype()).unwrap()).unwrap();
+            }
+        }
+    }
+    let [mut a, mut b] = pair;
+    let (la, lb) = (a.forward_backward(&data, &loss).unwrap().loss, b.forward_backward(&data, &loss).unwrap().loss);
+    assert!((la - lb).abs() < 1e-4 * lb.abs().max(1.0), "loss {la} vs {lb}");
+    let g64: HashMap<String, Vec<f64>> = b.grads().unwrap().map(|(n, g)| (n.to_string(), g.flatten_all().unwrap().to_vec1::<f64>().unwrap())).collect();
+    for (name, g) in a.grads().unwrap() {
+        let g = g.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let want = &g64[name];
+        let scale = want.iter().fold(0f64, |m, x| m.max(x.abs()));
+        let err = g.iter().zip(want).fold(0f64, |m, (x, y)| m.max((f64::from(*x) - y).abs()));
+        assert!(err <= 1e-3 * scale + 1e-6, "{name} differs by {err} (scale {scale}) at T={t}");
+    }
+}
+
+#[test]
+fn a_sampler_at_t_is_on_policy_for_a_learner_at_t() {
+    // Sampled at 0.7 and scored at 0.7, the ratio is 1 (what PPO's clip assumes on-policy);
+    // scored at 1 it is not.
+    let t = 0.7;
+    for learner_t in [t, 1.0] {
+        let mut tr = tempered_trainer(Arch::Qwen2, lora(), DType::F32, 13, learner_t);
+        for _ in 0..2 {
+            tr.forward_backward(&[pg_datum(1.0)], &LossFn::ImportanceSampling).unwrap();
+            tr.optim_step(&adam(0.05)).unwrap();
+        }
+        let s = tr.sampler().unwrap();
+        let prompt = [4u32, 5, 6];
+        let p = SamplingParams { max_tokens: 8, seed: Some(3), temperature: f64::from(t), ..Default::default() };
+        let seq = s.sample(&prompt, 1, &p).unwrap().remove(0);
+        let d = rlx::seam::make_datum(&[&prompt[..], &seq.tokens].concat(), &seq.logprobs, prompt.len(), 0.0);
+        let out = tr.forward(&[d]).unwrap().remove(0);
+        let gap = seq.logprobs.iter().enumerate().map(|(i, lp)| (out.logprobs[prompt.len() - 1 + i] - lp).abs()).fold(0f32, f32::max);
+        if learner_t == t {
+            assert!(gap < 1e-4, "scored at the sampling temperature the log-probabilities differ by {gap}");
+        } else {
+            assert!(gap > 1e-3, "scored at 1 the tempered sampler's log-probabilities should differ, max gap {gap}");
+        }
+    }
+}

@@ -23,6 +23,8 @@ pub struct Options {
     pub max_tokens_per_microbatch: usize,
     /// The weights sampler snapshots decode with.
     pub sample_weights: super::SampleWeights,
+    /// The temperature the trainer scores log-probabilities at.
+    pub learner_temperature: f32,
     /// Seed for new LoRA adapters.
     pub seed: u64,
     /// Where [`Trainer::save_state`] writes (one directory per state name).
@@ -48,6 +50,7 @@ pub async fn open(path: PathBuf, finetune: &Finetune, options: Options) -> Resul
         seed: options.seed,
         max_tokens_per_microbatch: options.max_tokens_per_microbatch,
         sample_weights: options.sample_weights,
+        temperature: options.learner_temperature,
     };
     trainable(options.state_dir, move || LocalTrainer::new(super::load(&path)?, trainer_options)).await
 }
@@ -87,6 +90,10 @@ impl Trainer for TrainerHandle {
 
     fn reference_logprobs(&self, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
         self.worker.submit(move |t| t.reference_logprobs(&data))
+    }
+
+    fn set_learner_temperature(&self, temperature: f32) -> Pending<()> {
+        self.worker.submit(move |t| t.set_temperature(temperature))
     }
 
     fn save_state(&self, name: &str) -> Pending<StateRef> {

@@ -16,11 +16,20 @@ pub struct TrainerOptions {
     /// The weights `LocalTrainer::sampler` snapshots sample with.
     #[serde(default)]
     pub sample_weights: SampleWeights,
+    /// The temperature log-probabilities are scored at (`forward`, `forward_backward`, the KL
+    /// reference): the LM head's logits are divided by it. 1 scores the model's own
+    /// distribution; the sampling temperature scores the policy the samples came from.
+    #[serde(default = "one")]
+    pub temperature: f32,
+}
+
+fn one() -> f32 {
+    1.0
 }
 
 impl Default for TrainerOptions {
     fn default() -> Self {
-        Self { tuning: Tuning::Full, seed: 0, max_tokens_per_microbatch: 4096, sample_weights: SampleWeights::F32 }
+        Self { tuning: Tuning::Full, seed: 0, max_tokens_per_microbatch: 4096, sample_weights: SampleWeights::F32, temperature: 1.0 }
     }
 }
 

@@ -151,6 +151,18 @@ impl LocalTrainer {
         Ok(())
     }
 
+    /// Scores later calls at `temperature` (see [`TrainerOptions::temperature`]).
+    ///
+    /// # Errors
+    /// A temperature that is not positive and finite.
+    pub fn set_temperature(&mut self, temperature: f32) -> Result<()> {
+        if !(temperature.is_finite() && temperature > 0.0) {
+            return Err(Error::InvalidArgument { what: "temperature", reason: format!("must be a positive number, found {temperature}") });
+        }
+        self.options.temperature = temperature;
+        Ok(())
+    }
+
     /// Learner log-probabilities of `target_tokens` for each datum, without a gradient.
     ///
     /// # Errors
@@ -160,7 +172,7 @@ impl LocalTrainer {
         for chunk in self.microbatches(data, &LossFn::CrossEntropy)? {
             let batch = Batch::new(chunk, self.vars[0].dtype())?;
             let logp = if self.hand_written_pass() {
-                let (logp, _) = train_pass::forward(&self.model, batch.pass(), false)?;
+                let (logp, _) = train_pass::forward(&self.model, batch.pass(self.options.temperature), false)?;
                 Tensor::from_vec(logp, (batch.b, batch.t), &Device::Cpu)?
             } else {
                 let (tokens, targets) = batch.tensors()?;
@@ -198,6 +210,7 @@ impl LocalTrainer {
             let (tokens, targets) = batch.tensors()?;
             let (b, t) = tokens.dims2()?;
             let logits = model.forward(&tokens, 0, None)?.to_dtype(DType::F32)?.reshape((b * t, self.config.vocab_size))?;
+            let logits = tempered(logits, self.options.temperature)?;
             let logp = super::target_logprob::target_logprobs(&logits, &targets.flatten_all()?.to_vec1::<u32>()?)?.reshape((b, t))?;
             out.extend(batch.outputs(&logp)?.into_iter().map(|o| o.logprobs));
         }
@@ -248,10 +261,15 @@ impl LocalTrainer {
     fn target_logprobs(&self, tokens: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
         let (b, t) = tokens.dims2()?;
         let logits = self.model.forward(tokens, 0, None)?; // [b, t, vocab]
-        let logits = logits.reshape((b * t, self.config.vocab_size))?;
+        let logits = tempered(logits.reshape((b * t, self.config.vocab_size))?, self.options.temperature)?;
         let targets = targets.flatten_all()?.to_vec1::<u32>()?;
         super::target_logprob::target_logprobs(&logits, &targets)?.reshape((b, t))
     }
+}
+
+/// `logits / temperature` (the distribution the policy samples at that temperature).
+fn tempered(logits: Tensor, temperature: f32) -> candle_core::Result<Tensor> {
+    if temperature == 1.0 { Ok(logits) } else { logits / f64::from(temperature) }
 }
 
 /// Datums padded into tensors.
@@ -301,8 +319,8 @@ impl<'a> Batch<'a> {
         })
     }
 
-    fn pass(&self) -> train_pass::Batch<'_> {
-        train_pass::Batch { tokens: &self.tokens, targets: &self.targets, b: self.b, t: self.t }
+    fn pass(&self, temperature: f32) -> train_pass::Batch<'_> {
+        train_pass::Batch { tokens: &self.tokens, targets: &self.targets, b: self.b, t: self.t, temperature }
     }
 
     /// Tokens and targets as `[b, t]` tensors, for candle's autograd path.
@@ -324,7 +342,7 @@ impl LocalTrainer {
         let mut grads = train_pass::Grads::zeros(self.vars.iter().map(|v| v.as_tensor()));
         for chunk in chunks {
             let batch = Batch::new(chunk, DType::F32)?;
-            let (logp, tape) = train_pass::forward(&self.model, batch.pass(), true)?;
+            let (logp, tape) = train_pass::forward(&self.model, batch.pass(self.options.temperature), true)?;
             // The loss itself is a handful of element-wise ops on `[b, t]`: candle's autograd
             // differentiates it (one definition for both paths, rl/loss.rs), the pass the rest.
             let logp = Var::from_tensor(&Tensor::from_vec(logp, (batch.b, batch.t), &Device::Cpu)?)?;
@@ -334,7 +352,7 @@ impl LocalTrainer {
                 Some(g) => g.flatten_all()?.to_vec1::<f32>()?,
                 None => vec![0.0; batch.b * batch.t],
             };
-            train_pass::backward(&self.model, batch.pass(), tape.expect("forward kept its tape"), &dlogp, &mut grads)?;
+            train_pass::backward(&self.model, batch.pass(self.options.temperature), tape.expect("forward kept its tape"), &dlogp, &mut grads)?;
             outputs.extend(batch.outputs(logp.as_tensor())?);
         }
         self.vars

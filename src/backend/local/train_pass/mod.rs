@@ -112,6 +112,11 @@ pub(crate) struct Batch<'a> {
     pub b: usize,
     /// Positions per row.
     pub t: usize,
+    /// The softmax temperature the log-probabilities are taken at: the LM head's logits are
+    /// divided by it (1 is the model's own distribution). A policy sampled at T is scored at T,
+    /// as verl and TRL do: scored at 1, the importance ratio against a tempered sampler measures
+    /// the temperature, not the update.
+    pub temperature: f32,
 }
 
 /// A projection's saved input-side state: the adapter's `x Aᵀ`.
@@ -376,7 +381,11 @@ pub(crate) fn forward(model: &Model, batch: Batch, keep: bool) -> candle_core::R
     let norm = model.final_norm();
     let w = view(norm.weight())?;
     let (xf, rstd_last) = kernels::rms_norm(&x, w.s(), norm.eps() as f32);
-    let (logits, lora_head) = proj_forward(model.lm_head(), &xf, n)?;
+    let (mut logits, lora_head) = proj_forward(model.lm_head(), &xf, n)?;
+    if batch.temperature != 1.0 {
+        let inv = batch.temperature.recip();
+        logits.iter_mut().for_each(|x| *x *= inv);
+    }
     let (lse, logp) = kernels::target_logprobs(&logits, vocab, batch.targets);
     let tape = keep.then_some(Tape { layers, x_last: x, rstd_last, xf, lora_head, logits, lse });
     Ok((logp, tape))
@@ -393,6 +402,16 @@ pub(crate) fn backward(model: &Model, batch: Batch, tape: Tape, dlogp: &[f32], g
     let (cos, sin) = (view(model.rope_cos())?, view(model.rope_sin())?);
     let c = Ctx { b: batch.b, t: batch.t, cos: cos.s(), sin: sin.s() };
     let Tape { mut layers, x_last, rstd_last, xf, lora_head, mut logits, lse } = tape;
+    // The tape holds the tempered logits z/T; d(z/T)/dz = 1/T, folded into dL/dlogp (the
+    // softmax backward is linear in it).
+    let tempered;
+    let dlogp = if batch.temperature == 1.0 {
+        dlogp
+    } else {
+        let inv = batch.temperature.recip();
+        tempered = dlogp.iter().map(|g| g * inv).collect::<Vec<f32>>();
+        &tempered[..]
+    };
     kernels::target_logprobs_backward(&mut logits, vocab, batch.targets, &lse, dlogp);
     // Positions the loss ignores (prompt tokens, padding: zero weight or advantage) have a zero
     // row; the head's backward GEMMs, the largest of the pass (2·hidden·vocab per row each), run
