@@ -244,6 +244,16 @@ pub trait Trainer: Send + Sync {
         Box::pin(async { Err(Error::InvalidArgument { what: "forward", reason: "this backend cannot run a forward pass without a backward pass".into() }) })
     }
 
+    /// Submits: as [`Trainer::forward_backward`], with `kl` added to the loss (`grpo.kl` in its
+    /// loss form). The default answers that the backend cannot (Tinker's losses are fixed).
+    ///
+    /// # Errors
+    /// (In the reply.) As `forward_backward`, or a backend without a KL loss term.
+    fn forward_backward_kl(&self, data: Vec<Datum>, loss: LossFn, kl: crate::seam::KlLoss) -> Pending<ForwardBackwardOutput> {
+        let _ = (data, loss, kl);
+        Box::pin(async { Err(Error::InvalidArgument { what: "grpo.kl", reason: "this backend cannot add a KL term to its loss; use `grpo.kl.form: advantage` (k1)".into() }) })
+    }
+
     /// Submits: score the following `forward`/`forward_backward`/`reference_logprobs` calls at
     /// `temperature` (the learner's logits divided by it). Backends whose learner cannot
     /// (Tinker's scores at 1) refuse any other value.

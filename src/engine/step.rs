@@ -15,8 +15,8 @@ use crate::rl::shaping;
 use crate::runlog::metrics::{optim, sandbox, time, train};
 use crate::runlog::RolloutRecord;
 use crate::sandbox::VerdictStatus;
-use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, StopReason, make_multiturn_datum};
-use crate::spec::types::{Overlong, RolloutLog};
+use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, KlKind, KlLoss, LossFn, OptimStepOutput, StopReason, make_multiturn_datum};
+use crate::spec::types::{KlEstimator, KlForm, Overlong, RolloutLog};
 
 use super::error::Error;
 use super::event::Event;
@@ -224,37 +224,66 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
     Scored { datums, rollouts, tally: n }
 }
 
-/// The KL penalty (`grpo.kl`): the reference's log-probabilities of every datum's targets, and
-/// `coef` · k(t) taken off each sampled token's advantage. Returns the mean estimate per sampled
-/// token, `None` when KL is off or nothing trains.
-async fn apply_kl(trainer: Option<&dyn Trainer>, datums: &mut [Built], cfg: &StepConfig<'_>) -> Result<Option<f64>, Error> {
+/// The KL term (`grpo.kl`) of a step: the reference's log-probabilities of every datum's
+/// targets; in the advantage form β·k(t) (centred and discounted when asked) taken off each
+/// sampled token's advantage, in the loss form the rows of the loss term (coefficients set once
+/// the aggregation factors are known, [`kl_loss`]). Returns the mean estimate per sampled
+/// token and the loss form's reference rows; `None` when KL is off or nothing trains.
+async fn apply_kl(trainer: Option<&dyn Trainer>, datums: &mut [Built], cfg: &StepConfig<'_>) -> Result<Option<(f64, Option<Vec<Vec<f32>>>)>, Error> {
     let (Some(kl), Some(trainer)) = (cfg.plan.grpo.kl, trainer) else { return Ok(None) };
     if datums.is_empty() {
         return Ok(None);
     }
     let reference = trainer.reference_logprobs(datums.iter().map(|b| b.datum.clone()).collect()).await?;
-    let (mut sum, mut count) = (0.0, 0usize);
+    let bad = |e: shaping::Error| crate::backend::Error::InvalidArgument { what: "reference logprobs", reason: e.to_string() };
+    let estimate = |b: &Built, r: &[f32]| -> f64 {
+        let q = b.datum.loss_fn_inputs.logprobs.as_deref().unwrap_or_default();
+        (0..q.len().min(r.len())).filter(|&t| b.sampled[t]).map(|t| shaping::kl_estimate(kl.estimator, f64::from(q[t]), f64::from(r[t]))).sum()
+    };
+    let sum: f64 = datums.iter().zip(&reference).map(|(b, r)| estimate(b, r)).sum();
+    let count: usize = datums.iter().map(Built::len).sum();
+    let mean = if count == 0 { 0.0 } else { sum / count as f64 };
+    if kl.form == Some(KlForm::Loss) {
+        return Ok(Some((mean, Some(reference))));
+    }
+    let penalty = shaping::KlPenalty { estimator: kl.estimator, coef: kl.coef, centre: if kl.centre { mean } else { 0.0 }, discount: kl.discount };
     for (b, r) in datums.iter_mut().zip(&reference) {
         let inputs = &mut b.datum.loss_fn_inputs;
         let (Some(q), Some(a)) = (inputs.logprobs.as_deref(), inputs.advantages.as_mut()) else { continue };
-        sum += shaping::apply_kl(a, q, r, &b.sampled, kl.estimator, kl.coef).map_err(|e| crate::backend::Error::InvalidArgument { what: "reference logprobs", reason: e.to_string() })?;
-        count += b.len();
+        shaping::apply_kl(a, q, r, &b.sampled, penalty).map_err(bad)?;
     }
-    Ok(Some(if count == 0 { 0.0 } else { sum / count as f64 }))
+    Ok(Some((mean, None)))
 }
 
-/// `grpo.loss_agg`: each datum's advantages times its aggregation factor.
-fn aggregate(datums: &mut [Built], cfg: &StepConfig<'_>) {
+/// The loss form's KL term: β times each datum's aggregation factor on its sampled tokens.
+fn kl_loss(datums: &[Built], reference: Vec<Vec<f32>>, factors: &[f64], cfg: &StepConfig<'_>) -> Option<KlLoss> {
+    let kl = cfg.plan.grpo.kl?;
+    let coef = datums.iter().zip(factors).map(|(b, f)| {
+        let mut c: Vec<f32> = b.sampled.iter().map(|&s| if s { (kl.coef * f) as f32 } else { 0.0 }).collect();
+        c.resize(b.datum.model_input.len(), 0.0);
+        c
+    });
+    let estimator = match kl.estimator {
+        KlEstimator::K1 => KlKind::K1,
+        KlEstimator::K3 => KlKind::K3,
+    };
+    Some(KlLoss { estimator, coef: coef.collect(), reference })
+}
+
+/// `grpo.loss_agg`: each datum's advantages times its aggregation factor; returns the factors.
+fn aggregate(datums: &mut [Built], cfg: &StepConfig<'_>) -> Vec<f64> {
     let g = &cfg.plan.grpo;
     if g.loss_agg.is_sum() {
-        return;
+        return vec![1.0; datums.len()];
     }
     let lens: Vec<usize> = datums.iter().map(Built::len).collect();
-    for (b, f) in datums.iter_mut().zip(shaping::agg_factors(&g.loss_agg, &lens, g.agg_constant)) {
+    let factors = shaping::agg_factors(&g.loss_agg, &lens, g.agg_constant);
+    for (b, f) in datums.iter_mut().zip(&factors) {
         if let Some(a) = b.datum.loss_fn_inputs.advantages.as_mut() {
             a.iter_mut().for_each(|x| *x = (f64::from(*x) * f) as f32);
         }
     }
+    factors
 }
 
 /// Datums and the optimizer step for the groups `fill` collected for step `step` (each sampled
@@ -268,12 +297,17 @@ pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, fill: &Fill,
     let Scored { mut datums, rollouts, tally } = score(step, fill, cfg, cx);
     let t_train = Instant::now();
     let kl = apply_kl(trainer, &mut datums, cfg).await?;
-    aggregate(&mut datums, cfg);
+    let factors = aggregate(&mut datums, cfg);
+    let (kl, kl_term) = match kl {
+        Some((mean, Some(reference))) => (Some(mean), kl_loss(&datums, reference, &factors, cfg)),
+        Some((mean, None)) => (Some(mean), None),
+        None => (None, None),
+    };
     let datums: Vec<Datum> = datums.into_iter().map(|b| b.datum).collect();
     let mut m = BTreeMap::new();
     if let Some(trainer) = trainer.filter(|_| !datums.is_empty()) {
         let n = datums.len();
-        let (fb, opt) = train_step(trainer, datums, plan.grpo.loss, plan.adam).await?;
+        let (fb, opt) = train_step(trainer, datums, plan.grpo.loss, kl_term, plan.adam).await?;
         m.insert(train::LOSS.into(), fb.loss);
         m.insert(train::LOSS_PER_TOKEN.into(), if fb.stats.tokens > 0 { fb.loss / fb.stats.tokens as f64 } else { 0.0 });
         m.insert(train::RATIO_MEAN.into(), fb.stats.ratio_mean);
@@ -352,8 +386,11 @@ fn step_metrics(m: &mut BTreeMap<String, f64>, n: &Tally, fill: &Fill, cfg: &Ste
 /// # Errors
 /// Backend failures. When `forward_backward` fails nothing is accumulated, so the `optim_step`
 /// behind it finds no gradient and applies nothing; its error is the forward/backward one.
-async fn train_step(trainer: &dyn Trainer, datums: Vec<Datum>, loss: LossFn, adam: AdamParams) -> crate::backend::Result<(ForwardBackwardOutput, OptimStepOutput)> {
-    let fb = trainer.forward_backward(datums, loss);
+async fn train_step(trainer: &dyn Trainer, datums: Vec<Datum>, loss: LossFn, kl: Option<KlLoss>, adam: AdamParams) -> crate::backend::Result<(ForwardBackwardOutput, OptimStepOutput)> {
+    let fb = match kl {
+        Some(kl) => trainer.forward_backward_kl(datums, loss, kl),
+        None => trainer.forward_backward(datums, loss),
+    };
     let opt = trainer.optim_step(adam);
     let fb = fb.await;
     let opt = opt.await;

@@ -61,7 +61,10 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
             },
             overlong: g.overlong,
             dynamic_sampling: g.dynamic_sampling,
-            kl: g.kl,
+            kl: g.kl.map(|mut k| {
+                k.form.get_or_insert(kl_form(spec));
+                k
+            }),
         },
         rollout: spec.rollout.clone(),
         reward: spec.reward.clone(),
@@ -118,6 +121,21 @@ pub(crate) fn tinker_server(s: types::TinkerServer) -> crate::backend::tinker::S
 /// greedy: a greedy sampler's log-probabilities are not those of any temperature).
 pub(crate) fn learner_temperature(spec: &Spec) -> f64 {
     spec.grpo.learner_temperature.unwrap_or(if spec.sampling.temperature > 0.0 { spec.sampling.temperature } else { 1.0 })
+}
+
+/// `grpo.kl.form`'s default: k3 as a loss term where the trainer's loss can take one (the
+/// embedded trainer), k1 as the advantage penalty. Both are exact in expectation for k1, but
+/// the loss form's per-sample gradient r·(k1 + 1)·∇logp carries β·Σ∇logp even at π = π_ref
+/// (zero-mean, not zero): on a tiny model it swamped the update so that β = 2 and β = 20 gave the
+/// same run and the policy drifted as far as without KL. The advantage form's r·k1·∇logp and
+/// k3's loss form r·(k3 + 1 − e^d)·∇logp both vanish at the reference.
+pub(crate) fn kl_form(spec: &Spec) -> types::KlForm {
+    let Some(kl) = spec.grpo.kl else { return types::KlForm::Advantage };
+    match kl.form {
+        Some(f) => f,
+        None if kl.estimator == types::KlEstimator::K3 && matches!(spec.backend, Backend::Local { .. }) => types::KlForm::Loss,
+        None => types::KlForm::Advantage,
+    }
 }
 
 fn backend(spec: &Spec) -> BackendChoice {

@@ -80,22 +80,46 @@ pub(crate) fn kl_estimate(estimator: KlEstimator, q: f64, r: f64) -> f64 {
     }
 }
 
-/// Subtracts `coef` · k(t) from the advantage of every sampled token of a datum: `q` are the
-/// datum's sampler log-probabilities, `reference` the reference's of the same targets, and a
-/// token is sampled where `sampled[t]`. Returns the sum of the estimates over sampled tokens.
+/// The advantage form of the KL penalty: how each sampled token's penalty is shaped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct KlPenalty {
+    /// The estimator k.
+    pub estimator: KlEstimator,
+    /// β.
+    pub coef: f64,
+    /// Subtracted from every token's estimate (the batch's mean when centring, else 0).
+    pub centre: f64,
+    /// Each token's penalty is also charged to earlier sampled tokens, times `discount` per
+    /// token between them (0: each pays its own).
+    pub discount: f64,
+}
+
+/// Subtracts β·(k(t) − centre), discounted-summed over later sampled tokens, from the
+/// advantage of every sampled token of a datum: `q` are the datum's sampler log-probabilities,
+/// `reference` the reference's of the same targets, and a token is sampled where `sampled[t]`.
+/// Returns the sum of the (uncentred) estimates over sampled tokens.
 ///
 /// # Errors
 /// [`Error::Lengths`] when the three do not have one entry per target.
-pub(crate) fn apply_kl(advantages: &mut [f32], q: &[f32], reference: &[f32], sampled: &[bool], estimator: KlEstimator, coef: f64) -> Result<f64, Error> {
+pub(crate) fn apply_kl(advantages: &mut [f32], q: &[f32], reference: &[f32], sampled: &[bool], p: KlPenalty) -> Result<f64, Error> {
     if reference.len() != advantages.len() || q.len() != advantages.len() || sampled.len() != advantages.len() {
         return Err(Error::Lengths { want: advantages.len(), got: reference.len() });
     }
     let mut sum = 0.0;
-    for t in 0..advantages.len() {
-        if sampled[t] {
-            let k = kl_estimate(estimator, f64::from(q[t]), f64::from(reference[t]));
+    // From the last token back: the running discounted sum of later penalties (tinker-cookbook's
+    // `discounted_future_sum`, over positions, non-sampled ones contributing 0).
+    let mut future = 0.0;
+    for t in (0..advantages.len()).rev() {
+        let own = if sampled[t] {
+            let k = kl_estimate(p.estimator, f64::from(q[t]), f64::from(reference[t]));
             sum += k;
-            advantages[t] = (f64::from(advantages[t]) - coef * k) as f32;
+            p.coef * (k - p.centre)
+        } else {
+            0.0
+        };
+        future = own + p.discount * future;
+        if sampled[t] {
+            advantages[t] = (f64::from(advantages[t]) - future) as f32;
         }
     }
     Ok(sum)
@@ -174,12 +198,30 @@ mod tests {
         let mut a = [0.0f32, 1.0, 1.0];
         let q = [0.0f32, -1.0, -2.0];
         let r = [-5.0f32, -1.5, -2.0];
-        let sum = apply_kl(&mut a, &q, &r, &[false, true, true], KlEstimator::K1, 0.1).unwrap();
+        let plain = KlPenalty { estimator: KlEstimator::K1, coef: 0.1, centre: 0.0, discount: 0.0 };
+        let sum = apply_kl(&mut a, &q, &r, &[false, true, true], plain).unwrap();
         close(sum, 0.5);
         assert_eq!(a[0], 0.0, "the prompt token keeps a zero advantage");
         assert!((f64::from(a[1]) - 0.95).abs() < 1e-6);
         assert_eq!(a[2], 1.0);
-        assert_eq!(apply_kl(&mut a, &q, &r[..2], &[true; 3], KlEstimator::K1, 0.1), Err(Error::Lengths { want: 3, got: 2 }));
+        assert_eq!(apply_kl(&mut a, &q, &r[..2], &[true; 3], plain), Err(Error::Lengths { want: 3, got: 2 }));
+    }
+
+    #[test]
+    fn kl_penalty_centres_and_discounts_like_the_cookbook() {
+        // k1 per sampled token: [0.5, 0.5, 1.0] at positions 1, 2, 4 (3 is a feedback token).
+        let q = [0.0f32, -1.0, -1.0, 0.0, -1.0];
+        let r = [0.0f32, -1.5, -1.5, 0.0, -2.0];
+        let sampled = [false, true, true, false, true];
+        let p = KlPenalty { estimator: KlEstimator::K1, coef: 1.0, centre: 0.6, discount: 0.5 };
+        let mut a = [0.0f32; 5];
+        apply_kl(&mut a, &q, &r, &sampled, p).unwrap();
+        // Centred penalties [-0.1, -0.1, 0, 0.4]; discounted future sums from the end:
+        // pos 4: 0.4; pos 3 (not sampled): 0.2; pos 2: -0.1 + 0.1 = 0; pos 1: -0.1 + 0 = -0.1.
+        let want = [0.0, 0.1, 0.0, 0.0, -0.4];
+        for (x, w) in a.iter().zip(want) {
+            assert!((f64::from(*x) - w).abs() < 1e-6, "{a:?} vs {want:?}");
+        }
     }
 
     #[test]

@@ -118,6 +118,32 @@ pub struct DatumOutput {
     pub logprobs: Vec<f32>,
 }
 
+/// A KL-to-reference term added to a `forward_backward`'s loss, differentiated through the
+/// learner: Σ_t c_t · r_t · k(logp_t, ref_t) with r_t = exp(logp_t − q_t) the importance ratio
+/// to the sampler and k the estimator. Its expected gradient over tokens sampled from q is
+/// ∇KL(π‖π_ref) for both estimators (E_π[k] = KL(π‖π_ref) for each, and the ratio makes the
+/// sampled sum an estimate of that expectation under π_θ itself), where k3 in the advantage
+/// form follows ∇KL(π‖ref) − ∇KL(ref‖π), which cancels near the reference.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KlLoss {
+    /// The estimator k.
+    pub estimator: KlKind,
+    /// Per datum, the reference's log-probabilities of its targets.
+    pub reference: Vec<Vec<f32>>,
+    /// Per datum, the coefficient c_t of each target (β times the datum's aggregation factor on
+    /// sampled tokens, 0 elsewhere).
+    pub coef: Vec<Vec<f32>>,
+}
+
+/// A per-token estimator of KL(π‖π_ref) at a token y ∼ π, with d = log π_ref(y) − log π(y).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KlKind {
+    /// k1 = −d.
+    K1,
+    /// k3 = e^d − d − 1.
+    K3,
+}
+
 /// Result of one `forward_backward` call.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ForwardBackwardOutput {

@@ -769,9 +769,7 @@ fn default_max_extra_rounds() -> u32 {
     4
 }
 
-/// KL to the reference policy (the base model), as a per-token penalty on the advantage:
-/// A_t ← A_t − `coef` · k(t), with k the estimator on the sampler's log-probability q_t and the
-/// reference's r_t of the sampled token.
+/// KL to the reference policy (the base model), β·KL(π‖π_ref) (docs/variants.md).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Kl {
@@ -781,6 +779,41 @@ pub struct Kl {
     /// The estimator. Default `k1`.
     #[serde(default)]
     pub estimator: KlEstimator,
+    /// How the term enters the update. `loss`: β·r_t·k_t added to the loss and differentiated
+    /// through the learner (r_t the importance ratio), whose expected gradient is ∇KL(π‖π_ref)
+    /// for k1 and k3 alike; the embedded trainer and `rlx serve` only. `advantage`: β·k_t taken
+    /// off each sampled token's advantage (what Tinker can carry), exact for k1 only: with k3
+    /// its expected gradient is ∇KL(π‖ref) − ∇KL(ref‖π), which cancels near the reference, so
+    /// k3 is refused there. Default: `loss` for k3 on the embedded trainer, `advantage` for k1
+    /// (k1's loss form is exact too, but its per-sample gradient does not vanish at the
+    /// reference: docs/variants.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<KlForm>,
+    /// Advantage form: each token's penalty also charged to the tokens before it, discounted
+    /// by this factor per token (tinker-cookbook's `kl_discount_factor`). Default `0`: each
+    /// token pays its own.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub discount: f64,
+    /// Advantage form: subtract the batch's mean log-ratio from every token's (tinker-cookbook's
+    /// `incorporate_kl_penalty` does), so the penalty moves tokens relative to each other and
+    /// does not shift every advantage by a constant. Default `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub centre: bool,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+/// How `grpo.kl` enters the update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KlForm {
+    /// A loss term differentiated through the learner.
+    Loss,
+    /// A penalty on each sampled token's advantage.
+    Advantage,
 }
 
 /// Per-token estimators of KL(π‖π_ref) from a token sampled from π (Schulman, "Approximating KL

@@ -92,6 +92,10 @@ impl Trainer for TrainerHandle {
         self.worker.submit(move |t| t.reference_logprobs(&data))
     }
 
+    fn forward_backward_kl(&self, data: Vec<Datum>, loss: LossFn, kl: crate::seam::KlLoss) -> Pending<ForwardBackwardOutput> {
+        self.worker.submit(move |t| t.forward_backward_with(&data, &loss, Some(&kl)))
+    }
+
     fn set_learner_temperature(&self, temperature: f32) -> Pending<()> {
         self.worker.submit(move |t| t.set_temperature(temperature))
     }

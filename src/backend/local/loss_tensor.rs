@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use crate::seam::LossFn;
+use crate::seam::{KlKind, LossFn};
 
 /// Per-token inputs as tensors of one shape (typically `[batch, seq]`, f32).
 #[derive(Debug, Clone)]
@@ -17,6 +17,19 @@ pub(crate) struct TokenInputs {
     pub advantages: Tensor,
     /// 1 on real tokens, 0 on padding a backend added to batch datums.
     pub valid: Tensor,
+    /// The KL-to-reference term ([`crate::seam::KlLoss`]), when the loss has one.
+    pub kl: Option<KlTensors>,
+}
+
+/// A KL term's per-token inputs, in the shape of the others.
+#[derive(Debug, Clone)]
+pub(crate) struct KlTensors {
+    /// The reference's log-probabilities of the targets.
+    pub reference: Tensor,
+    /// Its coefficient per token (0 where the term does not apply).
+    pub coef: Tensor,
+    /// The estimator.
+    pub kind: KlKind,
 }
 
 /// The differentiable loss (a scalar tensor) of `loss` for learner log-probs `logp`.
@@ -24,7 +37,7 @@ pub(crate) struct TokenInputs {
 /// # Errors
 /// Shape mismatches between `logp` and `inputs`.
 pub(crate) fn loss_tensor(loss: &LossFn, logp: &Tensor, inputs: &TokenInputs) -> candle_core::Result<Tensor> {
-    let TokenInputs { weights, logprobs: q, advantages: a, valid } = inputs;
+    let TokenInputs { weights, logprobs: q, advantages: a, valid, kl } = inputs;
     let per_token = match *loss {
         LossFn::CrossEntropy => (logp * weights)?,
         LossFn::ImportanceSampling => ((logp - q)?.exp()? * a)?,
@@ -47,7 +60,23 @@ pub(crate) fn loss_tensor(loss: &LossFn, logp: &Tensor, inputs: &TokenInputs) ->
             (&s * a)?.minimum(&(clipped * a)?)?
         }
     };
-    (per_token * valid)?.sum_all()?.neg()
+    let policy = (per_token * valid)?.sum_all()?.neg()?;
+    match kl {
+        None => Ok(policy),
+        Some(kl) => policy + kl_term(logp, q, kl)?.mul(valid)?.sum_all()?,
+    }
+}
+
+/// c_t · r_t · k(logp_t, ref_t) per token, r_t = exp(logp_t − q_t) differentiable: the
+/// sampled sum's expected gradient is ∇ E_{π_θ}[k] = ∇KL(π_θ‖π_ref) for k1 and k3 alike.
+fn kl_term(logp: &Tensor, q: &Tensor, kl: &KlTensors) -> candle_core::Result<Tensor> {
+    let d = (&kl.reference - logp)?;
+    let k = match kl.kind {
+        KlKind::K1 => d.neg()?,
+        KlKind::K3 => ((d.exp()? - &d)? - 1.0)?,
+    };
+    let r = (logp - q)?.exp()?;
+    (r * k)? * &kl.coef
 }
 
 /// GSPO's sequence ratio per row of `[.., t]` inputs, keeping the last dimension (size 1):
@@ -71,7 +100,7 @@ mod tests {
         let dev = Device::Cpu;
         let logp = Var::from_slice(&LOGP, 3, &dev).unwrap();
         let t = |v: &[f32]| Tensor::from_slice(v, 3, &dev).unwrap();
-        let inputs = TokenInputs { weights: t(&W), logprobs: t(&Q), advantages: t(&A), valid: t(&[1.0, 1.0, 1.0]) };
+        let inputs = TokenInputs { weights: t(&W), logprobs: t(&Q), advantages: t(&A), valid: t(&[1.0, 1.0, 1.0]), kl: None };
         let l = loss_tensor(loss, logp.as_tensor(), &inputs).unwrap();
         let g = l.backward().unwrap();
         let grad = g.get(logp.as_tensor()).unwrap().to_vec1::<f32>().unwrap();
@@ -170,6 +199,34 @@ mod tests {
     }
 
     #[test]
+    fn kl_term_by_hand() {
+        // logp = [-1, -0.5, -2], q = [0, -0.7, -1.5], ref = [-1, -0.9, -1.0], c = [0, 0.5, 0.5];
+        // importance sampling with A = 0 isolates the KL term. d = ref − logp = [0, −0.4, 1.0],
+        // r = [e^-1, e^0.2, e^-0.5].
+        let dev = Device::Cpu;
+        let t = |v: &[f32]| Tensor::from_slice(v, 3, &dev).unwrap();
+        for (kind, k, dk) in [
+            // k1 = −d, dk/dlogp = 1; k3 = e^d − d − 1, dk/dlogp = 1 − e^d.
+            (KlKind::K1, [0.0, 0.4, -1.0], [1.0, 1.0, 1.0]),
+            (KlKind::K3, [0.0, (-0.4f64).exp() + 0.4 - 1.0, 1f64.exp() - 2.0], [0.0, 1.0 - (-0.4f64).exp(), 1.0 - 1f64.exp()]),
+        ] {
+            let logp = Var::from_slice(&LOGP, 3, &dev).unwrap();
+            let kl = KlTensors { reference: t(&[-1.0, -0.9, -1.0]), coef: t(&[0.0, 0.5, 0.5]), kind };
+            let inputs = TokenInputs { weights: t(&W), logprobs: t(&Q), advantages: t(&[0.0; 3]), valid: t(&[1.0; 3]), kl: Some(kl) };
+            let l = loss_tensor(&LossFn::ImportanceSampling, logp.as_tensor(), &inputs).unwrap();
+            let g = l.backward().unwrap().get(logp.as_tensor()).unwrap().to_vec1::<f32>().unwrap();
+            let r = [(-1.0f64).exp(), 0.2f64.exp(), (-0.5f64).exp()];
+            let want: f64 = (1..3).map(|i| 0.5 * r[i] * k[i]).sum();
+            close(l.to_vec0::<f32>().unwrap().into(), want);
+            // d/dlogp (c·r·k) = c·r·(k + dk/dlogp).
+            for i in 1..3 {
+                close(g[i].into(), 0.5 * r[i] * (k[i] + dk[i]));
+            }
+            assert_eq!(g[0], 0.0, "a zero coefficient adds nothing");
+        }
+    }
+
+    #[test]
     fn gspo_ratios_are_per_row_and_ignore_padding() {
         // Two rows: the example, and a one-token row padded to three (padding has A ≠ 0 to check
         // that `valid` masks it out of the sequence mean).
@@ -181,6 +238,7 @@ mod tests {
             logprobs: t(&[0.0, -0.7, -1.5, -0.4, 0.0, 0.0]),
             advantages: t(&[0.0, 2.0, -1.0, 1.0, 5.0, 5.0]),
             valid: t(&[1.0, 1.0, 1.0, 1.0, 0.0, 0.0]),
+            kl: None,
         };
         let wide = LossFn::Gspo { clip_low_threshold: 0.0, clip_high_threshold: 10.0 };
         let l = loss_tensor(&wide, logp.as_tensor(), &inputs).unwrap().to_vec0::<f32>().unwrap();

@@ -21,8 +21,8 @@ use super::sampler::LocalSampler;
 use super::state;
 use super::train_pass;
 use crate::backend::{Error, Result};
-use crate::seam::{AdamParams, Datum, DatumOutput, ForwardBackwardOutput, LossFn, OptimStepOutput};
-use super::loss_tensor::{self as loss, TokenInputs};
+use crate::seam::{AdamParams, Datum, DatumOutput, ForwardBackwardOutput, KlLoss, LossFn, OptimStepOutput};
+use super::loss_tensor::{self as loss, KlTensors, TokenInputs};
 
 pub use super::options::TrainerOptions;
 
@@ -170,7 +170,7 @@ impl LocalTrainer {
     pub fn forward(&self, data: &[Datum]) -> Result<Vec<DatumOutput>> {
         let mut outputs = Vec::with_capacity(data.len());
         for chunk in self.microbatches(data, &LossFn::CrossEntropy)? {
-            let batch = Batch::new(chunk, self.vars[0].dtype())?;
+            let batch = Batch::new(chunk, self.vars[0].dtype(), None)?;
             let logp = if self.hand_written_pass() {
                 let (logp, _) = train_pass::forward(&self.model, batch.pass(self.options.temperature), false)?;
                 Tensor::from_vec(logp, (batch.b, batch.t), &Device::Cpu)?
@@ -206,7 +206,7 @@ impl LocalTrainer {
         let model = self.reference.as_ref().expect("built above");
         let mut out = Vec::with_capacity(data.len());
         for chunk in self.microbatches(data, &LossFn::CrossEntropy)? {
-            let batch = Batch::new(chunk, DType::F32)?;
+            let batch = Batch::new(chunk, DType::F32, None)?;
             let (tokens, targets) = batch.tensors()?;
             let (b, t) = tokens.dims2()?;
             let logits = model.forward(&tokens, 0, None)?.to_dtype(DType::F32)?.reshape((b * t, self.config.vocab_size))?;
@@ -267,6 +267,15 @@ impl LocalTrainer {
     }
 }
 
+/// The index of each chunk's first datum among all of them.
+fn offsets(chunks: &[&[Datum]]) -> Vec<usize> {
+    chunks.iter().scan(0, |n, c| {
+        let first = *n;
+        *n += c.len();
+        Some(first)
+    }).collect()
+}
+
 /// `logits / temperature` (the distribution the policy samples at that temperature).
 fn tempered(logits: Tensor, temperature: f32) -> candle_core::Result<Tensor> {
     if temperature == 1.0 { Ok(logits) } else { logits / f64::from(temperature) }
@@ -283,7 +292,8 @@ struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
-    fn new(data: &'a [Datum], dtype: DType) -> Result<Self> {
+    /// `kl`: the KL loss term and the index of `data[0]` among its datums.
+    fn new(data: &'a [Datum], dtype: DType, kl: Option<(&KlLoss, usize)>) -> Result<Self> {
         let b = data.len();
         let t = data.iter().map(|d| d.model_input.len()).max().unwrap_or(0);
         let mut tokens = vec![0u32; b * t];
@@ -309,13 +319,29 @@ impl<'a> Batch<'a> {
         }
         let dev = Device::Cpu;
         let f = |v: Vec<f32>| -> candle_core::Result<Tensor> { Tensor::from_vec(v, (b, t), &dev)?.to_dtype(dtype) };
+        let kl = match kl {
+            None => None,
+            Some((kl, first)) => {
+                let (mut reference, mut coef) = (vec![0f32; b * t], vec![0f32; b * t]);
+                for (i, d) in data.iter().enumerate() {
+                    let (n, row) = (d.model_input.len(), i * t);
+                    let (r, c) = (&kl.reference[first + i], &kl.coef[first + i]);
+                    if r.len() != n || c.len() != n {
+                        return Err(Error::InvalidDatum { index: first + i, reason: format!("KL term of {} reference and {} coefficient entries for {n} targets", r.len(), c.len()) });
+                    }
+                    reference[row..row + n].copy_from_slice(r);
+                    coef[row..row + n].copy_from_slice(c);
+                }
+                Some(KlTensors { reference: f(reference)?, coef: f(coef)?, kind: kl.estimator })
+            }
+        };
         Ok(Self {
             data,
             b,
             t,
             tokens,
             targets,
-            inputs: TokenInputs { weights: f(w)?, logprobs: f(q)?, advantages: f(a)?, valid: f(valid)? },
+            inputs: TokenInputs { weights: f(w)?, logprobs: f(q)?, advantages: f(a)?, valid: f(valid)?, kl },
         })
     }
 
@@ -338,10 +364,10 @@ impl<'a> Batch<'a> {
 impl LocalTrainer {
     /// The summed gradient of `loss` over `chunks` through [`train_pass`]; adds each chunk's loss
     /// to `total` and its log-probabilities to `outputs`.
-    fn gradients_hand_written(&self, chunks: &[&[Datum]], loss: &LossFn, total: &mut f64, outputs: &mut Vec<DatumOutput>) -> Result<Vec<Option<Tensor>>> {
+    fn gradients_hand_written(&self, chunks: &[&[Datum]], loss: &LossFn, kl: Option<&KlLoss>, total: &mut f64, outputs: &mut Vec<DatumOutput>) -> Result<Vec<Option<Tensor>>> {
         let mut grads = train_pass::Grads::zeros(self.vars.iter().map(|v| v.as_tensor()));
-        for chunk in chunks {
-            let batch = Batch::new(chunk, DType::F32)?;
+        for (chunk, first) in chunks.iter().zip(offsets(chunks)) {
+            let batch = Batch::new(chunk, DType::F32, kl.map(|k| (k, first)))?;
             let (logp, tape) = train_pass::forward(&self.model, batch.pass(self.options.temperature), true)?;
             // The loss itself is a handful of element-wise ops on `[b, t]`: candle's autograd
             // differentiates it (one definition for both paths, rl/loss.rs), the pass the rest.
@@ -365,10 +391,10 @@ impl LocalTrainer {
     }
 
     /// As [`Self::gradients_hand_written`], through candle's autograd.
-    fn gradients_autograd(&self, chunks: &[&[Datum]], loss: &LossFn, total: &mut f64, outputs: &mut Vec<DatumOutput>) -> Result<Vec<Option<Tensor>>> {
+    fn gradients_autograd(&self, chunks: &[&[Datum]], loss: &LossFn, kl: Option<&KlLoss>, total: &mut f64, outputs: &mut Vec<DatumOutput>) -> Result<Vec<Option<Tensor>>> {
         let mut acc: Vec<Option<Tensor>> = vec![None; self.vars.len()];
-        for chunk in chunks {
-            let batch = Batch::new(chunk, self.vars[0].dtype())?;
+        for (chunk, first) in chunks.iter().zip(offsets(chunks)) {
+            let batch = Batch::new(chunk, self.vars[0].dtype(), kl.map(|k| (k, first)))?;
             let (tokens, targets) = batch.tensors()?;
             let logp = self.target_logprobs(&tokens, &targets)?;
             let l = loss::loss_tensor(loss, &logp, &batch.inputs)?;
@@ -392,16 +418,27 @@ impl LocalTrainer {
     /// # Errors
     /// An invalid datum, or a tensor failure. Nothing is accumulated on error.
     pub fn forward_backward(&mut self, data: &[Datum], loss: &LossFn) -> Result<ForwardBackwardOutput> {
+        self.forward_backward_with(data, loss, None)
+    }
+
+    /// As [`Self::forward_backward`], with a KL-to-reference term added to the loss.
+    ///
+    /// # Errors
+    /// As `forward_backward`, or a KL term without one row per datum and one entry per target.
+    pub fn forward_backward_with(&mut self, data: &[Datum], loss: &LossFn, kl: Option<&KlLoss>) -> Result<ForwardBackwardOutput> {
         loss.validate().map_err(|e| Error::InvalidArgument { what: "loss_fn", reason: e.to_string() })?;
+        if let Some(kl) = kl.filter(|k| k.reference.len() != data.len() || k.coef.len() != data.len()) {
+            return Err(Error::InvalidArgument { what: "kl", reason: format!("{} reference and {} coefficient rows for {} datums", kl.reference.len(), kl.coef.len(), data.len()) });
+        }
         let chunks = self.microbatches(data, loss)?;
         let mut total = 0.0f64;
         let mut outputs = Vec::with_capacity(data.len());
         // Accumulate into fresh buffers and commit only on success ("nothing is accumulated on
         // error").
         let acc = if self.hand_written_pass() {
-            self.gradients_hand_written(&chunks, loss, &mut total, &mut outputs)?
+            self.gradients_hand_written(&chunks, loss, kl, &mut total, &mut outputs)?
         } else {
-            self.gradients_autograd(&chunks, loss, &mut total, &mut outputs)?
+            self.gradients_autograd(&chunks, loss, kl, &mut total, &mut outputs)?
         };
         if !total.is_finite() {
             return Err(Error::InvalidArgument { what: "data", reason: format!("the loss is {total}; no gradient accumulated") });
