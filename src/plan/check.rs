@@ -528,6 +528,7 @@ fn check_grpo_variants(cx: &mut Ctx<'_>, spec: &Spec) {
     }
     check_gspo_band(cx, spec);
     check_learner_temperature(cx, spec);
+    check_rollout_correction(cx, spec);
     if matches!(g.loss, Loss::Dro { .. }) && g.loss_agg != LossAgg::Sum {
         cx.err("grpo.loss_agg", "`grpo.loss_agg` other than `sum` cannot be used with `grpo.loss: {kind: dro}`".into()).hints.push(
             "rlx aggregates by scaling each sequence's advantages, and DRO's quadratic penalty does not scale with the advantage; keep `loss_agg: {kind: sum}` and choose `beta`, or use `ppo`".into(),
@@ -587,6 +588,31 @@ fn check_kl_form(cx: &mut Ctx<'_>, spec: &Spec, kl: crate::spec::types::Kl) {
     }
 }
 
+/// `grpo.rollout_correction` replaces the ratio of `importance_sampling` (a clipped loss already
+/// bounds it its own way); its masks are rlx's losses, which Tinker does not compute.
+fn check_rollout_correction(cx: &mut Ctx<'_>, spec: &Spec) {
+    use crate::spec::types::{Backend, CorrectionMode, Loss};
+    let Some(c) = spec.grpo.rollout_correction else { return };
+    if spec.grpo.loss != Loss::ImportanceSampling {
+        cx.err("grpo.rollout_correction", format!("`grpo.rollout_correction` weights `importance_sampling`'s ratio, not `{}`'s", super::resolve::loss_fn(&types_grpo_loss_only(spec)).name()))
+            .hints
+            .push("use `loss: {kind: importance_sampling}` with it (token_truncate is then CISPO on [0, cap]), or leave it out and keep the loss's own clipping".into());
+    }
+    if !(c.cap.is_finite() && c.cap >= 1.0) {
+        cx.err("grpo.rollout_correction.cap", format!("`grpo.rollout_correction.cap` must be at least 1, found {}", c.cap));
+    }
+    if c.mode != CorrectionMode::TokenTruncate && matches!(spec.backend, Backend::Tinker { .. }) {
+        cx.err("grpo.rollout_correction.mode", "masked importance weights cannot run on Tinker, whose losses are fixed".into())
+            .hints
+            .push("use `mode: token_truncate` (Tinker's `cispo` on [0, cap]) on Tinker, or `backend.kind: local`".into());
+    }
+}
+
+/// `spec.grpo` without its correction: the loss as written.
+fn types_grpo_loss_only(spec: &Spec) -> crate::spec::types::Grpo {
+    crate::spec::types::Grpo { rollout_correction: None, ..spec.grpo.clone() }
+}
+
 /// Tinker's learner scores at temperature 1 and takes no temperature: asked for another, or
 /// sampling at T ≠ 1 without saying so, every importance ratio would carry the temperature
 /// (on the quickstart, up to ~15 on rare tokens) and the loss's clip would act on it.
@@ -620,8 +646,8 @@ fn check_tinker_server(cx: &mut Ctx<'_>, spec: &Spec) {
     let Backend::Tinker { server: Some(server), .. } = spec.backend else { return };
     let profile = super::resolve::tinker_server(server).profile();
     let name = profile.server.name();
-    let loss = super::resolve::loss_fn(&spec.grpo.loss);
-    if !matches!(spec.grpo.loss, Loss::Gspo { .. }) && !profile.supports_loss(loss.name()) {
+    let loss = super::resolve::loss_fn(&spec.grpo);
+    if !matches!(spec.grpo.loss, Loss::Gspo { .. }) && !loss.is_sequence_level() && !profile.supports_loss(loss.name()) {
         let d = cx.err("grpo.loss.kind", format!("`grpo.loss: {{kind: {}}}` cannot run on the `{name}` Tinker server (`backend.server: {name}`)", loss.name()));
         d.hints.push(format!("its losses are {}", profile.losses.join(", ")));
     }

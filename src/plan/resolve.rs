@@ -52,7 +52,7 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
             group_size: g.group_size,
             advantage: g.advantage.clone(),
             skip_degenerate: g.skip_degenerate,
-            loss: loss_fn(&g.loss),
+            loss: loss_fn(g),
             max_steps_off_policy: g.max_steps_off_policy,
             loss_agg: g.loss_agg,
             agg_constant: match g.loss_agg {
@@ -188,8 +188,20 @@ fn sampling(s: &types::Sampling) -> SamplingParams {
     }
 }
 
-pub(crate) fn loss_fn(loss: &Loss) -> LossFn {
-    match *loss {
+/// The loss the trainer computes: `grpo.loss`, or with `grpo.rollout_correction` (over
+/// `importance_sampling`, the check's rule) the corrected one. With one optimizer step per
+/// batch the learner's "old" log-probabilities are its current ones, so verl's decoupled
+/// PPO-with-TIS reduces to REINFORCE weighted by sg(min(r, cap)): Tinker's `cispo` on [0, cap].
+pub(crate) fn loss_fn(g: &types::Grpo) -> LossFn {
+    use types::CorrectionMode as M;
+    if let Some(c) = g.rollout_correction {
+        return match c.mode {
+            M::TokenTruncate => LossFn::Cispo { clip_low_threshold: 0.0, clip_high_threshold: c.cap },
+            M::TokenMask => LossFn::MaskedImportanceSampling { cap: c.cap, sequence: false },
+            M::SequenceMask => LossFn::MaskedImportanceSampling { cap: c.cap, sequence: true },
+        };
+    }
+    match g.loss {
         Loss::ImportanceSampling => LossFn::ImportanceSampling,
         Loss::Ppo { clip_low_threshold, clip_high_threshold } => LossFn::Ppo { clip_low_threshold, clip_high_threshold },
         Loss::Cispo { clip_low_threshold, clip_high_threshold } => LossFn::Cispo { clip_low_threshold, clip_high_threshold },

@@ -14,6 +14,7 @@
 //! | `cispo` | `-Σ sg(clip(r, lo, hi))·logp·A` (defaults lo 0.0, hi 4.0) |
 //! | `dro` | `-Σ (logp·A − ½β(logp − q)²)` (default β 0.05) |
 //! | `gspo` | `-Σ min(s·A, clip(s, lo, hi)·A)`, `s = exp(Σ_t m_t (logp_t − q_t) / Σ_t m_t)` per datum, `m_t = [A_t ≠ 0]` (defaults lo 0.9997, hi 1.0004) |
+//! | `masked_importance_sampling` | `-Σ sg(r·[ρ ≤ cap])·logp·A`, ρ = r per token, or the datum's `s` (as gspo's) with `sequence` |
 //!
 //! `gspo` (Zheng et al. 2025, arXiv 2507.18071) is rlx's, not Tinker's: the ratio is the
 //! sequence's geometric mean of token ratios over its sampled tokens (those with a non-zero
@@ -34,7 +35,7 @@ use std::collections::BTreeMap;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The loss name is not one of the five.
-    #[error("unknown loss function `{0}` (expected one of cross_entropy, importance_sampling, ppo, cispo, dro, gspo)")]
+    #[error("unknown loss function `{0}` (expected one of cross_entropy, importance_sampling, ppo, cispo, dro, gspo, masked_importance_sampling)")]
     UnknownLossFn(String),
     /// A `loss_fn_config` key that the loss does not take.
     #[error("loss `{loss}` takes no config key `{key}`")]
@@ -88,6 +89,15 @@ pub enum LossFn {
         /// Penalty coefficient β.
         beta: f64,
     },
+    /// Masked importance sampling (rlx's; verl's and TRL's rollout correction by rejection):
+    /// REINFORCE weighted by the stop-gradient ratio, with tokens (or whole datums) whose ratio
+    /// exceeds `cap` left out rather than truncated.
+    MaskedImportanceSampling {
+        /// Largest ratio kept.
+        cap: f64,
+        /// Mask whole datums by their sequence ratio (geometric mean over action tokens).
+        sequence: bool,
+    },
 }
 
 impl LossFn {
@@ -111,6 +121,7 @@ impl LossFn {
             "cispo" => (Self::CISPO, &["clip_low_threshold", "clip_high_threshold"]),
             "dro" => (LossFn::Dro { beta: 0.05 }, &["beta"]),
             "gspo" => (Self::GSPO, &["clip_low_threshold", "clip_high_threshold"]),
+            "masked_importance_sampling" => (LossFn::MaskedImportanceSampling { cap: 2.0, sequence: false }, &["cap", "sequence"]),
             other => return Err(Error::UnknownLossFn(other.to_string())),
         };
         if let Some(key) = config.keys().find(|k| !keys.contains(&k.as_str())) {
@@ -128,6 +139,7 @@ impl LossFn {
                 LossFn::Gspo { clip_low_threshold: get("clip_low_threshold", lo), clip_high_threshold: get("clip_high_threshold", hi) }
             }
             LossFn::Dro { beta } => LossFn::Dro { beta: get("beta", beta) },
+            LossFn::MaskedImportanceSampling { cap, sequence } => LossFn::MaskedImportanceSampling { cap: get("cap", cap), sequence: get("sequence", f64::from(u8::from(sequence))) != 0.0 },
             other => other,
         };
         loss.validate()?;
@@ -150,6 +162,9 @@ impl LossFn {
             LossFn::Dro { beta } if !beta.is_finite() => {
                 return Err(Error::InvalidConfig { loss, reason: format!("beta must be finite, found {beta}") });
             }
+            LossFn::MaskedImportanceSampling { cap, .. } if !(cap.is_finite() && cap >= 1.0) => {
+                return Err(Error::InvalidConfig { loss, reason: format!("cap must be at least 1, found {cap}") });
+            }
             _ => {}
         }
         Ok(())
@@ -164,6 +179,7 @@ impl LossFn {
             LossFn::Cispo { .. } => "cispo",
             LossFn::Dro { .. } => "dro",
             LossFn::Gspo { .. } => "gspo",
+            LossFn::MaskedImportanceSampling { .. } => "masked_importance_sampling",
         }
     }
 
@@ -180,6 +196,10 @@ impl LossFn {
             LossFn::Dro { beta } => {
                 m.insert("beta".into(), beta);
             }
+            LossFn::MaskedImportanceSampling { cap, sequence } => {
+                m.insert("cap".into(), cap);
+                m.insert("sequence".into(), f64::from(u8::from(sequence)));
+            }
             _ => {}
         }
         m
@@ -193,7 +213,7 @@ impl LossFn {
     /// Whether the loss couples the tokens of a datum (its ratio is the sequence's): a backend
     /// must then see each datum whole, and only rlx's own trainers compute it.
     pub fn is_sequence_level(&self) -> bool {
-        matches!(self, LossFn::Gspo { .. })
+        matches!(self, LossFn::Gspo { .. } | LossFn::MaskedImportanceSampling { sequence: true, .. })
     }
 
     fn clip(&self) -> Option<(f64, f64)> {
@@ -203,6 +223,7 @@ impl LossFn {
             | LossFn::Gspo { clip_low_threshold, clip_high_threshold } => {
                 Some((clip_low_threshold, clip_high_threshold))
             }
+            LossFn::MaskedImportanceSampling { cap, .. } => Some((0.0, cap)),
             _ => None,
         }
     }
@@ -219,6 +240,7 @@ pub(crate) fn token_loss(loss: &LossFn, logp: f64, q: f64, advantage: f64, weigh
         LossFn::Ppo { clip_low_threshold: lo, clip_high_threshold: hi } => -(r * advantage).min(r.clamp(lo, hi) * advantage),
         LossFn::Cispo { clip_low_threshold: lo, clip_high_threshold: hi } => -r.clamp(lo, hi) * logp * advantage,
         LossFn::Dro { beta } => -(logp * advantage - 0.5 * beta * (logp - q).powi(2)),
+        LossFn::MaskedImportanceSampling { cap, .. } => if r <= cap { -r * logp * advantage } else { 0.0 },
     }
 }
 
@@ -242,6 +264,12 @@ pub(crate) fn datum_loss(loss: &LossFn, logp: &[f64], q: &[f64], advantages: &[f
         LossFn::Gspo { clip_low_threshold: lo, clip_high_threshold: hi } => {
             let s = sequence_ratio(logp, q, advantages);
             advantages.iter().map(|&a| -(s * a).min(s.clamp(lo, hi) * a)).sum()
+        }
+        LossFn::MaskedImportanceSampling { cap, sequence: true } => {
+            if sequence_ratio(logp, q, advantages) > cap {
+                return 0.0;
+            }
+            (0..logp.len()).map(|i| -(logp[i] - q[i]).exp() * logp[i] * advantages[i]).sum()
         }
         _ => (0..logp.len()).map(|i| token_loss(loss, logp[i], q[i], advantages[i], weights[i])).sum(),
     }

@@ -636,6 +636,11 @@ pub struct Grpo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.05, max = 10.0))]
     pub learner_temperature: Option<f64>,
+    /// Importance weights against the gap between the sampler and the learner (quantised or
+    /// other-engine sampling: verl's rollout correction, TRL's `vllm_importance_sampling_*`),
+    /// with `loss: {kind: importance_sampling}`. Default: off (the plain ratio).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_correction: Option<RolloutCorrection>,
     /// How the per-token losses of a step add up to its loss (docs/variants.md). Default
     /// `{kind: sum}`: Tinker's token-level sum, nothing divided.
     #[serde(default, skip_serializing_if = "LossAgg::is_sum")]
@@ -672,6 +677,7 @@ impl Default for Grpo {
             loss: Loss::default(),
             max_steps_off_policy: 0,
             learner_temperature: None,
+            rollout_correction: None,
             loss_agg: LossAgg::default(),
             overlong: None,
             dynamic_sampling: None,
@@ -804,6 +810,37 @@ pub struct Kl {
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
+}
+
+/// `grpo.rollout_correction`: truncated or masked importance weights (docs/variants.md).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutCorrection {
+    /// `token_truncate` (TIS: each token's weight min(r, cap), stop-gradient; every backend, as
+    /// Tinker's `cispo` with [0, cap]), `token_mask` (tokens with r > cap left out) or
+    /// `sequence_mask` (datums whose geometric-mean ratio exceeds cap left out); the masks run
+    /// on the embedded trainer and `rlx serve`.
+    pub mode: CorrectionMode,
+    /// The largest weight kept. Default `2.0` (TRL's `vllm_importance_sampling_cap`).
+    #[serde(default = "default_correction_cap")]
+    #[schemars(range(min = 1.0))]
+    pub cap: f64,
+}
+
+fn default_correction_cap() -> f64 {
+    2.0
+}
+
+/// How `grpo.rollout_correction` bounds the importance weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CorrectionMode {
+    /// min(r, cap) per token.
+    TokenTruncate,
+    /// r·[r ≤ cap] per token.
+    TokenMask,
+    /// r·[s ≤ cap], s the datum's geometric-mean ratio.
+    SequenceMask,
 }
 
 /// How `grpo.kl` enters the update.

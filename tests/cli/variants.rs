@@ -396,6 +396,22 @@ fn the_embedded_trainer_runs_the_variants() {
     // sampler's Q8_0 weights against the f32 reference, close to 0.
     assert!(metrics[0]["train/kl_reference"].as_f64().unwrap() < 0.05, "{}", metrics[0]);
 
+    // Masked importance weights: the masked share is the clip fraction. The tiny model samples
+    // with its own f32 weights (ratios 1 ± 1e-6), so a cap of 1 masks about half the tokens,
+    // and a cap every ratio passes masks nothing.
+    for (mode, cap) in [("token_mask", 1.0), ("sequence_mask", 1.0), ("token_mask", 1e6)] {
+        let (metrics, _) = run(&format!("rollout_correction: {{mode: {mode}, cap: {cap}}}"));
+        for m in &metrics {
+            let clipped = m["train/clip_fraction"].as_f64().unwrap();
+            assert!(m["train/loss"].as_f64().unwrap().is_finite(), "{m}");
+            if cap > 100.0 {
+                assert_eq!(clipped, 0.0, "{m}");
+            } else {
+                assert!(clipped > 0.0 && clipped < 1.0, "{mode}: {m}");
+            }
+        }
+    }
+
     let (metrics, _) = run("overlong: {kind: mask}");
     for m in &metrics {
         let masked = metric(m, "train/overlong_masked");
@@ -473,6 +489,8 @@ fn validation_refuses_what_cannot_run() {
         ("backend: {kind: local}", "kl: {coef: 0.05, estimator: k3, form: advantage}", "k3 cannot be applied as an advantage penalty", "leave `form` out"),
         ("backend: {kind: tinker}", "kl: {coef: 0.05, form: loss}", "`grpo.kl.form: loss` cannot run on Tinker", "form: advantage"),
         ("backend: {kind: local}", "kl: {coef: 0.05, estimator: k3, discount: 0.9}", "`grpo.kl.discount` shapes the advantage penalty", "use `estimator: k1`"),
+        ("backend: {kind: local}", "loss: {kind: ppo}, rollout_correction: {mode: token_truncate}", "`grpo.rollout_correction` weights `importance_sampling`'s ratio, not `ppo`'s", "loss: {kind: importance_sampling}"),
+        ("backend: {kind: tinker}", "rollout_correction: {mode: token_mask}", "masked importance weights cannot run on Tinker", "mode: token_truncate"),
         // GSPO at the paper's band against a sampler on quantised weights (the local default).
         ("backend: {kind: local}", "loss: {kind: gspo}", "GSPO's clip band [0.9997, 1.0004] cannot hold its sequence ratio", "`backend.sample_weights: f32`"),
     ];

@@ -59,6 +59,12 @@ pub(crate) fn loss_tensor(loss: &LossFn, logp: &Tensor, inputs: &TokenInputs) ->
             let clipped = s.clamp(lo as f32, hi as f32)?;
             (&s * a)?.minimum(&(clipped * a)?)?
         }
+        LossFn::MaskedImportanceSampling { cap, sequence } => {
+            let r = (logp - q)?.exp()?;
+            let kept = if sequence { sequence_ratio(logp, q, a, valid)?.broadcast_as(logp.shape())?.le(cap)? } else { r.le(cap)? };
+            let w = (r * kept.to_dtype(logp.dtype())?)?.detach();
+            ((w * logp)? * a)?
+        }
     };
     let policy = (per_token * valid)?.sum_all()?.neg()?;
     match kl {
@@ -173,7 +179,8 @@ mod tests {
     fn tensor_matches_scalar_reference() {
         let f = |x: [f32; 3]| x.map(f64::from);
         let wide_gspo = LossFn::Gspo { clip_low_threshold: 0.5, clip_high_threshold: 1.5 };
-        for loss in [LossFn::CrossEntropy, LossFn::ImportanceSampling, LossFn::PPO, LossFn::CISPO, LossFn::Dro { beta: 0.3 }, LossFn::GSPO, wide_gspo] {
+        let masked = |cap, sequence| LossFn::MaskedImportanceSampling { cap, sequence };
+        for loss in [LossFn::CrossEntropy, LossFn::ImportanceSampling, LossFn::PPO, LossFn::CISPO, LossFn::Dro { beta: 0.3 }, LossFn::GSPO, wide_gspo, masked(1.1, false), masked(2.0, false), masked(1.0, true), masked(0.5, true)] {
             let want: f64 = (0..3).map(|i| token_loss(&loss, LOGP[i].into(), Q[i].into(), A[i].into(), W[i].into())).sum();
             let want = if loss.is_sequence_level() { datum_loss(&loss, &f(LOGP), &f(Q), &f(A), &f(W)) } else { want };
             close(eval(&loss).0, want);
@@ -196,6 +203,23 @@ mod tests {
         close(l, -0.721716);
         close(g[1].into(), -0.860708);
         close(g[2].into(), -0.860708);
+    }
+
+    #[test]
+    fn masked_importance_sampling_by_hand() {
+        // r = [e^-1, e^0.2, e^-0.5]; cap 1.1 masks token 1 (1.2214), keeps token 2 (0.6065):
+        // L = −0.606531·(−2)·(−1) = −1.213061, dL/dlogp = −sg(w)·A = [0, 0, 0.606531].
+        let (l, g) = eval(&LossFn::MaskedImportanceSampling { cap: 1.1, sequence: false });
+        close(l, -1.213061);
+        assert_eq!((g[0], g[1]), (0.0, 0.0));
+        close(g[2].into(), 0.606531);
+        // By sequence: s = e^−0.15 = 0.8607 ≤ 1.1 keeps both tokens (CISPO without clipping);
+        // cap 0.8 < s masks the whole datum.
+        let (l, _) = eval(&LossFn::MaskedImportanceSampling { cap: 1.1, sequence: true });
+        close(l, -(1.221403 * -0.5 * 2.0) - 1.213061);
+        let (l, g) = eval(&LossFn::MaskedImportanceSampling { cap: 0.8, sequence: true });
+        close(l, 0.0);
+        assert!(g.iter().all(|&x| x == 0.0));
     }
 
     #[test]
