@@ -21,6 +21,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod compare;
+pub mod cwsandbox;
 pub(crate) mod extract;
 pub mod fusion;
 pub(crate) mod grade_loop;
