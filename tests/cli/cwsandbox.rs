@@ -3,10 +3,13 @@
 //! gRPC on 127.0.0.1, and rlx's own client (`sandbox.kind: cwsandbox`) against the same server.
 
 use std::io::BufRead as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
-use crate::common::{python_env, repo};
+use serde_json::json;
+
+use crate::common::{fixture_problems, python_env, repo};
 
 /// The pinned client set (one cached virtualenv).
 pub(crate) const SDK_REQUIREMENTS: &[&str] =
@@ -23,6 +26,8 @@ pub(crate) struct CwServer {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     pub(crate) url: String,
+    /// Its stderr lines after the address.
+    lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl CwServer {
@@ -39,8 +44,10 @@ impl CwServer {
             .map_while(Result::ok)
             .find_map(|l| l.strip_prefix("rlx sandbox listening on ").and_then(|r| r.split_whitespace().next()).map(str::to_owned))
             .expect("the server prints its address");
-        std::thread::spawn(move || lines.for_each(drop));
-        CwServer { child, url }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| sink.lock().unwrap().push(l)));
+        CwServer { child, url, lines: seen }
     }
 }
 
@@ -73,4 +80,101 @@ fn the_official_client_drives_rlx_sandbox_serve() {
     assert_eq!(seen["read"], "written by the program");
     assert_eq!(seen["timeout"], "SandboxTimeoutError");
     assert_eq!(seen["after_stop"], serde_json::json!([]));
+}
+
+impl CwServer {
+    /// Stops the server with SIGINT and returns its closing line (`N sandboxes created, M alive`).
+    pub(crate) fn stop(mut self) -> String {
+        // SAFETY: kill(2) on the child we spawned.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGINT);
+        }
+        let _ = self.child.wait();
+        let lines = self.lines.lock().unwrap();
+        lines.iter().find(|l| l.contains("rlx sandbox stopped")).cloned().unwrap_or_else(|| panic!("no closing line in {lines:?}"))
+    }
+}
+
+fn rlx_grade(cwd: &Path, sandbox: &[&str], completions: &Path, env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rlx"));
+    c.current_dir(cwd).env("NO_COLOR", "1");
+    for k in ["CWSANDBOX_API_KEY", "AVIATO_API_KEY", "WANDB_API_KEY", "WANDB_ENTITY_NAME", "CWSANDBOX_BASE_URL"] {
+        c.env_remove(k);
+    }
+    c.envs(env.iter().copied())
+        .args(["grade", "--no-progress", "--concurrency", "2", "--timeout", "2", "--problems"])
+        .arg(fixture_problems())
+        .arg("--completions")
+        .arg(completions)
+        .args(sandbox)
+        .output()
+        .unwrap()
+}
+
+fn verdicts(out: &std::process::Output) -> Vec<serde_json::Value> {
+    assert!(out.status.success(), "rlx grade failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// What must agree between two sandboxes: everything but the timings.
+fn outcome(v: &serde_json::Value) -> serde_json::Value {
+    let tests: Vec<serde_json::Value> = v["tests"].as_array().map(|t| t.iter().map(|t| json!([t["status"], t["got"]])).collect()).unwrap_or_default();
+    json!({"status": v["status"], "passed": v["tests_passed"], "total": v["tests_total"], "tests": tests})
+}
+
+/// `rlx grade --sandbox cwsandbox` against the local server gives the embedded sandbox's
+/// verdicts on the same completions (passing, wrong, crashing, too slow, no code), and every
+/// sandbox it created is deleted: the server ends with none alive.
+#[test]
+fn grading_through_cwsandbox_gives_the_embedded_sandboxs_verdicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let completions = dir.path().join("c.jsonl");
+    let rows = [
+        json!({"problem_id": "lcb_rllm/0", "code": "a, b = map(int, input().split())\nprint(-(-a // b))"}),
+        json!({"problem_id": "lcb_rllm/0", "code": "print(4)"}),
+        json!({"problem_id": "lcb_rllm/0", "code": "raise ValueError('no')"}),
+        json!({"problem_id": "lcb_rllm/0", "code": "while True:\n    pass"}),
+        json!({"problem_id": "lcb_rllm/0", "completion": "no code here"}),
+    ];
+    std::fs::write(&completions, rows.iter().map(|r| r.to_string() + "\n").collect::<String>()).unwrap();
+    let local = verdicts(&rlx_grade(dir.path(), &["--sandbox", "local"], &completions, &[("RLX_SANDBOX_NAMESPACES", "0")]));
+    let server = CwServer::start();
+    let remote = verdicts(&rlx_grade(dir.path(), &["--sandbox", "cwsandbox", "--cwsandbox-url", &server.url.clone()], &completions, &[("CWSANDBOX_API_KEY", "rlx-test-key")]));
+    let closing = server.stop();
+    let statuses: Vec<&str> = local.iter().map(|v| v["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["passed", "failed", "failed", "failed", "format_error"]);
+    assert_eq!(local[3]["tests"][0]["status"], "timeout");
+    assert_eq!(local.iter().map(outcome).collect::<Vec<_>>(), remote.iter().map(outcome).collect::<Vec<_>>(), "local:\n{local:?}\nremote:\n{remote:?}");
+    // Four programs graded, one sandbox each; the format error never reached a sandbox.
+    assert!(closing.contains("4 sandboxes created, 0 alive"), "{closing}");
+}
+
+/// No credentials: exit code 2, naming every variable that would do.
+#[test]
+fn a_missing_key_exits_2_naming_the_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let completions = dir.path().join("c.jsonl");
+    std::fs::write(&completions, "{\"problem_id\": \"lcb_rllm/0\", \"code\": \"print(1)\"}\n").unwrap();
+    let out = rlx_grade(dir.path(), &["--sandbox", "cwsandbox", "--cwsandbox-url", "http://127.0.0.1:9"], &completions, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for v in ["CWSANDBOX_API_KEY", "AVIATO_API_KEY", "WANDB_API_KEY"] {
+        assert!(stderr.contains(v), "{v} not named: {stderr}");
+    }
+}
+
+/// An endpoint where nothing listens fails at once (before any grading), naming the URL; the key
+/// never appears in the output.
+#[test]
+fn an_unreachable_endpoint_fails_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let completions = dir.path().join("c.jsonl");
+    std::fs::write(&completions, "{\"problem_id\": \"lcb_rllm/0\", \"code\": \"print(1)\"}\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = rlx_grade(dir.path(), &["--sandbox", "cwsandbox", "--cwsandbox-url", &url], &completions, &[("CWSANDBOX_API_KEY", "secret-key-123")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&url), "{stderr}");
+    assert!(!stderr.contains("secret-key-123") && !String::from_utf8_lossy(&out.stdout).contains("secret-key-123"));
 }

@@ -112,10 +112,12 @@ async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Opti
         let _ = tokio::signal::ctrl_c().await;
     };
     match protocol {
-        Protocol::Fusion => crate::sandbox::server::serve(listener, sandbox, shutdown).await,
-        Protocol::Cwsandbox => crate::sandbox::cwsandbox::server::serve(listener, sandbox, shutdown).await,
+        Protocol::Fusion => crate::sandbox::server::serve(listener, sandbox, shutdown).await.context("server failed")?,
+        Protocol::Cwsandbox => {
+            let stats = crate::sandbox::cwsandbox::server::serve(listener, sandbox, shutdown).await.context("server failed")?;
+            printer::status(format!("rlx sandbox stopped: {} sandboxes created, {} alive", stats.created, stats.alive));
+        }
     }
-    .context("server failed")?;
     Ok(exit::OK)
 }
 

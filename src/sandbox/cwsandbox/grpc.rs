@@ -19,8 +19,6 @@ pub(crate) const DEADLINE_EXCEEDED: u32 = 4;
 pub(crate) const NOT_FOUND: u32 = 5;
 /// `RESOURCE_EXHAUSTED`.
 pub(crate) const RESOURCE_EXHAUSTED: u32 = 8;
-/// `FAILED_PRECONDITION`.
-pub(crate) const FAILED_PRECONDITION: u32 = 9;
 /// `ABORTED`.
 pub(crate) const ABORTED: u32 = 10;
 /// `UNIMPLEMENTED`.
@@ -29,8 +27,6 @@ pub(crate) const UNIMPLEMENTED: u32 = 12;
 pub(crate) const INTERNAL: u32 = 13;
 /// `UNAVAILABLE`.
 pub(crate) const UNAVAILABLE: u32 = 14;
-/// `UNAUTHENTICATED`.
-pub(crate) const UNAUTHENTICATED: u32 = 16;
 
 /// The name of a status code, for messages.
 pub(crate) fn code_name(code: u32) -> &'static str {
@@ -44,14 +40,14 @@ pub(crate) fn code_name(code: u32) -> &'static str {
         6 => "ALREADY_EXISTS",
         7 => "PERMISSION_DENIED",
         RESOURCE_EXHAUSTED => "RESOURCE_EXHAUSTED",
-        FAILED_PRECONDITION => "FAILED_PRECONDITION",
+        9 => "FAILED_PRECONDITION",
         ABORTED => "ABORTED",
         11 => "OUT_OF_RANGE",
         UNIMPLEMENTED => "UNIMPLEMENTED",
         INTERNAL => "INTERNAL",
         UNAVAILABLE => "UNAVAILABLE",
         15 => "DATA_LOSS",
-        UNAUTHENTICATED => "UNAUTHENTICATED",
+        16 => "UNAUTHENTICATED",
         _ => "UNKNOWN",
     }
 }
@@ -95,11 +91,6 @@ impl Deframer {
         }
         self.buf.advance(5);
         Ok(Some(self.buf.split_to(len).freeze()))
-    }
-
-    /// Whether bytes of an incomplete message are left.
-    pub(crate) fn has_partial(&self) -> bool {
-        !self.buf.is_empty()
     }
 }
 
@@ -172,7 +163,6 @@ mod tests {
         let one = d.next().unwrap().unwrap();
         assert_eq!(<super::super::wire::GetSandboxRequest as prost::Message>::decode(one).unwrap(), msg);
         assert!(d.next().unwrap().is_some());
-        assert!(!d.has_partial());
         d.push(&[1, 0, 0, 0, 0]);
         assert!(d.next().is_err(), "compressed frames are refused");
     }

@@ -126,12 +126,22 @@ fn reply<M: Message>(result: Result<M, Status>) -> Response<ChannelBody> {
     }
 }
 
+/// What a server did, reported when it stops: sandboxes created, and alive at the end (leaked,
+/// if the clients should have stopped them all).
+#[derive(Debug, Clone, Copy)]
+pub struct Stats {
+    /// Sandboxes created.
+    pub created: u64,
+    /// Sandboxes not deleted when the server stopped.
+    pub alive: usize,
+}
+
 /// Serves until `shutdown` resolves; connections still open then are closed after the execs in
-/// flight on them end (at most their deadline).
+/// flight on them end (at most ten seconds).
 ///
 /// # Errors
 /// A failing `accept` that is not transient.
-pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, shutdown: impl Future<Output = ()>) -> std::io::Result<Stats> {
     let svc = Arc::new(Service { sandbox, held: std::sync::Mutex::new(HashMap::new()), counter: AtomicU64::new(0), ended: std::sync::Mutex::default(), epoch: wire::Timestamp::now().nanos as u32 ^ std::process::id() });
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
@@ -158,7 +168,7 @@ pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, shutdown: impl 
     if tokio::time::timeout(Duration::from_secs(10), async { while connections.join_next().await.is_some() {} }).await.is_err() {
         connections.shutdown().await;
     }
-    Ok(())
+    Ok(Stats { created: svc.counter.load(Ordering::Relaxed), alive: svc.lock().len() })
 }
 
 async fn unary<Req: Message + Default>(req: Request<Incoming>) -> Result<Req, Status> {
