@@ -319,8 +319,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_pool_bounds_sandboxes_alive_and_stops_every_one() {
         let g = grader(Duration::from_millis(20), 2);
-        let p = problem();
-        let verdicts = futures_util::future::join_all((0..6).map(|_| g.grade(&p, "print(1)", &GradeOptions::default()))).await;
+        let (p, opts) = (problem(), GradeOptions::default());
+        let verdicts = futures_util::future::join_all((0..6).map(|_| g.grade(&p, "print(1)", &opts))).await;
         assert!(verdicts.iter().all(|v| v.passed), "{verdicts:?}");
         assert_eq!(g.backend().created.load(Ordering::SeqCst), 6, "one sandbox per graded completion");
         assert_eq!(g.backend().peak.load(Ordering::SeqCst), 2, "never more than max_alive at once");
@@ -330,8 +330,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_grade_still_stops_its_sandbox_and_leftovers_are_found_by_tag() {
         let g = grader(Duration::from_secs(30), 4);
-        let p = problem();
-        let cancelled = tokio::time::timeout(Duration::from_millis(200), g.grade(&p, "print(1)", &GradeOptions::default())).await;
+        let (p, opts) = (problem(), GradeOptions::default());
+        let cancelled = tokio::time::timeout(Duration::from_millis(200), g.grade(&p, "print(1)", &opts)).await;
         assert!(cancelled.is_err());
         for _ in 0..100 {
             if g.backend().alive.lock().unwrap().is_empty() {

@@ -139,7 +139,7 @@ fn grading_through_cwsandbox_gives_the_embedded_sandboxs_verdicts() {
     std::fs::write(&completions, rows.iter().map(|r| r.to_string() + "\n").collect::<String>()).unwrap();
     let local = verdicts(&rlx_grade(dir.path(), &["--sandbox", "local"], &completions, &[("RLX_SANDBOX_NAMESPACES", "0")]));
     let server = CwServer::start();
-    let remote = verdicts(&rlx_grade(dir.path(), &["--sandbox", "cwsandbox", "--cwsandbox-url", &server.url.clone()], &completions, &[("CWSANDBOX_API_KEY", "rlx-test-key")]));
+    let remote = verdicts(&rlx_grade(dir.path(), &["--sandbox", "cwsandbox", "--cwsandbox-url", server.url.as_str()], &completions, &[("CWSANDBOX_API_KEY", "rlx-test-key")]));
     let closing = server.stop();
     let statuses: Vec<&str> = local.iter().map(|v| v["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, ["passed", "failed", "failed", "failed", "format_error"]);
@@ -172,7 +172,7 @@ fn an_unreachable_endpoint_fails_naming_it() {
     std::fs::write(&completions, "{\"problem_id\": \"lcb_rllm/0\", \"code\": \"print(1)\"}\n").unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = format!("http://127.0.0.1:{port}");
-    let out = rlx_grade(dir.path(), &["--sandbox", "cwsandbox", "--cwsandbox-url", &url], &completions, &[("CWSANDBOX_API_KEY", "secret-key-123")]);
+    let out = rlx_grade(dir.path(), &["--sandbox", "cwsandbox", "--cwsandbox-url", url.as_str()], &completions, &[("CWSANDBOX_API_KEY", "secret-key-123")]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(&url), "{stderr}");
