@@ -78,7 +78,7 @@ pub fn credentials(var: impl Fn(&str) -> Option<String>) -> Result<HeaderMap, Er
         v.set_sensitive(true);
         Ok::<_, Error>(v)
     };
-    if let Some((name, key)) = ["CWSANDBOX_API_KEY", "AVIATO_API_KEY"].iter().find_map(|n| set(*n).map(|k| (*n, k))) {
+    if let Some((name, key)) = ["CWSANDBOX_API_KEY", "AVIATO_API_KEY"].iter().find_map(|n| set(n).map(|k| (*n, k))) {
         h.insert("authorization", sensitive(&format!("Bearer {}", key.trim()), name)?);
     } else if let Some(key) = set("WANDB_API_KEY") {
         h.insert("x-wandb-api-key", sensitive(key.trim(), "WANDB_API_KEY")?);
@@ -222,30 +222,28 @@ impl RemoteSandboxes for CwClient {
         format!("CoreWeave Sandbox at {}", self.base)
     }
 
-    fn create(&self, spec: &CreateSpec) -> impl Future<Output = Result<String, Error>> + Send {
-        async move {
-            let limits = wire::Resources { cpu: spec.cpu.clone().unwrap_or_default(), memory: format!("{}Mi", spec.memory_mb) };
-            let container = wire::Container {
-                image: spec.image.clone(),
-                resource_requirements: Some(wire::ResourceRequirements { requests: Some(limits.clone()), limits: Some(limits) }),
-                ..Default::default()
-            };
-            let sandbox = wire::Sandbox {
-                spec: Some(wire::SandboxSpec { containers: vec![container], tags: spec.tags.clone(), max_lifetime_seconds: spec.max_lifetime.as_secs() as i32 }),
-                ..Default::default()
-            };
-            // The same request id on every retry: the service creates one sandbox for it.
-            let req = wire::CreateSandboxRequest { sandbox: Some(sandbox), request_id: request_id() };
-            let created: wire::Sandbox = self.retried("CreateSandbox", &req, CALL_TIMEOUT).await?;
-            let id = created.sandbox_id.clone();
-            if created.state() != State::Running {
-                if let Err(e) = self.wait_running(&id, spec.ready_timeout).await {
-                    let _ = self.stop(&id).await;
-                    return Err(e);
-                }
-            }
-            Ok(id)
+    async fn create(&self, spec: &CreateSpec) -> Result<String, Error> {
+        let limits = wire::Resources { cpu: spec.cpu.clone().unwrap_or_default(), memory: format!("{}Mi", spec.memory_mb) };
+        let container = wire::Container {
+            image: spec.image.clone(),
+            resource_requirements: Some(wire::ResourceRequirements { requests: Some(limits.clone()), limits: Some(limits) }),
+            ..Default::default()
+        };
+        let sandbox = wire::Sandbox {
+            spec: Some(wire::SandboxSpec { containers: vec![container], tags: spec.tags.clone(), max_lifetime_seconds: spec.max_lifetime.as_secs() as i32 }),
+            ..Default::default()
+        };
+        // The same request id on every retry: the service creates one sandbox for it.
+        let req = wire::CreateSandboxRequest { sandbox: Some(sandbox), request_id: request_id() };
+        let created: wire::Sandbox = self.retried("CreateSandbox", &req, CALL_TIMEOUT).await?;
+        let id = created.sandbox_id.clone();
+        if created.state() != State::Running
+            && let Err(e) = self.wait_running(&id, spec.ready_timeout).await
+        {
+            let _ = self.stop(&id).await;
+            return Err(e);
         }
+        Ok(id)
     }
 
     fn exec(&self, id: &str, argv: &[String], timeout: Duration) -> impl Future<Output = Result<Executed, Error>> + Send {

@@ -99,10 +99,10 @@ impl hyper::body::Body for ChannelBody {
 fn trailers(status: &Status) -> Frame<Bytes> {
     let mut h = HeaderMap::new();
     h.insert("grpc-status", status.code.to_string().parse().expect("digits are a valid header value"));
-    if !status.message.is_empty() {
-        if let Ok(v) = grpc::encode_message(&status.message).parse() {
-            h.insert("grpc-message", v);
-        }
+    if !status.message.is_empty()
+        && let Ok(v) = grpc::encode_message(&status.message).parse()
+    {
+        h.insert("grpc-message", v);
     }
     Frame::trailers(h)
 }
