@@ -17,7 +17,7 @@ use std::path::Path;
 pub const FILE: &str = ".env";
 
 /// Name prefixes of the variables rlx (or a tracker or tool it starts) reads.
-const PREFIXES: &[&str] = &["TINKER_", "WANDB_", "MLFLOW_", "HF_", "HUGGING_FACE_", "OPENAI_", "RLX_"];
+const PREFIXES: &[&str] = &["TINKER_", "WANDB_", "MLFLOW_", "HF_", "HUGGING_FACE_", "OPENAI_", "RLX_", "CWSANDBOX_"];
 
 /// Whether rlx takes `name` from a `.env` file: its own families, and any `*_API_KEY` (a spec's
 /// `backend.api_key_env` may name one of the user's choosing).
@@ -132,5 +132,6 @@ mod tests {
     fn only_names_rlx_reads() {
         assert!(wanted("TINKER_API_KEY") && wanted("WANDB_API_KEY") && wanted("HF_TOKEN") && wanted("MY_SERVER_API_KEY"));
         assert!(!wanted("PATH") && !wanted("DATABASE_URL") && !wanted("LD_PRELOAD"));
+        assert!(wanted("CWSANDBOX_BASE_URL"), "the CoreWeave Sandbox endpoint may live in .env with its key");
     }
 }

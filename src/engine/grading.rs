@@ -24,7 +24,7 @@ impl Sandboxes {
     /// # Errors
     /// [`Error::Sandbox`]: a strict sandbox missing isolation layers, no Python, a bad Fusion URL.
     pub(crate) async fn start(plan: &Plan, sink: &dyn EventSink) -> Result<(AnyGrader, serde_json::Value), Error> {
-        let started = crate::sandbox::start(&plan.sandbox).await.map_err(Error::Sandbox)?;
+        let started = crate::sandbox::start_for(&plan.sandbox, Some(&plan.run_id)).await.map_err(Error::Sandbox)?;
         for w in started.warnings {
             tracing::warn!("{w}");
             sink.event(Event::Warning(format!("{w} (set `sandbox.strict: true` to refuse to run instead)")));

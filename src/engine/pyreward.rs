@@ -133,7 +133,7 @@ impl PythonRewards {
         let func = RewardFn::load(&py.path, &py.display, &py.function, py.call_timeout, u64::from(plan.sandbox.memory_mb)).map_err(Error::Sandbox)?;
         let (sandbox, protection) = match grader {
             AnyGrader::Local(sb) => (sb.clone(), None),
-            AnyGrader::Fusion(_) => {
+            AnyGrader::Fusion(_) | AnyGrader::Remote(_) => {
                 let workers = plan.sandbox.concurrency.map_or(2, |c| (c as usize).clamp(1, 4));
                 let started = crate::sandbox::start::start_local(LocalConfig { workers, strict: plan.sandbox.strict, ..LocalConfig::default() }).await.map_err(Error::Sandbox)?;
                 for w in started.warnings {

@@ -199,7 +199,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// 128 bits that the program cannot guess (std's per-process random hash keys, plus time and
 /// a counter), to tag the verdict line.
-fn nonce() -> String {
+pub(crate) fn new_nonce() -> String {
     use std::hash::{BuildHasher, Hasher};
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let c = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -218,7 +218,7 @@ fn nonce() -> String {
 /// The `/run_code` body that grades `code` on `problem` with our harness, and its nonce.
 pub fn grade_request(problem: &Problem, code: &str, opts: &GradeOptions) -> (Value, String) {
     let (job, expected) = harness::grade_job(problem, code, opts);
-    let nonce = nonce();
+    let nonce = new_nonce();
     let expected = json!({"nonce": nonce, "expected": expected.map(|e| e["expected"].clone())});
     let run_timeout = job["deadline_s"].as_f64().unwrap_or(60.0) + 5.0;
     let body = json!({

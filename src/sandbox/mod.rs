@@ -21,6 +21,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod compare;
+pub mod cwsandbox;
 pub(crate) mod extract;
 pub mod fusion;
 pub(crate) mod grade_loop;
@@ -29,6 +30,7 @@ pub mod lang;
 pub mod local;
 pub(crate) mod preflight;
 pub(crate) mod proc_tree;
+pub mod remote;
 pub mod reward;
 pub mod server;
 pub(crate) mod start;
@@ -45,7 +47,7 @@ use crate::spec::types::Language;
 pub use extract::{extract_code, extract_code_in};
 pub use grade_loop::{Graded, grade_all, grade_group};
 pub use preflight::preflight;
-pub use start::{Started, start};
+pub use start::{Started, start, start_for};
 
 /// Resource limits for one program or one test.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -262,7 +264,7 @@ impl Error {
     /// Fusion answers, a completion for an unknown problem. Everything else is the sandbox failing (exit code 3).
     pub fn is_user_error(&self) -> bool {
         matches!(self, Error::Incomplete { .. } | Error::Url { .. } | Error::UnknownProblem { .. } | Error::Toolchain { .. })
-            || matches!(self, Error::Preflight { sandbox, .. } if sandbox.starts_with("Sandbox Fusion"))
+            || matches!(self, Error::Preflight { sandbox, .. } if sandbox.starts_with("Sandbox Fusion") || sandbox.starts_with("CoreWeave Sandbox"))
     }
 }
 
@@ -458,6 +460,8 @@ pub enum AnyGrader {
     Local(local::LocalSandbox),
     /// A Sandbox Fusion server (boxed: the HTTP client is large next to the pool handle).
     Fusion(Box<fusion::FusionClient>),
+    /// A hosted sandbox service behind the remote seam: CoreWeave Sandbox (Aviato).
+    Remote(Box<remote::RemoteGrader<cwsandbox::client::CwClient>>),
 }
 
 impl Grader for AnyGrader {
@@ -465,6 +469,7 @@ impl Grader for AnyGrader {
         match self {
             AnyGrader::Local(g) => g.grade(problem, code, opts).await,
             AnyGrader::Fusion(g) => g.grade(problem, code, opts).await,
+            AnyGrader::Remote(g) => g.grade(problem, code, opts).await,
         }
     }
 }

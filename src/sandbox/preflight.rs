@@ -22,6 +22,10 @@ pub async fn preflight(grader: &AnyGrader) -> Result<(), Error> {
             format!("Sandbox Fusion at {} (sandbox.url)", f.base_url()),
             "start the server (docker run -p 8080:8080 volcengine/sandbox-fusion:server-20250609, or `rlx sandbox serve`), fix `sandbox.url`, or use `sandbox.kind: local`",
         ),
+        AnyGrader::Remote(r) => (
+            format!("{} (sandbox.cwsandbox)", crate::sandbox::remote::RemoteSandboxes::describe(r.backend())),
+            "check the service's status and credentials, or use `sandbox.kind: local`",
+        ),
     };
     let fail = |reason: String| Error::Preflight { sandbox: what.clone(), reason, hint: hint.into() };
     if let AnyGrader::Fusion(f) = grader {

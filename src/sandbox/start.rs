@@ -40,7 +40,18 @@ pub struct Started<G = AnyGrader> {
 /// [`Error::Worker`] when the local workers cannot start; [`Error::Remote`] for a Sandbox
 /// Fusion URL that cannot be used.
 pub async fn start(spec: &SandboxSpec) -> Result<Started, Error> {
+    start_for(spec, None).await
+}
+
+/// [`start`] for a run: a remote service's sandboxes are tagged with the run (`rlx-job-<run
+/// id>`), and those a killed run of the same id left are stopped first (the resume's clean-up).
+///
+/// # Errors
+/// As [`start`]; for `cwsandbox` also missing credentials and an endpoint that does not answer
+/// ([`Error::Preflight`], exit code 2).
+pub async fn start_for(spec: &SandboxSpec, run_id: Option<&str>) -> Result<Started, Error> {
     match spec.kind {
+        SandboxKind::Cwsandbox => start_cwsandbox(spec, run_id, |k| std::env::var(k).ok()).await,
         SandboxKind::Local => {
             let mut config = LocalConfig { strict: spec.strict, ..LocalConfig::default() };
             if let Some(c) = spec.concurrency {
@@ -59,6 +70,44 @@ pub async fn start(spec: &SandboxSpec) -> Result<Started, Error> {
             })
         }
     }
+}
+
+/// The CoreWeave Sandbox grader: credentials from `var`, first contact within seconds, then the
+/// leftovers of a killed run with the same tag stopped.
+async fn start_cwsandbox(spec: &SandboxSpec, run_id: Option<&str>, var: impl Fn(&str) -> Option<String>) -> Result<Started, Error> {
+    use super::cwsandbox::client::{CwClient, DEFAULT_BASE_URL, credentials};
+    use super::remote::{CreateSpec, PoolLimits, RemoteGrader};
+    let cw = spec.cwsandbox.clone().unwrap_or_default();
+    let base_url = cw.base_url.clone().or_else(|| var("CWSANDBOX_BASE_URL")).unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+    let client = CwClient::new(&base_url, credentials(&var)?)?;
+    client.ping().await.map_err(|reason| Error::Preflight {
+        sandbox: format!("CoreWeave Sandbox at {base_url} (sandbox.cwsandbox.base_url)"),
+        reason,
+        hint: "check the URL and the network (`rlx sandbox serve --protocol cwsandbox` serves one locally), or use `sandbox.kind: local`".into(),
+    })?;
+    let job_tag = run_id.map_or_else(|| format!("rlx-grade-{}", std::process::id()), |r| format!("rlx-job-{r}"));
+    let create = CreateSpec {
+        image: cw.image.clone(),
+        tags: vec!["rlx".into(), job_tag.clone()],
+        cpu: cw.cpu.clone(),
+        memory_mb: u64::from(spec.memory_mb),
+        max_lifetime: std::time::Duration::from_secs(u64::from(cw.max_lifetime_s)),
+        ready_timeout: std::time::Duration::from_secs_f64(cw.ready_timeout_s.max(1.0)),
+    };
+    let limits = PoolLimits { max_alive: cw.max_alive.max(1) as usize, creates_per_s: cw.creates_per_s };
+    let grader = RemoteGrader::new(client, create, limits);
+    let mut warnings = vec![];
+    if run_id.is_some() {
+        let n = grader.stop_leftovers(&job_tag).await?;
+        if n > 0 {
+            warnings.push(format!("stopped {n} sandbox(es) tagged `{job_tag}` that an earlier, interrupted run of this experiment left at {base_url}"));
+        }
+    }
+    Ok(Started {
+        grader: AnyGrader::Remote(Box::new(grader)),
+        protection: json!({"kind": "cwsandbox", "url": base_url, "image": cw.image, "isolation": "the service's"}),
+        warnings,
+    })
 }
 
 /// Starts the embedded sandbox (what `rlx sandbox serve` serves), honouring

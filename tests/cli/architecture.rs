@@ -412,7 +412,7 @@ const KNOWN_PARENT_CYCLES: &[&[&str]] = &[
     &["backend", "backend::openai", "backend::openai::client", "backend::openai::sampler", "backend::openai::tokens", "backend::tinker", "backend::tinker::convert", "backend::tinker::future", "backend::tinker::http", "backend::tinker::profile", "backend::tinker::sampler", "backend::tinker::session", "backend::tinker::trainer"],
     &["backend::local", "backend::local::decode::batch", "backend::local::decode::cache", "backend::local::decode::forward", "backend::local::decode::weights", "backend::local::sampler"],
     &["data", "data::formats"],
-    &["sandbox", "sandbox::fusion", "sandbox::harness", "sandbox::lang", "sandbox::local"],
+    &["sandbox", "sandbox::cwsandbox", "sandbox::cwsandbox::client", "sandbox::cwsandbox::server", "sandbox::fusion", "sandbox::harness", "sandbox::lang", "sandbox::local", "sandbox::remote"],
     &["plan", "plan::check", "plan::hash", "plan::resolve"],
     &["health", "health::signals"],
     &["export", "export::card", "export::gguf", "export::hf", "export::locate", "export::merge", "export::peft", "export::staging"],

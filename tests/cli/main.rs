@@ -72,6 +72,7 @@ mod chat;
 mod common;
 mod compat;
 mod cpp_run;
+mod cwsandbox;
 mod compare;
 mod data;
 mod engine;

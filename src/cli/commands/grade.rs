@@ -29,6 +29,8 @@ pub enum SandboxKind {
     Local,
     /// A Sandbox Fusion server at `--fusion-url`.
     Fusion,
+    /// CoreWeave Sandbox (Aviato) at `--cwsandbox-url`: one sandbox per completion.
+    Cwsandbox,
 }
 
 /// Arguments of `rlx grade`.
@@ -51,7 +53,11 @@ pub struct GradeArgs {
     /// Sandbox Fusion endpoint (with `--sandbox fusion`).
     #[arg(long, env = "SANDBOX_URL", default_value = "http://localhost:8080/run_code")]
     pub fusion_url: String,
-    /// Completions graded at once [default: cores for local, 4 for fusion]; the local sandbox
+    /// CoreWeave Sandbox endpoint (with `--sandbox cwsandbox`; credentials from
+    /// `CWSANDBOX_API_KEY`, `AVIATO_API_KEY` or `WANDB_API_KEY`).
+    #[arg(long, env = "CWSANDBOX_BASE_URL", default_value = "https://api.cwsandbox.com")]
+    pub cwsandbox_url: String,
+    /// Completions graded at once [default: cores for local, 4 for fusion and cwsandbox]; the local sandbox
     /// also starts more (up to 4×) while some wait without using the CPU.
     #[arg(long)]
     pub concurrency: Option<usize>,
@@ -175,11 +181,14 @@ pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
         kind: match args.sandbox {
             SandboxKind::Local => crate::spec::types::SandboxKind::Local,
             SandboxKind::Fusion => crate::spec::types::SandboxKind::Fusion,
+            SandboxKind::Cwsandbox => crate::spec::types::SandboxKind::Cwsandbox,
         },
+        cwsandbox: (args.sandbox == SandboxKind::Cwsandbox)
+            .then(|| crate::spec::types::CwSandbox { base_url: Some(args.cwsandbox_url.clone()), ..Default::default() }),
         url: args.fusion_url.clone(),
         concurrency: Some(args.concurrency.unwrap_or(match args.sandbox {
             SandboxKind::Local => std::thread::available_parallelism().map_or(2, |n| n.get()),
-            SandboxKind::Fusion => 4,
+            SandboxKind::Fusion | SandboxKind::Cwsandbox => 4,
         }) as u32),
         strict: args.strict,
         ..SandboxSpec::default()
@@ -207,7 +216,7 @@ pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
         // while some wait off the CPU); the grading loop only has to offer that many.
         let in_flight = match &started.grader {
             crate::sandbox::AnyGrader::Local(l) => l.max_in_flight(),
-            crate::sandbox::AnyGrader::Fusion(_) => concurrency,
+            crate::sandbox::AnyGrader::Fusion(_) | crate::sandbox::AnyGrader::Remote(_) => concurrency,
         };
         grade_all(Arc::new(started.grader), &problems, submissions, &opts, in_flight, args.infra_retries, progress).await.context("grading failed")
     })?;

@@ -38,6 +38,11 @@ pub enum SandboxCommand {
         /// Refuse to start when an isolation layer is unavailable.
         #[arg(long)]
         strict: bool,
+        /// The protocol served: Sandbox Fusion's HTTP API, or the CoreWeave Sandbox (Aviato)
+        /// gRPC service over plaintext HTTP/2, for the `cwsandbox` Python client
+        /// (`CWSANDBOX_BASE_URL=http://ADDR`) and `sandbox.kind: cwsandbox`.
+        #[arg(long, value_enum, default_value = "fusion")]
+        protocol: Protocol,
     },
     /// Benchmark the local sandbox and print the workload table.
     Bench {
@@ -53,12 +58,21 @@ pub enum SandboxCommand {
     },
 }
 
+/// What `rlx sandbox serve` speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocol {
+    /// Sandbox Fusion: `POST /run_code`, `GET /v1/ping`.
+    Fusion,
+    /// CoreWeave Sandbox: `coreweave.sandbox.v1.SandboxService` over gRPC (h2c).
+    Cwsandbox,
+}
+
 /// Run `rlx sandbox ...`.
 pub(crate) fn run(cmd: SandboxCommand) -> anyhow::Result<u8> {
     let runtime = super::runtime()?;
     runtime.block_on(async {
         match cmd {
-            SandboxCommand::Serve { bind, concurrency, max_in_flight, strict } => serve(bind, concurrency, max_in_flight, strict).await,
+            SandboxCommand::Serve { bind, concurrency, max_in_flight, strict, protocol } => serve(bind, concurrency, max_in_flight, strict, protocol).await,
             SandboxCommand::Bench { workers, requests, inflight } => bench(workers, requests, &inflight).await,
         }
     })
@@ -73,7 +87,7 @@ async fn start_local(config: LocalConfig) -> anyhow::Result<crate::sandbox::loca
     Ok(started.grader)
 }
 
-async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Option<usize>, strict: bool) -> anyhow::Result<u8> {
+async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Option<usize>, strict: bool, protocol: Protocol) -> anyhow::Result<u8> {
     let mut config = LocalConfig { strict, max_in_flight, ..LocalConfig::default() };
     if let Some(c) = concurrency {
         config.workers = c;
@@ -81,11 +95,11 @@ async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Opti
     let sandbox = start_local(config).await?;
     let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| format!("cannot listen on `{bind}`"))?;
     let addr = listener.local_addr()?;
-    printer::status(format!(
-        "rlx sandbox listening on http://{addr} ({} on the CPU, {} in flight); POST /run_code, GET /v1/ping",
-        sandbox.workers(),
-        sandbox.max_in_flight()
-    ));
+    let api = match protocol {
+        Protocol::Fusion => "POST /run_code, GET /v1/ping",
+        Protocol::Cwsandbox => "gRPC coreweave.sandbox.v1.SandboxService (h2c)",
+    };
+    printer::status(format!("rlx sandbox listening on http://{addr} ({} on the CPU, {} in flight); {api}", sandbox.workers(), sandbox.max_in_flight()));
     let preload = sandbox.preload();
     printer::status(format!("preloaded in the warm workers: {}", preload.modules.join(", ")));
     if let Some(why) = preload.missing.get("numpy") {
@@ -97,7 +111,13 @@ async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Opti
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    crate::sandbox::server::serve(listener, sandbox, shutdown).await.context("server failed")?;
+    match protocol {
+        Protocol::Fusion => crate::sandbox::server::serve(listener, sandbox, shutdown).await.context("server failed")?,
+        Protocol::Cwsandbox => {
+            let stats = crate::sandbox::cwsandbox::server::serve(listener, sandbox, shutdown).await.context("server failed")?;
+            printer::status(format!("rlx sandbox stopped: {} sandboxes created, {} alive", stats.created, stats.alive));
+        }
+    }
     Ok(exit::OK)
 }
 

@@ -1,0 +1,7 @@
+//! CoreWeave Sandbox (formerly Aviato): its gRPC protocol, typed once ([`wire`]), rlx's server
+//! of it over the embedded sandbox ([`server`]) and rlx's client of it.
+
+pub mod client;
+pub(crate) mod grpc;
+pub mod server;
+pub(crate) mod wire;

@@ -1,0 +1,348 @@
+//! The remote-sandbox seam: what a hosted sandbox service must offer for rlx to grade in it
+//! (create one with an image, resources, tags and timeouts; run a command with a deadline; write
+//! and read files; stop it; list the ones carrying a tag), and the grader over it.
+//!
+//! The grader follows the reference workflow (origin document 002): a fresh sandbox per graded
+//! completion, the harness and the job written into it, one command that runs our harness
+//! (`harness.py fusion`, the semantics of the embedded sandbox, with a per-request nonce on the
+//! verdict line), and the sandbox stopped on every path: after the verdict, on an error, and
+//! when the grading future is dropped (a cancelled rollout, Ctrl-C) by a guard that stops it in
+//! the background. A run killed outright leaves sandboxes behind; they carry the run's tag
+//! (`rlx-job-<run id>`), and the next start with that tag (the resume) stops them first.
+//!
+//! Bounds: at most `max_alive` sandboxes at once (a semaphore), and at most `creates_per_s`
+//! creations per second (a spacing between creations), because hosted services throttle both.
+//! Every failure of the service is an [`Error::Remote`] and becomes an `infra_error` verdict,
+//! never a failed test. Adding a service (Modal, Daytona, E2B) is implementing
+//! [`RemoteSandboxes`] for its client; docs/sandbox.md has the recipe.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use super::fusion::{new_nonce, parse_verdict_line};
+use super::local::parse_tests;
+use super::{Error, GradeOptions, Grader, Verdict, harness};
+use crate::data::Problem;
+use crate::spec::types::Language;
+
+/// What a sandbox is created with.
+#[derive(Debug, Clone)]
+pub struct CreateSpec {
+    /// Container image (`python:3.11`, the reference's).
+    pub image: String,
+    /// Tags, for finding a run's sandboxes again.
+    pub tags: Vec<String>,
+    /// CPU request and limit (a Kubernetes quantity), `None`: the service's default.
+    pub cpu: Option<String>,
+    /// Memory request and limit, MiB.
+    pub memory_mb: u64,
+    /// The service ends the sandbox after this long even if rlx never stops it.
+    pub max_lifetime: Duration,
+    /// How long a new sandbox may take to become RUNNING before that is an infrastructure error.
+    pub ready_timeout: Duration,
+}
+
+/// What a command did.
+#[derive(Debug, Clone, Default)]
+pub struct Executed {
+    /// Stdout.
+    pub stdout: Vec<u8>,
+    /// Stderr.
+    pub stderr: Vec<u8>,
+    /// Exit code (128 + signal for a killed command).
+    pub exit_code: i32,
+    /// It ran past its deadline (and was ended by the service).
+    pub timed_out: bool,
+}
+
+/// A hosted sandbox service.
+pub trait RemoteSandboxes: Send + Sync + 'static {
+    /// The service and its endpoint, for messages (never a key).
+    fn describe(&self) -> String;
+    /// Creates a sandbox and waits until it can run commands; its id.
+    fn create(&self, spec: &CreateSpec) -> impl Future<Output = Result<String, Error>> + Send;
+    /// Runs `argv` in sandbox `id`, ending it after `timeout`.
+    fn exec(&self, id: &str, argv: &[String], timeout: Duration) -> impl Future<Output = Result<Executed, Error>> + Send;
+    /// Writes a file (absolute path).
+    fn write_file(&self, id: &str, path: &str, data: Vec<u8>) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Reads a file (absolute path).
+    fn read_file(&self, id: &str, path: &str) -> impl Future<Output = Result<Vec<u8>, Error>> + Send;
+    /// Stops and deletes a sandbox; one already gone is not an error.
+    fn stop(&self, id: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Sandboxes carrying `tag` that have not ended.
+    fn list_tagged(&self, tag: &str) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
+}
+
+/// Bounds on a grader's sandboxes.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolLimits {
+    /// Sandboxes alive at once.
+    pub max_alive: usize,
+    /// Creations per second.
+    pub creates_per_s: f64,
+}
+
+/// Where the grading files go in the sandbox.
+const DIR: &str = "/tmp/rlx-grade";
+
+/// The driver: run our harness from its own directory, whatever the command's working directory.
+const MAIN: &str = "import os, sys\nd = os.path.dirname(os.path.abspath(__file__))\nos.chdir(d)\nsys.path.insert(0, d)\nimport harness\nharness.fusion_main()\n";
+
+/// Grades through a [`RemoteSandboxes`] service.
+pub struct RemoteGrader<R> {
+    backend: Arc<R>,
+    spec: CreateSpec,
+    alive: Arc<Semaphore>,
+    spacing: Duration,
+    next_create: Arc<tokio::sync::Mutex<tokio::time::Instant>>,
+    live: Arc<Mutex<HashSet<String>>>,
+}
+
+impl<R> Clone for RemoteGrader<R> {
+    fn clone(&self) -> Self {
+        RemoteGrader {
+            backend: self.backend.clone(),
+            spec: self.spec.clone(),
+            alive: self.alive.clone(),
+            spacing: self.spacing,
+            next_create: self.next_create.clone(),
+            live: self.live.clone(),
+        }
+    }
+}
+
+/// Stops its sandbox when dropped without [`Live::stop`] (an error path, a cancelled future).
+struct Live<R: RemoteSandboxes> {
+    backend: Arc<R>,
+    id: Option<String>,
+    live: Arc<Mutex<HashSet<String>>>,
+}
+
+impl<R: RemoteSandboxes> Live<R> {
+    fn id(&self) -> &str {
+        self.id.as_deref().unwrap_or_default()
+    }
+
+    async fn stop(mut self) {
+        if let Some(id) = self.id.take() {
+            if let Err(e) = self.backend.stop(&id).await {
+                tracing::warn!(sandbox = %id, "cannot stop a sandbox (its max lifetime ends it): {e}");
+            }
+            self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+        }
+    }
+}
+
+impl<R: RemoteSandboxes> Drop for Live<R> {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let (backend, live) = (self.backend.clone(), self.live.clone());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = backend.stop(&id).await;
+                live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+            });
+        }
+    }
+}
+
+impl<R: RemoteSandboxes> RemoteGrader<R> {
+    /// A grader creating sandboxes from `spec` within `limits`.
+    pub fn new(backend: R, spec: CreateSpec, limits: PoolLimits) -> RemoteGrader<R> {
+        let spacing = if limits.creates_per_s > 0.0 { Duration::from_secs_f64(1.0 / limits.creates_per_s) } else { Duration::ZERO };
+        RemoteGrader {
+            backend: Arc::new(backend),
+            spec,
+            alive: Arc::new(Semaphore::new(limits.max_alive.max(1))),
+            spacing,
+            next_create: Arc::new(tokio::sync::Mutex::new(tokio::time::Instant::now())),
+            live: Arc::new(Mutex::new(HashSet::new())),
+        }
+    }
+
+    /// The service.
+    pub fn backend(&self) -> &R {
+        &self.backend
+    }
+
+    /// Sandboxes this grader holds now.
+    pub fn alive(&self) -> usize {
+        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
+    /// Stops the sandboxes carrying `tag` (a killed run's leftovers); how many.
+    ///
+    /// # Errors
+    /// The service failing to list them.
+    pub async fn stop_leftovers(&self, tag: &str) -> Result<usize, Error> {
+        let ids = self.backend.list_tagged(tag).await?;
+        for id in &ids {
+            self.backend.stop(id).await?;
+        }
+        Ok(ids.len())
+    }
+
+    /// Stops every sandbox this grader still holds (shutdown).
+    pub async fn close(&self) {
+        let ids: Vec<String> = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain().collect();
+        for id in ids {
+            let _ = self.backend.stop(&id).await;
+        }
+    }
+
+    /// Waits for a slot and for the creation spacing, then creates a sandbox.
+    async fn acquire(&self) -> Result<(tokio::sync::OwnedSemaphorePermit, Live<R>), Error> {
+        let permit = self.alive.clone().acquire_owned().await.map_err(|_| Error::Task("the sandbox pool is closed".into()))?;
+        {
+            let mut next = self.next_create.lock().await;
+            let now = tokio::time::Instant::now();
+            if *next > now {
+                tokio::time::sleep_until(*next).await;
+            }
+            *next = now.max(*next) + self.spacing;
+        }
+        let id = self.backend.create(&self.spec).await?;
+        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id.clone());
+        Ok((permit, Live { backend: self.backend.clone(), id: Some(id), live: self.live.clone() }))
+    }
+
+    /// One graded completion in its own sandbox; the sandbox is stopped before this returns.
+    async fn grade_in_sandbox(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Result<Verdict, Error> {
+        let total = problem.tests.len();
+        let (job, expected) = harness::grade_job(problem, code, opts);
+        let nonce = new_nonce();
+        let expected = serde_json::json!({"nonce": nonce, "expected": expected.map(|e| e["expected"].clone())});
+        let timeout = Duration::from_secs_f64(job["deadline_s"].as_f64().unwrap_or(60.0) + 10.0);
+        let (_permit, live) = self.acquire().await?;
+        let files = [("harness.py", harness::SOURCE.as_bytes().to_vec()), ("job.json", job.to_string().into_bytes()), ("expected.json", expected.to_string().into_bytes()), ("main.py", MAIN.as_bytes().to_vec())];
+        for (name, data) in files {
+            self.backend.write_file(live.id(), &format!("{DIR}/{name}"), data).await?;
+        }
+        let out = self.backend.exec(live.id(), &["python".to_owned(), format!("{DIR}/main.py")], timeout).await?;
+        live.stop().await;
+        if out.timed_out {
+            return Err(Error::Remote { attempts: 1, reason: format!("the grading command ran past {}s (the harness's own deadline plus 10 s)", timeout.as_secs()) });
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        match parse_verdict_line(&stdout, &nonce).map(|v| parse_tests(&v)) {
+            Some(Ok(tests)) => Ok(Verdict::from_tests(&problem.id, total, tests)),
+            Some(Err(e)) => Err(Error::Remote { attempts: 1, reason: e }),
+            None => {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let tail: String = stderr.chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
+                Err(Error::Remote { attempts: 1, reason: format!("the harness reported no verdict (exit code {}, stderr: {tail})", out.exit_code) })
+            }
+        }
+    }
+}
+
+impl<R: RemoteSandboxes> Grader for RemoteGrader<R> {
+    async fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Verdict {
+        let language = problem.language();
+        if language != Language::Python {
+            let reason = format!("{} grades Python only; grade {} with `sandbox.kind: local`", self.backend.describe(), language.display_name());
+            return Verdict::infra_error(&problem.id, problem.tests.len(), &Error::Remote { attempts: 0, reason });
+        }
+        match self.grade_in_sandbox(problem, code, opts).await {
+            Ok(v) => v,
+            Err(e) => Verdict::infra_error(&problem.id, problem.tests.len(), &e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The pool's bookkeeping against an in-memory service (the protocol itself is tested
+    //! against `rlx sandbox serve --protocol cwsandbox` in tests/cli/cwsandbox.rs).
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::data::{IoCase, Tests};
+
+    #[derive(Default)]
+    struct Memory {
+        files: Mutex<BTreeMap<(String, String), Vec<u8>>>,
+        alive: Mutex<HashSet<String>>,
+        created: AtomicUsize,
+        peak: AtomicUsize,
+        exec_delay: Duration,
+    }
+
+    impl RemoteSandboxes for Memory {
+        fn describe(&self) -> String {
+            "memory".into()
+        }
+        async fn create(&self, spec: &CreateSpec) -> Result<String, Error> {
+            assert!(spec.tags.contains(&"rlx-job-t".to_owned()));
+            let id = format!("m{}", self.created.fetch_add(1, Ordering::SeqCst));
+            let mut alive = self.alive.lock().unwrap();
+            alive.insert(id.clone());
+            self.peak.fetch_max(alive.len(), Ordering::SeqCst);
+            Ok(id)
+        }
+        async fn exec(&self, id: &str, _argv: &[String], _timeout: Duration) -> Result<Executed, Error> {
+            tokio::time::sleep(self.exec_delay).await;
+            let expected: serde_json::Value = serde_json::from_slice(&self.files.lock().unwrap()[&(id.to_owned(), format!("{DIR}/expected.json"))]).unwrap();
+            let line = format!("RLX-VERDICT {} {}\n", expected["nonce"].as_str().unwrap(), serde_json::json!({"tests": [{"status": "passed", "time_ms": 1}]}));
+            Ok(Executed { stdout: line.into_bytes(), ..Executed::default() })
+        }
+        async fn write_file(&self, id: &str, path: &str, data: Vec<u8>) -> Result<(), Error> {
+            self.files.lock().unwrap().insert((id.to_owned(), path.to_owned()), data);
+            Ok(())
+        }
+        async fn read_file(&self, _id: &str, _path: &str) -> Result<Vec<u8>, Error> {
+            Ok(vec![])
+        }
+        async fn stop(&self, id: &str) -> Result<(), Error> {
+            self.alive.lock().unwrap().remove(id);
+            Ok(())
+        }
+        async fn list_tagged(&self, _tag: &str) -> Result<Vec<String>, Error> {
+            Ok(self.alive.lock().unwrap().iter().cloned().collect())
+        }
+    }
+
+    fn problem() -> Problem {
+        Problem { id: "p".into(), statement: String::new(), starter_code: None, tests: Tests::Stdin { cases: vec![IoCase { input: "1\n".into(), output: "1\n".into() }] }, metadata: Default::default() }
+    }
+
+    fn grader(delay: Duration, max_alive: usize) -> RemoteGrader<Memory> {
+        let spec = CreateSpec { image: "python:3.11".into(), tags: vec!["rlx".into(), "rlx-job-t".into()], cpu: None, memory_mb: 1024, max_lifetime: Duration::from_secs(60), ready_timeout: Duration::from_secs(5) };
+        RemoteGrader::new(Memory { exec_delay: delay, ..Memory::default() }, spec, PoolLimits { max_alive, creates_per_s: 0.0 })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_pool_bounds_sandboxes_alive_and_stops_every_one() {
+        let g = grader(Duration::from_millis(20), 2);
+        let (p, opts) = (problem(), GradeOptions::default());
+        let verdicts = futures_util::future::join_all((0..6).map(|_| g.grade(&p, "print(1)", &opts))).await;
+        assert!(verdicts.iter().all(|v| v.passed), "{verdicts:?}");
+        assert_eq!(g.backend().created.load(Ordering::SeqCst), 6, "one sandbox per graded completion");
+        assert_eq!(g.backend().peak.load(Ordering::SeqCst), 2, "never more than max_alive at once");
+        assert!(g.backend().alive.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_grade_still_stops_its_sandbox_and_leftovers_are_found_by_tag() {
+        let g = grader(Duration::from_secs(30), 4);
+        let (p, opts) = (problem(), GradeOptions::default());
+        let cancelled = tokio::time::timeout(Duration::from_millis(200), g.grade(&p, "print(1)", &opts)).await;
+        assert!(cancelled.is_err());
+        for _ in 0..100 {
+            if g.backend().alive.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(g.backend().alive.lock().unwrap().is_empty(), "the dropped grade's sandbox was stopped");
+        // A sandbox a killed run left behind (created, never stopped) is found by its tag.
+        g.backend().create(&g.spec).await.unwrap();
+        assert_eq!(g.stop_leftovers("rlx-job-t").await.unwrap(), 1);
+        assert!(g.backend().alive.lock().unwrap().is_empty());
+    }
+}
