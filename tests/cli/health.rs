@@ -466,7 +466,6 @@ async fn a_model_getting_worse_fires_greedy_below_baseline_and_coverage_collapse
     // Doctor: sampled pass@1 doubled, but greedy fell beyond noise, so the eval expectation is
     // not met, and it says which protocol did what.
     let out = doctor(&cx, &ran.dir);
-    eprintln!("{out}");
     assert!(out.contains("NO   steps 1–3"), "{out}");
     assert!(out.contains("sampled pass@1 25.0% → 50.0%"), "{out}");
     assert!(out.contains("greedy pass@1 100.0% → 0.0% DOWN (McNemar exact p = 0.008, 0 up, 8 down)"), "{out}");
