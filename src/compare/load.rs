@@ -43,8 +43,11 @@ pub(crate) struct Run {
     pub config: BTreeMap<String, String>,
     /// `metrics.jsonl`, in file order.
     pub metrics: Vec<MetricsLine>,
-    /// `eval_results.jsonl`: step → problem id → outcome.
+    /// `eval_results.jsonl`, main protocol: step → problem id → outcome.
     pub evals: BTreeMap<i64, BTreeMap<String, PassCounts>>,
+    /// `eval_results.jsonl`, the greedy protocol's records (`eval.greedy`): step → problem id →
+    /// outcome (one sample each). See [`Run::greedy`].
+    pub greedy_evals: BTreeMap<i64, BTreeMap<String, PassCounts>>,
     /// `checkpoints.jsonl`.
     pub checkpoints: Vec<CheckpointRecord>,
     /// Fingerprint of the eval problems (provenance), when recorded.
@@ -80,6 +83,22 @@ impl Run {
     /// The spec's `seed`, as text; `None` without a resolved spec.
     pub(crate) fn seed(&self) -> Option<&str> {
         self.config.get("seed").map(String::as_str)
+    }
+
+    /// Greedy pass@1's per-problem outcomes: the greedy protocol's records, or the main eval's
+    /// when that is greedy (`eval.temperature: 0`, one sample each); empty when the run has none.
+    pub(crate) fn greedy(&self) -> &BTreeMap<i64, BTreeMap<String, PassCounts>> {
+        static NONE: BTreeMap<i64, BTreeMap<String, PassCounts>> = BTreeMap::new();
+        if !self.greedy_evals.is_empty() {
+            return &self.greedy_evals;
+        }
+        let greedy_main = self.config.get("eval.temperature").and_then(|t| t.parse::<f64>().ok()) == Some(0.0);
+        if greedy_main && self.evals.values().flat_map(BTreeMap::values).all(|o| o.n <= 1) { &self.evals } else { &NONE }
+    }
+
+    /// The outcomes of one protocol: the main eval's, or greedy's.
+    pub(crate) fn outcomes(&self, greedy: bool) -> &BTreeMap<i64, BTreeMap<String, PassCounts>> {
+        if greedy { self.greedy() } else { &self.evals }
     }
 }
 
@@ -203,7 +222,8 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
     let samples = dir.eval_rollouts().map_err(err)?;
     torn(&mut notes, files::EVAL_ROLLOUTS, samples.torn_line);
     let mut eval_samples: BTreeMap<(i64, String), Vec<EvalSampleRecord>> = BTreeMap::new();
-    for s in samples.rows {
+    // The regressions the HTML report shows are the main protocol's completions.
+    for s in samples.rows.into_iter().filter(|s| s.protocol.is_none()) {
         eval_samples.entry((s.step, s.problem_id.clone())).or_default().push(s);
     }
     let metrics = dir.metrics().map_err(err)?;
@@ -211,11 +231,13 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
     let results = dir.eval_results().map_err(err)?;
     torn(&mut notes, files::EVAL_RESULTS, results.torn_line);
     let mut evals: BTreeMap<i64, BTreeMap<String, PassCounts>> = BTreeMap::new();
+    let mut greedy_evals: BTreeMap<i64, BTreeMap<String, PassCounts>> = BTreeMap::new();
     for r in results.rows {
         // A resume drops what a crashed attempt wrote after its checkpoint, so a (step,
         // problem) pair appears once; if it ever did twice, the later record is the one that
         // stands, as it is for metrics.
-        evals.entry(r.step).or_default().insert(r.problem_id, PassCounts { n: r.n, correct: r.correct });
+        let into = if r.protocol.is_some() { &mut greedy_evals } else { &mut evals };
+        into.entry(r.step).or_default().insert(r.problem_id, PassCounts { n: r.n, correct: r.correct });
     }
     let checkpoints = dir.checkpoints().map_err(err)?;
     torn(&mut notes, files::CHECKPOINTS, checkpoints.torn_line);
@@ -226,6 +248,7 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
         config,
         metrics: metrics.rows,
         evals,
+        greedy_evals,
         checkpoints: checkpoints.rows,
         eval_fingerprint,
         hashes,

@@ -18,6 +18,8 @@ pub(crate) struct Side<'a> {
     pub label: String,
     /// The runs and the eval step of each.
     pub runs: Vec<(&'a Run, i64)>,
+    /// Which protocol's outcomes: greedy pass@1's ([`Run::greedy`]) or the main eval's.
+    pub greedy: bool,
 }
 
 /// A per-problem difference.
@@ -97,7 +99,7 @@ impl Paired {
 fn estimates(side: &Side, k: u32) -> (BTreeMap<String, f64>, BTreeSet<String>, bool) {
     let mut common: Option<BTreeSet<&String>> = None;
     for (run, step) in &side.runs {
-        let ids: BTreeSet<&String> = run.evals.get(step).map(|m| m.keys().collect()).unwrap_or_default();
+        let ids: BTreeSet<&String> = run.outcomes(side.greedy).get(step).map(|m| m.keys().collect()).unwrap_or_default();
         common = Some(match common {
             None => ids,
             Some(c) => c.intersection(&ids).copied().collect(),
@@ -107,7 +109,7 @@ fn estimates(side: &Side, k: u32) -> (BTreeMap<String, f64>, BTreeSet<String>, b
     let mut short = BTreeSet::new();
     let mut single_sample = side.runs.len() == 1;
     for id in common.unwrap_or_default() {
-        let outcomes: Vec<_> = side.runs.iter().map(|(r, s)| r.evals[s][id]).collect();
+        let outcomes: Vec<_> = side.runs.iter().map(|(r, s)| r.outcomes(side.greedy)[s][id]).collect();
         if outcomes.iter().any(|o| o.n < k || o.n == 0) {
             short.insert(id.clone());
             continue;

@@ -210,6 +210,8 @@ pub(crate) struct Comparison {
     pub eval_step: Option<i64>,
     /// Checkpoint level: paired on shared eval problems.
     pub paired: Option<Paired>,
+    /// Greedy pass@1 at the same eval steps, paired on problems (`None` without greedy records).
+    pub greedy: Option<Paired>,
     /// Plain-words reading of both.
     pub verdict: String,
 }
@@ -225,6 +227,9 @@ pub(crate) struct Within {
     pub to: Option<i64>,
     /// Δ = later − earlier on the shared problems.
     pub paired: Option<Paired>,
+    /// Greedy pass@1 between the same steps (exact McNemar: one sample per problem); `None`
+    /// without greedy records at both.
+    pub greedy: Option<Paired>,
     /// Why there is no test, when there is none.
     pub note: Option<String>,
 }
@@ -243,6 +248,10 @@ pub(crate) struct PassAtKRow {
     pub base_step: Option<i64>,
     /// pass@k there, k = 1..n.
     pub base: Vec<PassAtK>,
+    /// Greedy pass@1 at `step` (the greedy protocol, [`Run::greedy`]), when recorded.
+    pub greedy: Option<f64>,
+    /// Greedy pass@1 at `base_step`, when recorded.
+    pub base_greedy: Option<f64>,
 }
 
 /// One eval source of one run (`eval/<source>/pass@k`, written when a spec has two or more).
@@ -640,9 +649,12 @@ fn comparisons(cx: &Ctx<'_>, base: usize) -> Vec<Comparison> {
         }
         let (xa, xb) = (cx.decision_values(arm, d), cx.decision_values(&groups[base], d));
         let recipe = stats::welch(&xa, &xb);
-        let side = |a: &Arm| -> Side { Side { label: a.label.clone(), runs: a.runs.iter().filter_map(|&i| eval_step_of(&runs[i], cx.eval).map(|s| (&runs[i], s))).collect() } };
-        let (sa, sb) = (side(arm), side(&groups[base]));
+        let side = |a: &Arm, greedy: bool| -> Side { Side { label: a.label.clone(), runs: a.runs.iter().filter_map(|&i| eval_step_of(&runs[i], cx.eval).map(|s| (&runs[i], s))).collect(), greedy } };
+        let (sa, sb) = (side(arm, false), side(&groups[base], false));
         let paired = if sa.runs.is_empty() || sb.runs.is_empty() { None } else { paired::compare(&sa, &sb, cx.k(), cx.opts.resamples, cx.opts.seed) };
+        let (ga, gb) = (side(arm, true), side(&groups[base], true));
+        let two_protocols = ga.runs.iter().chain(&gb.runs).any(|(r, _)| !r.greedy_evals.is_empty());
+        let greedy = if two_protocols { paired::compare(&ga, &gb, 1, cx.opts.resamples, cx.opts.seed) } else { None };
         let verdict = verdict(&arm.label, &groups[base].label, d, recipe.as_ref(), (xa.len(), xb.len()), paired.as_ref());
         out.push(Comparison {
             arm: arm.label.clone(),
@@ -652,6 +664,7 @@ fn comparisons(cx: &Ctx<'_>, base: usize) -> Vec<Comparison> {
             seeds: (xa.len(), xb.len()),
             eval_step: cx.eval.and_then(|e| e.step),
             paired,
+            greedy,
             verdict,
         });
     }
@@ -670,16 +683,20 @@ fn within(cx: &Ctx<'_>) -> Vec<Within> {
     for (i, r) in cx.runs.iter().enumerate() {
         let steps: Vec<i64> = r.evals.keys().copied().collect();
         let (f, t) = (from.pick(&steps), to.pick(&steps));
-        let mut w = Within { run: i + 1, from: f, to: t, paired: None, note: None };
+        let mut w = Within { run: i + 1, from: f, to: t, paired: None, greedy: None, note: None };
         match (f, t) {
             _ if steps.is_empty() => w.note = Some("no eval results".into()),
             (None, _) => w.note = Some(format!("no eval at step {from} (eval steps: {})", list(&steps))),
             (_, None) => w.note = Some(format!("no eval at step {to} (eval steps: {})", list(&steps))),
             (Some(f), Some(t)) if f == t => w.note = Some(format!("only one eval step ({f})")),
             (Some(f), Some(t)) => {
-                let a = Side { label: format!("step {t}"), runs: vec![(r, t)] };
-                let b = Side { label: format!("step {f}"), runs: vec![(r, f)] };
+                let a = Side { label: format!("step {t}"), runs: vec![(r, t)], greedy: false };
+                let b = Side { label: format!("step {f}"), runs: vec![(r, f)], greedy: false };
                 w.paired = paired::compare(&a, &b, cx.k(), opts.resamples, opts.seed);
+                // A run whose main eval is greedy has one protocol: its main test is greedy's.
+                if !r.greedy_evals.is_empty() {
+                    w.greedy = paired::compare(&Side { greedy: true, ..a }, &Side { greedy: true, ..b }, 1, opts.resamples, opts.seed);
+                }
                 if w.paired.is_none() {
                     w.note = Some("the two evaluations share no problems".into());
                 }
@@ -692,9 +709,13 @@ fn within(cx: &Ctx<'_>) -> Vec<Within> {
 
 /// pass@k for k = 1..n at each run's paired eval step, when some eval drew more than one sample.
 fn pass_at_k_rows(cx: &Ctx<'_>) -> Vec<PassAtKRow> {
-    if !cx.runs.iter().any(|r| r.evals.values().flat_map(|m| m.values()).any(|o| o.n > 1)) {
+    if !cx.runs.iter().any(|r| r.evals.values().flat_map(|m| m.values()).any(|o| o.n > 1) || !r.greedy_evals.is_empty()) {
         return vec![];
     }
+    let greedy_at = |r: &Run, step: i64| {
+        let graded: Vec<f64> = r.greedy().get(&step)?.values().filter(|o| o.n > 0).map(|o| f64::from(o.correct) / f64::from(o.n)).collect();
+        (!graded.is_empty()).then(|| graded.iter().sum::<f64>() / graded.len() as f64)
+    };
     cx.runs
         .iter()
         .enumerate()
@@ -702,7 +723,8 @@ fn pass_at_k_rows(cx: &Ctx<'_>) -> Vec<PassAtKRow> {
             let step = eval_step_of(r, cx.eval)?;
             let base_step = r.evals.keys().next().copied().filter(|&b| b != step);
             let base = base_step.map(|b| paired::pass_at_ks(r, b)).unwrap_or_default();
-            Some(PassAtKRow { run: i + 1, step, values: paired::pass_at_ks(r, step), base_step, base })
+            let base_greedy = base_step.and_then(|b| greedy_at(r, b));
+            Some(PassAtKRow { run: i + 1, step, values: paired::pass_at_ks(r, step), base_step, base, greedy: greedy_at(r, step), base_greedy })
         })
         .collect()
 }
@@ -1019,6 +1041,7 @@ mod tests {
             config,
             metrics: pass.iter().map(|&(s, v)| MetricsLine::new(s, [("eval/pass@1".to_string(), v)].into())).collect(),
             evals: BTreeMap::new(),
+            greedy_evals: BTreeMap::new(),
             checkpoints: vec![],
             eval_fingerprint: None,
             hashes: BTreeMap::new(),

@@ -15,6 +15,10 @@ use serde::Serialize;
 use crate::quantile::quantile_sorted;
 use crate::rng::SplitMix64;
 
+// The paired tests live with the other pure functions of numbers: `health` judges runs with them
+// too, and sits below `compare`.
+pub(crate) use crate::rl::signif::{McNemar, SignFlip, ln_gamma, mcnemar, sign_flip};
+
 /// Mean of `xs`; `NaN` when empty.
 pub(crate) fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len() as f64
@@ -98,107 +102,6 @@ pub(crate) fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
     let half = t_quantile(0.975, df) * se;
     let p = 2.0 * t_sf((delta / se).abs(), df);
     Some(Welch { delta, se, df, ci: Interval { lo: delta - half, hi: delta + half }, p: p.min(1.0) })
-}
-
-/// The exact McNemar test on paired binary outcomes: `b` pairs where A passed and B failed, `c`
-/// the reverse. Under H0 b ~ Binomial(b + c, ½):
-/// p = min(1, 2 · Σ_{i ≤ min(b,c)} C(b+c, i) / 2^(b+c)); mid-p = p − C(b+c, min(b,c)) / 2^(b+c)
-/// (Fagerland, Lydersen & Laake 2013 recommend the mid-p; both are reported).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub(crate) struct McNemar {
-    /// Pairs A passed and B failed.
-    pub b: u64,
-    /// Pairs A failed and B passed.
-    pub c: u64,
-    /// Exact two-sided p-value.
-    pub p: f64,
-    /// Mid-p value.
-    pub mid_p: f64,
-}
-
-/// [`McNemar`] for `b` and `c`.
-pub(crate) fn mcnemar(b: u64, c: u64) -> McNemar {
-    let q = b + c;
-    let lo = b.min(c);
-    if q == 0 {
-        return McNemar { b, c, p: 1.0, mid_p: 1.0 };
-    }
-    let tail = binomial_half_cdf(q, lo);
-    let point = binomial_half_pmf(q, lo);
-    let p = (2.0 * tail).min(1.0);
-    let mid_p = (2.0 * (tail - 0.5 * point)).clamp(0.0, 1.0);
-    McNemar { b, c, p, mid_p }
-}
-
-/// P(X = k) for X ~ Binomial(n, ½), through logarithms so that n in the thousands does not
-/// underflow term by term.
-fn binomial_half_pmf(n: u64, k: u64) -> f64 {
-    (ln_choose(n, k) - n as f64 * std::f64::consts::LN_2).exp()
-}
-
-/// P(X ≤ k) for X ~ Binomial(n, ½).
-fn binomial_half_cdf(n: u64, k: u64) -> f64 {
-    (0..=k).map(|i| binomial_half_pmf(n, i)).sum::<f64>().min(1.0)
-}
-
-fn ln_choose(n: u64, k: u64) -> f64 {
-    ln_gamma(n as f64 + 1.0) - ln_gamma(k as f64 + 1.0) - ln_gamma((n - k) as f64 + 1.0)
-}
-
-/// The paired sign-flip permutation test of mean(d) = 0: under H0 the sign of each per-problem
-/// difference is a fair coin, so p = P(|Σ ±dᵢ| ≥ |Σ dᵢ|). Exact enumeration of all 2^q sign
-/// patterns of the q non-zero differences when q ≤ [`EXACT_SIGN_FLIP_MAX`] or when every
-/// non-zero |dᵢ| is equal (then it is the binomial sign test, which for dᵢ ∈ {−1, 0, 1} is exactly
-/// the exact McNemar test); otherwise `resamples` random patterns with
-/// p = (1 + #{|T*| ≥ |T|}) / (resamples + 1) (Phipson & Smyth 2010: never 0).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub(crate) struct SignFlip {
-    /// Non-zero differences.
-    pub nonzero: usize,
-    /// Two-sided p-value.
-    pub p: f64,
-    /// Whether `p` is exact (enumerated) rather than a Monte Carlo estimate.
-    pub exact: bool,
-}
-
-/// Largest number of non-zero differences enumerated exactly (2^20 patterns).
-pub(crate) const EXACT_SIGN_FLIP_MAX: usize = 20;
-
-/// [`SignFlip`] of `d`; `seed` drives the Monte Carlo case.
-pub(crate) fn sign_flip(d: &[f64], resamples: usize, seed: u64) -> SignFlip {
-    const EPS: f64 = 1e-9;
-    let nz: Vec<f64> = d.iter().copied().filter(|x| x.abs() > EPS).collect();
-    let q = nz.len();
-    if q == 0 {
-        return SignFlip { nonzero: 0, p: 1.0, exact: true };
-    }
-    let t_obs = nz.iter().sum::<f64>().abs();
-    let first = nz[0].abs();
-    if nz.iter().all(|x| (x.abs() - first).abs() < EPS) {
-        // Equal magnitudes: |T*| depends only on how many signs are positive.
-        let plus = nz.iter().filter(|&&x| x > 0.0).count() as u64;
-        let m = mcnemar(plus, q as u64 - plus);
-        return SignFlip { nonzero: q, p: m.p, exact: true };
-    }
-    if q <= EXACT_SIGN_FLIP_MAX {
-        let mut hits = 0u64;
-        for pattern in 0u64..(1 << q) {
-            let t: f64 = nz.iter().enumerate().map(|(i, x)| if pattern >> i & 1 == 1 { -x } else { *x }).sum();
-            if t.abs() >= t_obs - EPS {
-                hits += 1;
-            }
-        }
-        return SignFlip { nonzero: q, p: hits as f64 / (1u64 << q) as f64, exact: true };
-    }
-    let mut rng = SplitMix64::new(seed);
-    let mut hits = 0usize;
-    for _ in 0..resamples {
-        let t: f64 = nz.iter().map(|x| if rng.next_u64() >> 63 == 1 { -x } else { *x }).sum();
-        if t.abs() >= t_obs - EPS {
-            hits += 1;
-        }
-    }
-    SignFlip { nonzero: q, p: (1 + hits) as f64 / (resamples + 1) as f64, exact: false }
 }
 
 /// The paired bootstrap over problems: `resamples` times, draw P problems with replacement and
@@ -310,32 +213,6 @@ fn beta_cf(a: f64, b: f64, x: f64) -> f64 {
         }
     }
     h
-}
-
-/// ln Γ(x) for x > 0 (Lanczos, g = 7, 9 terms; relative error ~1e-15).
-fn ln_gamma(x: f64) -> f64 {
-    const G: [f64; 9] = [
-        0.999_999_999_999_809_9,
-        676.520_368_121_885_1,
-        -1_259.139_216_722_402_8,
-        771.323_428_777_653_1,
-        -176.615_029_162_140_6,
-        12.507_343_278_686_905,
-        -0.138_571_095_265_720_12,
-        9.984_369_578_019_572e-6,
-        1.505_632_735_149_311_6e-7,
-    ];
-    if x < 0.5 {
-        // Reflection: Γ(x)Γ(1−x) = π / sin(πx).
-        return std::f64::consts::PI.ln() - (std::f64::consts::PI * x).sin().abs().ln() - ln_gamma(1.0 - x);
-    }
-    let x = x - 1.0;
-    let mut a = G[0];
-    let t = x + 7.5;
-    for (i, g) in G.iter().enumerate().skip(1) {
-        a += g / (x + i as f64);
-    }
-    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
 }
 
 #[cfg(test)]

@@ -266,7 +266,13 @@ fn comparison_blocks(r: &Report, out: &mut Vec<Block>) {
             Some(p) => lines.extend(paired_lines(m, p, "checkpoints    ", "better", "worse", "tied")),
             None => lines.push("checkpoints    no shared eval problems to pair on".into()),
         }
+        if let Some(g) = &c.greedy {
+            lines.push(format!("greedy pass@1  {}", greedy_line(g)));
+        }
         lines.push(format!("verdict: {}", c.verdict));
+        if let (Some(p), Some(g)) = (&c.paired, &c.greedy) {
+            lines.push(format!("by protocol: {}; {}", protocol_verdict(&format!("sampled {}", short_metric(m)), p), protocol_verdict("greedy pass@1", g)));
+        }
         let at = c.eval_step.map_or("each run's last eval".into(), |s| format!("eval step {s}"));
         out.push(Block::Lines { title: format!("`{}` − `{}` ({m}; paired at {at})", c.arm, c.baseline), lines });
     }
@@ -295,7 +301,14 @@ fn within_block(r: &Report, out: &mut Vec<Block>) {
                     if !p.largest_drops.is_empty() {
                         lines.push(format!("    {}", drops_line(&m, p)));
                     }
-                    lines.push(format!("    {}", if p.p() < 0.05 { "training changed the eval score beyond noise (p < 0.05)" } else { "not significant (p ≥ 0.05): the change could be noise" }));
+                    match &w.greedy {
+                        Some(g) => {
+                            lines.push(format!("    greedy pass@1: {}", greedy_line(g)));
+                            lines.push(format!("    {}", protocol_verdict(&format!("sampled {}", short_metric(&m)), p)));
+                            lines.push(format!("    {}", protocol_verdict("greedy pass@1", g)));
+                        }
+                        None => lines.push(format!("    {}", if p.p() < 0.05 { "training changed the eval score beyond noise (p < 0.05)" } else { "not significant (p ≥ 0.05): the change could be noise" })),
+                    }
                 }
                 _ => lines.push(format!("#{}: {}", w.run, w.note.clone().unwrap_or_default())),
             }
@@ -304,46 +317,66 @@ fn within_block(r: &Report, out: &mut Vec<Block>) {
     }
 }
 
-/// pass@k for k = 1..n.
+/// The k shown: every k up to 4, then powers of two and the largest (1, 2, 4, 8, 10), so the
+/// table keeps within a terminal's 100 columns whatever n was.
+fn shown_ks(max_k: u32) -> Vec<u32> {
+    if max_k <= 4 { (1..=max_k).collect() } else { (0..).map(|i| 1u32 << i).take_while(|&k| k < max_k).chain([max_k]).collect() }
+}
+
+/// Greedy pass@1 and sampled pass@k at the first eval and the compared step, one row each, and
+/// their difference.
 fn pass_at_k_table(r: &Report, out: &mut Vec<Block>) {
-    if !r.pass_at_k.is_empty() {
-        let max_k = r.pass_at_k.iter().flat_map(|x| x.values.iter().map(|v| v.k)).max().unwrap_or(1);
-        let ks: Vec<u32> = if max_k <= 10 { (1..=max_k).collect() } else { (0..).map(|i| 1u32 << i).take_while(|&k| k < max_k).chain([max_k]).collect() };
-        let mut headers = vec!["#".to_string(), "steps".into()];
-        headers.extend(ks.iter().map(|k| format!("pass@{k}")));
-        let cell = |vs: &[super::paired::PassAtK], k: u32| {
-            vs.iter().find(|v| v.k == k).map(|v| {
-                let star = if v.excluded > 0 { "*" } else { "" };
-                format!("{:.1}{star}", v.value * 100.0)
-            })
-        };
-        let rows = r
-            .pass_at_k
-            .iter()
-            .map(|x| {
-                let steps = x.base_step.map_or(x.step.to_string(), |b| format!("{b}→{}", x.step));
-                let mut row = vec![format!("#{}", x.run), steps];
-                row.extend(ks.iter().map(|&k| match (x.base_step.and(cell(&x.base, k)), cell(&x.values, k)) {
-                    (Some(b), Some(a)) => format!("{b}→{a}"),
-                    (None, Some(a)) => a,
-                    (Some(b), None) => format!("{b}→—"),
-                    (None, None) => "—".into(),
-                }));
-                row
-            })
-            .collect();
-        let n = headers.len();
-        let mut right = vec![true; n];
-        right[0] = false;
-        out.push(Block::Table(Table {
-            title: "pass@k (%), first eval → compared step (unbiased estimator; * n < k for some problems, left out)".into(),
-            headers,
-            rows,
-            right,
-            key_cols: 2,
-            shrink: None,
-        }));
+    if r.pass_at_k.is_empty() {
+        return;
     }
+    let max_k = r.pass_at_k.iter().flat_map(|x| x.values.iter().map(|v| v.k)).max().unwrap_or(1);
+    let ks = shown_ks(max_k);
+    let greedy = r.pass_at_k.iter().any(|x| x.greedy.is_some() || x.base_greedy.is_some());
+    let mut headers = vec!["#".to_string(), "step".into()];
+    if greedy {
+        headers.push("greedy".into());
+    }
+    headers.extend(ks.iter().map(|k| format!("pass@{k}")));
+    fn at(vs: &[super::paired::PassAtK], k: u32) -> Option<&super::paired::PassAtK> {
+        vs.iter().find(|v| v.k == k)
+    }
+    let pct = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{:.1}", v * 100.0));
+    let delta = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => metric::delta("eval/pass@1", a - b).replace(" pp", ""),
+        _ => "—".into(),
+    };
+    let mut rows = vec![];
+    for x in &r.pass_at_k {
+        let cells = |vs: &[super::paired::PassAtK], g: Option<f64>| {
+            let mut row: Vec<String> = if greedy { vec![pct(g)] } else { vec![] };
+            row.extend(ks.iter().map(|&k| at(vs, k).map_or("—".into(), |v| format!("{:.1}{}", v.value * 100.0, if v.excluded > 0 { "*" } else { "" }))));
+            row
+        };
+        if let Some(b) = x.base_step {
+            rows.push([vec![format!("#{}", x.run), step_text(b)], cells(&x.base, x.base_greedy)].concat());
+        }
+        rows.push([vec![format!("#{}", x.run), step_text(x.step)], cells(&x.values, x.greedy)].concat());
+        if x.base_step.is_some() {
+            let mut d: Vec<String> = vec![String::new(), "Δ (pp)".into()];
+            if greedy {
+                d.push(delta(x.greedy, x.base_greedy));
+            }
+            d.extend(ks.iter().map(|&k| delta(at(&x.values, k).map(|v| v.value), at(&x.base, k).map(|v| v.value))));
+            rows.push(d);
+        }
+    }
+    let n = headers.len();
+    let mut right = vec![true; n];
+    right[..2].fill(false);
+    let what = if greedy { "greedy pass@1 (1 sample at temperature 0) and sampled pass@k" } else { "pass@k" };
+    out.push(Block::Table(Table {
+        title: format!("{what} (%), first eval and compared step (unbiased estimator; * n < k for some problems, left out)"),
+        headers,
+        rows,
+        right,
+        key_cols: 2,
+        shrink: None,
+    }));
 }
 
 /// pass@k per eval source (`eval/<source>/pass@k`), first eval → compared step.
@@ -439,6 +472,33 @@ fn best_block(r: &Report, out: &mut Vec<Block>) {
 fn warnings_block(r: &Report, out: &mut Vec<Block>) {
     if !r.warnings.is_empty() {
         out.push(Block::Lines { title: "warnings".into(), lines: r.warnings.clone() });
+    }
+}
+
+/// `eval/pass@1` → `pass@1`.
+fn short_metric(m: &str) -> &str {
+    m.strip_prefix("eval/").unwrap_or(m)
+}
+
+/// Greedy pass@1 between two sides: the means, Δ, and the exact McNemar test's discordant pairs
+/// (b: passed only at A, c: passed only at B) and p.
+fn greedy_line(g: &Paired) -> String {
+    let m = "eval/pass@1";
+    let test = match g.mcnemar {
+        Some(mc) => format!("McNemar exact b = {}, c = {}, p = {}", mc.b, mc.c, metric::p(mc.p)),
+        None => format!("{} p = {} ({} up, {} down)", g.test_name(), metric::p(g.p()), g.better, g.worse),
+    };
+    format!("{} → {}  Δ {}  {test}", metric::value(m, g.mean_b), metric::value(m, g.mean_a), metric::delta(m, g.delta()))
+}
+
+/// `greedy pass@1 down beyond noise (McNemar exact p = 0.039)`: which way one protocol moved,
+/// and whether the paired test sees more than noise.
+fn protocol_verdict(name: &str, p: &Paired) -> String {
+    let test = format!("{} p = {}", p.test_name(), metric::p(p.p()));
+    match (p.p() < 0.05, p.delta() > 0.0) {
+        (true, true) => format!("{name} up beyond noise ({test})"),
+        (true, false) => format!("{name} DOWN beyond noise ({test})"),
+        (false, _) => format!("{name} not changed beyond noise ({test})"),
     }
 }
 

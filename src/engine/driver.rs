@@ -136,7 +136,7 @@ impl<'a> Driver<'a> {
         self.logs.metrics.append(&MetricsLine::new(-1, res.metrics.clone()))?;
         self.logs.metrics.sync()?;
         event::warn(self.cx.sink, self.sinks.poke());
-        let fired = self.monitor.eval(-1, &res.metrics);
+        let fired = self.monitor.eval(-1, &res.metrics, &res.records);
         self.cx.sink.event(Event::Eval { step: -1, metrics: res.metrics });
         match report(&fired, &mut self.logs.events, self.cx.sink)? {
             Some(stop) => Err(stop),
@@ -261,19 +261,18 @@ impl<'a> Driver<'a> {
             self.logs.rollouts.append(r)?;
         }
         let mut metrics = res.metrics;
-        let evaluated = ev.is_some();
-        if let Some(ev) = ev {
-            self.write_eval_records(&ev)?;
+        if let Some(ev) = &ev {
+            self.write_eval_records(ev)?;
             sink.event(Event::Eval { step: i64::from(s), metrics: ev.metrics.clone() });
-            metrics.extend(ev.metrics);
+            metrics.extend(ev.metrics.clone());
         }
         self.logs.metrics.append(&MetricsLine::new(i64::from(s), metrics.clone()))?;
         self.logs.metrics.sync()?;
         self.logs.rollouts.sync()?;
         event::warn(sink, self.sinks.poke());
         let mut fired = self.monitor.step(s, &metrics, &res.rollouts);
-        if evaluated {
-            fired.extend(self.monitor.eval(i64::from(s), &metrics));
+        if let Some(ev) = &ev {
+            fired.extend(self.monitor.eval(i64::from(s), &metrics, &ev.records));
         }
         sink.event(Event::Step { step: s, metrics });
         let stop = report(&fired, &mut self.logs.events, sink)?;

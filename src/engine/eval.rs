@@ -13,7 +13,7 @@ use crate::data::Problem;
 use crate::rl::passk::pass_at_k;
 use crate::sandbox::VerdictStatus;
 use crate::runlog::metrics::{eval as names, time};
-use crate::runlog::{EvalResultRecord, EvalSampleRecord, PassAtK};
+use crate::runlog::{EvalResultRecord, EvalSampleRecord, PassAtK, Protocol};
 use crate::spec::types::RolloutLog;
 use crate::plan::Plan;
 
@@ -24,10 +24,11 @@ use super::record;
 
 /// An evaluation's metrics and per-problem records.
 pub(crate) struct EvalResult {
-    /// `eval/pass@k`, `eval/format_rate`, `eval/problems`, `time/eval_s`, and with two or more
-    /// sources `eval/<source>/pass@k` and `eval/<source>/problems`.
+    /// `eval/pass@k`, `eval/format_rate`, `eval/problems`, `time/eval_s`, with two or more
+    /// sources `eval/<source>/pass@k` and `eval/<source>/problems`, and the greedy protocol's
+    /// `eval/greedy/pass@1`, `eval/greedy/format_rate`, `eval/greedy/problems`.
     pub metrics: BTreeMap<String, f64>,
-    /// One record per problem for eval_results.jsonl.
+    /// One record per problem and protocol for eval_results.jsonl (the greedy ones tagged).
     pub records: Vec<EvalResultRecord>,
     /// The completions `log.rollouts` keeps, for eval_rollouts.jsonl.
     pub samples: Vec<EvalSampleRecord>,
@@ -55,14 +56,74 @@ impl EvalSet {
 }
 
 /// Evaluates `sampler`'s policy at `step` (−1 for the baseline) with the evaluation sampling
-/// parameters `params` (the spec's `eval` section, stop tokens included). `None` when a stop was
-/// requested mid-way.
+/// parameters `params` (the spec's `eval` section, stop tokens included), then, when
+/// `eval.greedy` is on, greedily (one completion per problem at temperature 0, same prompts).
+/// `None` when a stop was requested mid-way.
 ///
 /// # Errors
 /// Sampler or prompt failures.
 pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, params: &SamplingParams, cx: &Ctx<'_>) -> Result<Option<EvalResult>, Error> {
     let t = Instant::now();
-    let n = plan.eval.samples;
+    let Some(main) = pass(sampler, step, plan, eval, (params, plan.eval.samples, None), cx).await? else { return Ok(None) };
+    let mut metrics = BTreeMap::new();
+    let pass1 = pass_means(&main.records.iter().collect::<Vec<_>>(), &plan.eval.k);
+    for &(k, mean) in &pass1 {
+        metrics.insert(names::pass_at(k), mean);
+    }
+    if eval.sources.len() > 1 {
+        for (label, _) in &eval.sources {
+            let mine: Vec<&EvalResultRecord> = main.records.iter().filter(|r| r.source.as_deref() == Some(label)).collect();
+            for (k, mean) in pass_means(&mine, &plan.eval.k) {
+                metrics.insert(names::source_pass_at(label, k), mean);
+            }
+            metrics.insert(names::source_problems(label), mine.len() as f64);
+        }
+    }
+    metrics.insert(names::FORMAT_RATE.into(), main.format_rate());
+    metrics.insert(names::PROBLEMS.into(), main.records.len() as f64);
+    metrics.insert(names::INFRA_ERRORS.into(), main.infra as f64);
+    metrics.insert(names::PROBLEMS_DROPPED.into(), main.dropped as f64);
+    let (mut records, mut samples) = (main.records, main.samples);
+    if let Some(greedy) = &plan.eval.greedy {
+        let Some(g) = pass(sampler, step, plan, eval, (greedy, 1, Some(Protocol::Greedy)), cx).await? else { return Ok(None) };
+        metrics.insert(names::GREEDY_PASS_AT_1.into(), pass_means(&g.records.iter().collect::<Vec<_>>(), &[1])[0].1);
+        metrics.insert(names::GREEDY_FORMAT_RATE.into(), g.format_rate());
+        metrics.insert(names::GREEDY_PROBLEMS.into(), g.records.len() as f64);
+        records.extend(g.records);
+        samples.extend(g.samples);
+    } else if params.temperature == 0.0 && plan.eval.samples == 1 {
+        // The main eval is the greedy protocol: named as such too, so that every run that
+        // evaluates has `eval/greedy/pass@1`.
+        let mine: Vec<&EvalResultRecord> = records.iter().collect();
+        metrics.insert(names::GREEDY_PASS_AT_1.into(), pass_means(&mine, &[1])[0].1);
+        metrics.insert(names::GREEDY_FORMAT_RATE.into(), metrics[names::FORMAT_RATE]);
+        metrics.insert(names::GREEDY_PROBLEMS.into(), metrics[names::PROBLEMS]);
+    }
+    metrics.insert(time::EVAL_S.into(), t.elapsed().as_secs_f64());
+    Ok(Some(EvalResult { metrics, records, samples }))
+}
+
+/// One protocol's evaluation: per-problem records and kept completions, and its counts.
+struct Pass {
+    records: Vec<EvalResultRecord>,
+    samples: Vec<EvalSampleRecord>,
+    /// Completions with a code block, and all completions.
+    formatted: usize,
+    total: usize,
+    /// Samples lost to sandbox infrastructure errors.
+    infra: usize,
+    /// Problems the sampler dropped.
+    dropped: usize,
+}
+
+impl Pass {
+    fn format_rate(&self) -> f64 {
+        if self.total == 0 { 0.0 } else { self.formatted as f64 / self.total as f64 }
+    }
+}
+
+/// Samples and grades every eval problem `n` times with `params`, records tagged `protocol`.
+async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, (params, n, protocol): (&SamplingParams, u32, Option<Protocol>), cx: &Ctx<'_>) -> Result<Option<Pass>, Error> {
     let labels = eval.labels();
     let mut prompts = vec![];
     for (i, p) in eval.problems.iter().enumerate() {
@@ -75,10 +136,8 @@ pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &Ev
     let phase = rollout::Phase { n: n as usize, params, max_attempts: 1, name: "eval", step };
     let (groups, timing) = rollout::run(sampler, prompts, &phase, cx).await?;
     let Some(groups) = groups else { return Ok(None) };
-    let mut metrics = BTreeMap::new();
-    let mut records = vec![];
-    let mut samples = vec![];
-    let (mut formatted, mut total, mut infra) = (0usize, 0usize, 0usize);
+    let ks: &[u32] = if protocol.is_some() { &[1] } else { &plan.eval.k };
+    let mut out = Pass { records: vec![], samples: vec![], formatted: 0, total: 0, infra: 0, dropped: timing.sampler_dropped };
     for g in &groups {
         let source = source_of.get(g.problem.id.as_str()).map(|s| (*s).to_owned());
         let keep = match plan.log.rollouts {
@@ -86,17 +145,18 @@ pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &Ev
             RolloutLog::Sample => 1,
             RolloutLog::None => 0,
         };
-        samples.extend(g.trajectories.iter().take(keep).enumerate().map(|(k, t)| record::eval_sample(step, &source, k, t.last())));
+        out.samples.extend(g.trajectories.iter().take(keep).enumerate().map(|(k, t)| EvalSampleRecord { protocol, ..record::eval_sample(step, &source, k, t.last()) }));
         let graded: Vec<&super::grading::Graded> = g.trajectories.iter().map(|t| &t.last().graded).collect();
         let c = graded.iter().filter(|x| x.verdict.passed).count() as u32;
         let graded_n = graded.iter().filter(|x| x.verdict.status != VerdictStatus::InfraError).count() as u32;
-        infra += (n - graded_n) as usize;
-        formatted += graded.iter().filter(|x| x.verdict.status != VerdictStatus::FormatError).count();
-        total += graded.len();
+        out.infra += (n - graded_n) as usize;
+        out.formatted += graded.iter().filter(|x| x.verdict.status != VerdictStatus::FormatError).count();
+        out.total += graded.len();
         // Infra-failed samples are left out of n rather than counted as wrong.
-        let per = plan.eval.k.iter().map(|&k| (k, pass_at_k(graded_n, c, k))).collect();
-        records.push(EvalResultRecord {
+        let per = ks.iter().map(|&k| (k, pass_at_k(graded_n, c, k))).collect();
+        out.records.push(EvalResultRecord {
             step,
+            protocol,
             problem_id: g.problem.id.clone(),
             source,
             n: graded_n,
@@ -106,24 +166,7 @@ pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &Ev
             metrics: PassAtK(per),
         });
     }
-    for (k, mean) in pass_means(&records.iter().collect::<Vec<_>>(), &plan.eval.k) {
-        metrics.insert(names::pass_at(k), mean);
-    }
-    if eval.sources.len() > 1 {
-        for (label, _) in &eval.sources {
-            let mine: Vec<&EvalResultRecord> = records.iter().filter(|r| r.source.as_deref() == Some(label)).collect();
-            for (k, mean) in pass_means(&mine, &plan.eval.k) {
-                metrics.insert(names::source_pass_at(label, k), mean);
-            }
-            metrics.insert(names::source_problems(label), mine.len() as f64);
-        }
-    }
-    metrics.insert(names::FORMAT_RATE.into(), if total == 0 { 0.0 } else { formatted as f64 / total as f64 });
-    metrics.insert(names::PROBLEMS.into(), groups.len() as f64);
-    metrics.insert(names::INFRA_ERRORS.into(), infra as f64);
-    metrics.insert(names::PROBLEMS_DROPPED.into(), timing.sampler_dropped as f64);
-    metrics.insert(time::EVAL_S.into(), t.elapsed().as_secs_f64());
-    Ok(Some(EvalResult { metrics, records, samples }))
+    Ok(Some(out))
 }
 
 /// Each `k`'s pass@k averaged over `records`' problems (0 for none).

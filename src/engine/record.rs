@@ -99,6 +99,7 @@ pub(crate) fn eval_sample(step: i64, source: &Option<String>, k: usize, t: &Turn
     let v = &t.graded.verdict;
     EvalSampleRecord {
         step,
+        protocol: None,
         problem_id: v.problem_id.clone(),
         source: source.clone(),
         sample: k,

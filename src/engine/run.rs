@@ -82,7 +82,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &StopSign
     // The signals look back over recent steps: a resumed run's monitor sees the steps it kept.
     let mut monitor = crate::health::Monitor::new(plan.diagnostics.clone());
     if first_step > 0 {
-        crate::health::replay(&mut monitor, &dir.metrics()?.rows, &dir.rollouts()?.rows);
+        crate::health::replay(&mut monitor, &dir.metrics()?.rows, &dir.rollouts()?.rows, &dir.eval_results()?.rows);
     }
     let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     status.state = State::Running;

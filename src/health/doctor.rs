@@ -44,8 +44,9 @@ pub fn doctor(dir: &Path) -> Result<Report, crate::runlog::Error> {
     let max_steps = resolved.as_ref().and_then(|r| r["schedule"]["max_steps"].as_u64()).map_or(status.steps_done, |s| s as u32);
     let metrics = run.metrics()?.rows;
     let rollouts = run.rollouts()?.rows;
+    let evals = run.eval_results()?.rows;
     let mut monitor = Monitor::new(cfg);
-    let fired = super::replay(&mut monitor, &metrics, &rollouts);
+    let fired = super::replay(&mut monitor, &metrics, &rollouts, &evals);
     let recorded = run.events()?.rows.iter().filter(|e| matches!(e, EventRecord::Diagnostic { .. })).count();
     Ok(Report {
         run_id: dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned()),
@@ -53,7 +54,7 @@ pub fn doctor(dir: &Path) -> Result<Report, crate::runlog::Error> {
         max_steps,
         state: format!("{:?}", status.state).to_lowercase(),
         reason: status.reason,
-        smoke: smoke::check(&metrics, max_steps.max(1)),
+        smoke: smoke::check(&metrics, &evals, max_steps.max(1)),
         fired,
         recorded,
     })

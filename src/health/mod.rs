@@ -14,6 +14,7 @@
 //! re-arms.
 
 pub mod doctor;
+mod evals;
 mod leads;
 mod signals;
 pub mod smoke;
@@ -23,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use signals::Signal;
 
 use crate::runlog::metrics::eval as eval_names;
-use crate::runlog::{EventRecord, RolloutRecord};
+use crate::runlog::{EvalResultRecord, EventRecord, RolloutRecord};
 use crate::spec::health::{Action, Health};
 
 /// One step's metrics.
@@ -45,6 +46,11 @@ pub(crate) struct History {
     steps: Vec<Point>,
     /// `(step, eval/pass@1)` of each eval, the baseline (−1) first when there is one.
     evals: Vec<(i64, f64)>,
+    /// Each eval's metrics, in order (pass@k at every k for coverage).
+    eval_metrics: Vec<evals::EvalLine>,
+    /// Each problem's greedy pass/fail at the first eval with greedy results, and at the latest.
+    greedy_first: Option<evals::Outcomes>,
+    greedy_now: Option<evals::Outcomes>,
     leads: leads::Leads,
 }
 
@@ -126,17 +132,30 @@ impl Monitor {
         out
     }
 
-    /// After the eval at `step` (−1: the baseline) with its metrics.
-    pub fn eval(&mut self, step: i64, metrics: &BTreeMap<String, f64>) -> Vec<Firing> {
+    /// After the eval at `step` (−1: the baseline) with its metrics and per-problem records.
+    pub fn eval(&mut self, step: i64, metrics: &BTreeMap<String, f64>, records: &[EvalResultRecord]) -> Vec<Firing> {
         let Some(&pass1) = metrics.get(&eval_names::pass_at(1)).or_else(|| metrics.iter().find(|(k, _)| eval_names::parse_pass_at(k).is_some()).map(|(_, v)| v)) else { return vec![] };
         self.history.evals.push((step, pass1));
+        self.history.eval_metrics.push((step, metrics.clone()));
+        let greedy = greedy_outcomes(metrics, records);
+        if !greedy.is_empty() {
+            if self.history.greedy_first.is_none() {
+                self.history.greedy_first = Some((step, greedy.clone()));
+            }
+            self.history.greedy_now = Some((step, greedy));
+        }
         let mut out = vec![];
-        let signal = Signal::RewardWithoutEvalGain;
-        let evidence = match signal.action(&self.cfg) {
-            Action::Off => None,
-            _ => self.reward_without_eval_gain(),
-        };
-        self.fire(signal, step, evidence, &mut out);
+        for signal in Signal::EVAL {
+            let evidence = match signal.action(&self.cfg) {
+                Action::Off => None,
+                _ => match signal {
+                    Signal::RewardWithoutEvalGain => self.reward_without_eval_gain(),
+                    Signal::GreedyBelowBaseline => evals::greedy_below(&self.cfg, self.history.greedy_first.as_ref(), self.history.greedy_now.as_ref()),
+                    _ => evals::coverage(&self.cfg, &self.history.eval_metrics).map(|e| (e, vec![])),
+                },
+            };
+            self.fire(signal, step, evidence, &mut out);
+        }
         out
     }
 
@@ -196,19 +215,33 @@ pub fn recorded(events: &[EventRecord]) -> Vec<&EventRecord> {
     events.iter().filter(|e| matches!(e, EventRecord::Diagnostic { .. })).collect()
 }
 
+/// Each problem's greedy pass/fail in an eval's records: the greedy protocol's, or the main
+/// eval's when it is greedy (then it also wrote `eval/greedy/pass@1`). Empty without either.
+fn greedy_outcomes(metrics: &BTreeMap<String, f64>, records: &[EvalResultRecord]) -> BTreeMap<String, bool> {
+    let tagged: BTreeMap<String, bool> = records.iter().filter(|r| r.protocol.is_some() && r.n > 0).map(|r| (r.problem_id.clone(), r.correct > 0)).collect();
+    if !tagged.is_empty() || !metrics.contains_key(eval_names::GREEDY_PASS_AT_1) {
+        return tagged;
+    }
+    records.iter().filter(|r| r.protocol.is_none() && r.n == 1).map(|r| (r.problem_id.clone(), r.correct > 0)).collect()
+}
+
 /// Feeds a run's records to `monitor` in the order the engine does (a metrics line's step, then
-/// its eval) and returns what fired.
-pub fn replay(monitor: &mut Monitor, metrics: &[crate::runlog::MetricsLine], rollouts: &[RolloutRecord]) -> Vec<Firing> {
+/// its eval with its per-problem results) and returns what fired.
+pub fn replay(monitor: &mut Monitor, metrics: &[crate::runlog::MetricsLine], rollouts: &[RolloutRecord], evals: &[EvalResultRecord]) -> Vec<Firing> {
     let mut by_step: BTreeMap<i64, Vec<&RolloutRecord>> = BTreeMap::new();
     for r in rollouts {
         by_step.entry(i64::from(r.step)).or_default().push(r);
+    }
+    let mut eval_at: BTreeMap<i64, Vec<EvalResultRecord>> = BTreeMap::new();
+    for r in evals {
+        eval_at.entry(r.step).or_default().push(r.clone());
     }
     let mut out = vec![];
     for line in metrics {
         if let Ok(step) = u32::try_from(line.step) {
             out.extend(monitor.step(step, &line.values, by_step.get(&line.step).into_iter().flatten().copied()));
         }
-        out.extend(monitor.eval(line.step, &line.values));
+        out.extend(monitor.eval(line.step, &line.values, eval_at.get(&line.step).map_or(&[][..], Vec::as_slice)));
     }
     out
 }

@@ -29,11 +29,22 @@ pub enum Signal {
     LogprobDivergence,
     /// Train reward up, eval pass@1 flat.
     RewardWithoutEvalGain,
+    /// Greedy pass@1 below the baseline's beyond noise (exact McNemar).
+    GreedyBelowBaseline,
+    /// pass@k at the largest k falling while pass@1 rises.
+    CoverageCollapse,
+    /// `train/entropy` far below its first steps.
+    EntropyCollapse,
+    /// `train/completion_tokens_mean` far below its first steps.
+    LengthCollapse,
 }
 
 impl Signal {
-    /// Those checked after a step (the last is checked after an eval).
-    pub(crate) const STEP: [Signal; 9] = [
+    /// Those checked after an eval.
+    pub(crate) const EVAL: [Signal; 3] = [Signal::RewardWithoutEvalGain, Signal::GreedyBelowBaseline, Signal::CoverageCollapse];
+
+    /// Those checked after a step.
+    pub(crate) const STEP: [Signal; 11] = [
         Signal::RewardFlatZero,
         Signal::RewardFlatOne,
         Signal::GroupsDegenerate,
@@ -43,6 +54,8 @@ impl Signal {
         Signal::InfraErrors,
         Signal::Truncation,
         Signal::LogprobDivergence,
+        Signal::EntropyCollapse,
+        Signal::LengthCollapse,
     ];
 
     /// The name in the spec and in `events.jsonl`.
@@ -58,6 +71,10 @@ impl Signal {
             Signal::Truncation => "truncation",
             Signal::LogprobDivergence => "logprob_divergence",
             Signal::RewardWithoutEvalGain => "reward_without_eval_gain",
+            Signal::GreedyBelowBaseline => "greedy_below_baseline",
+            Signal::CoverageCollapse => "coverage_collapse",
+            Signal::EntropyCollapse => "entropy_collapse",
+            Signal::LengthCollapse => "length_collapse",
         }
     }
 
@@ -74,6 +91,10 @@ impl Signal {
             Signal::Truncation => "completions hit sampling.max_tokens: raise it, or shape length (grpo.overlong)",
             Signal::LogprobDivergence => "sampler and learner disagree: try backend.sample_weights: f32 to rule out quantization, and check grpo.max_steps_off_policy",
             Signal::RewardWithoutEvalGain => "possible reward hacking (hard-coded outputs): inspect the leads with `rlx show`",
+            Signal::GreedyBelowBaseline => "training made the model's greedy answers worse: see both protocols with `rlx compare RUN_DIR --steps -1,last`; lower optimizer.learning_rate, anchor to the base (grpo.kl), keep the best checkpoint",
+            Signal::CoverageCollapse => "the policy sharpens onto fewer answers: lower optimizer.learning_rate, anchor to the base (grpo.kl), check that the learner scores the temperature the samples were drawn at",
+            Signal::EntropyCollapse => "the sampling policy is collapsing onto one answer: lower optimizer.learning_rate, anchor to the base (grpo.kl), raise sampling.temperature",
+            Signal::LengthCollapse => "completions are shrinking: read them with `rlx show`; check the loss aggregation (grpo.loss_agg) and length shaping (grpo.overlong)",
         }
     }
 
@@ -90,6 +111,10 @@ impl Signal {
             Signal::Truncation => h.truncation.action,
             Signal::LogprobDivergence => h.logprob_divergence.action,
             Signal::RewardWithoutEvalGain => h.reward_without_eval_gain.action,
+            Signal::GreedyBelowBaseline => h.greedy_below_baseline.action,
+            Signal::CoverageCollapse => h.coverage_collapse.action,
+            Signal::EntropyCollapse => h.entropy_collapse.action,
+            Signal::LengthCollapse => h.length_collapse.action,
         }
     }
 
@@ -122,9 +147,37 @@ impl Signal {
             Signal::LogprobDivergence => window_mean(h, cfg.window, train::KL_SAMPLE_TRAIN)
                 .filter(|&m| m > cfg.logprob_divergence.rate)
                 .map(|m| format!("train/kl_sample_train {} nats/token over the last {} steps (threshold {})", fmt(m), cfg.window, cfg.logprob_divergence.rate)),
-            Signal::RewardWithoutEvalGain => None,
+            Signal::EntropyCollapse => collapse(h, cfg.window, train::ENTROPY, cfg.entropy_collapse.fraction),
+            Signal::LengthCollapse => collapse(h, cfg.window, train::COMPLETION_TOKENS_MEAN, cfg.length_collapse.fraction),
+            Signal::RewardWithoutEvalGain | Signal::GreedyBelowBaseline | Signal::CoverageCollapse => None,
         }
     }
+}
+
+/// `name`'s mean over the last `window` steps below `fraction` of its mean over the first
+/// `window` (the two windows apart: at least 2·window steps with the metric).
+fn collapse(h: &History, window: u32, name: &str, fraction: f64) -> Option<String> {
+    let w = window as usize;
+    let xs: Vec<(i64, f64)> = h.steps.iter().filter_map(|p| Some((p.step, p.get(name)?))).filter(|x| x.1.is_finite()).collect();
+    if w == 0 || xs.len() < 2 * w {
+        return None;
+    }
+    let mean = |s: &[(i64, f64)]| s.iter().map(|x| x.1).sum::<f64>() / s.len() as f64;
+    let (first, last) = (&xs[..w], &xs[xs.len() - w..]);
+    let (a, b) = (mean(first), mean(last));
+    (a > 0.0 && b < fraction * a).then(|| {
+        format!(
+            "{name} {} over steps {}–{}, {} of its {} over steps {}–{} (threshold {})",
+            fmt(b),
+            last[0].0,
+            last[w - 1].0,
+            pct(b / a),
+            fmt(a),
+            first[0].0,
+            first[w - 1].0,
+            pct(fraction)
+        )
+    })
 }
 
 /// `fits` held at each of the last `n` steps (a step without the metric breaks the streak): the

@@ -11,9 +11,13 @@
 //! The reference's steps are read as fractions of a 50-step smoke run: a 12-step run's "steps
 //! 5–15" are its steps 1–3.
 
-use crate::runlog::MetricsLine;
-use crate::runlog::metrics::{eval, train};
+use std::collections::BTreeMap;
 
+use crate::rl::signif::{mcnemar, sign_flip};
+use crate::runlog::metrics::{eval, train};
+use crate::runlog::{EvalResultRecord, MetricsLine};
+
+use super::evals::p_text;
 use super::signals::{fmt, pct};
 
 /// One expectation and what the run showed.
@@ -36,11 +40,11 @@ const PHASES: [(u32, u32, &str, &str); 4] = [
     (1, 5, "1–5", "format adherence rises sharply"),
     (5, 15, "5–15", "train reward trends upward (noisy, positive slope)"),
     (10, 30, "10–30", "correct rate rises from ~0.05 toward 0.10–0.20"),
-    (20, 50, "20–50", "eval pass@1 modestly above the baseline"),
+    (20, 50, "20–50", "eval pass@1 modestly above the baseline (paired test, each protocol)"),
 ];
 
-/// The expectations for a run of `steps` steps with these metrics lines.
-pub fn check(lines: &[MetricsLine], steps: u32) -> Vec<Expectation> {
+/// The expectations for a run of `steps` steps with these metrics lines and eval records.
+pub fn check(lines: &[MetricsLine], evals: &[EvalResultRecord], steps: u32) -> Vec<Expectation> {
     PHASES
         .iter()
         .enumerate()
@@ -51,7 +55,7 @@ pub fn check(lines: &[MetricsLine], steps: u32) -> Vec<Expectation> {
                 0 => format_rise(&in_phase),
                 1 => slope_of(&in_phase, train::REWARD_MEAN),
                 2 => slope_of(&in_phase, train::CORRECT_MEAN),
-                _ => eval_gain(lines, hi),
+                _ => eval_gain(lines, evals, hi),
             };
             Expectation { reference, steps: if lo == hi { format!("{lo}") } else { format!("{lo}–{hi}") }, expect, seen, met }
         })
@@ -90,15 +94,59 @@ fn slope_of(lines: &[&MetricsLine], name: &str) -> (String, Option<bool>) {
     (format!("{name} {} → {}, slope {} per step", fmt(xs[0].1), fmt(xs[xs.len() - 1].1), fmt(slope)), Some(slope > 0.0))
 }
 
-fn eval_gain(lines: &[MetricsLine], hi: u32) -> (String, Option<bool>) {
+/// Eval above the baseline, judged per protocol by a paired test on the problems both evals
+/// graded (not by the point estimates): met only when every protocol the run recorded went up
+/// with p < 0.05. Runs without per-problem records fall back to the point estimate, unjudged.
+fn eval_gain(lines: &[MetricsLine], evals: &[EvalResultRecord], hi: u32) -> (String, Option<bool>) {
     let pass1 = |l: &MetricsLine| l.get(&eval::pass_at(1));
     let base = lines.iter().find(|l| l.step < 0).and_then(pass1);
     let last = lines.iter().filter(|l| l.step >= 0 && l.step <= i64::from(hi)).filter_map(|l| Some((l.step, pass1(l)?))).next_back();
-    match (base, last) {
-        (Some(b), Some((s, v))) => (format!("eval/pass@1 {} at the baseline → {} at step {s}", pct(b), pct(v)), Some(v > b)),
-        (None, Some((s, v))) => (format!("eval/pass@1 {} at step {s}, no baseline (schedule.eval_at_start)", pct(v)), None),
-        _ => ("no eval/pass@1 after a step".into(), None),
+    let (b, (s, v)) = match (base, last) {
+        (Some(b), Some(last)) => (b, last),
+        (None, Some((s, v))) => return (format!("eval/pass@1 {} at step {s}, no baseline (schedule.eval_at_start)", pct(v)), None),
+        _ => return ("no eval/pass@1 after a step".into(), None),
+    };
+    let at = |step: i64, greedy: bool| -> BTreeMap<&str, (u32, u32)> {
+        evals.iter().filter(|r| r.step == step && r.protocol.is_some() == greedy && r.n > 0).map(|r| (r.problem_id.as_str(), (r.n, r.correct))).collect()
+    };
+    let greedy_main = lines.iter().find(|l| l.step < 0).is_some_and(|l| l.get(eval::GREEDY_PASS_AT_1).is_some()) && at(-1, true).is_empty();
+    let mut protocols = vec![(if greedy_main { "greedy pass@1" } else if at(-1, true).is_empty() { "pass@1" } else { "sampled pass@1" }, false)];
+    if !at(-1, true).is_empty() {
+        protocols.push(("greedy pass@1", true));
     }
+    let judged: Vec<(String, bool)> = protocols.iter().filter_map(|&(name, greedy)| judge(name, &at(-1, greedy), &at(s, greedy))).collect();
+    if judged.is_empty() {
+        return (format!("eval/pass@1 {} at the baseline → {} at step {s}; no per-problem records to test", pct(b), pct(v)), None);
+    }
+    let seen = format!("at step {s}: {}", judged.iter().map(|j| j.0.as_str()).collect::<Vec<_>>().join("; "));
+    (seen, Some(judged.iter().all(|j| j.1)))
+}
+
+/// One protocol from `base` to `now` (problem → (n, correct)): `greedy pass@1 80.0% → 60.0%
+/// down (McNemar exact p = 0.039, 2 up, 10 down)`, and whether it went up beyond noise.
+fn judge(name: &str, base: &BTreeMap<&str, (u32, u32)>, now: &BTreeMap<&str, (u32, u32)>) -> Option<(String, bool)> {
+    let pairs: Vec<((u32, u32), (u32, u32))> = base.iter().filter_map(|(id, &b)| Some((b, *now.get(id)?))).collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    let rate = |(n, c): (u32, u32)| f64::from(c) / f64::from(n);
+    let d: Vec<f64> = pairs.iter().map(|&(b, a)| rate(a) - rate(b)).collect();
+    let (up, down) = (d.iter().filter(|&&x| x > 1e-12).count(), d.iter().filter(|&&x| x < -1e-12).count());
+    let (test, p) = if pairs.iter().all(|&(b, a)| b.0 == 1 && a.0 == 1) {
+        ("McNemar exact", mcnemar(up as u64, down as u64).p)
+    } else {
+        let f = sign_flip(&d, 10_000, 0);
+        (if f.exact { "sign-flip exact" } else { "sign-flip Monte Carlo" }, f.p)
+    };
+    let n = pairs.len() as f64;
+    let (was, is) = (pairs.iter().map(|p| rate(p.0)).sum::<f64>() / n, pairs.iter().map(|p| rate(p.1)).sum::<f64>() / n);
+    let delta: f64 = d.iter().sum();
+    let way = match (p < 0.05, delta > 0.0) {
+        (true, true) => "up",
+        (true, false) => "DOWN",
+        (false, _) => "not changed beyond noise",
+    };
+    Some((format!("{name} {} → {} {way} ({test} p = {}, {up} up, {down} down)", pct(was), pct(is), p_text(p)), way == "up"))
 }
 
 #[cfg(test)]

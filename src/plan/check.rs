@@ -242,7 +242,11 @@ fn check_eval(cx: &mut Ctx<'_>, spec: &Spec) {
     if e.temperature == 0.0 && n > 1 {
         cx.err("eval.temperature", format!("`eval.temperature` is 0 (greedy) with {n} samples per problem: every sample would be the same"))
             .hints
-            .push("set `eval.temperature` > 0 for pass@k with k > 1, or `eval.k: [1]`".into());
+            .push(if e.k.iter().all(|&k| k <= 1) {
+                "greedy decoding gives one completion per problem: set `eval.samples: 1` (`eval.samples=1` on the command line)".into()
+            } else {
+                "greedy decoding gives one completion per problem: set `eval.samples: 1` and `eval.k: [1]`, or `eval.temperature` > 0 for pass@k with k > 1".into()
+            });
     }
 }
 
@@ -393,6 +397,12 @@ fn check_data(cx: &mut Ctx<'_>, spec: &mut Spec) {
     let mut seen: Vec<(String, usize)> = vec![];
     for (i, src) in spec.data.eval.iter().enumerate() {
         let label = src.label();
+        if label == "greedy" && spec.data.eval.len() > 1 {
+            let key = if src.name.is_some() { format!("data.eval.{i}.name") } else { format!("data.eval.{i}.path") };
+            cx.err(&key, "an eval source called `greedy` would write `eval/greedy/pass@k`, the greedy protocol's metrics (`eval.greedy`)".into())
+                .hints
+                .push(format!("give it another `name:` (data.eval.{i}.name)"));
+        }
         if let Some((_, first)) = seen.iter().find(|(l, _)| *l == label) {
             let key = if src.name.is_some() { format!("data.eval.{i}.name") } else { format!("data.eval.{i}.path") };
             cx.err(&key, format!("eval sources {first} and {i} are both called `{label}` (eval metrics are written per source, as `eval/{label}/pass@k`)"))

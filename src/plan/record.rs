@@ -25,6 +25,7 @@ pub fn to_json(plan: &Plan) -> Value {
     let eval = obj.entry("eval").or_insert_with(|| json!({}));
     eval["samples"] = json!(plan.eval.samples);
     eval["max_tokens"] = json!(plan.eval.sampling.max_tokens);
+    eval["greedy"] = json!(plan.eval.greedy.is_some());
     if let crate::spec::types::LossAgg::Constant { .. } = plan.grpo.loss_agg {
         // C defaults to `sampling.max_tokens`: the value the run divided by.
         let grpo = obj.entry("grpo").or_insert_with(|| json!({}));

@@ -10,3 +10,4 @@ pub(crate) mod loss;
 pub(crate) mod passk;
 pub(crate) mod reward;
 pub(crate) mod shaping;
+pub(crate) mod signif;

@@ -175,6 +175,16 @@ pub mod eval {
     /// the sampler's retries (not counted in `eval/problems` nor in pass@k).
     pub const PROBLEMS_DROPPED: &str = "eval/problems_dropped";
 
+    /// Greedy pass@1 (0–1): one completion per problem at temperature 0 (`eval.greedy`), or
+    /// the main eval's pass@1 when that already is greedy (`eval.temperature: 0`).
+    pub const GREEDY_PASS_AT_1: &str = "eval/greedy/pass@1";
+    /// Fraction (0–1) of the greedy completions with a code block.
+    pub const GREEDY_FORMAT_RATE: &str = "eval/greedy/format_rate";
+    /// Problems the greedy eval graded.
+    pub const GREEDY_PROBLEMS: &str = "eval/greedy/problems";
+    /// What the greedy metrics' names start with: not an eval source (`check` reserves it).
+    pub const GREEDY_PREFIX: &str = "eval/greedy/";
+
     /// `eval/pass@{k}`: the unbiased pass@k estimate averaged over problems (0–1).
     pub fn pass_at(k: u32) -> String {
         format!("{PASS_AT_PREFIX}{k}")
@@ -200,7 +210,7 @@ pub mod eval {
     /// (the pooled `eval/pass@{k}` included).
     pub fn parse_source_pass_at(name: &str) -> Option<(&str, u32)> {
         let (source, k) = name.strip_prefix("eval/")?.rsplit_once("/pass@")?;
-        Some((source, k.parse().ok()?)).filter(|(s, _)| !s.is_empty())
+        Some((source, k.parse().ok()?)).filter(|(s, _)| !s.is_empty() && *s != "greedy")
     }
 }
 

@@ -158,11 +158,24 @@ pub struct Attempt {
     pub tests_passed: usize,
 }
 
+/// Which evaluation protocol a record belongs to. The main protocol (the spec's `eval`
+/// sampling, pass@k) is written without a tag, so run directories from before the tag read as
+/// they did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// `eval.greedy`: one completion per problem at temperature 0 (greedy pass@1).
+    Greedy,
+}
+
 /// One line of `eval_results.jsonl`: one problem of one evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalResultRecord {
     /// The step the evaluation followed (−1 for the baseline).
     pub step: i64,
+    /// The protocol; absent for the main one (and in runs written before protocols).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<Protocol>,
     /// The problem's id in its dataset.
     pub problem_id: String,
     /// The eval source it came from (its `name`, or its file's stem); absent in runs written
@@ -188,6 +201,9 @@ pub struct EvalResultRecord {
 pub struct EvalSampleRecord {
     /// The step the evaluation followed (−1 for the baseline).
     pub step: i64,
+    /// The protocol; absent for the main one (and in runs written before protocols).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<Protocol>,
     /// The problem's id in its dataset.
     pub problem_id: String,
     /// The eval source it came from.
@@ -368,6 +384,12 @@ mod tests {
         assert_eq!(rec.metrics.get(2), None);
         assert_eq!(rec.statuses[2], VerdictStatus::InfraError);
         assert_eq!(serde_json::to_string(&rec).unwrap(), text);
+        // No tag: the main protocol; the greedy protocol's records say so.
+        assert_eq!(rec.protocol, None);
+        let greedy = EvalResultRecord { protocol: Some(Protocol::Greedy), ..rec.clone() };
+        let tagged = serde_json::to_string(&greedy).unwrap();
+        assert!(tagged.contains(r#""step":-1,"protocol":"greedy","problem_id""#), "{tagged}");
+        assert_eq!(serde_json::from_str::<EvalResultRecord>(&tagged).unwrap(), greedy);
         // A NaN estimate is null on disk and NaN again when read.
         let nan = EvalResultRecord { metrics: PassAtK(vec![(1, f64::NAN)]), ..rec };
         let text = serde_json::to_string(&nan).unwrap();

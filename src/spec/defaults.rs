@@ -25,6 +25,12 @@ pub fn eval_samples(samples: Option<u32>, k: &[u32]) -> u32 {
     samples.unwrap_or_else(|| k.iter().copied().max().unwrap_or(1))
 }
 
+/// `eval.greedy`: on whenever the main eval samples (temperature > 0), so every run that
+/// evaluates reports greedy pass@1 beside sampled pass@k.
+pub fn eval_greedy(greedy: Option<bool>, temperature: f64) -> bool {
+    greedy.unwrap_or(temperature > 0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +73,6 @@ mod tests {
         assert_eq!(eval_samples(None, &[1, 5]), 5);
         assert_eq!(eval_samples(Some(8), &[1]), 8);
         assert_eq!(eval_samples(None, &[]), 1);
+        assert!(eval_greedy(None, 0.7) && !eval_greedy(None, 0.0) && !eval_greedy(Some(false), 0.7));
     }
 }

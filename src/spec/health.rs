@@ -73,6 +73,27 @@ pub struct Health {
     /// (nats per token). Default `{rate: 0.1}`.
     #[serde(default = "d::divergence")]
     pub logprob_divergence: Rate,
+    /// Greedy pass@1 below the baseline's beyond noise: the exact McNemar test on each
+    /// problem's greedy pass/fail, the baseline eval against this one, has p below `p` and more
+    /// problems lost than gained. Checked after each eval with greedy results (`eval.greedy`, or
+    /// a main eval at temperature 0). Default `{p: 0.05}`.
+    #[serde(default = "d::greedy")]
+    pub greedy_below_baseline: Significance,
+    /// Coverage collapse: pass@k at the largest k of `eval.k` (k > 1) fell by more than `drop`
+    /// below the baseline's while pass@1 rose: the policy sharpened onto fewer answers.
+    /// Checked after each eval. Default `{drop: 0.05}`.
+    #[serde(default = "d::coverage")]
+    pub coverage_collapse: Drop,
+    /// `train/entropy` averaged over the last `window` steps fell below `fraction` of its mean
+    /// over the run's first `window` steps: the sampling policy is collapsing onto one answer.
+    /// Default `{fraction: 0.25}`.
+    #[serde(default = "d::entropy")]
+    pub entropy_collapse: Collapse,
+    /// `train/completion_tokens_mean` averaged over the last `window` steps fell below
+    /// `fraction` of its mean over the first `window` steps: completions are shrinking (often
+    /// toward degenerate one-liners). Default `{fraction: 0.5}`.
+    #[serde(default = "d::length")]
+    pub length_collapse: Collapse,
 }
 
 impl Default for Health {
@@ -89,6 +110,10 @@ impl Default for Health {
             infra_errors: d::infra(),
             truncation: d::truncation(),
             logprob_divergence: d::divergence(),
+            greedy_below_baseline: d::greedy(),
+            coverage_collapse: d::coverage(),
+            entropy_collapse: d::entropy(),
+            length_collapse: d::length(),
         }
     }
 }
@@ -162,6 +187,30 @@ pub struct Rate {
     pub action: Action,
 }
 
+/// A paired test's p-value below a threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Significance {
+    /// The p-value below which the change counts as beyond noise.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub p: f64,
+    /// What firing does. Default `warn`.
+    #[serde(default)]
+    pub action: Action,
+}
+
+/// A window mean fallen to a fraction of the run's first.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Collapse {
+    /// The fraction (0–1) of the first window's mean below which the last window's fires.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub fraction: f64,
+    /// What firing does. Default `warn`.
+    #[serde(default)]
+    pub action: Action,
+}
+
 /// The defaults, named once.
 mod d {
     use super::*;
@@ -195,6 +244,18 @@ mod d {
     }
     pub(super) fn divergence() -> Rate {
         Rate { rate: 0.1, action: Action::Warn }
+    }
+    pub(super) fn greedy() -> Significance {
+        Significance { p: 0.05, action: Action::Warn }
+    }
+    pub(super) fn coverage() -> Drop {
+        Drop { drop: 0.05, action: Action::Warn }
+    }
+    pub(super) fn entropy() -> Collapse {
+        Collapse { fraction: 0.25, action: Action::Warn }
+    }
+    pub(super) fn length() -> Collapse {
+        Collapse { fraction: 0.5, action: Action::Warn }
     }
 }
 

@@ -1338,6 +1338,12 @@ pub struct Eval {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_tokens: Option<u32>,
+    /// Also evaluate greedily at each eval: one completion per problem at temperature 0, same
+    /// prompts, recorded as `eval/greedy/pass@1` and `eval/greedy/format_rate` and tagged
+    /// `protocol: greedy` in `eval_results.jsonl` and `eval_rollouts.jsonl`. Default: on when
+    /// `eval.temperature` > 0 (at 0 the main eval already is greedy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub greedy: Option<bool>,
 }
 
 fn default_ks() -> Vec<u32> {
@@ -1346,7 +1352,7 @@ fn default_ks() -> Vec<u32> {
 
 impl Default for Eval {
     fn default() -> Self {
-        Eval { k: default_ks(), samples: None, temperature: 0.0, max_tokens: None }
+        Eval { k: default_ks(), samples: None, temperature: 0.0, max_tokens: None, greedy: None }
     }
 }
 

@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 pub(crate) use error::Error;
 
-use crate::runlog::{Attempt, EvalSampleRecord, PromptMessage, RolloutRecord, RunDir, StopReason, TestRecord, VerdictStatus, files};
+use crate::runlog::{Attempt, EvalSampleRecord, PromptMessage, Protocol, RolloutRecord, RunDir, StopReason, TestRecord, VerdictStatus, files};
 
 /// A step named on the command line: a number (`-1` is the baseline evaluation), `base` or
 /// `last`.
@@ -95,6 +95,8 @@ pub(crate) struct Completion {
     pub problem_id: String,
     /// Its eval source, when recorded.
     pub source: Option<String>,
+    /// The eval protocol, when not the main one (`greedy`).
+    pub protocol: Option<Protocol>,
     /// Index among its group's (or problem's) samples.
     pub sample: usize,
     /// The verdict.
@@ -134,6 +136,7 @@ impl Completion {
             step: i64::from(r.step),
             problem_id: r.problem_id,
             source: None,
+            protocol: None,
             sample: r.sample,
             status: r.status,
             tests_passed: r.tests_passed,
@@ -155,6 +158,7 @@ impl Completion {
             step: r.step,
             problem_id: r.problem_id,
             source: r.source,
+            protocol: r.protocol,
             sample: r.sample,
             status: r.status,
             tests_passed: r.tests_passed,
@@ -325,6 +329,7 @@ mod tests {
             step,
             problem_id: problem.into(),
             source: None,
+            protocol: None,
             sample,
             status,
             tests_passed: 0,

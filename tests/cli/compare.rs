@@ -374,6 +374,68 @@ fn one_run_baseline_against_final_is_a_paired_test() {
     assert!(r.stdout.contains("#1: no eval at step 3 (eval steps: -1, 4, 9)"), "{}", r.stdout);
 }
 
+/// The issue-37 run, replayed: 40 problems, 8 samples at temperature 0.7 and greedy pass@1
+/// (`eval.greedy`) at the baseline and after step 11. Sampled pass@1 33.8% → 54.4% (29 problems
+/// up, 7 down), pass@8 90.0% → 72.5%; greedy 80.0% → 60.0% with 2 problems gained and 10 lost.
+fn two_protocols(root: &Path) -> PathBuf {
+    let dir = root.join("qs2");
+    std::fs::create_dir_all(&dir).unwrap();
+    let resolved = json!({
+        "name": "qs2", "seed": 0, "model": {"base": "tiny"},
+        "data": {"eval": [{"path": "data/eval.jsonl", "format": "mbpp"}]},
+        "schedule": {"max_steps": 12, "eval_every": 12},
+        "eval": {"k": [1, 2, 4, 8], "samples": 8, "temperature": 0.7, "greedy": true},
+    });
+    std::fs::write(dir.join("resolved.json"), resolved.to_string()).unwrap();
+    let status = json!({"schema_version": 1, "run_id": "qs2", "state": "finished", "steps_done": 12, "max_steps": 12, "started_at": "2025-01-01T00:00:00Z", "updated_at": "2025-01-01T00:10:00Z"});
+    std::fs::write(dir.join("status.json"), status.to_string()).unwrap();
+    let (mut results, mut metrics) = (String::new(), String::new());
+    for step in [-1i64, 11] {
+        let (solved, correct, greedy): (usize, u32, Vec<usize>) = if step < 0 { (36, 3, (0..32).collect()) } else { (29, 6, (0..22).chain([32, 33]).collect()) };
+        for i in 0..40 {
+            let c = if i < solved { correct } else { 0 };
+            let statuses: Vec<&str> = (0..8).map(|k| if k < c { "passed" } else { "failed" }).collect();
+            results += &format!("{}\n", json!({"step": step, "problem_id": format!("p{i:02}"), "n": 8, "correct": c, "statuses": statuses, "tests_passed": vec![1; 8], "metrics": {"pass@1": f64::from(c) / 8.0}}));
+            let ok = greedy.contains(&i);
+            results += &format!("{}\n", json!({"step": step, "protocol": "greedy", "problem_id": format!("p{i:02}"), "n": 1, "correct": u32::from(ok), "statuses": [if ok { "passed" } else { "failed" }], "tests_passed": [1], "metrics": {"pass@1": if ok { 1.0 } else { 0.0 }}}));
+        }
+        let pass1 = solved as f64 * f64::from(correct) / 8.0 / 40.0;
+        metrics += &format!("{}\n", json!({"step": step, "eval/pass@1": pass1, "eval/greedy/pass@1": greedy.len() as f64 / 40.0, "eval/problems": 40, "time/eval_s": 5.0}));
+    }
+    std::fs::write(dir.join("eval_results.jsonl"), results).unwrap();
+    std::fs::write(dir.join("metrics.jsonl"), metrics).unwrap();
+    dir
+}
+
+#[test]
+fn both_protocols_baseline_against_final_within_100_columns() {
+    let cx = TestContext::new();
+    two_protocols(&cx.path().join("runs"));
+    let r = cx.run(&["compare", "runs/qs2", "--steps", "-1,last"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let wide: Vec<&str> = r.stdout.lines().filter(|l| l.chars().count() > 100).collect();
+    assert!(wide.is_empty(), "lines over 100 columns: {wide:#?}");
+    let w = section(&r.stdout, "within runs");
+    assert!(w.contains("#1 step -1 → 11: 33.8% → 54.4%  Δ +20.6 pp"), "{w}");
+    // Exact McNemar on 2 gained and 10 lost: 2·(1 + 12 + 66)/2^12 = 0.0386 (scipy
+    // stats.binomtest(2, 12).pvalue = 0.038574).
+    assert!(w.contains("greedy pass@1: 80.0% → 60.0%  Δ −20.0 pp  McNemar exact b = 2, c = 10, p = 0.039"), "{w}");
+    assert!(w.contains("sampled pass@1 up beyond noise (") && w.contains("greedy pass@1 DOWN beyond noise (McNemar exact p = 0.039)"), "{w}");
+    assert!(!w.contains("training changed the eval score"), "one protocol up and one down is not one verdict: {w}");
+    // Both protocols and pass@k up to the largest k, baseline, final and Δ, in one table that
+    // was not split into column groups.
+    let t = section(&r.stdout, "greedy pass@1 (1 sample at temperature 0) and sampled pass@k");
+    let header = t.lines().find(|l| l.starts_with("  #")).unwrap();
+    assert!(header.contains("greedy") && header.contains("pass@1") && header.contains("pass@2") && header.contains("pass@4") && header.contains("pass@8"), "{t}");
+    assert!(t.contains("-1 (baseline)") && t.contains("90.0") && t.contains("72.5") && t.contains("−17.5") && t.contains("−20.0"), "{t}");
+    assert_eq!(t.lines().filter(|l| l.contains("pass@8")).count(), 1, "one column group: {t}");
+    // The HTML report carries the same blocks.
+    let r = cx.run(&["compare", "runs/qs2", "--steps", "-1,last", "--html", "two.html"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let html = std::fs::read_to_string(cx.path().join("two.html")).unwrap();
+    assert!(html.contains("McNemar exact b = 2, c = 10, p = 0.039") && html.contains("greedy pass@1 DOWN beyond noise") && html.contains("pass@8"), "the HTML lacks a protocol");
+}
+
 /// Decodes a PNG and counts its pixels that are neither white nor grey-ish (chart colours).
 fn coloured_pixels(png: &[u8]) -> (u32, u32, usize) {
     let p = tiny_skia::Pixmap::decode_png(png).expect("a valid PNG");
@@ -506,12 +568,15 @@ eval: {{k: [1, 2], samples: 2, temperature: 1.0, max_tokens: 6}}
     eprintln!("{}", r.stdout);
     assert!(r.stdout.contains("rlx compare: 2 runs → 2 arms (differ in: lr) · seeds {3} · eval: 3 problems, n=2, T=1"), "{}", r.stdout);
     // Two samples per problem: pass@k for k = 1..2, and a sign-flip test instead of McNemar.
-    assert!(r.stdout.contains("pass@k (%), first eval → compared step (unbiased estimator;"), "{}", r.stdout);
-    let p = section(&r.stdout, "pass@k");
-    assert_eq!(p.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>(), ["#", "steps", "pass@1", "pass@2"], "{p}");
-    // The baseline beside the compared step: `-1→1`, and each pass@k as `before→after`.
-    let row = p.lines().nth(2).unwrap().split_whitespace().collect::<Vec<_>>();
-    assert!(row[1] == "-1→1" && row[2].contains('→') && row[3].contains('→'), "{p}");
+    // Sampled at T=1, so greedy pass@1 too (`eval.greedy` on by default).
+    assert!(r.stdout.contains("greedy pass@1 (1 sample at temperature 0) and sampled pass@k (%), first eval and compared step"), "{}", r.stdout);
+    let p = section(&r.stdout, "greedy pass@1 (1 sample");
+    let words = |i: usize| p.lines().nth(i).unwrap().split_whitespace().collect::<Vec<_>>();
+    assert_eq!(words(2), ["#", "step", "greedy", "pass@1", "pass@2"], "{p}");
+    // The baseline, the compared step and their difference, one row each.
+    assert!(words(3).len() == 6 && words(3)[..3] == ["#1", "-1", "(baseline)"], "{p}");
+    assert!(words(4).len() == 5 && words(4)[..2] == ["#1", "1"], "{p}");
+    assert!(words(5).len() == 5 && words(5)[..2] == ["Δ", "(pp)"], "{p}");
     let ids: BTreeSet<&str> = r.stdout.lines().filter(|l| l.trim_start().starts_with("#1  tiny-") || l.trim_start().starts_with("#2  tiny-")).collect();
     assert_eq!(ids.len(), 2, "{}", r.stdout);
     assert!(std::fs::read_to_string(cx.path().join("r.html")).unwrap().contains("pass@k vs k"));

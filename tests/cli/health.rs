@@ -32,6 +32,8 @@ enum Answer {
     Truncated,
     /// Wrong code that the fault-injecting proxy below answers with HTTP 503.
     InfraFail,
+    /// A one-line wrong answer (a completion-length collapse).
+    Short,
 }
 
 /// Decides each completion from (training step, is-eval, problem index, sample index).
@@ -42,12 +44,20 @@ struct Scripted {
     /// (statement, reference solution, is eval) per problem of both files.
     problems: Vec<(String, String, bool)>,
     script: Box<Script>,
+    /// The greedy eval's script (temperature 0), when it differs from `script`'s eval answers.
+    greedy: Option<Box<Script>>,
+    /// Each sampled token's log-probability by step (the sampler's entropy estimate).
+    logprob: fn(usize) -> f32,
     /// Training sample calls so far: the step being sampled (one call per step at this size).
     steps: AtomicUsize,
 }
 
 impl Scripted {
     fn new(cx: &TestContext, script: Box<Script>) -> Arc<Self> {
+        Self::build(cx, script, None, |_| -0.5)
+    }
+
+    fn build(cx: &TestContext, script: Box<Script>, greedy: Option<Box<Script>>, logprob: fn(usize) -> f32) -> Arc<Self> {
         let tokenizer = tokenizers::Tokenizer::from_file(cx.path().join("tiny/tokenizer.json")).unwrap();
         let mut problems = vec![];
         for (file, eval) in [("easy_python_train.jsonl", false), ("easy_python_eval.jsonl", true)] {
@@ -56,7 +66,7 @@ impl Scripted {
                 problems.push((v["text"].as_str().unwrap().to_string(), v["code"].as_str().unwrap().to_string(), eval));
             }
         }
-        Arc::new(Scripted { tokenizer, problems, script, steps: AtomicUsize::new(0) })
+        Arc::new(Scripted { tokenizer, problems, script, greedy, logprob, steps: AtomicUsize::new(0) })
     }
 
     fn index(&self, prompt: &[u32]) -> usize {
@@ -72,12 +82,13 @@ impl Scripted {
             Answer::Loop => ("```python\nwhile True:\n    pass\n```".into(), StopReason::Stop),
             Answer::Truncated => ("```python\ndef nothing():\n    return None\n```".into(), StopReason::Length),
             Answer::InfraFail => ("```python\n# INFRA-FAIL\ndef nothing():\n    return None\n```".into(), StopReason::Stop),
+            Answer::Short => ("```python\n1\n```".into(), StopReason::Stop),
         }
     }
 }
 
 impl Sampler for Scripted {
-    fn sample(&self, requests: Vec<SampleRequest>, _params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
+    fn sample(&self, requests: Vec<SampleRequest>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
         let idx: Vec<usize> = requests.iter().map(|r| self.index(&r.prompt)).collect();
         let eval = idx.iter().all(|&i| self.problems[i].2);
         let step = if eval { self.steps.load(Ordering::SeqCst).saturating_sub(1) } else { self.steps.fetch_add(1, Ordering::SeqCst) };
@@ -87,12 +98,16 @@ impl Sampler for Scripted {
             .map(|(r, &i)| {
                 (0..r.num_samples)
                     .map(|k| {
-                        let (text, stop_reason) = self.completion(i, (self.script)(step, eval, i, k));
+                        let script = match &self.greedy {
+                            Some(g) if eval && params.temperature == 0.0 => g,
+                            _ => &self.script,
+                        };
+                        let (text, stop_reason) = self.completion(i, script(step, eval, i, k));
                         let mut tokens = self.tokenizer.encode(text, false).unwrap().get_ids().to_vec();
                         if stop_reason == StopReason::Stop {
                             tokens.push(1);
                         }
-                        SampledSequence { logprobs: vec![-0.5; tokens.len()], tokens, stop_reason }
+                        SampledSequence { logprobs: vec![(self.logprob)(step); tokens.len()], tokens, stop_reason }
                     })
                     .collect()
             })
@@ -388,6 +403,117 @@ async fn train_reward_rising_while_eval_stays_flat_names_leads() {
     assert!(!leads.is_empty() && leads.iter().all(|l| l.starts_with("training problem ") && l.contains("rlx show")), "{leads:?}");
     // The baseline eval and the one after step 2 fired nothing: no rise yet.
     assert_eq!(ran.diagnostics.iter().filter(|e| e["signal"] == "reward_without_eval_gain").count(), 1);
+}
+
+/// 8 eval problems, evaluated at the start and after the last of 4 steps: 4 samples at
+/// temperature 0.7 (pass@1, pass@4) and greedily.
+fn eval_plan(cx: &TestContext, diagnostics: &str) -> rlx::plan::Plan {
+    let eval = repo().join("experiments/data/easy_python_eval.jsonl");
+    let extra = format!(
+        "  eval: [{{path: {}, format: mbpp, limit: 8}}]\nschedule: {{max_steps: 4, eval_every: 4, save_every: 0, eval_at_start: true}}\neval: {{k: [1, 4], samples: 4, temperature: 0.7}}",
+        eval.display()
+    );
+    plan(cx, 4, diagnostics, &extra)
+}
+
+/// Training: half right, never degenerate.
+fn half(_: usize, _: bool, _: usize, k: usize) -> Answer {
+    if k.is_multiple_of(2) { Answer::Right } else { Answer::Wrong }
+}
+
+/// What `rlx doctor` says about `dir`.
+fn doctor(cx: &TestContext, dir: &std::path::Path) -> String {
+    let r = cx.run(&["doctor", dir.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_getting_worse_fires_greedy_below_baseline_and_coverage_collapse_and_doctor_says_so() {
+    let cx = TestContext::new();
+    // Sampled eval: at the baseline one sample in four right on every problem (pass@1 25%,
+    // pass@4 100%); after training every sample right on half the problems and none on the
+    // other half (pass@1 50%, pass@4 50%). Greedy: every problem right, then none.
+    let sampled = |step: usize, eval: bool, i: usize, k: usize| match (eval, step) {
+        (false, _) => half(step, eval, i, k),
+        (true, 0) => if k == 0 { Answer::Right } else { Answer::Wrong },
+        (true, _) => if i.is_multiple_of(2) { Answer::Right } else { Answer::Wrong },
+    };
+    let greedy = |step: usize, _: bool, _: usize, _: usize| if step == 0 { Answer::Right } else { Answer::Wrong };
+    let p = eval_plan(&cx, "");
+    let sampler = Scripted::build(&cx, Box::new(sampled), Some(Box::new(greedy)), |_| -0.5);
+    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let ran = run_on(&p, trainer).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    // Both protocols recorded: metrics, and per-problem records tagged by protocol.
+    let metrics = jsonl(&ran.dir.join("metrics.jsonl"));
+    let at = |step: i64| metrics.iter().find(|m| m["step"] == step && m.get("eval/pass@1").is_some()).unwrap().clone();
+    assert_eq!((at(-1)["eval/pass@1"].as_f64(), at(-1)["eval/pass@4"].as_f64(), at(-1)["eval/greedy/pass@1"].as_f64()), (Some(0.25), Some(1.0), Some(1.0)));
+    assert_eq!((at(3)["eval/pass@1"].as_f64(), at(3)["eval/pass@4"].as_f64(), at(3)["eval/greedy/pass@1"].as_f64()), (Some(0.5), Some(0.5), Some(0.0)));
+    let results = jsonl(&ran.dir.join("eval_results.jsonl"));
+    let greedy_records: Vec<&Value> = results.iter().filter(|r| r["protocol"] == "greedy").collect();
+    assert_eq!(greedy_records.len(), 16, "8 problems × 2 evals");
+    assert!(greedy_records.iter().all(|r| r["n"] == 1), "{greedy_records:?}");
+    assert_eq!(results.iter().filter(|r| r.get("protocol").is_none() && r["n"] == 4).count(), 16);
+    // 8 problems lost, none gained: exact McNemar p = 2/2^8 = 0.0078.
+    let (e, line) = ran.fired("greedy_below_baseline");
+    assert_eq!(e["step"], 3);
+    assert!(line.contains("greedy pass@1 100.0% at the baseline → 0.0% at step 3 on 8 problems: 8 lost, 0 gained (exact McNemar p = 0.008, threshold 0.05)"), "{line}");
+    assert!(e["leads"].as_array().unwrap().iter().any(|l| l.as_str().unwrap().contains("passed greedily at the baseline, fails at step 3")), "{e}");
+    let (e, line) = ran.fired("coverage_collapse");
+    assert_eq!(e["step"], 3);
+    assert!(line.contains("eval pass@4 fell 100.0% → 50.0% since the baseline (more than 5.0%) while pass@1 rose 25.0% → 50.0%"), "{line}");
+    // Doctor: sampled pass@1 doubled, but greedy fell beyond noise, so the eval expectation is
+    // not met, and it says which protocol did what.
+    let out = doctor(&cx, &ran.dir);
+    assert!(out.contains("NO   steps 1–3"), "{out}");
+    assert!(out.contains("sampled pass@1 25.0% → 50.0%"), "{out}");
+    assert!(out.contains("greedy pass@1 100.0% → 0.0% DOWN (McNemar exact p = 0.008, 0 up, 8 down)"), "{out}");
+    assert!(out.contains("greedy_below_baseline") && out.contains("coverage_collapse"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_getting_better_under_both_protocols_is_ok_in_doctor() {
+    let cx = TestContext::new();
+    // Every eval answer wrong at the baseline and right after training, in both protocols.
+    let script = |step: usize, eval: bool, i: usize, k: usize| match (eval, step) {
+        (false, _) => half(step, eval, i, k),
+        (true, 0) => Answer::Wrong,
+        (true, _) => Answer::Right,
+    };
+    let ran = run(&cx, &eval_plan(&cx, ""), Box::new(script), Box::new(calm)).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    ran.not_fired("greedy_below_baseline");
+    ran.not_fired("coverage_collapse");
+    let out = doctor(&cx, &ran.dir);
+    assert!(out.contains("ok   steps 1–3"), "{out}");
+    assert!(out.contains("sampled pass@1 0.0% → 100.0% up (sign-flip exact p = 0.008, 8 up, 0 down); greedy pass@1 0.0% → 100.0% up (McNemar exact p = 0.008, 8 up, 0 down)"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entropy_and_completion_length_collapsing_fire() {
+    let cx = TestContext::new();
+    // Two steps of full answers at 1 nat per token, then one-line answers at 0.1.
+    let script = |step: usize, eval: bool, i: usize, k: usize| if step < 2 { half(step, eval, i, k) } else { Answer::Short };
+    let p = plan(&cx, 4, "window: 2", "");
+    let sampler = Scripted::build(&cx, Box::new(script), None, |step| if step < 2 { -1.0 } else { -0.1 });
+    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let ran = run_on(&p, trainer).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    let (e, line) = ran.fired("entropy_collapse");
+    assert_eq!(e["step"], 3, "the first step with two windows apart");
+    assert!(line.contains("train/entropy 0.1000 over steps 2–3, 10.0% of its 1.000 over steps 0–1 (threshold 25.0%)"), "{line}");
+    let (e, line) = ran.fired("length_collapse");
+    assert_eq!(e["step"], 3);
+    assert!(line.contains("train/completion_tokens_mean ") && line.contains("over steps 2–3") && line.contains("(threshold 50.0%)"), "{line}");
+    // `action: off` silences them.
+    let cx = TestContext::new();
+    let p = plan(&cx, 4, "window: 2, entropy_collapse: {fraction: 0.25, action: off}, length_collapse: {fraction: 0.5, action: off}", "");
+    let sampler = Scripted::build(&cx, Box::new(script), None, |step| if step < 2 { -1.0 } else { -0.1 });
+    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let ran = run_on(&p, trainer).await;
+    ran.not_fired("entropy_collapse");
+    ran.not_fired("length_collapse");
 }
 
 /// A port nothing listens on.

@@ -492,8 +492,33 @@ fn rlx_eval_of_a_spec_is_its_own_evaluation_only_run() {
     for o in ["schedule.max_steps=0", "eval.k=[1,2]", "eval.samples=3", "eval.temperature=1", "eval.max_tokens=8"] {
         assert!(ovs.iter().any(|v| v.as_str().unwrap().starts_with(o)), "{o} not in {ovs:?}");
     }
+    // Sampled at temperature 1, so greedy pass@1 too (`eval.greedy` on by default): one more
+    // record per problem, tagged, one sample each.
+    assert!(r.stdout.contains("greedy     0.00%  95% CI [0.00%, 0.00%]  over 2 problems (pass@1, 1 sample at temperature 0)"), "{}", r.stdout);
     let results = jsonl(&dir.join("eval_results.jsonl"));
-    assert_eq!(results.len(), 2);
-    assert!(results.iter().all(|r| r["n"] == 3 && r["statuses"].as_array().unwrap().len() == 3));
+    assert_eq!(results.len(), 4);
+    let (greedy, main): (Vec<&Value>, Vec<&Value>) = results.iter().partition(|r| r.get("protocol").is_some());
+    assert!(main.len() == 2 && main.iter().all(|r| r["n"] == 3 && r["statuses"].as_array().unwrap().len() == 3), "{main:?}");
+    assert!(greedy.len() == 2 && greedy.iter().all(|r| r["protocol"] == "greedy" && r["n"] == 1 && r["metrics"].get("pass@1").is_some()), "{greedy:?}");
+    let m = &jsonl(&dir.join("metrics.jsonl"))[0];
+    assert!(m["eval/greedy/pass@1"] == 0.0 && m["eval/greedy/problems"] == 2.0 && m["eval/greedy/format_rate"].is_number(), "{m}");
+    let rollouts = jsonl(&dir.join("eval_rollouts.jsonl"));
+    assert_eq!(rollouts.iter().filter(|r| r["protocol"] == "greedy").count(), 2, "{rollouts:?}");
     assert!(jsonl(&dir.join("checkpoints.jsonl")).is_empty(), "an evaluation saves nothing");
+
+    // A spec whose eval samples 3 at temperature 1: `eval.temperature=0` alone is the greedy
+    // protocol (one sample, pass@1), not a refusal.
+    let spec = std::fs::read_to_string(cx.path().join("spec.yaml")).unwrap();
+    cx.write("sampled.yaml", &format!("{}eval: {{k: [1, 2], samples: 3, temperature: 1.0, max_tokens: 8}}\n", spec.replace("name: dry", "name: sampled")));
+    let r = cx.run(&["eval", "sampled.yaml", "eval.temperature=0"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("pass@1     0.00%") && !r.stdout.contains("pass@2") && !r.stdout.contains("greedy "), "{}", r.stdout);
+    let run = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with("sampled-")).unwrap();
+    let results = jsonl(&run.join("eval_results.jsonl"));
+    assert!(results.len() == 2 && results.iter().all(|r| r["n"] == 1 && r.get("protocol").is_none()), "{results:?}");
+    assert_eq!(jsonl(&run.join("metrics.jsonl"))[0]["eval/greedy/pass@1"], 0.0, "the main eval is the greedy protocol, named as such");
+    // Asking for more samples at temperature 0 is still refused, saying what to set.
+    let r = cx.run(&["eval", "sampled.yaml", "eval.temperature=0", "eval.samples=3"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("set `eval.samples: 1`"), "{}", r.stderr);
 }

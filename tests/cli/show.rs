@@ -173,7 +173,8 @@ fn every_filter_on_a_served_dry_run() {
     let r = cx.run(&["show", &run, "--eval", "--step", "base"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let h = headers(&r.stdout);
-    assert_eq!(h.len(), 6, "3 problems × 2 samples (`log.rollouts: all`): {}", r.stdout);
+    assert_eq!(h.len(), 9, "3 problems × 2 samples (`log.rollouts: all`), and 3 greedy (`eval.greedy`, on at T 1): {}", r.stdout);
+    assert_eq!(h.iter().filter(|l| l.ends_with("· greedy sample 0")).count(), 3, "{h:?}");
     assert!(h.iter().all(|l| l.starts_with("── step -1 (baseline) · problem `")), "{h:?}");
     assert!(h.iter().any(|l| l.contains("problem `3` (hard)")) && h.iter().any(|l| l.contains("problem `1` (easy)")), "{h:?}");
     let r2 = cx.run(&["show", &run, "--eval", "--step=-1"]);

@@ -121,6 +121,7 @@ pub(crate) fn run(args: EvalArgs) -> anyhow::Result<u8> {
     if let Some(t) = args.temperature {
         extra.push(format!("eval.temperature={t}"));
     }
+    extra.extend(greedy_implies(&args, &ovs));
     if let Some(m) = args.max_tokens {
         extra.push(format!("eval.max_tokens={m}"));
     }
@@ -171,6 +172,23 @@ pub(crate) fn run(args: EvalArgs) -> anyhow::Result<u8> {
     }
     summarise(&plan.run_dir(), &plan.eval.k)?;
     Ok(exit::OK)
+}
+
+/// Greedy decoding gives one completion per problem: `eval.temperature=0` (or
+/// `--temperature 0`) without a sample count implies `eval.samples=1`, and `eval.k=[1]` unless
+/// k is given too, whatever the spec's sampled eval drew.
+fn greedy_implies(args: &EvalArgs, ovs: &[overrides::Override]) -> Vec<String> {
+    let set = |key: &str| ovs.iter().rev().find(|o| o.path.join(".") == key).and_then(|o| o.raw.split_once('=').map(|(_, v)| v.trim().to_owned()));
+    let zero = |v: &str| v.parse::<f64>().is_ok_and(|t| t == 0.0);
+    let greedy = set("eval.temperature").map_or(args.temperature == Some(0.0), |v| zero(&v));
+    if !greedy || args.n.is_some() || set("eval.samples").is_some() {
+        return vec![];
+    }
+    let mut out = vec!["eval.samples=1".to_owned()];
+    if args.k.is_empty() && set("eval.k").is_none() {
+        out.push("eval.k=[1]".to_owned());
+    }
+    out
 }
 
 /// A spec for `--model`/`--data`, as JSON text (YAML is a superset), anchored in the current
@@ -245,7 +263,7 @@ fn default_prompt() -> anyhow::Result<PathBuf> {
 /// Prints pass@k with 95% confidence intervals from the run directory's baseline evaluation.
 fn summarise(dir: &Path, ks: &[u32]) -> anyhow::Result<()> {
     let rd = RunDir::open(dir).with_context(|| format!("cannot read `{}`", dir.display()))?;
-    let rows: Vec<_> = rd.eval_results()?.rows.into_iter().filter(|r| r.step == -1).collect();
+    let (greedy, rows): (Vec<_>, Vec<_>) = rd.eval_results()?.rows.into_iter().filter(|r| r.step == -1).partition(|r| r.protocol.is_some());
     let graded = rows.iter().filter(|r| r.n > 0).count();
     let infra: usize = rows.iter().map(|r| r.statuses.iter().filter(|s| **s == crate::runlog::VerdictStatus::InfraError).count()).sum();
     let dropped = rd.metrics()?.rows.iter().find(|m| m.step == -1).and_then(|m| m.get(crate::runlog::metrics::eval::PROBLEMS_DROPPED)).unwrap_or(0.0);
@@ -259,6 +277,17 @@ fn summarise(dir: &Path, ks: &[u32]) -> anyhow::Result<()> {
             100.0 * (mean - half).max(0.0),
             100.0 * (mean + half).min(1.0),
             values.len()
+        ));
+    }
+    let greedy: Vec<f64> = greedy.iter().filter(|r| r.n > 0).map(|r| f64::from(r.correct) / f64::from(r.n)).collect();
+    if !greedy.is_empty() {
+        let (mean, half) = mean_and_ci95(&greedy);
+        printer::out(format!(
+            "greedy   {:>6.2}%  95% CI [{:.2}%, {:.2}%]  over {} problems (pass@1, 1 sample at temperature 0)",
+            100.0 * mean,
+            100.0 * (mean - half).max(0.0),
+            100.0 * (mean + half).min(1.0),
+            greedy.len()
         ));
     }
     if infra > 0 || dropped > 0.0 || graded < rows.len() {

@@ -149,7 +149,8 @@ fn completion(out: &mut String, c: &Completion, p: Paint) {
             let _ = write!(head, " · group {} sample {}", t.group, c.sample);
         }
         None => {
-            let _ = write!(head, " · sample {}", c.sample);
+            let greedy = if c.protocol.is_some() { "greedy " } else { "" };
+            let _ = write!(head, " · {greedy}sample {}", c.sample);
         }
     }
     let _ = writeln!(out, "{} {}", p.bold("──"), p.bold(&head));
