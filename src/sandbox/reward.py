@@ -1,9 +1,10 @@
 # The driver of Python rewards (rlx's own code, embedded in the binary by reward.rs).
 #
-# It runs as the program of a sandbox run, exactly where a submission's program runs: a fork of
-# a warm worker, chrooted, without network, under an unprivileged uid and the run's limits. The
-# reward's directory was shipped into the working directory; the batch (one problem and the
-# completions of its group, each with its id) arrives on stdin.
+# It runs in the program of a sandbox run, exactly where a submission's program runs: a fork of
+# a warm worker, chrooted, without network, under an unprivileged uid and the run's limits. It
+# is shipped as `rlx_reward_driver.py` and the program only imports it (its bytecode is then
+# cached by the worker); the reward's directory was shipped as `reward/`; the batch (one problem
+# and the completions of its group, each with its id) arrives on stdin.
 #
 # Why two kinds of process: a reward that executes the model's code (what code rewards do) runs
 # that code inside the call, with everything the call's process can reach. So no call's process
@@ -215,7 +216,7 @@ def run_in_child(fn, args, display, timeout_s, nonce, res_w, out_w, handlers):
         for sig, h in handlers.items():
             signal.signal(sig, h)
         # Bound here, before the user's code: a call that replaces json's functions or this
-        # driver's (its module is `__main__`) does not change what is written below.
+        # driver's (in `sys.modules`) does not change what is written below.
         write, encode, exit_, check, fail, clock = os.write, ENCODE, os._exit, check_value, failure, timed
         try:
             result = check(clock(lambda: fn(*args), timeout_s), fn, display)
@@ -363,28 +364,30 @@ class Snapshot:
         return dirs, files
 
     def restore(self):
-        # A directory the call made unreadable would hide what it holds from the scan.
-        for rel in [os.curdir] + sorted(self.dirs):
-            try:
-                os.chmod(os.path.join(self.root, rel), 0o755)
-            except OSError:
-                pass
+        # A directory the call made unreadable would hide what it holds from the scan. Modes
+        # are changed only where the call changed them: the working directory itself belongs to
+        # the sandbox, not to the uid calls run under.
+        modes = dict(self.dirs, **{os.curdir: self.mode})
+        for rel, mode in modes.items():
+            set_mode(os.path.join(self.root, rel), mode | 0o700)
         dirs, files = self.scan()
         for rel in sorted(set(files) - set(self.files), reverse=True):
             os.unlink(os.path.join(self.root, rel))
         for rel in sorted(dirs - set(self.dirs), reverse=True):
             rmtree(os.path.join(self.root, rel))
         for rel in sorted(set(self.dirs) - dirs):
-            os.mkdir(os.path.join(self.root, rel))
+            os.mkdir(os.path.join(self.root, rel), self.dirs[rel])
         for rel, (data, mode) in self.files.items():
             path = os.path.join(self.root, rel)
             if same(path, data, mode):
                 continue
+            # Rewritten in place while it is still a regular file: the reward's own directory is
+            # the sandbox's, where no call (nor P) may create or remove names.
             if os.path.isdir(path) and not os.path.islink(path):
                 rmtree(path)
-            elif os.path.lexists(path):
+            elif os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
                 os.unlink(path)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
             try:
                 view = memoryview(data)
                 while view:
@@ -392,9 +395,14 @@ class Snapshot:
                 os.fchmod(fd, mode)
             finally:
                 os.close(fd)
-        for rel, mode in self.dirs.items():
-            os.chmod(os.path.join(self.root, rel), mode)
-        os.chmod(self.root, self.mode)
+        for rel, mode in modes.items():
+            set_mode(os.path.join(self.root, rel), mode)
+
+
+def set_mode(path, mode):
+    """chmod, only when the mode differs (it may not be ours to change when it does not)."""
+    if os.lstat(path).st_mode & 0o7777 != mode:
+        os.chmod(path, mode)
 
 
 def same(path, data, mode):
@@ -420,7 +428,7 @@ def same(path, data, mode):
 
 
 def rmtree(path):
-    os.chmod(path, 0o755)
+    set_mode(path, 0o700)
     for name in os.listdir(path):
         p = os.path.join(path, name)
         if os.path.isdir(p) and not os.path.islink(p):
@@ -462,8 +470,8 @@ def guard():
 def main():
     req = json.loads(sys.stdin.read())
     wd = os.getcwd()
-    # The reward's directory was shipped as `reward/` (beside the driver's own main.py): its
-    # files are the reward's working directory and its imports.
+    # The reward's directory was shipped as `reward/` (beside this file and the program's
+    # main.py): its files are the reward's working directory and its imports.
     os.chdir("reward")
     sys.path.insert(0, os.getcwd())
     display, module_file, timeout_s = req["display"], req["module"], float(req["timeout_s"])
@@ -481,9 +489,10 @@ def main():
         emit(dict(run_call(fn, req["problem"], call, display, timeout_s, handlers), call=call["id"]))
         try:
             snapshot.restore()
-        except OSError:
+        except OSError as e:
             # The call left the directory in a state P cannot undo: the next calls would not
             # see what the first saw. rlx reruns them in a fresh sandbox run.
+            os.write(2, ("rlx reward driver: cannot restore the working directory: %s\n" % e).encode())
             emit({"restart": True})
             return
 

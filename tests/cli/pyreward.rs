@@ -84,6 +84,15 @@ def reward(problem, completion, code, verdict):
 def number(problem, completion, code, verdict):
     verdict["tests_passed"] = -100  # mutating an argument reaches no other call
     return 2
+
+def scratch(problem, completion, code, verdict):
+    import os
+    seen = open("weights.txt").read() != "3\n" or os.path.exists("../scratch.txt")
+    with open("weights.txt", "w") as f:  # a data file rewritten by a call: back before the next
+        f.write(completion)
+    with open("../scratch.txt", "w") as f:  # a file a call leaves: gone before the next
+        f.write(completion)
+    return {"seen": float(seen), "driver": float(os.getppid())}
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,6 +121,14 @@ async fn a_reward_file_returns_components_computed_from_its_arguments() {
 
     let r = score(&load(&path, "number", 5.0), &sb, &problem, &calls).await;
     assert_eq!(r, vec![Ok(Custom::Value(2.0)), Ok(Custom::Value(2.0))]);
+
+    // Each call runs in its own process and finds the directory as the load left it; all of a
+    // group's calls run under one driver, in one sandbox run (a driver that could not clean up
+    // after a call would hand the rest to a fresh run, with another pid).
+    let r = score(&load(&path, "scratch", 5.0), &sb, &problem, &[calls[0].clone(), calls[1].clone(), calls[0].clone()]).await;
+    let c: Vec<_> = r.iter().map(components).collect();
+    assert!(c.iter().all(|c| c["seen"] == 0.0), "{c:?}");
+    assert!(c.iter().all(|x| x["driver"] == c[0]["driver"]), "{c:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,14 +295,14 @@ for fd in range(1024):
         pass
 "#;
 
-/// (c) Patches json, the driver's functions (its module is `__main__`), the reward module, its
-/// sibling module and data file, and plants a replacement for the sibling module.
+/// (c) Patches json, the driver's functions, the reward module, its sibling module and data
+/// file, and plants a replacement for the sibling module.
 const PATCHES: &str = r#"
 import json, sys
 json.dumps = lambda *a, **k: '{"ok": 100.0}'
 json.JSONEncoder.encode = lambda self, o: '{"ok": 100.0}'
-driver = sys.modules["__main__"]
-for name in ("emit", "check_value", "failure", "timed", "judge", "valid_result", "run_call", "main"):
+driver = sys.modules["rlx_reward_driver"]
+for name in ("emit", "check_value", "failure", "timed", "judge", "valid_result", "run_call", "main", "ENCODE"):
     setattr(driver, name, lambda *a, **k: {"ok": 100.0})
 sys.modules["r"].reward = lambda *a: 100.0
 sys.modules["helper"].SCALE = 100.0
