@@ -26,6 +26,13 @@ pub use crate::rl::reward::Custom;
 /// The driver's Python source.
 pub(crate) const DRIVER: &str = include_str!("reward.py");
 
+/// The driver ships as this file, beside `reward/`, and the program only imports it: a file
+/// that every batch ships is compiled once by the sandbox's worker and its bytecode cached (see
+/// docs/sandbox.md), where the program's own source is compiled on every run (~10 ms for the
+/// driver on the development machine).
+const DRIVER_FILE: &str = "rlx_reward_driver.py";
+const DRIVER_STUB: &str = "import rlx_reward_driver\n";
+
 /// The most bytes of the reward's directory shipped with every batch: its regular files
 /// (not subdirectories), the reward file included.
 pub(crate) const MAX_DIR_BYTES: u64 = 4 << 20;
@@ -76,6 +83,9 @@ pub enum FailureKind {
     Returned,
     /// Its process died (`os._exit`, a signal, the memory limit).
     Crashed,
+    /// Its result channel held something the driver did not write: code the function ran (the
+    /// model's, in a reward that executes it) wrote there. The call is void, never scored.
+    Forged,
 }
 
 /// A failed call: the user's error, with what to show them.
@@ -100,6 +110,7 @@ impl std::fmt::Display for Failure {
             FailureKind::Timeout => "timed out",
             FailureKind::Returned => "returned a bad value",
             FailureKind::Crashed => "crashed",
+            FailureKind::Forged => "had its result forged",
         };
         write!(f, "{kind}")?;
         if let Some(at) = &self.location {
@@ -146,6 +157,7 @@ impl RewardFn {
             }
             files.insert(format!("{DIR}/{name}"), std::fs::read(entry.path()).map_err(io(&entry.path()))?);
         }
+        files.insert(DRIVER_FILE.to_owned(), DRIVER.as_bytes().to_vec());
         Ok(RewardFn { display: display.to_owned(), module, function: function.to_owned(), files, timeout, memory_mb })
     }
 
@@ -159,54 +171,99 @@ impl RewardFn {
         &self.function
     }
 
-    /// Scores `calls` (completions of `problem`) in one sandbox run; one result per call, in
-    /// order.
+    /// Scores `calls` (completions of `problem`), normally in one sandbox run; one result per
+    /// call, in order. Each call runs in a process of its own, forked by the driver, and the
+    /// results are matched to calls by id, never by position. A run that ends before answering
+    /// every call (code a call ran killed or stopped the driver) charges the call it was on and
+    /// runs the rest again, so no call can take the others' results with it.
     ///
     /// # Errors
     /// Only the sandbox failing ([`Sandbox::run`]'s errors); whatever the user's code does is a
     /// [`Failure`] in the results.
     pub async fn call<S: Sandbox>(&self, sandbox: &S, problem: &Value, calls: &[Call]) -> Result<Vec<CallResult>, Error> {
+        let mut results: Vec<Option<CallResult>> = vec![None; calls.len()];
+        loop {
+            let pending: Vec<usize> = (0..calls.len()).filter(|&k| results[k].is_none()).collect();
+            if pending.is_empty() {
+                break;
+            }
+            let out = self.run_batch(sandbox, problem, calls, &pending).await?;
+            for (k, r) in parse_results(&out.stdout, &out.stderr, out.status, &pending, self.timeout.as_secs_f64()) {
+                results[k] = Some(r);
+            }
+        }
+        Ok(results.into_iter().flatten().collect())
+    }
+
+    /// One sandbox run of the driver over the calls `ids` of `calls`.
+    async fn run_batch<S: Sandbox>(&self, sandbox: &S, problem: &Value, calls: &[Call], ids: &[usize]) -> Result<super::ExecOutput, Error> {
         let t = self.timeout.as_secs_f64();
+        let batch: Vec<Value> = ids.iter().map(|&k| json!({"id": k, "completion": calls[k].completion, "code": calls[k].code, "verdict": calls[k].verdict})).collect();
         let stdin = json!({
             "display": self.display,
             "module": self.module,
             "function": self.function,
             "timeout_s": t,
             "problem": problem,
-            "calls": calls,
+            "calls": batch,
         });
-        // Every call and the load may take their whole timeout; the sandbox's deadline is the
-        // backstop for a hang the driver's timer cannot interrupt (one inside C code).
-        let n = calls.len() as f64 + 1.0;
-        let limits = Limits { timeout: Duration::from_secs_f64(t * n + 2.0), memory_mb: self.memory_mb, ..Limits::default() };
-        let req = ExecRequest { code: DRIVER.to_owned(), stdin: Some(stdin.to_string()), files: self.files.clone(), fetch_files: vec![], limits, ..ExecRequest::default() };
-        let out = sandbox.run(req).await?;
-        Ok(parse_results(&out.stdout, &out.stderr, out.status, calls.len(), t))
+        // The load and every call may take their whole timeout (a call, the driver's grace on top
+        // for a process that blocks its timer); the sandbox's deadline is the backstop for a
+        // driver that cannot go on (a load that hangs in C code, a driver a call stopped).
+        let n = ids.len() as f64;
+        let limits = Limits { timeout: Duration::from_secs_f64(t * (n + 1.0) + CALL_GRACE_S * n + 2.0), memory_mb: self.memory_mb, ..Limits::default() };
+        let req = ExecRequest { code: DRIVER_STUB.to_owned(), stdin: Some(stdin.to_string()), files: self.files.clone(), fetch_files: vec![], limits, ..ExecRequest::default() };
+        sandbox.run(req).await
     }
 }
 
-/// One result per call from the driver's lines; calls without a line failed with the process.
-fn parse_results(stdout: &[u8], stderr: &[u8], status: ExecStatus, n: usize, timeout_s: f64) -> Vec<CallResult> {
+/// What the driver waits past a call's timeout before it kills a call's process that blocked
+/// its timer (`GRACE_S` in reward.py).
+const CALL_GRACE_S: f64 = 1.0;
+
+/// The results the driver's lines give for the calls `pending` (ids into the batch), as
+/// `(id, result)`. Lines are matched by the id they carry; a line for a call not asked for, or
+/// a second line for one, is ignored. When the run ended without answering every call: before
+/// the file loaded, each gets the run's failure; after, the first unanswered call (the one the
+/// driver was on) gets it and the others are left out, to be run again. Each run therefore
+/// settles at least one call.
+fn parse_results(stdout: &[u8], stderr: &[u8], status: ExecStatus, pending: &[usize], timeout_s: f64) -> Vec<(usize, CallResult)> {
     let text = String::from_utf8_lossy(stdout);
-    let mut out: Vec<CallResult> = text.lines().take(n).map(parse_line).collect();
-    if out.len() < n {
-        let err = String::from_utf8_lossy(stderr);
-        let tail: String = err.chars().rev().take(4000).collect::<Vec<_>>().into_iter().rev().collect();
-        let (kind, message) = match status {
-            ExecStatus::TimedOut => (FailureKind::Timeout, format!("did not return within {timeout_s} s (the sandbox stopped its process)")),
-            ExecStatus::Signaled(sig) => (FailureKind::Crashed, format!("its process was killed by signal {sig}")),
-            ExecStatus::Exited(code) => (FailureKind::Crashed, format!("its process exited with code {code}")),
-            ExecStatus::OutputLimit => (FailureKind::Crashed, "its process wrote past the output limit".to_string()),
-        };
-        let failure = Failure { kind, message, location: None, traceback: tail };
-        out.resize(n, Err(failure));
+    let mut got: BTreeMap<usize, CallResult> = BTreeMap::new();
+    let (mut loaded, mut restart) = (false, false);
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else { continue };
+        loaded |= v.get("loaded").is_some();
+        restart |= v.get("restart").is_some();
+        let id = v.get("call").and_then(Value::as_u64).and_then(|k| usize::try_from(k).ok());
+        if let Some(k) = id.filter(|k| pending.contains(k)) {
+            got.entry(k).or_insert_with(|| parse_line(&v));
+        }
     }
-    out
+    let missing: Vec<usize> = pending.iter().copied().filter(|k| !got.contains_key(k)).collect();
+    let err = String::from_utf8_lossy(stderr);
+    let tail: String = err.chars().rev().take(4000).collect::<Vec<_>>().into_iter().rev().collect();
+    if missing.is_empty() || (restart && !got.is_empty()) {
+        if !missing.is_empty() {
+            // Costs a sandbox run per restart: worth seeing if it happens without an attack.
+            tracing::warn!(calls = missing.len(), "the Python reward's driver stopped after a call it could not clean up after; the rest run again: {}", tail.trim());
+        }
+        return got.into_iter().collect();
+    }
+    let (kind, message) = match status {
+        ExecStatus::TimedOut => (FailureKind::Timeout, format!("did not return within {timeout_s} s (the sandbox stopped its process)")),
+        ExecStatus::Signaled(sig) => (FailureKind::Crashed, format!("its process was killed by signal {sig}")),
+        ExecStatus::Exited(code) => (FailureKind::Crashed, format!("its process exited with code {code}")),
+        ExecStatus::OutputLimit => (FailureKind::Crashed, "its process wrote past the output limit".to_string()),
+    };
+    let failure = Failure { kind, message, location: None, traceback: tail };
+    let charged = if loaded { &missing[..1] } else { &missing[..] };
+    got.extend(charged.iter().map(|&k| (k, Err(failure.clone()))));
+    got.into_iter().collect()
 }
 
-fn parse_line(line: &str) -> CallResult {
-    let bad = || Failure { kind: FailureKind::Crashed, message: "the reward driver wrote an unreadable result".into(), location: None, traceback: line.chars().take(600).collect() };
-    let v: Value = serde_json::from_str(line).map_err(|_| bad())?;
+fn parse_line(v: &Value) -> CallResult {
+    let bad = || Failure { kind: FailureKind::Crashed, message: "the reward driver wrote an unreadable result".into(), location: None, traceback: v.to_string().chars().take(600).collect() };
     if let Some(ok) = v.get("ok") {
         return match ok {
             Value::Number(n) => n.as_f64().map(Custom::Value).ok_or_else(bad),
@@ -219,6 +276,8 @@ fn parse_line(line: &str) -> CallResult {
         Some("raised") => FailureKind::Raised,
         Some("timeout") => FailureKind::Timeout,
         Some("returned") => FailureKind::Returned,
+        Some("crashed") => FailureKind::Crashed,
+        Some("forged") => FailureKind::Forged,
         _ => return Err(bad()),
     };
     let text = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
@@ -230,19 +289,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn results_from_lines_and_from_a_dead_process() {
-        let stdout = b"{\"ok\": 0.5}\n{\"ok\": {\"a\": 1, \"b\": -0.25}}\n{\"failed\": \"raised\", \"message\": \"ValueError: x\", \"where\": \"r.py:3\", \"traceback\": \"T\"}\n";
-        let r = parse_results(stdout, b"boom", ExecStatus::TimedOut, 4, 2.0);
-        assert_eq!(r[0], Ok(Custom::Value(0.5)));
-        assert_eq!(r[1], Ok(Custom::Components([("a".to_string(), 1.0), ("b".to_string(), -0.25)].into())));
-        let e = r[2].clone().unwrap_err();
+    fn results_by_call_id_and_from_a_dead_process() {
+        // Lines in any order, matched by id; a line for a call not asked for and a second line
+        // for a call are ignored.
+        let stdout = b"{\"loaded\": true}\n{\"call\": 5, \"ok\": {\"a\": 1, \"b\": -0.25}}\n{\"call\": 2, \"ok\": 0.5}\n{\"call\": 9, \"ok\": 7}\n{\"call\": 2, \"ok\": 1}\n{\"call\": 3, \"failed\": \"raised\", \"message\": \"ValueError: x\", \"where\": \"r.py:3\", \"traceback\": \"T\"}\n";
+        let r: BTreeMap<usize, CallResult> = parse_results(stdout, b"boom", ExecStatus::TimedOut, &[2, 3, 5, 6, 7], 2.0).into_iter().collect();
+        assert_eq!(r[&2], Ok(Custom::Value(0.5)));
+        assert_eq!(r[&5], Ok(Custom::Components([("a".to_string(), 1.0), ("b".to_string(), -0.25)].into())));
+        let e = r[&3].clone().unwrap_err();
         assert_eq!((e.kind, e.location.as_deref()), (FailureKind::Raised, Some("r.py:3")));
         assert_eq!(e.to_string(), "raised at r.py:3: ValueError: x");
-        // The fourth call never reported: the sandbox's deadline stopped the process.
-        let e = r[3].clone().unwrap_err();
+        // The driver was on call 6 when the sandbox's deadline stopped it: 6 is charged, 7 is
+        // left out to be run again.
+        let e = r[&6].clone().unwrap_err();
         assert_eq!((e.kind, e.traceback.as_str()), (FailureKind::Timeout, "boom"));
-        let r = parse_results(b"not json\n", b"", ExecStatus::Exited(3), 2, 2.0);
-        assert_eq!(r[0].clone().unwrap_err().kind, FailureKind::Crashed);
-        assert_eq!(r[1].clone().unwrap_err().message, "its process exited with code 3");
+        assert!(!r.contains_key(&7) && !r.contains_key(&9), "{r:?}");
+        // Before the load finished, every call gets the run's failure.
+        let r = parse_results(b"not json\n", b"", ExecStatus::Exited(3), &[0, 1], 2.0);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[1].1.clone().unwrap_err().message, "its process exited with code 3");
+        // A restart after a call: the others are run again, nobody is charged.
+        let r = parse_results(b"{\"loaded\": true}\n{\"call\": 0, \"failed\": \"forged\", \"message\": \"m\", \"where\": null, \"traceback\": \"\"}\n{\"restart\": true}\n", b"", ExecStatus::Exited(0), &[0, 1, 2], 2.0);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].1.clone().unwrap_err().kind, FailureKind::Forged);
     }
 }

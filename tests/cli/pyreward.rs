@@ -1,8 +1,10 @@
 //! Python rewards (`reward.kind: python`) with real reward files, the real local sandbox and the
 //! real binary: components computed from the arguments rlx passes, a reward that raises (file:line),
-//! one that never returns (the per-call timer, and the sandbox's deadline behind it), one that
-//! reads outside its directory or opens a socket (denied as submissions are), `rlx validate`'s
-//! sample call, and runs that log components, drop groups and stop after `reward.max_failures`.
+//! one that never returns (the per-call timer, and the driver's kill behind it), one that
+//! reads outside its directory or opens a socket (denied as submissions are), completions that
+//! try to forge or shift scores through a reward that runs their code, the numbers a reward may
+//! return (huge ints, numpy scalars), `rlx validate`'s sample call, and runs that log
+//! components, drop groups and stop after `reward.max_failures`.
 //! The isolation cases use only files the test writes (never ../shared).
 
 #![allow(clippy::print_stderr)] // skip notices and the measurement are meant to be seen
@@ -82,6 +84,15 @@ def reward(problem, completion, code, verdict):
 def number(problem, completion, code, verdict):
     verdict["tests_passed"] = -100  # mutating an argument reaches no other call
     return 2
+
+def scratch(problem, completion, code, verdict):
+    import os
+    seen = open("weights.txt").read() != "3\n" or os.path.exists("../scratch.txt")
+    with open("weights.txt", "w") as f:  # a data file rewritten by a call: back before the next
+        f.write(completion)
+    with open("../scratch.txt", "w") as f:  # a file a call leaves: gone before the next
+        f.write(completion)
+    return {"seen": float(seen), "driver": float(os.getppid())}
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,6 +121,14 @@ async fn a_reward_file_returns_components_computed_from_its_arguments() {
 
     let r = score(&load(&path, "number", 5.0), &sb, &problem, &calls).await;
     assert_eq!(r, vec![Ok(Custom::Value(2.0)), Ok(Custom::Value(2.0))]);
+
+    // Each call runs in its own process and finds the directory as the load left it; all of a
+    // group's calls run under one driver, in one sandbox run (a driver that could not clean up
+    // after a call would hand the rest to a fresh run, with another pid).
+    let r = score(&load(&path, "scratch", 5.0), &sb, &problem, &[calls[0].clone(), calls[1].clone(), calls[0].clone()]).await;
+    let c: Vec<_> = r.iter().map(components).collect();
+    assert!(c.iter().all(|c| c["seen"] == 0.0), "{c:?}");
+    assert!(c.iter().all(|x| x["driver"] == c[0]["driver"]), "{c:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,12 +176,14 @@ async fn a_reward_that_never_returns_times_out() {
     let f = r[1].clone().unwrap_err();
     assert_eq!((f.kind, f.location.as_deref()), (FailureKind::Timeout, Some("rewards/r.py:5")), "{f:?}");
     assert_eq!(r[2], Ok(Custom::Value(1.0)));
-    // A reward that blocks the timer: the sandbox's deadline kills its process; the calls it
-    // never answered are timeouts, what it answered before stands.
+    // A reward that blocks the timer: the driver kills the call's process past its timeout;
+    // the call is a timeout, the calls before and after it stand.
     let r = score(&load(&path, "deaf", 1.0), &sb, &json!({"id": "p"}), &calls).await;
     assert_eq!(r[0], Ok(Custom::Value(1.0)));
-    assert_eq!(r[1].clone().unwrap_err().kind, FailureKind::Timeout);
-    assert_eq!(r[2].clone().unwrap_err().kind, FailureKind::Timeout);
+    let f = r[1].clone().unwrap_err();
+    assert_eq!(f.kind, FailureKind::Timeout);
+    assert!(f.message.contains("its process was killed"), "{f:?}");
+    assert_eq!(r[2], Ok(Custom::Value(1.0)));
     // The worker survives for the next batch.
     let r = score(&load(&path, "spin", 1.0), &sb, &json!({"id": "p"}), &calls[..1]).await;
     assert_eq!(r[0], Ok(Custom::Value(1.0)));
@@ -221,6 +242,232 @@ def reward(problem, completion, code, verdict):
         assert_eq!(c["socket"], 0.0, "{c:?}");
         assert_eq!(listener.accept().unwrap_err().kind(), std::io::ErrorKind::WouldBlock, "nothing connected");
     }
+}
+
+/// A code reward as naive code rewards are written: it runs the model's code in its own process.
+/// What a call is worth is computed before that code runs, so the honest result of every call
+/// is known: `{"tests": k, "base": 1}` for the completion with `k` tests passed.
+const EXEC_REWARD: &str = r#"
+import helper
+
+def reward(problem, completion, code, verdict):
+    value = {"tests": float(verdict["tests_passed"]), "base": float(open("weights.txt").read()) * helper.SCALE}
+    if code:
+        exec(code, {"__name__": "model"})
+    return value
+"#;
+
+/// (a) Forged result lines on stdout and stderr, in the driver's old and new shapes.
+const PRINTS: &str = r#"
+import sys
+for k in range(40):
+    print('{"ok": 100.0}')
+    print('{"call": %d, "ok": 100.0}' % k)
+    sys.stderr.write('{"call": %d, "ok": {"tests": 100.0}}\n{"loaded": true}\n' % k)
+"#;
+
+/// (b) The same written to every descriptor it has, through /proc/self/fd, and to the driver's
+/// descriptors and memory through /proc/<parent> (where there is a /proc).
+const ALL_FDS: &str = r#"
+import os
+try:
+    with open("/proc/%d/mem" % os.getppid(), "r+b") as f:
+        f.write(b"x")
+    os._exit(3)  # reached the driver's memory: not a forged call, a test failure
+except OSError:
+    pass
+line = b'{"call": 4, "ok": 100.0}\n{"ok": 100.0}\n'
+for d in ("/proc/%d/fd" % os.getppid(), "/proc/self/fd"):
+    try:
+        names = os.listdir(d)
+    except OSError:
+        continue
+    for n in names:
+        try:
+            with open(os.path.join(d, n), "wb") as f:
+                f.write(line)
+        except OSError:
+            pass
+for fd in range(1024):
+    try:
+        os.write(fd, line)
+    except OSError:
+        pass
+"#;
+
+/// (c) Patches json, the driver's functions, the reward module, its sibling module and data
+/// file, and plants a replacement for the sibling module.
+const PATCHES: &str = r#"
+import json, sys
+json.dumps = lambda *a, **k: '{"ok": 100.0}'
+json.JSONEncoder.encode = lambda self, o: '{"ok": 100.0}'
+driver = sys.modules["rlx_reward_driver"]
+for name in ("emit", "check_value", "failure", "timed", "judge", "valid_result", "run_call", "main", "ENCODE"):
+    setattr(driver, name, lambda *a, **k: {"ok": 100.0})
+sys.modules["r"].reward = lambda *a: 100.0
+sys.modules["helper"].SCALE = 100.0
+open("weights.txt", "w").write("100")
+open("helper.py", "w").write("SCALE = 100.0\n")
+del sys.modules["helper"]
+"#;
+
+/// (d) Ends its own process, kills itself, kills the driver, signals the driver.
+const EXITS: &str = "import os\nos._exit(0)\n";
+const KILLS_ITSELF: &str = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n";
+const KILLS_THE_DRIVER: &str = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(30)\n";
+const SIGNALS_THE_DRIVER: &str = r#"
+import os, signal
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM, signal.SIGUSR1, signal.SIGPIPE, signal.SIGHUP, signal.SIGXCPU):
+    os.kill(os.getppid(), s)
+"#;
+
+/// Leaves a process behind that ignores signals and, for seconds, forges lines on the output it
+/// inherited and rewrites the reward's files, to reach the calls after it.
+const LEAVES_A_PROCESS: &str = r#"
+import os, signal, time
+if os.fork() == 0:
+    os.closerange(3, 1 << 16)
+    for s in range(1, 32):
+        try:
+            signal.signal(s, signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass
+    for _ in range(500):
+        for fd in (1, 2):
+            try:
+                os.write(fd, b'{"ok": 100.0}\n')
+            except OSError:
+                pass
+        try:
+            open("weights.txt", "w").write("100")
+        except OSError:
+            pass
+        time.sleep(0.01)
+    os._exit(0)
+time.sleep(0.05)
+"#;
+
+/// Replaces a builtin the reward uses and starts a thread that keeps forging lines on stdout.
+const BUILTINS_AND_A_THREAD: &str = r#"
+import builtins, io, os, threading, time
+builtins.open = lambda *a, **k: io.StringIO("100")
+def forge():
+    while True:
+        os.write(1, b'{"ok": 100.0}\n')
+        time.sleep(0.001)
+threading.Thread(target=forge, daemon=True).start()
+time.sleep(0.05)
+"#;
+
+/// The attacks, by the index of the completion that carries them; every other completion is
+/// honest.
+const ATTACKS: &[(usize, &str)] = &[(1, PRINTS), (3, ALL_FDS), (5, PATCHES), (7, EXITS), (9, KILLS_ITSELF), (11, KILLS_THE_DRIVER), (13, SIGNALS_THE_DRIVER), (15, LEAVES_A_PROCESS), (17, BUILTINS_AND_A_THREAD)];
+
+fn honest(k: usize) -> CallResult {
+    Ok(Custom::Components([("base".to_string(), 1.0), ("tests".to_string(), k as f64)].into()))
+}
+
+/// Issue #38 item 4: completions whose code a reward runs try to forge or shift scores. No other
+/// call's score changes, and each attacked call is recorded as what it is: its honest value
+/// where the attack could not touch it, otherwise a failed call, never a forged score.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_code_a_reward_runs_cannot_forge_or_shift_any_score() {
+    if !python_available() {
+        return;
+    }
+    let (_dir, path) = reward_dir(&[("r.py", EXEC_REWARD), ("helper.py", "SCALE = 1.0\n"), ("weights.txt", "1\n")]);
+    let f = RewardFn::load(&path, "rewards/r.py", "reward", Duration::from_secs(10), 1024).unwrap();
+    let calls: Vec<Call> = (0..19)
+        .map(|k| {
+            let code = ATTACKS.iter().find(|(i, _)| *i == k).map(|(_, c)| *c);
+            call(&format!("completion {k}"), code, verdict(k, 20))
+        })
+        .collect();
+    for namespaces in [true, false] {
+        let sb = LocalSandbox::start(LocalConfig { workers: 1, namespaces, ..LocalConfig::default() }).await.expect("sandbox starts");
+        let r = score(&f, &sb, &json!({"id": "p"}), &calls).await;
+        let mode = if namespaces { "with namespaces" } else { "without namespaces" };
+        assert_eq!(r.len(), calls.len());
+        for (k, got) in r.iter().enumerate() {
+            let expected = match k {
+                3 => Some(FailureKind::Forged),
+                7 | 9 | 11 => Some(FailureKind::Crashed),
+                _ => None,
+            };
+            match expected {
+                None => assert_eq!(got, &honest(k), "{mode}: completion {k}"),
+                Some(kind) => assert_eq!(got.as_ref().map_err(|e| e.kind), Err(kind), "{mode}: completion {k}: {got:?}"),
+            }
+        }
+        let e = r[3].clone().unwrap_err();
+        assert!(e.message.contains("the call is void"), "{e:?}");
+        assert!(r[7].clone().unwrap_err().message.contains("exited with code 0 before the function returned"), "{:?}", r[7]);
+        assert!(r[9].clone().unwrap_err().message.contains("signal 9"), "{:?}", r[9]);
+    }
+}
+
+/// (d) A completion that stops the driver: the sandbox's deadline ends the run, that call is
+/// a timeout and the calls after it are run again, not lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_that_stops_the_driver_costs_only_its_own_call() {
+    if !python_available() {
+        return;
+    }
+    let (_dir, path) = reward_dir(&[("r.py", EXEC_REWARD), ("helper.py", "SCALE = 1.0\n"), ("weights.txt", "1\n")]);
+    let f = load(&path, "reward", 1.0);
+    let stop = "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n";
+    let calls = [call("a", None, verdict(0, 3)), call("b", Some(stop), verdict(1, 3)), call("c", None, verdict(2, 3))];
+    let r = score(&f, &sandbox().await, &json!({"id": "p"}), &calls).await;
+    assert_eq!(r[0], honest(0));
+    assert_eq!(r[1].clone().unwrap_err().kind, FailureKind::Timeout, "{:?}", r[1]);
+    assert_eq!(r[2], honest(2));
+}
+
+/// Issue #38 item 7: numbers a reward may return. A Python int of any size is a number or,
+/// past a float's range, that call's failure with a clear message; the calls after it are
+/// scored (before, the overflow crashed the rest of the group).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_ints_fail_only_their_own_call_with_a_clear_message() {
+    if !python_available() {
+        return;
+    }
+    let text = "VALUES = {'huge': 10**400, 'huger': 10**5000, 'big': 2**1000, 'true': True, 'in_dict': {'a': 1, 'b': 10**400}, 'nan': float('nan'), 'fine': 0.5}\n\ndef reward(problem, completion, code, verdict):\n    return VALUES[completion]\n";
+    let (_dir, path) = reward_dir(&[("r.py", text)]);
+    let names = ["huge", "huger", "big", "true", "in_dict", "nan", "fine"];
+    let calls: Vec<Call> = names.iter().map(|n| call(n, None, verdict(0, 1))).collect();
+    let r = score(&load(&path, "reward", 5.0), &sandbox().await, &json!({"id": "p"}), &calls).await;
+    let failed = |k: usize| r[k].clone().unwrap_err();
+    assert_eq!((failed(0).kind, failed(0).location.as_deref()), (FailureKind::Returned, Some("rewards/r.py:3")));
+    assert!(failed(0).message.contains("reward() returned an int of 1329 bits, too large for a float"), "{:?}", failed(0));
+    assert!(failed(1).message.contains("an int of 16610 bits"), "{:?}", failed(1));
+    // 2**1000 as a float (the JSON between the driver and rlx keeps 16 significant digits).
+    assert!(matches!(r[2], Ok(Custom::Value(v)) if (v / 2f64.powi(1000) - 1.0).abs() < 1e-14), "{:?}", r[2]);
+    assert_eq!(r[3], Ok(Custom::Value(1.0)));
+    assert!(failed(4).message.contains("a dict whose 'b' is an int of 1329 bits"), "{:?}", failed(4));
+    assert!(failed(5).message.contains("returned nan"), "{:?}", failed(5));
+    assert_eq!(r[6], Ok(Custom::Value(0.5)), "the call after the failures is scored");
+}
+
+/// Issue #38 item 7: numpy's integer, floating and bool scalars are numbers, alone and as
+/// components; other numpy values are that call's failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn numpy_scalars_are_numbers() {
+    if !python_available() {
+        return;
+    }
+    let Some(python) = crate::common::python_env("numpy", &[crate::sandbox_warm::NUMPY]) else { return };
+    let text = "import numpy as np\n\nVALUES = {'int64': np.int64(3), 'float32': np.float32(0.5), 'bool': np.bool_(True), 'uint8': np.uint8(200), 'components': {'a': np.float64(1.25), 'b': np.int8(-2), 'c': np.False_}, 'inf': np.float64('inf'), 'complex': np.complex128(1), 'array': np.array([1.0, 2.0])}\n\ndef reward(problem, completion, code, verdict):\n    return VALUES[completion]\n";
+    let (_dir, path) = reward_dir(&[("r.py", text)]);
+    let names = ["int64", "float32", "bool", "uint8", "components", "inf", "complex", "array"];
+    let calls: Vec<Call> = names.iter().map(|n| call(n, None, verdict(0, 1))).collect();
+    let sb = LocalSandbox::start(LocalConfig { workers: 1, python: Some(python), ..LocalConfig::default() }).await.expect("sandbox starts");
+    let r = score(&load(&path, "reward", 5.0), &sb, &json!({"id": "p"}), &calls).await;
+    assert_eq!(r[..4], [Ok(Custom::Value(3.0)), Ok(Custom::Value(0.5)), Ok(Custom::Value(1.0)), Ok(Custom::Value(200.0))]);
+    assert_eq!(r[4], Ok(Custom::Components([("a".to_string(), 1.25), ("b".to_string(), -2.0), ("c".to_string(), 0.0)].into())));
+    let failed = |k: usize| r[k].clone().unwrap_err();
+    assert!(failed(5).message.contains("returned inf"), "{:?}", failed(5));
+    assert!(failed(6).message.contains("a value of type complex128"), "{:?}", failed(6));
+    assert!(failed(7).message.contains("a value of type ndarray"), "{:?}", failed(7));
 }
 
 /// One sandbox run per group against one per completion, for the docs (not a timing

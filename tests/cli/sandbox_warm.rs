@@ -20,7 +20,7 @@ use rlx::sandbox::{ExecOutput, ExecRequest, ExecStatus, Limits, Sandbox};
 use crate::common::python_env;
 
 /// numpy as §5 of the Sandbox Fusion reference ran it; wheels for CPython 3.11-3.14.
-const NUMPY: &str = "numpy==2.4.6";
+pub(crate) const NUMPY: &str = "numpy==2.4.6";
 
 fn python_available() -> bool {
     let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
