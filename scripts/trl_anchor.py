@@ -160,9 +160,10 @@ def rlx_train(rlx: Rlx, spec: str, overrides: list[str]) -> tuple[Path, float]:
         return run, float("nan")
     if run.exists():
         shutil.rmtree(run)  # an interrupted run of ours: start it again rather than mix two
-    log(f"rlx: training {run.name} ...")
+    log(f"rlx: training {run.name} ... (load average {os.getloadavg()[0]:.2f})")
     t0 = time.time()
     rlx.run(["run", spec, *overrides], heavy=True)
+    log(f"rlx: done in {time.time() - t0:.0f} s (load average {os.getloadavg()[0]:.2f})")
     return run, time.time() - t0
 
 
@@ -302,7 +303,7 @@ def mapping(spec: dict) -> tuple[dict, list[tuple[str, str, str]], list[str]]:
     if g.get("max_steps_off_policy"):
         unmatched.append(f"grpo.max_steps_off_policy = {g['max_steps_off_policy']}: TRL samples on-policy")
     known = {"prompts_per_step", "group_size", "batch_size", "advantage", "skip_degenerate", "loss", "loss_agg",
-             "kl", "overlong", "dynamic_sampling", "max_steps_off_policy"}
+             "kl", "overlong", "dynamic_sampling", "max_steps_off_policy", "learner_temperature"}
     for k, v in g.items():
         if k not in known and v not in (None, False):
             unmatched.append(f"grpo.{k} = {v}: new to this script, not mapped")
@@ -313,12 +314,20 @@ def mapping(spec: dict) -> tuple[dict, list[tuple[str, str, str]], list[str]]:
         "reward_funcs=[rlx grade]", "same sandbox, code extraction and formula")
     cfg["seed"] = spec["seed"]
     row("seed", spec["seed"], f"seed={spec['seed']}", "different RNGs: same seed, different samples")
-    row("sampler / learner", "rlx: see the spec and trainer", "TRL: HF generate (f32); learner logits / temperature",
-        "TRL scores the tempered policy it sampled (importance ratio exactly 1)")
+    if "learner_temperature" in g:  # rlx ≥ the learner-temperature change: None = sampling.temperature
+        lt = g["learner_temperature"]
+        eff = lt if lt is not None else (s["temperature"] if s["temperature"] > 0 else 1.0)
+        cfg["learner_temperature"] = eff
+        row("grpo.learner_temperature", lt if lt is not None else f"default ({eff})", f"learner logits / {eff}",
+            "TRL's fused LM head gets this temperature")
+    else:
+        unmatched.append("learner temperature: TRL divides the learner's logits by sampling.temperature; this rlx "
+                         "has no grpo.learner_temperature and scores the untempered policy "
+                         "(--trl-learner-temperature 1 makes TRL do the same)")
+    row("sampler", "rlx: GGUF blocks (Q4_1, int8 activations)", "TRL: HF generate, f32",
+        "TRL's importance ratio is exactly 1 (old logprobs = its learner's)")
     unmatched.append("sampler: rlx samples from its GGUF blocks (Q4_1 base, int8 activations) and scores what it "
                      "sampled with its f32 trainer; TRL samples and scores in f32 with the same weights (ratio 1)")
-    unmatched.append("learner temperature: TRL divides the learner's logits by sampling.temperature; rlx's trainer "
-                     "scores the policy as its spec and version define (main 4937a82: untempered)")
     unmatched.append("random streams: sampling seeds, LoRA A init (both Kaiming-uniform, B = 0) differ")
     return cfg, rows, unmatched
 
@@ -509,18 +518,30 @@ def trl_train(job_path: str) -> None:
 
     top_k = cfg.pop("top_k")
     lora = cfg.pop("lora")
+    learner_t = cfg.pop("learner_temperature", None)
+    if job.get("learner_temperature") is not None:
+        learner_t = job["learner_temperature"]
+    if learner_t is not None:
+        # GRPOTrainer hands its temperature to the fused LM head once, at construction; the
+        # generation config keeps sampling.temperature.
+        import trl.trainer.grpo_trainer as grpo_mod
+
+        fused = grpo_mod.add_fused_lm_head
+        grpo_mod.add_fused_lm_head = lambda model, temperature=1.0, **k: fused(model, temperature=learner_t, **k)
     args = GRPOConfig(
         output_dir=str(Path(job["out"]) / "trainer"), lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
         use_cpu=True, bf16=False, fp16=False, report_to="none", logging_steps=1, save_strategy="no",
         shuffle_dataset=False, remove_unused_columns=False, disable_dropout=True, log_completions=False,
-        dataloader_num_workers=0, top_k=top_k if top_k else None, **cfg)
+        dataloader_num_workers=0, top_k=top_k if top_k else None,
+        # TRL's defaults are for GPUs: gradient checkpointing on and `use_cache=False`, which on
+        # this CPU made generation recompute every prefix (130 s for 16 × 96 tokens). rlx keeps a
+        # KV cache and recomputes nothing, so the anchor gives TRL the same.
+        gradient_checkpointing=False, use_cache=True, generation_kwargs={"use_cache": True}, **cfg)
     peft_config = LoraConfig(r=lora["r"], lora_alpha=lora["lora_alpha"], target_modules=lora["target_modules"],
                              lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
     trainer = GRPOTrainer(model=model, reward_funcs=[rlx_reward], args=args, train_dataset=ds,
                           processing_class=tok, peft_config=peft_config, callbacks=[Clock()])
-    if job.get("learner_temperature") is not None:
-        trainer.temperature = job["learner_temperature"]  # the learner only: generation_config is built
-    t0 = time.perf_counter()
+    t0, load0 = time.perf_counter(), os.getloadavg()
     trainer.train()
     wall = time.perf_counter() - t0
     adapter = Path(job["out"]) / "adapter"
@@ -530,7 +551,8 @@ def trl_train(job_path: str) -> None:
         "versions": {"trl": trl.__version__, "torch": torch.__version__, "transformers": transformers.__version__},
         "wall_s": wall, "timing": timing, "infra_errors": infra[0],
         "reward_mean": [sum(r) / max(1, len(r)) for r in rewards_log],
-        "log": hist, "adapter": str(adapter), "threads": torch.get_num_threads(),
+        "log": hist, "adapter": str(adapter), "threads": torch.get_num_threads(), "learner_temperature": learner_t,
+        "loadavg_before_after": [load0, os.getloadavg()],
     }
     (Path(job["out"]) / "train.json").write_text(json.dumps(result, indent=1))
 
