@@ -513,8 +513,14 @@ def trl_train(job_path: str) -> None:
 
         def on_step_end(self, args, state, control, **kw):
             timing["step_s"].append(time.perf_counter() - self.t0)
-            log(f"  TRL step {state.global_step}: {timing['step_s'][-1]:.1f} s, reward mean "
-                f"{sum(rewards_log[-1]) / max(1, len(rewards_log[-1])):.3f}" if rewards_log else "")
+            gen_s = sum(timing["generate_s"]) - self.gen0 if hasattr(self, "gen0") else sum(timing["generate_s"])
+            self.gen0 = sum(timing["generate_s"])
+            mean = sum(rewards_log[-1]) / max(1, len(rewards_log[-1])) if rewards_log else float("nan")
+            log(f"  TRL step {state.global_step}: {timing['step_s'][-1]:.1f} s (generate {gen_s:.1f} s, "
+                f"rlx grade {timing['reward_s'][-1] if timing['reward_s'] else 0:.1f} s), reward mean {mean:.3f}")
+            # An interrupted run still leaves its measurements.
+            (Path(job["out"]) / "progress.json").write_text(json.dumps({"timing": timing, "reward_mean": [
+                sum(r) / max(1, len(r)) for r in rewards_log], "loadavg": os.getloadavg()}))
 
     top_k = cfg.pop("top_k")
     lora = cfg.pop("lora")
@@ -533,9 +539,9 @@ def trl_train(job_path: str) -> None:
         use_cpu=True, bf16=False, fp16=False, report_to="none", logging_steps=1, save_strategy="no",
         shuffle_dataset=False, remove_unused_columns=False, disable_dropout=True, log_completions=False,
         dataloader_num_workers=0, top_k=top_k if top_k else None,
-        # TRL's defaults are for GPUs: gradient checkpointing on and `use_cache=False`, which on
-        # this CPU made generation recompute every prefix (130 s for 16 × 96 tokens). rlx keeps a
-        # KV cache and recomputes nothing, so the anchor gives TRL the same.
+        # TRL's defaults are for GPUs short of memory: gradient checkpointing on (the backward
+        # recomputes the forward) and `use_cache=False`. rlx recomputes nothing and keeps a KV
+        # cache when sampling, and 135M parameters fit, so the anchor gives TRL the same.
         gradient_checkpointing=False, use_cache=True, generation_kwargs={"use_cache": True}, **cfg)
     peft_config = LoraConfig(r=lora["r"], lora_alpha=lora["lora_alpha"], target_modules=lora["target_modules"],
                              lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
