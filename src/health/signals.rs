@@ -27,6 +27,8 @@ pub enum Signal {
     Truncation,
     /// Sampler and learner log-probabilities disagree.
     LogprobDivergence,
+    /// The loss's clip (or truncation, or mask) acts on most action tokens.
+    ClippingDominant,
     /// Train reward up, eval pass@1 flat.
     RewardWithoutEvalGain,
     /// Greedy pass@1 below the baseline's beyond noise (exact McNemar).
@@ -44,7 +46,7 @@ impl Signal {
     pub(crate) const EVAL: [Signal; 3] = [Signal::RewardWithoutEvalGain, Signal::GreedyBelowBaseline, Signal::CoverageCollapse];
 
     /// Those checked after a step.
-    pub(crate) const STEP: [Signal; 11] = [
+    pub(crate) const STEP: [Signal; 12] = [
         Signal::RewardFlatZero,
         Signal::RewardFlatOne,
         Signal::GroupsDegenerate,
@@ -54,6 +56,7 @@ impl Signal {
         Signal::InfraErrors,
         Signal::Truncation,
         Signal::LogprobDivergence,
+        Signal::ClippingDominant,
         Signal::EntropyCollapse,
         Signal::LengthCollapse,
     ];
@@ -70,6 +73,7 @@ impl Signal {
             Signal::InfraErrors => "infra_errors",
             Signal::Truncation => "truncation",
             Signal::LogprobDivergence => "logprob_divergence",
+            Signal::ClippingDominant => "clipping_dominant",
             Signal::RewardWithoutEvalGain => "reward_without_eval_gain",
             Signal::GreedyBelowBaseline => "greedy_below_baseline",
             Signal::CoverageCollapse => "coverage_collapse",
@@ -90,6 +94,7 @@ impl Signal {
             Signal::InfraErrors => "the sandbox is failing: check that it runs (Sandbox Fusion's server, or logs.log for the local workers), lower sandbox.concurrency",
             Signal::Truncation => "completions hit sampling.max_tokens: raise it, or shape length (grpo.overlong)",
             Signal::LogprobDivergence => "sampler and learner disagree: try backend.sample_weights: f32 to rule out quantization, and check grpo.max_steps_off_policy",
+            Signal::ClippingDominant => "most tokens take the clipped, gradient-free branch, so only the rest train (GSPO at a narrow band trains positive-advantage sequences only): let the learner score at the sampling temperature (grpo.learner_temperature), sample with backend.sample_weights: f32, or widen the clip band",
             Signal::RewardWithoutEvalGain => "possible reward hacking (hard-coded outputs): inspect the leads with `rlx show`",
             Signal::GreedyBelowBaseline => "training made the model's greedy answers worse: see both protocols with `rlx compare RUN_DIR --steps -1,last`; lower optimizer.learning_rate, anchor to the base (grpo.kl), keep the best checkpoint",
             Signal::CoverageCollapse => "the policy sharpens onto fewer answers: lower optimizer.learning_rate, anchor to the base (grpo.kl), check that the learner scores the temperature the samples were drawn at",
@@ -110,6 +115,7 @@ impl Signal {
             Signal::InfraErrors => h.infra_errors.action,
             Signal::Truncation => h.truncation.action,
             Signal::LogprobDivergence => h.logprob_divergence.action,
+            Signal::ClippingDominant => h.clipping_dominant.action,
             Signal::RewardWithoutEvalGain => h.reward_without_eval_gain.action,
             Signal::GreedyBelowBaseline => h.greedy_below_baseline.action,
             Signal::CoverageCollapse => h.coverage_collapse.action,
@@ -147,6 +153,9 @@ impl Signal {
             Signal::LogprobDivergence => window_mean(h, cfg.window, train::KL_SAMPLE_TRAIN)
                 .filter(|&m| m > cfg.logprob_divergence.rate)
                 .map(|m| format!("train/kl_sample_train {} nats/token over the last {} steps (threshold {})", fmt(m), cfg.window, cfg.logprob_divergence.rate)),
+            Signal::ClippingDominant => window_mean(h, cfg.window, train::CLIP_FRACTION)
+                .filter(|&m| m > cfg.clipping_dominant.rate)
+                .map(|m| format!("train/clip_fraction {} of action tokens over the last {} steps (threshold {})", pct(m), cfg.window, pct(cfg.clipping_dominant.rate))),
             Signal::EntropyCollapse => collapse(h, cfg.window, train::ENTROPY, cfg.entropy_collapse.fraction),
             Signal::LengthCollapse => collapse(h, cfg.window, train::COMPLETION_TOKENS_MEAN, cfg.length_collapse.fraction),
             Signal::RewardWithoutEvalGain | Signal::GreedyBelowBaseline | Signal::CoverageCollapse => None,

@@ -73,6 +73,11 @@ pub struct Health {
     /// (nats per token). Default `{rate: 0.1}`.
     #[serde(default = "d::divergence")]
     pub logprob_divergence: Rate,
+    /// The loss clips most of what it trains on: `train/clip_fraction` averaged over the window
+    /// above `rate` (PPO/CISPO outside their band, GSPO's clipped sequences, tokens truncated or
+    /// masked by `grpo.rollout_correction`). Default `{rate: 0.5}`.
+    #[serde(default = "d::clipping")]
+    pub clipping_dominant: Rate,
     /// Greedy pass@1 below the baseline's beyond noise: the exact McNemar test on each
     /// problem's greedy pass/fail, the baseline eval against this one, has p below `p` and more
     /// problems lost than gained. Checked after each eval with greedy results (`eval.greedy`, or
@@ -110,6 +115,7 @@ impl Default for Health {
             infra_errors: d::infra(),
             truncation: d::truncation(),
             logprob_divergence: d::divergence(),
+            clipping_dominant: d::clipping(),
             greedy_below_baseline: d::greedy(),
             coverage_collapse: d::coverage(),
             entropy_collapse: d::entropy(),
@@ -244,6 +250,9 @@ mod d {
     }
     pub(super) fn divergence() -> Rate {
         Rate { rate: 0.1, action: Action::Warn }
+    }
+    pub(super) fn clipping() -> Rate {
+        Rate { rate: 0.5, action: Action::Warn }
     }
     pub(super) fn greedy() -> Significance {
         Significance { p: 0.05, action: Action::Warn }

@@ -45,8 +45,10 @@ fn a_version_1_resolved_json_reads_as_the_current_version() {
     let v1: Value = serde_json::from_slice(&std::fs::read(repo().join("tests/fixtures/run-v1/run/resolved.json")).unwrap()).unwrap();
     assert!(v1.get("schema_version").is_none() && v1["eval"].get("samples").is_none(), "the fixture is version 1");
     let now = rlx::plan::record::upgrade(v1).unwrap();
-    assert_eq!(now["schema_version"], 2);
+    assert_eq!(now["schema_version"], rlx::plan::record::SCHEMA_VERSION);
     assert_eq!(now["eval"]["samples"], 1);
+    // rlx before `grpo.learner_temperature` scored at temperature 1.
+    assert_eq!(now["grpo"]["learner_temperature"], 1.0);
     assert_eq!(now["backend"]["max_tokens_per_microbatch"], rlx::spec::defaults::MAX_TOKENS_PER_MICROBATCH);
 }
 

@@ -136,7 +136,9 @@ impl Trainer for Recorder {
     fn forward_backward(&self, data: Vec<Datum>, _loss: LossFn) -> Pending<ForwardBackwardOutput> {
         let (loss, _, kl, ratio) = (self.numbers)(self.calls.load(Ordering::SeqCst));
         let outputs = data.iter().map(|d| rlx::seam::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
-        let stats = LossStats { tokens: 10, ratio_mean: ratio, ratio_max: ratio, kl_sample_train: kl, ..LossStats::default() };
+        // One ratio for every token: outside PPO's [0.8, 1.2] all of them clip.
+        let clip_fraction = if (0.8..=1.2).contains(&ratio) { 0.0 } else { 1.0 };
+        let stats = LossStats { tokens: 10, ratio_mean: ratio, ratio_max: ratio, kl_sample_train: kl, clip_fraction, ..LossStats::default() };
         Box::pin(async move { Ok(ForwardBackwardOutput { loss, outputs, stats }) })
     }
     fn optim_step(&self, _adam: AdamParams) -> Pending<OptimStepOutput> {
@@ -348,6 +350,22 @@ async fn an_exploding_loss_and_a_sampler_learner_divergence_fire() {
     let (e, line) = ran.fired("logprob_divergence");
     assert_eq!(e["step"], 2, "the first full window");
     assert!(line.contains("train/kl_sample_train 0.3000 nats/token over the last 3 steps"), "{line}");
+}
+
+/// Clipping that dominates fires once a window of steps mostly clipped (the scripted ratio 0.5
+/// from the third optimizer step on: every token outside PPO's band).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clipping_that_dominates_fires() {
+    let cx = TestContext::new();
+    let half = |_: usize, _: bool, _: usize, k: usize| if k.is_multiple_of(2) { Answer::Right } else { Answer::Wrong };
+    let numbers = |n: usize| (1.0, 1.0, 0.0, if n >= 2 { 0.5 } else { 1.0 });
+    let ran = run(&cx, &plan(&cx, 5, "window: 2", ""), Box::new(half), Box::new(numbers)).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    let (e, line) = ran.fired("clipping_dominant");
+    assert_eq!(e["step"], 3, "the first window of two clipped steps");
+    assert!(line.contains("train/clip_fraction 100.0% of action tokens over the last 2 steps (threshold 50.0%)"), "{line}");
+    let metrics = jsonl(&ran.dir.join("metrics.jsonl"));
+    assert_eq!(metrics[3]["train/clip_fraction"], 1.0);
 }
 
 /// A backend that reports no gradient norm (a Tinker-API server may not): the metrics line has

@@ -120,8 +120,11 @@ fn rlx_eval_and_a_multi_attempt_dry_run_against_llama_cpp() {
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("pass@1 ") && r.stdout.contains("pass@2 ") && r.stdout.contains("over 4 problems"), "{}", r.stdout);
     let runs: Vec<PathBuf> = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().map(|e| e.path()).collect();
-    let results = jsonl(&runs[0].join("eval_results.jsonl"));
-    assert_eq!(results.len(), 4);
+    let all = jsonl(&runs[0].join("eval_results.jsonl"));
+    // Sampled at 0.7, and (`eval.greedy`, on by default when sampling) once greedily.
+    let (greedy, results): (Vec<Value>, Vec<Value>) = all.into_iter().partition(|r| r["protocol"] == "greedy");
+    assert_eq!((results.len(), greedy.len()), (4, 4));
+    assert!(greedy.iter().all(|r| r["n"] == 1), "{greedy:?}");
     for r in &results {
         assert_eq!(r["n"], 2, "two graded samples per problem, none lost: {r}");
         assert!(r["statuses"].as_array().unwrap().iter().all(|s| s != "infra_error"));

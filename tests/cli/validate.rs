@@ -32,7 +32,7 @@ const BAD: &[(&str, &str, &str, &str)] = &[
     ("out_of_range.yaml", "`sampling.temperature` must be ≥ 0, found `-1`", ":9:16", ""),
     ("tinker_partial_lora.yaml", "Tinker adapts all attention projections or none", ":2:85", "list all of q_proj, k_proj, v_proj, o_proj"),
     ("tinker_tempered_learner.yaml", "sampling at temperature 0.7 on Tinker, whose learner scores at temperature 1", ":8:25", "write `grpo.learner_temperature: 1` to run it knowingly"),
-    ("unknown_enum.yaml", "`sandbox.kind` must be one of `local`, `fusion`, found `fusoin`", ":8:17", "did you mean `fusion`?"),
+    ("unknown_enum.yaml", "`sandbox.kind` must be one of `local`, `fusion`, `cwsandbox`, found `fusoin`", ":8:17", "did you mean `fusion`?"),
     ("unknown_field.yaml", "unknown field `learning_rte` in `optimizer`", ":9:3", "did you mean `learning_rate`?"),
     ("unknown_kind.yaml", "unknown `backend.kind` `tinkr`", ":3:17", "did you mean `tinker`?"),
     ("unknown_language.yaml", "`data.train[0].language` must be one of `python`, `cpp`, `c`, found `c++`", ":5:44", "did you mean `cpp`?"),
