@@ -258,11 +258,8 @@ async fn apply_kl(trainer: Option<&dyn Trainer>, datums: &mut [Built], cfg: &Ste
 /// The loss form's KL term: β times each datum's aggregation factor on its sampled tokens.
 fn kl_loss(datums: &[Built], reference: Vec<Vec<f32>>, factors: &[f64], cfg: &StepConfig<'_>) -> Option<KlLoss> {
     let kl = cfg.plan.grpo.kl?;
-    let coef = datums.iter().zip(factors).map(|(b, f)| {
-        let mut c: Vec<f32> = b.sampled.iter().map(|&s| if s { (kl.coef * f) as f32 } else { 0.0 }).collect();
-        c.resize(b.datum.model_input.len(), 0.0);
-        c
-    });
+    // `sampled` has one entry per target: the row the trainer checks against the datum.
+    let coef = datums.iter().zip(factors).map(|(b, f)| b.sampled.iter().map(|&s| if s { (kl.coef * f) as f32 } else { 0.0 }).collect());
     let estimator = match kl.estimator {
         KlEstimator::K1 => KlKind::K1,
         KlEstimator::K3 => KlKind::K3,

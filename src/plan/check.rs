@@ -604,7 +604,7 @@ fn check_rollout_correction(cx: &mut Ctx<'_>, spec: &Spec) {
     use crate::spec::types::{Backend, CorrectionMode, Loss};
     let Some(c) = spec.grpo.rollout_correction else { return };
     if spec.grpo.loss != Loss::ImportanceSampling {
-        cx.err("grpo.rollout_correction", format!("`grpo.rollout_correction` weights `importance_sampling`'s ratio, not `{}`'s", super::resolve::loss_fn(&types_grpo_loss_only(spec)).name()))
+        cx.err("grpo.rollout_correction", format!("`grpo.rollout_correction` weights `importance_sampling`'s ratio, not `{}`'s", super::resolve::written_loss(&spec.grpo.loss).name()))
             .hints
             .push("use `loss: {kind: importance_sampling}` with it (token_truncate is then CISPO on [0, cap]), or leave it out and keep the loss's own clipping".into());
     }
@@ -616,11 +616,6 @@ fn check_rollout_correction(cx: &mut Ctx<'_>, spec: &Spec) {
             .hints
             .push("use `mode: token_truncate` (Tinker's `cispo` on [0, cap]) on Tinker, or `backend.kind: local`".into());
     }
-}
-
-/// `spec.grpo` without its correction: the loss as written.
-fn types_grpo_loss_only(spec: &Spec) -> crate::spec::types::Grpo {
-    crate::spec::types::Grpo { rollout_correction: None, ..spec.grpo.clone() }
 }
 
 /// Tinker's learner scores at temperature 1 and takes no temperature: asked for another, or

@@ -200,7 +200,12 @@ pub(crate) fn loss_fn(g: &types::Grpo) -> LossFn {
             M::SequenceMask => LossFn::MaskedImportanceSampling { cap: c.cap, sequence: true },
         };
     }
-    match g.loss {
+    written_loss(&g.loss)
+}
+
+/// `grpo.loss` as written, without `grpo.rollout_correction`.
+pub(crate) fn written_loss(loss: &Loss) -> LossFn {
+    match *loss {
         Loss::ImportanceSampling => LossFn::ImportanceSampling,
         Loss::Ppo { clip_low_threshold, clip_high_threshold } => LossFn::Ppo { clip_low_threshold, clip_high_threshold },
         Loss::Cispo { clip_low_threshold, clip_high_threshold } => LossFn::Cispo { clip_low_threshold, clip_high_threshold },
