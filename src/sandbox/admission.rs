@@ -271,6 +271,19 @@ mod tests {
         let (pids, _) = tree_schedstat(me).expect("schedstat of this process");
         assert!(pids.contains(&me));
         let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        // Read only once `sleep` has exec'd and gone to sleep: the fork, exec and dynamic
+        // loading before that cost a few ms of CPU (a CI run read 2.8 ms in the window).
+        let stat = format!("/proc/{}/stat", child.id());
+        let asleep = || {
+            std::fs::read_to_string(&stat)
+                .map(|s| s.contains("(sleep) S"))
+                .unwrap_or(false)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(4);
+        while !asleep() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(20));
         let (pids, a) = tree_schedstat(child.id()).unwrap();
         std::thread::sleep(Duration::from_millis(50));
         let (pids2, b) = tree_schedstat(child.id()).unwrap();
