@@ -1,7 +1,8 @@
 //! The one retry policy: capped exponential backoff with jitter, within a budget of retries and
 //! of time, for whatever the caller says is retryable. Every remote call rlx makes (Tinker,
 //! OpenAI-compatible servers, Sandbox Fusion, MLflow), sandbox infrastructure errors and the
-//! Python reward's sandbox retry through [`run`], so they back off the same way and a change to
+//! Python reward's sandbox retry through [`run`] (Tinker's futures are *polled*, not retried: a
+//! long poll answered `try_again` is progress, not a failure), so they back off the same way and a change to
 //! how rlx retries is made once.
 //!
 //! What is retryable stays with each caller (an HTTP 429 or 5xx, a refused connection after the
@@ -54,6 +55,9 @@ pub(crate) enum Attempt<T, E> {
     Retry(E, Option<Duration>),
     /// It failed for good.
     Fail(E),
+    /// It was told to wait (Tinker's 402, billing): try again after this pause, which counts
+    /// neither as a retry nor against the time budget; the caller bounds how long it holds.
+    Hold(E, Duration),
 }
 
 /// Why [`run`] stopped without a value.
@@ -92,6 +96,10 @@ where
                 tracing::debug!(call = label, retry = i + 1, ?wait, "retrying: {last}");
                 tokio::time::sleep(wait).await;
                 i += 1;
+            }
+            Attempt::Hold(last, pause) => {
+                tracing::debug!(call = label, ?pause, "holding: {last}");
+                tokio::time::sleep(pause).await;
             }
         }
     }
@@ -145,5 +153,22 @@ mod tests {
         // A server's own wait is taken as given, and counts against the budget.
         let e = run(&timed, "t", |_| async { Attempt::<(), _>::Retry("429", Some(Duration::from_secs(60))) }).await.unwrap_err();
         assert_eq!(e.attempts, 1);
+    }
+
+    #[tokio::test]
+    async fn a_hold_is_neither_a_retry_nor_budget_spent() {
+        let once = Policy::counted(1, Duration::ZERO, Duration::ZERO);
+        let calls = Cell::new(0u32);
+        let seen = std::cell::RefCell::new(Vec::new());
+        let e = run(&once, "t", |i| {
+            calls.set(calls.get() + 1);
+            seen.borrow_mut().push(i);
+            let n = calls.get();
+            async move { if n <= 3 { Attempt::<(), _>::Hold("402", Duration::ZERO) } else { Attempt::Retry("503", None) } }
+        })
+        .await
+        .unwrap_err();
+        // Three holds at attempt 0, then one attempt and its one retry.
+        assert_eq!((seen.borrow().clone(), e.attempts, e.exhausted), (vec![0, 0, 0, 0, 1], 2, true));
     }
 }

@@ -9,7 +9,7 @@
 //! Transport: one pooled hyper client (HTTP/1.1 keep-alive, plain HTTP: Sandbox Fusion is
 //! reached on localhost or a private network, and leaving TLS out avoids building a TLS stack),
 //! a semaphore capping requests in flight (Sandbox Fusion has no cap of its own, §1.4), a
-//! per-request timeout above the run timeout, and retries with doubling backoff on transport
+//! per-request timeout above the run timeout, and retries ([`crate::retry`]'s policy) on transport
 //! errors, timeouts, HTTP 5xx and `SandboxError`. Whatever still fails is an infrastructure
 //! error, never a failed test. hyper is used directly (not reqwest) because the server side
 //! already needs it, and reqwest would add a second HTTP stack to build.
@@ -28,6 +28,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
+
+use crate::retry;
 
 use super::harness;
 use super::local::parse_tests;
@@ -73,6 +75,9 @@ pub struct FusionClient {
     permits: Arc<Semaphore>,
     config: FusionConfig,
 }
+
+/// The longest wait between two requests (the first is the configured backoff, doubling).
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// Why one attempt failed, and whether another may help.
 struct Attempt {
@@ -133,18 +138,20 @@ impl FusionClient {
     pub async fn run_code(&self, body: &Value, timeout: Duration) -> Result<Value, Error> {
         let _permit = self.permits.acquire().await.expect("semaphore never closed");
         let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON values serialize"));
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let failure = match self.attempt(bytes.clone(), timeout).await {
-                Ok(v) => return Ok(v),
-                Err(f) => f,
-            };
-            if !failure.retryable || attempts > self.config.retries {
-                return Err(Error::Remote { attempts, reason: failure.reason });
+        let policy = retry::Policy::counted(self.config.retries, self.config.backoff, MAX_BACKOFF);
+        let label = self.uri.to_string();
+        retry::run(&policy, &label, |_| {
+            let bytes = bytes.clone();
+            async move {
+                match self.attempt(bytes, timeout).await {
+                    Ok(v) => retry::Attempt::Done(v),
+                    Err(f) if f.retryable => retry::Attempt::Retry(f.reason, None),
+                    Err(f) => retry::Attempt::Fail(f.reason),
+                }
             }
-            tokio::time::sleep(self.config.backoff * 2u32.pow(attempts - 1)).await;
-        }
+        })
+        .await
+        .map_err(|g| Error::Remote { attempts: g.attempts, reason: g.last })
     }
 
     async fn attempt(&self, body: Bytes, timeout: Duration) -> Result<Value, Attempt> {

@@ -3,7 +3,7 @@
 //! `rlx run` (through [`grade_group`]) and `rlx grade` (through [`grade_all`]) used to have a
 //! loop each, and only the first retried infrastructure errors. Both now grade every
 //! completion with [`grade_one`]: an `infra_error` verdict is retried up to `retries` times with
-//! doubling backoff, and one that outlasts its retries stays `infra_error`, never a failed test.
+//! [`crate::retry`]'s backoff, and one that outlasts its retries stays `infra_error`, never a failed test.
 //! A remote sandbox also retries each request itself (see [`super::fusion`]); these retries are
 //! on top, and also cover the local sandbox (a worker that died).
 
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::{AnyGrader, Error, GradeOptions, Grader, Progress, Submission, Verdict, VerdictStatus, extract_code_in};
 use crate::data::Problem;
+use crate::retry;
 
 /// The first wait before grading again; it doubles per retry, up to [`MAX_BACKOFF`].
 const BACKOFF: Duration = Duration::from_millis(200);
@@ -48,20 +49,29 @@ async fn grade_with_backoff<G: Grader>(grader: &G, problem: &Problem, submission
             }
         },
     };
-    let mut infra_errors = 0;
-    loop {
+    let policy = retry::Policy::counted(retries, backoff, MAX_BACKOFF);
+    let code = &code;
+    let outcome = retry::run(&policy, "grading", |i| async move {
         let t = Instant::now();
-        let verdict = grader.grade(problem, &code, opts).await;
+        let verdict = grader.grade(problem, code, opts).await;
         let latency_ms = t.elapsed().as_secs_f64() * 1e3;
         if verdict.status != VerdictStatus::InfraError {
-            return Graded { verdict, code: Some(code), latency_ms, infra_errors };
+            return retry::Attempt::Done(Graded { verdict, code: Some(code.clone()), latency_ms, infra_errors: i });
         }
-        infra_errors += 1;
-        if infra_errors > retries {
-            return Graded { verdict, code: Some(code), latency_ms, infra_errors };
-        }
-        tracing::warn!(problem = %problem.id, attempt = infra_errors, error = ?verdict.error, "sandbox infrastructure error; grading again");
-        tokio::time::sleep(backoff.saturating_mul(1 << (infra_errors - 1).min(16)).min(MAX_BACKOFF)).await;
+        tracing::warn!(problem = %problem.id, attempt = i + 1, error = ?verdict.error, "sandbox infrastructure error");
+        retry::Attempt::Retry(InfraFailure(Graded { verdict, code: Some(code.clone()), latency_ms, infra_errors: i + 1 }), None)
+    })
+    .await;
+    // Out of retries: the last infrastructure error stands, never a failed test.
+    outcome.unwrap_or_else(|gave_up| gave_up.last.0)
+}
+
+/// A grading attempt that hit an infrastructure error, as [`retry::run`] carries it.
+struct InfraFailure(Graded);
+
+impl std::fmt::Display for InfraFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.verdict.error.as_deref().unwrap_or("infrastructure error"))
     }
 }
 

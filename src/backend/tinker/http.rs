@@ -21,6 +21,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Error;
+use crate::retry;
 use crate::tinker::{SDK_VERSION, header};
 
 /// How long to keep retrying, and how fast.
@@ -51,20 +52,16 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// `min(base · 2^attempt, max)`, less up to 25 % jitter so that many clients retrying at
-    /// once spread out.
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self.base_delay.saturating_mul(1u32 << attempt.min(16));
-        exp.min(self.max_delay).mul_f64(1.0 - 0.25 * jitter())
+    /// The back-off of [`crate::retry`]: from `base_delay`, doubling, up to `max_delay`, within
+    /// `budget`.
+    pub(super) fn backoff_policy(&self) -> retry::Policy {
+        retry::Policy { retries: None, budget: Some(self.budget), base_delay: self.base_delay, max_delay: self.max_delay }
     }
-}
 
-/// A number in [0, 1) that differs between calls; enough for jitter, not for secrets.
-pub(super) fn jitter() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(Instant::now().elapsed().as_nanos());
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+    /// The wait before retry `attempt`: `min(base · 2^attempt, max)`, less up to 25 % jitter.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        self.backoff_policy().delay(attempt)
+    }
 }
 
 /// A key unique to one logical submission (`X-Idempotency-Key`).
@@ -281,56 +278,72 @@ impl Client {
         self.retry_loop(path, contact, send, take).await
     }
 
-    /// The one retry loop: sends `send(attempt)` until `take` has the reply or the policy gives
-    /// up. `take` reads a successful reply (`Err`: it was cut off, retry).
+    /// The one retry loop of a submission, through [`retry::run`]: sends `send(attempt)` until
+    /// `take` has the reply or the policy gives up. `take` reads a successful reply (`Err`: it
+    /// was cut off, retry).
     async fn retry_loop<T, F>(&self, label: &str, contact: Contact, send: impl Fn(u32) -> reqwest::RequestBuilder, take: impl Fn(reqwest::Response) -> F) -> Result<T, Error>
     where
         F: Future<Output = Result<T, String>>,
     {
         let start = Instant::now();
-        let mut billing_since: Option<Instant> = None;
-        let mut attempt = 0u32;
-        loop {
+        // When the current run of 402s began; any other answer ends it.
+        let billing_since = std::sync::Mutex::new(None::<Instant>);
+        let (send, take, billing_since) = (&send, &take, &billing_since);
+        let outcome = retry::run(&self.policy.backoff_policy(), label, |attempt| async move {
             let verdict = match send(attempt).send().await {
                 Ok(resp) => match classify(&resp) {
                     Verdict::Success => match take(resp).await {
-                        Ok(v) => return Ok(v),
+                        Ok(v) => return retry::Attempt::Done(v),
                         Err(reason) => Verdict::Retry { after: None, reason },
                     },
                     Verdict::Fatal { status } => {
                         let text = resp.text().await.unwrap_or_default();
-                        return Err(Error::Status { path: label.to_string(), status, body: detail(&text) });
+                        return retry::Attempt::Fail(Failed::Fatal(Error::Status { path: label.to_string(), status, body: detail(&text) }));
                     }
                     v => v,
                 },
                 // A refused connection or a failed lookup at the first request is a setting to fix;
                 // a timeout may be an outage and is retried.
                 Err(e) if contact == Contact::First && attempt == 0 && e.is_connect() && !e.is_timeout() => {
-                    return Err(Error::Unreachable { url: self.base.clone(), reason: super::causes(&e) });
+                    return retry::Attempt::Fail(Failed::Fatal(Error::Unreachable { url: self.base.clone(), reason: super::causes(&e) }));
                 }
                 Err(e) => Verdict::Retry { after: None, reason: super::causes(&e) },
             };
             match verdict {
                 Verdict::Billing => {
-                    let since = *billing_since.get_or_insert_with(Instant::now);
+                    let since = *billing_since.lock().expect("never poisoned").get_or_insert_with(Instant::now);
                     if since.elapsed() >= self.policy.billing_budget {
-                        return Err(Error::Billing { path: label.to_string(), waited: since.elapsed() });
+                        return retry::Attempt::Fail(Failed::Fatal(Error::Billing { path: label.to_string(), waited: since.elapsed() }));
                     }
                     tracing::warn!(path = label, "Tinker answered 402 (billing); pausing before retrying");
-                    tokio::time::sleep(self.policy.billing_pause).await;
+                    retry::Attempt::Hold(Failed::Transient("HTTP 402 (billing)".into()), self.policy.billing_pause)
                 }
                 Verdict::Retry { after, reason } => {
-                    billing_since = None;
-                    let delay = after.unwrap_or_else(|| self.policy.backoff(attempt));
-                    if start.elapsed() + delay > self.policy.budget {
-                        return Err(Error::GaveUp { path: label.to_string(), after: start.elapsed(), last: reason });
-                    }
-                    tracing::debug!(path = label, attempt, ?delay, %reason, "retrying Tinker request");
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
+                    *billing_since.lock().expect("never poisoned") = None;
+                    retry::Attempt::Retry(Failed::Transient(reason), after)
                 }
                 Verdict::Success | Verdict::Fatal { .. } => unreachable!("handled above"),
             }
+        })
+        .await;
+        outcome.map_err(|g| match g.last {
+            Failed::Fatal(e) => e,
+            Failed::Transient(last) => Error::GaveUp { path: label.to_string(), after: start.elapsed(), last },
+        })
+    }
+}
+
+/// Why an attempt of [`Client::retry_loop`] failed: for good, or in a way worth retrying.
+enum Failed {
+    Fatal(Error),
+    Transient(String),
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failed::Fatal(e) => write!(f, "{e}"),
+            Failed::Transient(reason) => f.write_str(reason),
         }
     }
 }
