@@ -30,6 +30,17 @@ pub(crate) fn shared_data(rel: &str) -> Option<PathBuf> {
     None
 }
 
+/// Whether `python3` runs here; when it does not, a `SKIPPED` line says so and the caller
+/// returns early (the sandbox and the Python reward need it).
+#[allow(clippy::print_stderr)] // the skip notice is meant to be seen in test output
+pub(crate) fn python_available() -> bool {
+    let ok = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: python3 is not available");
+    }
+    ok
+}
+
 /// The repository's own small LiveCodeBench-shaped problems (see `tests/fixtures/data/README.md`).
 pub(crate) fn fixture_problems() -> PathBuf {
     repo().join("tests/fixtures/data/lcb_rllm.json")

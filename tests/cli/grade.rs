@@ -10,20 +10,12 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::common::{fixture_problems, shared_data};
+use crate::common::{fixture_problems, python_available, shared_data};
 
 fn rlx() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rlx"));
     c.env("NO_COLOR", "1");
     c
-}
-
-fn python_available() -> bool {
-    let ok = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 is not available");
-    }
-    ok
 }
 
 fn write_jsonl(path: &std::path::Path, rows: &[Value]) {

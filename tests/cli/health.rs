@@ -4,7 +4,6 @@
 //! asserts the `events.jsonl` event and the warning line the console prints; `action: stop` ends
 //! the run failed with a checkpoint, and the run resumes from it.
 
-use std::collections::HashMap;
 use std::io::BufRead as _;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,6 +15,7 @@ use rlx::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, LossStats, Opt
 use serde_json::Value;
 
 use crate::common::{TestContext, jsonl, repo, sandbox_server};
+use crate::fakes::{Problems, States};
 
 /// What a scripted completion is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,9 +40,8 @@ enum Answer {
 type Script = dyn Fn(usize, bool, usize, usize) -> Answer + Send + Sync;
 
 struct Scripted {
-    tokenizer: tokenizers::Tokenizer,
-    /// (statement, reference solution, is eval) per problem of both files.
-    problems: Vec<(String, String, bool)>,
+    /// The training file's problems, then the eval file's.
+    problems: Problems,
     script: Box<Script>,
     /// The greedy eval's script (temperature 0), when it differs from `script`'s eval answers.
     greedy: Option<Box<Script>>,
@@ -58,25 +57,12 @@ impl Scripted {
     }
 
     fn build(cx: &TestContext, script: Box<Script>, greedy: Option<Box<Script>>, logprob: fn(usize) -> f32) -> Arc<Self> {
-        let tokenizer = tokenizers::Tokenizer::from_file(cx.path().join("tiny/tokenizer.json")).unwrap();
-        let mut problems = vec![];
-        for (file, eval) in [("easy_python_train.jsonl", false), ("easy_python_eval.jsonl", true)] {
-            for l in std::fs::read_to_string(repo().join("experiments/data").join(file)).unwrap().lines() {
-                let v: Value = serde_json::from_str(l).unwrap();
-                problems.push((v["text"].as_str().unwrap().to_string(), v["code"].as_str().unwrap().to_string(), eval));
-            }
-        }
-        Arc::new(Scripted { tokenizer, problems, script, greedy, logprob, steps: AtomicUsize::new(0) })
-    }
-
-    fn index(&self, prompt: &[u32]) -> usize {
-        let text = self.tokenizer.decode(prompt, false).unwrap();
-        self.problems.iter().position(|(statement, _, _)| text.contains(statement.as_str())).expect("a known problem")
+        Arc::new(Scripted { problems: Problems::load(cx, true), script, greedy, logprob, steps: AtomicUsize::new(0) })
     }
 
     fn completion(&self, i: usize, answer: Answer) -> (String, StopReason) {
         match answer {
-            Answer::Right => (format!("```python\n{}\n```", self.problems[i].1), StopReason::Stop),
+            Answer::Right => (format!("```python\n{}\n```", self.problems.rows[i].solution), StopReason::Stop),
             Answer::Wrong => ("```python\ndef nothing():\n    return None\n```".into(), StopReason::Stop),
             Answer::NoCode => ("I would write a function.".into(), StopReason::Stop),
             Answer::Loop => ("```python\nwhile True:\n    pass\n```".into(), StopReason::Stop),
@@ -89,8 +75,8 @@ impl Scripted {
 
 impl Sampler for Scripted {
     fn sample(&self, requests: Vec<SampleRequest>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
-        let idx: Vec<usize> = requests.iter().map(|r| self.index(&r.prompt)).collect();
-        let eval = idx.iter().all(|&i| self.problems[i].2);
+        let idx: Vec<usize> = requests.iter().map(|r| self.problems.index(&r.prompt)).collect();
+        let eval = idx.iter().all(|&i| self.problems.rows[i].eval);
         let step = if eval { self.steps.load(Ordering::SeqCst).saturating_sub(1) } else { self.steps.fetch_add(1, Ordering::SeqCst) };
         let out = requests
             .iter()
@@ -103,11 +89,7 @@ impl Sampler for Scripted {
                             _ => &self.script,
                         };
                         let (text, stop_reason) = self.completion(i, script(step, eval, i, k));
-                        let mut tokens = self.tokenizer.encode(text, false).unwrap().get_ids().to_vec();
-                        if stop_reason == StopReason::Stop {
-                            tokens.push(1);
-                        }
-                        SampledSequence { logprobs: vec![(self.logprob)(step); tokens.len()], tokens, stop_reason }
+                        self.problems.sequence(&text, stop_reason, (self.logprob)(step))
                     })
                     .collect()
             })
@@ -125,7 +107,7 @@ struct Recorder {
     sampler: Arc<Scripted>,
     numbers: Box<Numbers>,
     calls: AtomicUsize,
-    states: Mutex<HashMap<String, usize>>,
+    states: States,
 }
 
 impl Trainer for Recorder {
@@ -149,13 +131,10 @@ impl Trainer for Recorder {
         Box::pin(async move { Ok(OptimStepOutput { grad_norm, clipped: false, step: n as u64 + 1, metrics: Default::default() }) })
     }
     fn save_state(&self, name: &str) -> Pending<StateRef> {
-        let uri = format!("scripted://{name}");
-        self.states.lock().unwrap().insert(uri.clone(), 0);
-        Box::pin(async move { Ok(StateRef(uri)) })
+        self.states.save(name, 0)
     }
     fn load_state(&self, state: &StateRef) -> Pending<()> {
-        let found = self.states.lock().unwrap().contains_key(&state.0);
-        Box::pin(async move { found.then_some(()).ok_or_else(|| rlx::backend::Error::InvalidArgument { what: "state", reason: "unknown".into() }) })
+        self.states.load(state).1
     }
     fn sampler(&self) -> Pending<Arc<dyn Sampler>> {
         let s: Arc<dyn Sampler> = self.sampler.clone();
@@ -235,7 +214,7 @@ impl Ran {
 
 async fn run(cx: &TestContext, plan: &rlx::plan::Plan, script: Box<Script>, numbers: Box<Numbers>) -> Ran {
     let sampler = Scripted::new(cx, script);
-    let trainer = Arc::new(Recorder { sampler, numbers, calls: AtomicUsize::new(0), states: Mutex::default() });
+    let trainer = Arc::new(Recorder { sampler, numbers, calls: AtomicUsize::new(0), states: States::default() });
     run_on(plan, trainer).await
 }
 
@@ -261,7 +240,7 @@ async fn reward_flat_at_zero_and_degenerate_groups_fire_and_a_stop_resumes() {
     let cx = TestContext::new();
     let p = plan(&cx, 5, "reward_flat_zero: {steps: 3, action: stop}, groups_degenerate: {steps: 2}", "");
     let sampler = Scripted::new(&cx, Box::new(|_, _, _, _| Answer::Wrong));
-    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
     let ran = run_on(&p, trainer.clone()).await;
     let (e, line) = ran.fired("groups_degenerate");
     assert_eq!(e["step"], 1, "two degenerate steps: 0 and 1");
@@ -460,7 +439,7 @@ async fn a_model_getting_worse_fires_greedy_below_baseline_and_coverage_collapse
     let greedy = |step: usize, _: bool, _: usize, _: usize| if step == 0 { Answer::Right } else { Answer::Wrong };
     let p = eval_plan(&cx, "");
     let sampler = Scripted::build(&cx, Box::new(sampled), Some(Box::new(greedy)), |_| -0.5);
-    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
     let ran = run_on(&p, trainer).await;
     assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
     // Both protocols recorded: metrics, and per-problem records tagged by protocol.
@@ -515,7 +494,7 @@ async fn entropy_and_completion_length_collapsing_fire() {
     let script = |step: usize, eval: bool, i: usize, k: usize| if step < 2 { half(step, eval, i, k) } else { Answer::Short };
     let p = plan(&cx, 4, "window: 2", "");
     let sampler = Scripted::build(&cx, Box::new(script), None, |step| if step < 2 { -1.0 } else { -0.1 });
-    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
     let ran = run_on(&p, trainer).await;
     assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
     let (e, line) = ran.fired("entropy_collapse");
@@ -528,7 +507,7 @@ async fn entropy_and_completion_length_collapsing_fire() {
     let cx = TestContext::new();
     let p = plan(&cx, 4, "window: 2, entropy_collapse: {fraction: 0.25, action: off}, length_collapse: {fraction: 0.5, action: off}", "");
     let sampler = Scripted::build(&cx, Box::new(script), None, |step| if step < 2 { -1.0 } else { -0.1 });
-    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
     let ran = run_on(&p, trainer).await;
     ran.not_fired("entropy_collapse");
     ran.not_fired("length_collapse");
@@ -545,7 +524,7 @@ async fn a_fusion_sandbox_with_nothing_listening_stops_the_run_before_sampling()
     let url = format!("http://127.0.0.1:{}", closed_port());
     let p = plan(&cx, 2, "", &format!("sandbox: {{kind: fusion, url: {url}}}"));
     let sampler = Scripted::new(&cx, Box::new(|_, _, _, _| Answer::Right));
-    let trainer = Arc::new(Recorder { sampler: sampler.clone(), numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let trainer = Arc::new(Recorder { sampler: sampler.clone(), numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
     let ran = run_on(&p, trainer).await;
     let err = ran.outcome.expect_err("no sandbox, no run");
     let mut chain = err.to_string();
@@ -570,7 +549,7 @@ async fn a_sandbox_that_dies_mid_run_stops_the_run_at_that_step() {
     let p = plan(&cx, 4, "", &format!("sandbox: {{kind: fusion, url: {url}}}\nrollout: {{infra_retries: 1}}"));
     let half = |_: usize, _: bool, _: usize, k: usize| if k.is_multiple_of(2) { Answer::Right } else { Answer::Wrong };
     let sampler = Scripted::new(&cx, Box::new(half));
-    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: Mutex::default() });
+    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
     let server = Mutex::new(Some(server));
     let sink = move |e: engine::Event| {
         if let engine::Event::Step { step: 0, .. } = e

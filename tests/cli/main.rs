@@ -77,6 +77,7 @@ mod compare;
 mod data;
 mod engine;
 mod export;
+mod fakes;
 mod grade;
 mod grammar;
 mod health;

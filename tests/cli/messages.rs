@@ -9,15 +9,7 @@
 use std::io::{BufRead as _, Read as _};
 use std::process::Stdio;
 
-use crate::common::{Run, TestContext, repo};
-
-fn python_available() -> bool {
-    let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 is not available");
-    }
-    ok
-}
+use crate::common::{Run, TestContext, python_available, repo};
 
 /// Every line of a message is a label line, a cause, or a continuation; none is a backtrace
 /// frame (`   3: candle_core::...`, `stack backtrace:`, `at src/...`).

@@ -16,15 +16,7 @@ use rlx::sandbox::local::{LocalConfig, LocalSandbox};
 use rlx::sandbox::reward::{Call, CallResult, Custom, FailureKind, RewardFn};
 use serde_json::{Value, json};
 
-use crate::common::{TestContext, jsonl, only_run};
-
-fn python_available() -> bool {
-    let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 is not available");
-    }
-    ok
-}
+use crate::common::{TestContext, jsonl, only_run, python_available};
 
 async fn sandbox() -> LocalSandbox {
     LocalSandbox::start(LocalConfig { workers: 1, ..LocalConfig::default() }).await.expect("sandbox starts")

@@ -14,16 +14,7 @@ use rlx::data::{self, IoCase, Problem, Tests};
 use rlx::sandbox::local::{LocalConfig, LocalSandbox};
 use rlx::sandbox::{ExecRequest, ExecStatus, GradeOptions, Grader, Limits, Sandbox, TestStatus, Verdict, VerdictStatus};
 
-use crate::common::{fixture_problems, shared_data};
-
-/// Skip (loudly) when there is no Python to run.
-fn python_available() -> bool {
-    let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 is not available");
-    }
-    ok
-}
+use crate::common::{fixture_problems, python_available, shared_data};
 
 async fn sandbox(workers: usize) -> LocalSandbox {
     LocalSandbox::start(LocalConfig { workers, ..LocalConfig::default() }).await.expect("sandbox starts")

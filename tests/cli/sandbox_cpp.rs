@@ -19,11 +19,7 @@ pub(crate) fn toolchain(language: Language) -> bool {
         eprintln!("SKIPPED: {e}");
         return false;
     }
-    let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 is not available");
-    }
-    ok
+    crate::common::python_available()
 }
 
 async fn sandbox(workers: usize) -> LocalSandbox {

@@ -17,18 +17,10 @@ use std::time::Duration;
 use rlx::sandbox::local::{LocalConfig, LocalSandbox};
 use rlx::sandbox::{ExecOutput, ExecRequest, ExecStatus, Limits, Sandbox};
 
-use crate::common::python_env;
+use crate::common::{python_available, python_env};
 
 /// numpy as §5 of the Sandbox Fusion reference ran it; wheels for CPython 3.11-3.14.
 pub(crate) const NUMPY: &str = "numpy==2.4.6";
-
-fn python_available() -> bool {
-    let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 is not available");
-    }
-    ok
-}
 
 /// One slot: consecutive submissions run on the same warm worker.
 async fn one_slot(python: Option<PathBuf>) -> LocalSandbox {

@@ -4,7 +4,6 @@
 //! local backend, keeps requests in flight concurrently (observed overlap, not timing), records
 //! remote state references, and evaluates with a sampler alone.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -14,6 +13,7 @@ use rlx::engine::{self, PolicySource};
 use serde_json::Value;
 
 use crate::common::{TestContext, repo};
+use crate::fakes::{Problems, States};
 
 /// Counts requests in flight and remembers the most seen at once.
 #[derive(Default)]
@@ -38,20 +38,16 @@ impl InFlight {
 /// Samples the reference solution of the problem a prompt asks for when `seed + k` is even, a
 /// wrong function otherwise.
 struct Scripted {
-    tokenizer: tokenizers::Tokenizer,
-    solutions: Vec<(String, String)>,
+    problems: Problems,
     in_flight: Arc<InFlight>,
     calls: Arc<AtomicUsize>,
 }
 
 impl Scripted {
     fn answer(&self, prompt: &[u32], seed: u64, k: usize) -> SampledSequence {
-        let text = self.tokenizer.decode(prompt, false).unwrap();
-        let (_, code) = self.solutions.iter().find(|(statement, _)| text.contains(statement.as_str())).expect("a known problem");
+        let code = &self.problems.rows[self.problems.index(prompt)].solution;
         let body = if (seed + k as u64).is_multiple_of(2) { code.clone() } else { "def nothing():\n    return None".to_string() };
-        let mut tokens = self.tokenizer.encode(format!("```python\n{body}\n```"), false).unwrap().get_ids().to_vec();
-        tokens.push(1); // <|im_end|>: the engine's stop token
-        SampledSequence { logprobs: vec![-0.5; tokens.len()], tokens, stop_reason: StopReason::Stop }
+        self.problems.sequence(&format!("```python\n{body}\n```"), StopReason::Stop, -0.5)
     }
 }
 
@@ -79,12 +75,12 @@ struct Recorder {
     in_flight: Arc<InFlight>,
     log: Mutex<Vec<String>>,
     steps: Mutex<u64>,
-    states: Mutex<HashMap<String, u64>>,
+    states: States,
 }
 
 impl Recorder {
     fn new(sampler: Arc<Scripted>) -> Arc<Self> {
-        Arc::new(Recorder { sampler, in_flight: Arc::default(), log: Mutex::default(), steps: Mutex::default(), states: Mutex::default() })
+        Arc::new(Recorder { sampler, in_flight: Arc::default(), log: Mutex::default(), steps: Mutex::default(), states: States::default() })
     }
 }
 
@@ -115,18 +111,16 @@ impl Trainer for Recorder {
         })
     }
     fn save_state(&self, name: &str) -> Pending<StateRef> {
-        let uri = format!("scripted://{name}");
-        self.states.lock().unwrap().insert(uri.clone(), *self.steps.lock().unwrap());
         self.log.lock().unwrap().push(format!("save_state {name}"));
-        Box::pin(async move { Ok(StateRef(uri)) })
+        self.states.save(name, *self.steps.lock().unwrap())
     }
     fn load_state(&self, state: &StateRef) -> Pending<()> {
         self.log.lock().unwrap().push(format!("load_state {state}"));
-        let found = self.states.lock().unwrap().get(&state.0).copied();
+        let (found, reply) = self.states.load(state);
         if let Some(s) = found {
             *self.steps.lock().unwrap() = s;
         }
-        Box::pin(async move { found.map(|_| ()).ok_or_else(|| rlx::backend::Error::InvalidArgument { what: "state", reason: "unknown".into() }) })
+        reply
     }
     fn sampler(&self) -> Pending<Arc<dyn Sampler>> {
         let s: Arc<dyn Sampler> = self.sampler.clone();
@@ -134,20 +128,8 @@ impl Trainer for Recorder {
     }
 }
 
-fn solutions() -> Vec<(String, String)> {
-    let mut out = vec![];
-    for f in ["easy_python_train.jsonl", "easy_python_eval.jsonl"] {
-        for line in std::fs::read_to_string(repo().join("experiments/data").join(f)).unwrap().lines() {
-            let v: Value = serde_json::from_str(line).unwrap();
-            out.push((v["text"].as_str().unwrap().to_string(), v["code"].as_str().unwrap().to_string()));
-        }
-    }
-    out
-}
-
 fn scripted(cx: &TestContext) -> Arc<Scripted> {
-    let tokenizer = tokenizers::Tokenizer::from_file(cx.path().join("tiny/tokenizer.json")).unwrap();
-    Arc::new(Scripted { tokenizer, solutions: solutions(), in_flight: Arc::default(), calls: Arc::default() })
+    Arc::new(Scripted { problems: Problems::load(cx, true), in_flight: Arc::default(), calls: Arc::default() })
 }
 
 /// The test spec; `eval_limit` caps the eval problems (40 in the file), `schedule` adds keys to

@@ -19,15 +19,7 @@ use rlx::sandbox::{GradeOptions, Grader, VerdictStatus};
 use rlx::spec::types::Language;
 use serde_json::{Value, json};
 
-use crate::common::fixture_problems;
-
-fn python_available() -> bool {
-    let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 is not available");
-    }
-    ok
-}
+use crate::common::{fixture_problems, python_available};
 
 /// Start `serve` on an ephemeral port; the server stops when the returned sender drops.
 async fn start_server() -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {

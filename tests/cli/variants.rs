@@ -5,7 +5,6 @@
 //! variants on (GSPO, token-mean aggregation, overlong penalty and masking, the KL penalty),
 //! validation refusals, and the KL reference on Tinker through `rlx serve`.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rlx::backend::{Pending, Policy, Sampler, Trainer};
@@ -14,14 +13,14 @@ use rlx::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, LossStats, Opt
 use serde_json::Value;
 
 use crate::common::{TestContext, jsonl, only_run, repo};
+use crate::fakes::{Problems, States};
 
 /// Answers a problem of the training file right on even samples and wrong on odd ones when its
 /// line number is a multiple of 3, and wrong on every sample otherwise: two groups in three are
 /// degenerate (all fail). Logs the problem of every request, in order.
 struct Scripted {
-    tokenizer: tokenizers::Tokenizer,
-    /// (statement, reference solution) per line of the training file.
-    problems: Vec<(String, String)>,
+    /// The training file's problems.
+    problems: Problems,
     asked: Mutex<Vec<usize>>,
     /// Wrong answers on odd samples come without a code block (a format error): an all-wrong
     /// group's rewards then differ by the format coefficient.
@@ -35,21 +34,7 @@ impl Scripted {
 
     /// With `mix_format`, wrong answers on odd samples lack a code block.
     fn with_format_mix(cx: &TestContext, mix_format: bool) -> Arc<Self> {
-        let tokenizer = tokenizers::Tokenizer::from_file(cx.path().join("tiny/tokenizer.json")).unwrap();
-        let text = std::fs::read_to_string(repo().join("experiments/data/easy_python_train.jsonl")).unwrap();
-        let problems = text
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                (v["text"].as_str().unwrap().to_string(), v["code"].as_str().unwrap().to_string())
-            })
-            .collect();
-        Arc::new(Scripted { tokenizer, problems, asked: Mutex::default(), mix_format })
-    }
-
-    fn index(&self, prompt: &[u32]) -> usize {
-        let text = self.tokenizer.decode(prompt, false).unwrap();
-        self.problems.iter().position(|(statement, _)| text.contains(statement.as_str())).expect("a training problem")
+        Arc::new(Scripted { problems: Problems::load(cx, false), asked: Mutex::default(), mix_format })
     }
 
     fn informative(i: usize) -> bool {
@@ -61,16 +46,14 @@ impl Sampler for Scripted {
     fn sample(&self, requests: Vec<SampleRequest>, _params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
         let mut out = vec![];
         for r in &requests {
-            let i = self.index(&r.prompt);
+            let i = self.problems.index(&r.prompt);
             self.asked.lock().unwrap().push(i);
             let group = (0..r.num_samples)
                 .map(|k| {
                     let right = Self::informative(i) && k % 2 == 0;
-                    let body = if right { self.problems[i].1.clone() } else { "def nothing():\n    return None".to_string() };
+                    let body = if right { self.problems.rows[i].solution.clone() } else { "def nothing():\n    return None".to_string() };
                     let text = if !right && self.mix_format && k % 2 == 1 { "I cannot solve this.".to_string() } else { format!("```python\n{body}\n```") };
-                    let mut tokens = self.tokenizer.encode(text, false).unwrap().get_ids().to_vec();
-                    tokens.push(1);
-                    SampledSequence { logprobs: vec![-0.5; tokens.len()], tokens, stop_reason: StopReason::Stop }
+                    self.problems.sequence(&text, StopReason::Stop, -0.5)
                 })
                 .collect();
             out.push(group);
@@ -88,7 +71,7 @@ struct Recorder {
     datums: Mutex<Vec<usize>>,
     /// Per `forward_backward`, each datum's (sampler log-probabilities, advantages).
     inputs: Mutex<Vec<Received>>,
-    states: Mutex<HashMap<String, usize>>,
+    states: States,
 }
 
 impl Trainer for Recorder {
@@ -107,13 +90,10 @@ impl Trainer for Recorder {
         Box::pin(async move { Ok(OptimStepOutput { grad_norm: Some(0.5), clipped: false, step: 1, metrics: Default::default() }) })
     }
     fn save_state(&self, name: &str) -> Pending<StateRef> {
-        let uri = format!("scripted://{name}");
-        self.states.lock().unwrap().insert(uri.clone(), 0);
-        Box::pin(async move { Ok(StateRef(uri)) })
+        self.states.save(name, 0)
     }
     fn load_state(&self, state: &StateRef) -> Pending<()> {
-        let found = self.states.lock().unwrap().contains_key(&state.0);
-        Box::pin(async move { found.then_some(()).ok_or_else(|| rlx::backend::Error::InvalidArgument { what: "state", reason: "unknown".into() }) })
+        self.states.load(state).1
     }
     fn sampler(&self) -> Pending<Arc<dyn Sampler>> {
         let s: Arc<dyn Sampler> = self.sampler.clone();
@@ -165,7 +145,7 @@ async fn run(cx: &TestContext, plan: &rlx::plan::Plan, stop_after: Option<u32>) 
 
 /// [`run`] on the scripted sampler given.
 async fn run_on(sampler: Arc<Scripted>, plan: &rlx::plan::Plan, stop_after: Option<u32>) -> (Arc<Recorder>, Vec<usize>) {
-    let trainer = Arc::new(Recorder { sampler: sampler.clone(), datums: Mutex::default(), inputs: Mutex::default(), states: Mutex::default() });
+    let trainer = Arc::new(Recorder { sampler: sampler.clone(), datums: Mutex::default(), inputs: Mutex::default(), states: States::default() });
     let mut asked = vec![];
     if let Some(n) = stop_after {
         let stop = engine::StopSignal::default();
