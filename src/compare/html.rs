@@ -154,21 +154,21 @@ fn regressions(h: &mut String, regs: &[Regression]) {
 
 /// One completion: verdict, code (or the text when there is no code), each test.
 fn sample(h: &mut String, s: &EvalSampleRecord) {
-    let (name, class) = match s.status {
+    let (name, class) = match s.completion.status {
         VerdictStatus::Passed => ("passed", "pass"),
         VerdictStatus::Failed => ("failed", "fail"),
         VerdictStatus::FormatError => ("format error (no code block)", "fail"),
         VerdictStatus::InfraError => ("infrastructure error", "infra"),
     };
-    let tests = if matches!(s.status, VerdictStatus::Passed | VerdictStatus::Failed) { format!(", {}/{} tests", s.tests_passed, s.tests_total) } else { String::new() };
-    let _ = write!(h, "<p>sample {}: <b class=\"{class}\">{name}</b>{tests}, {} tokens</p>", s.sample, s.tokens);
-    let _ = write!(h, "<pre>{}</pre>", escape(s.code.as_deref().unwrap_or(&s.text)));
-    if let Some(e) = &s.error {
+    let tests = if matches!(s.completion.status, VerdictStatus::Passed | VerdictStatus::Failed) { format!(", {}/{} tests", s.completion.tests_passed, s.completion.tests_total) } else { String::new() };
+    let _ = write!(h, "<p>sample {}: <b class=\"{class}\">{name}</b>{tests}, {} tokens</p>", s.completion.sample, s.completion.tokens);
+    let _ = write!(h, "<pre>{}</pre>", escape(s.completion.code.as_deref().unwrap_or(&s.completion.text)));
+    if let Some(e) = &s.completion.error {
         let _ = write!(h, "<p class=\"infra\">{}</p>", escape(e));
     }
-    if !s.tests.is_empty() {
+    if !s.completion.tests.is_empty() {
         h.push_str("<ul>");
-        for (i, t) in s.tests.iter().enumerate() {
+        for (i, t) in s.completion.tests.iter().enumerate() {
             let (name, class) = match t.status {
                 TestOutcome::Passed => ("passed", "pass"),
                 TestOutcome::WrongAnswer => ("wrong answer", "fail"),

@@ -224,7 +224,7 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
     let mut eval_samples: BTreeMap<(i64, String), Vec<EvalSampleRecord>> = BTreeMap::new();
     // The regressions the HTML report shows are the main protocol's completions.
     for s in samples.rows.into_iter().filter(|s| s.protocol.is_none()) {
-        eval_samples.entry((s.step, s.problem_id.clone())).or_default().push(s);
+        eval_samples.entry((s.step, s.completion.problem_id.clone())).or_default().push(s);
     }
     let metrics = dir.metrics().map_err(err)?;
     torn(&mut notes, files::METRICS, metrics.torn_line);

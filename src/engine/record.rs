@@ -2,7 +2,7 @@
 //! samples), verdicts, prompts and stop reasons, converted from the engine's types into the run
 //! log's own (so a rename in the sandbox or the seam cannot change the file format).
 
-use crate::runlog::{self, Attempt, EvalSampleRecord, RolloutRecord, TestOutcome, TestRecord};
+use crate::runlog::{self, Attempt, Completion, EvalSampleRecord, RolloutRecord, TestOutcome, TestRecord};
 use crate::seam;
 
 use super::prompting;
@@ -52,30 +52,35 @@ pub(crate) fn rollout(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory,
     };
     RolloutRecord {
         step,
-        problem_id: g.problem.id.clone(),
         group: gi,
-        sample: k,
-        text: last.text.clone(),
-        code: last.graded.code.clone(),
-        language: last.graded.verdict.language.map(|l| l.name().to_owned()),
-        status: status(last.graded.verdict.status),
-        tests_passed: last.graded.verdict.tests_passed,
-        tests_total: last.graded.verdict.tests_total,
-        tests: last.graded.verdict.tests.iter().map(test_record).collect(),
-        error: last.graded.verdict.error.clone(),
         // Once per group: its completions share the prompt.
-        prompt: match k {
-            0 => prompt(&t.turns[0].prompt),
-            _ => vec![],
-        },
+        completion: completion(&g.problem.id, k, last, k == 0),
         reward,
         advantage,
         skipped,
-        stop_reason: stop(last.seq.stop_reason),
-        tokens: last.seq.tokens.len(),
         attempts: t.turns.len(),
         policy_version: None,
         turns,
+    }
+}
+
+/// Sample `k` of a problem as graded, with its prompt when `with_prompt`.
+fn completion(problem_id: &str, k: usize, t: &Turn, with_prompt: bool) -> Completion {
+    let v = &t.graded.verdict;
+    Completion {
+        problem_id: problem_id.to_owned(),
+        sample: k,
+        text: t.text.clone(),
+        code: t.graded.code.clone(),
+        language: v.language.map(|l| l.name().to_owned()),
+        status: status(v.status),
+        tests_passed: v.tests_passed,
+        tests_total: v.tests_total,
+        tests: v.tests.iter().map(test_record).collect(),
+        error: v.error.clone(),
+        prompt: if with_prompt { prompt(&t.prompt) } else { vec![] },
+        stop_reason: stop(t.seq.stop_reason),
+        tokens: t.seq.tokens.len(),
     }
 }
 
@@ -96,23 +101,5 @@ pub(crate) fn test_record(t: &crate::sandbox::TestResult) -> TestRecord {
 
 /// The eval_rollouts.jsonl record of sample `k` (its prompt on the first sample only).
 pub(crate) fn eval_sample(step: i64, source: &Option<String>, k: usize, t: &Turn) -> EvalSampleRecord {
-    let v = &t.graded.verdict;
-    EvalSampleRecord {
-        step,
-        protocol: None,
-        problem_id: v.problem_id.clone(),
-        source: source.clone(),
-        sample: k,
-        text: t.text.clone(),
-        code: t.graded.code.clone(),
-        language: v.language.map(|l| l.name().to_owned()),
-        status: status(v.status),
-        tests_passed: v.tests_passed,
-        tests_total: v.tests_total,
-        tests: v.tests.iter().map(test_record).collect(),
-        error: v.error.clone(),
-        prompt: if k == 0 { prompt(&t.prompt) } else { vec![] },
-        stop_reason: stop(t.seq.stop_reason),
-        tokens: t.seq.tokens.len(),
-    }
+    EvalSampleRecord { step, protocol: None, source: source.clone(), completion: completion(&t.graded.verdict.problem_id, k, t, k == 0) }
 }

@@ -37,11 +37,11 @@ impl Leads {
         let step = i64::from(step);
         let per = self.passes.entry(step).or_default();
         for r in rollouts {
-            let e = per.entry(r.problem_id.clone()).or_default();
-            e.0 += usize::from(r.status == VerdictStatus::Passed);
+            let e = per.entry(r.completion.problem_id.clone()).or_default();
+            e.0 += usize::from(r.completion.status == VerdictStatus::Passed);
             e.1 += 1;
-            if r.status != VerdictStatus::Passed && r.status != VerdictStatus::InfraError && r.reward > 0.0 {
-                self.unearned.push(Unearned { step, problem: r.problem_id.clone(), group: r.group, sample: r.sample, reward: r.reward, tests: (r.tests_passed, r.tests_total) });
+            if r.completion.status != VerdictStatus::Passed && r.completion.status != VerdictStatus::InfraError && r.reward > 0.0 {
+                self.unearned.push(Unearned { step, problem: r.completion.problem_id.clone(), group: r.group, sample: r.completion.sample, reward: r.reward, tests: (r.completion.tests_passed, r.completion.tests_total) });
             }
         }
     }

@@ -17,55 +17,65 @@ use crate::spec::Spec;
 /// The version [`to_json`] writes.
 pub const SCHEMA_VERSION: u64 = 3;
 
-/// `resolved.json` of `plan`.
+/// `resolved.json` of `plan`: [`resolved_spec`] with `schema_version`.
 pub fn to_json(plan: &Plan) -> Value {
-    let mut v = serde_json::to_value(&plan.written.spec).unwrap_or_else(|_| json!({}));
-    let Some(obj) = v.as_object_mut() else { return v };
-    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
-    let eval = obj.entry("eval").or_insert_with(|| json!({}));
-    eval["samples"] = json!(plan.eval.samples);
-    eval["max_tokens"] = json!(plan.eval.sampling.max_tokens);
-    eval["greedy"] = json!(plan.eval.greedy.is_some());
-    if let crate::spec::types::LossAgg::Constant { .. } = plan.grpo.loss_agg {
-        // C defaults to `sampling.max_tokens`: the value the run divided by.
-        let grpo = obj.entry("grpo").or_insert_with(|| json!({}));
-        grpo["loss_agg"]["tokens"] = json!(plan.grpo.agg_constant);
-    }
-    if let Some(py) = &plan.python_reward {
-        let reward = obj.entry("reward").or_insert_with(|| json!({}));
-        reward["function"] = json!(py.function);
-        reward["call_timeout_s"] = json!(py.call_timeout.as_secs_f64());
-        reward["max_failures"] = json!(py.max_failures);
-    }
-    obj.insert("diagnostics".into(), serde_json::to_value(&plan.diagnostics).unwrap_or_else(|_| json!({})));
-    if let BackendChoice::Local { learner_temperature, .. } = &plan.backend {
-        let grpo = obj.entry("grpo").or_insert_with(|| json!({}));
-        grpo["learner_temperature"] = json!(f64::from(*learner_temperature));
-    }
-    let backend = obj.entry("backend").or_insert_with(|| json!({}));
-    match &plan.backend {
-        BackendChoice::Local { max_tokens_per_microbatch, sample_weights, .. } => {
-            backend["max_tokens_per_microbatch"] = json!(max_tokens_per_microbatch);
-            backend["sample_weights"] = json!(match sample_weights {
-                SampleWeights::F32 => "f32",
-                SampleWeights::Q8_0 => "q8_0",
-                SampleWeights::Gguf => "gguf",
-            });
-        }
-        BackendChoice::Tinker { max_in_flight, server, .. } => {
-            backend["max_in_flight"] = json!(max_in_flight);
-            if let Some(s) = server {
-                backend["server"] = json!(s.name());
-            }
-        }
-        BackendChoice::Openai { served_model, concurrency, timeout, max_retries, .. } => {
-            backend["served_model"] = json!(served_model);
-            backend["concurrency"] = json!(concurrency);
-            backend["timeout_s"] = json!(timeout.as_secs_f64());
-            backend["max_retries"] = json!(max_retries);
-        }
+    let mut v = serde_json::to_value(resolved_spec(plan)).unwrap_or_else(|_| json!({}));
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
     }
     v
+}
+
+/// The spec the run was made with, every default the plan applied written in, in the spec's
+/// own types: `resolved.json` always reads back as a spec, and resolving it again gives the
+/// same plan. (Rejected: patching the serialized spec key by key, which could write a key
+/// the schema does not have and nothing would notice.)
+pub fn resolved_spec(plan: &Plan) -> Spec {
+    use crate::spec::types::{Backend, LossAgg};
+    let mut spec = plan.written.spec.clone();
+    spec.eval.samples = Some(plan.eval.samples);
+    spec.eval.max_tokens = Some(count(plan.eval.sampling.max_tokens));
+    spec.eval.greedy = Some(plan.eval.greedy.is_some());
+    if let LossAgg::Constant { tokens } = &mut spec.grpo.loss_agg {
+        // C defaults to `sampling.max_tokens`: the value the run divided by.
+        *tokens = Some(plan.grpo.agg_constant);
+    }
+    if let Some(py) = &plan.python_reward {
+        spec.reward.function = Some(py.function.clone());
+        spec.reward.call_timeout_s = Some(py.call_timeout.as_secs_f64());
+        spec.reward.max_failures = Some(py.max_failures);
+    }
+    spec.diagnostics = plan.diagnostics.clone();
+    match (&mut spec.backend, &plan.backend) {
+        (
+            Backend::Local { max_tokens_per_microbatch, sample_weights, .. },
+            BackendChoice::Local { max_tokens_per_microbatch: m, sample_weights: w, learner_temperature, .. },
+        ) => {
+            *max_tokens_per_microbatch = Some(count(*m));
+            *sample_weights = Some(match w {
+                SampleWeights::F32 => crate::spec::types::SampleWeights::F32,
+                SampleWeights::Q8_0 => crate::spec::types::SampleWeights::Q8_0,
+                SampleWeights::Gguf => crate::spec::types::SampleWeights::Gguf,
+            });
+            spec.grpo.learner_temperature = Some(f64::from(*learner_temperature));
+        }
+        // `server` is the spec's own (or asked at first contact): nothing to fill in.
+        (Backend::Tinker { max_in_flight, .. }, BackendChoice::Tinker { max_in_flight: m, .. }) => *max_in_flight = Some(count(*m)),
+        (Backend::Openai { served_model, concurrency, timeout_s, max_retries, .. }, BackendChoice::Openai { served_model: m, concurrency: c, timeout, max_retries: r, .. }) => {
+            *served_model = Some(m.clone());
+            *concurrency = Some(count(*c));
+            *timeout_s = Some(timeout.as_secs_f64());
+            *max_retries = Some(*r);
+        }
+        // The plan's backend is the spec's, resolved: they never differ in kind.
+        _ => {}
+    }
+    spec
+}
+
+/// A count the plan holds as `usize` and the spec as `u32` (it came from the spec's `u32`).
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Why a `resolved.json` cannot be read.
@@ -158,6 +168,23 @@ mod tests {
         v2["grpo"].as_object_mut().unwrap().remove("learner_temperature");
         let new = upgrade(v2).unwrap();
         assert_eq!((new["schema_version"].clone(), new["grpo"]["learner_temperature"].clone()), (json!(SCHEMA_VERSION), json!(1.0)));
+    }
+
+    #[test]
+    fn resolved_json_reads_back_as_a_spec_that_resolves_to_itself() {
+        for backend in [json!({"kind": "local"}), json!({"kind": "tinker"}), json!({"kind": "openai", "base_url": "http://h/v1"})] {
+            let mut spec = v1();
+            spec["backend"] = backend;
+            spec["grpo"] = json!({"loss_agg": {"kind": "constant"}});
+            let once = upgrade(spec).unwrap();
+            let mut again = once.clone();
+            again.as_object_mut().unwrap().remove("schema_version");
+            let spec: Spec = serde_json::from_value(again).expect("resolved.json is a spec");
+            let written = Written { spec, path: Default::default(), text: String::new(), overrides: vec![], templates: vec![] };
+            let twice = to_json(&super::super::resolve::resolve(written, String::new()).unwrap());
+            assert_eq!(twice, once);
+            assert!(once.pointer("/eval/samples").is_some() && once.pointer("/grpo/loss_agg/tokens").is_some(), "{once}");
+        }
     }
 
     #[test]

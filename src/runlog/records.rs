@@ -1,6 +1,7 @@
 //! The per-record JSONL files: `rollouts.jsonl` ([`RolloutRecord`]), `eval_results.jsonl`
 //! ([`EvalResultRecord`]), `eval_rollouts.jsonl` ([`EvalSampleRecord`]) and `checkpoints.jsonl`
-//! ([`CheckpointRecord`]).
+//! ([`CheckpointRecord`]). A training rollout and an eval sample are one [`Completion`] each, with
+//! what their kind adds around it.
 //!
 //! These types own the on-disk shape. The engine converts its own types (the sandbox's verdict,
 //! the sampler's stop reason) into the small enums here rather than runlog importing them, so a
@@ -38,21 +39,17 @@ pub enum StopReason {
     Length,
 }
 
-/// One line of `rollouts.jsonl`: one completion of a training step, as graded and scored.
-///
-/// With `rollout.max_attempts > 1` a completion is the last of several attempts; its top-level
-/// fields describe that last attempt, and [`RolloutRecord::turns`] lists them all.
+/// One graded completion: what a training rollout, an evaluation sample and `rlx show` share.
+/// [`RolloutRecord`] and [`EvalSampleRecord`] flatten it, so its keys sit at the top level of
+/// their lines, as they did before it existed (a run directory from then reads the same).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RolloutRecord {
-    /// Training step.
-    pub step: u32,
+pub struct Completion {
     /// The problem's id in its dataset.
     pub problem_id: String,
-    /// Index of the group within the step.
-    pub group: usize,
-    /// Index of the completion within its group.
+    /// Index of the completion within its group (training) or among its problem's samples
+    /// (evaluation).
     pub sample: usize,
-    /// The completion's text.
+    /// The completion's text (of the last attempt, for a multi-attempt rollout).
     pub text: String,
     /// The code extracted from it; `None` on a format error.
     pub code: Option<String>,
@@ -74,9 +71,28 @@ pub struct RolloutRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The prompt's messages as the model saw them (before the chat template), on the first
-    /// completion of each group only (the others share it); absent elsewhere.
+    /// completion of each group or eval problem only (the others share it); absent elsewhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prompt: Vec<PromptMessage>,
+    /// Why sampling stopped.
+    pub stop_reason: StopReason,
+    /// Sampled tokens (of the last attempt).
+    pub tokens: usize,
+}
+
+/// One line of `rollouts.jsonl`: one completion of a training step, as graded and scored.
+///
+/// With `rollout.max_attempts > 1` a completion is the last of several attempts; its
+/// [`Completion`] describes that last attempt, and [`RolloutRecord::turns`] lists them all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolloutRecord {
+    /// Training step.
+    pub step: u32,
+    /// Index of the group within the step.
+    pub group: usize,
+    /// The completion as graded (`sample` indexes it within the group).
+    #[serde(flatten)]
+    pub completion: Completion,
     /// Reward (units of the spec's reward); `null` on disk if it was NaN.
     #[serde(deserialize_with = "super::nan::f64_or_null")]
     pub reward: f64,
@@ -85,10 +101,6 @@ pub struct RolloutRecord {
     pub advantage: f64,
     /// Whether its group was skipped as degenerate (all advantages zero).
     pub skipped: bool,
-    /// Why sampling stopped.
-    pub stop_reason: StopReason,
-    /// Sampled tokens of the last attempt.
-    pub tokens: usize,
     /// Attempts made (1 without feedback turns).
     pub attempts: usize,
     /// The policy version whose weights sampled it (optimizer steps applied), when groups
@@ -204,40 +216,12 @@ pub struct EvalSampleRecord {
     /// The protocol; absent for the main one (and in runs written before protocols).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<Protocol>,
-    /// The problem's id in its dataset.
-    pub problem_id: String,
     /// The eval source it came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
-    /// Index of the completion among the problem's samples.
-    pub sample: usize,
-    /// The completion's text.
-    pub text: String,
-    /// The code extracted from it; `None` on a format error.
-    pub code: Option<String>,
-    /// The language it was graded in, when not Python (absent in runs before languages).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub language: Option<String>,
-    /// The verdict.
-    pub status: VerdictStatus,
-    /// Tests passed.
-    pub tests_passed: usize,
-    /// Tests the problem has.
-    pub tests_total: usize,
-    /// Each test's verdict, in test order (empty and absent on disk for a format or
-    /// infrastructure error).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tests: Vec<TestRecord>,
-    /// For an infrastructure error: what failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The prompt's messages, on the problem's first sample only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub prompt: Vec<PromptMessage>,
-    /// Why sampling stopped.
-    pub stop_reason: StopReason,
-    /// Sampled tokens.
-    pub tokens: usize,
+    /// The completion as graded.
+    #[serde(flatten)]
+    pub completion: Completion,
 }
 
 /// pass@k values in the order of the spec's `eval.k`, stored as `{"pass@1": 0.5, "pass@5": 0.9}`.
@@ -351,21 +335,25 @@ mod tests {
     }
 
     #[test]
-    fn rollout_round_trips_byte_for_byte() {
+    fn rollout_round_trips_key_for_key() {
         for turns in [false, true] {
-            let old = serde_json::to_string(&old_rollout(turns)).unwrap();
-            let rec: RolloutRecord = serde_json::from_str(&old).unwrap();
+            let old = old_rollout(turns);
+            let rec: RolloutRecord = serde_json::from_str(&old.to_string()).unwrap();
             assert_eq!(rec.turns.len(), if turns { 2 } else { 0 });
-            assert_eq!(serde_json::to_string(&rec).unwrap(), old);
+            // The same keys and values; the order is the struct's (the completion's keys after
+            // `step` and `group`), which no reader depends on.
+            let written: serde_json::Value = serde_json::from_str(&serde_json::to_string(&rec).unwrap()).unwrap();
+            let sorted = |v: &serde_json::Value| v.as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect::<std::collections::BTreeMap<_, _>>();
+            assert_eq!(sorted(&written), sorted(&old));
         }
         let rec: RolloutRecord = serde_json::from_value(old_rollout(true)).unwrap();
-        assert_eq!(rec.status, VerdictStatus::Failed);
-        assert_eq!(rec.stop_reason, StopReason::Stop);
+        assert_eq!(rec.completion.status, VerdictStatus::Failed);
+        assert_eq!(rec.completion.stop_reason, StopReason::Stop);
         assert_eq!(rec.turns[0].status, VerdictStatus::FormatError);
         assert_eq!(rec.turns[1].prompt_last_message, None);
         // No code block: `code` is written as null, not left out.
         let mut none = rec.clone();
-        none.code = None;
+        none.completion.code = None;
         assert!(serde_json::to_string(&none).unwrap().contains(r#""code":null"#));
     }
 

@@ -310,7 +310,7 @@ mod tests {
         append_torn(&dir, files::ROLLOUTS, "{\"step\":0,\"problem_id\":\"p\",\"group\":0,\"sample\":0,\"text\":\"\",\"code\":null,\"status\":\"format_error\",\"tests_passed\":0,\"tests_total\":3,\"reward\":null,\"advantage\":0.0,\"skipped\":true,\"stop_reason\":\"length\",\"tokens\":8,\"attempts\":1}\n{\"step\":0,");
         let r = dir.rollouts().unwrap();
         assert_eq!(r.rows.len(), 1);
-        assert_eq!(r.rows[0].status, VerdictStatus::FormatError);
+        assert_eq!(r.rows[0].completion.status, VerdictStatus::FormatError);
         assert!(r.rows[0].reward.is_nan());
         assert_eq!(r.torn_line, Some(2));
 

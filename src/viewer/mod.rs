@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 pub(crate) use error::Error;
 
-use crate::runlog::{Attempt, EvalSampleRecord, PromptMessage, Protocol, RolloutRecord, RunDir, StopReason, TestRecord, VerdictStatus, files};
+use crate::runlog::{self, Attempt, EvalSampleRecord, PromptMessage, Protocol, RolloutRecord, RunDir, VerdictStatus, files};
 
 /// A step named on the command line: a number (`-1` is the baseline evaluation), `base` or
 /// `last`.
@@ -86,100 +86,45 @@ pub(crate) struct Training {
     pub turns: Vec<Attempt>,
 }
 
-/// One completion, as recorded.
+/// One completion, as recorded: a training rollout or an eval sample.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Completion {
     /// The step (−1: the baseline evaluation).
     pub step: i64,
-    /// The problem's id.
-    pub problem_id: String,
     /// Its eval source, when recorded.
     pub source: Option<String>,
     /// The eval protocol, when not the main one (`greedy`).
     pub protocol: Option<Protocol>,
-    /// Index among its group's (or problem's) samples.
-    pub sample: usize,
-    /// The verdict.
-    pub status: VerdictStatus,
-    /// Tests passed.
-    pub tests_passed: usize,
-    /// Tests the problem has.
-    pub tests_total: usize,
-    /// Each test's verdict (empty in runs written before they were recorded, and for a format
-    /// or infrastructure error).
-    pub tests: Vec<TestRecord>,
-    /// The infrastructure error, if grading failed.
-    pub error: Option<String>,
-    /// The prompt's messages; empty when not recorded.
-    pub prompt: Vec<PromptMessage>,
-    /// The completion's text.
-    pub text: String,
-    /// The code extracted from it; `None` on a format error.
-    pub code: Option<String>,
-    /// The language it was graded in, when not Python.
-    pub language: Option<String>,
-    /// Why sampling stopped.
-    pub stop_reason: StopReason,
-    /// Sampled tokens.
-    pub tokens: usize,
+    /// The completion as graded.
+    pub graded: runlog::Completion,
     /// Reward, advantage and attempts; `None` for an evaluation.
     pub training: Option<Training>,
 }
 
 impl Completion {
     fn passed(&self) -> bool {
-        self.status == VerdictStatus::Passed
+        self.graded.status == VerdictStatus::Passed
     }
 
     fn from_rollout(r: RolloutRecord) -> Completion {
         Completion {
             step: i64::from(r.step),
-            problem_id: r.problem_id,
             source: None,
             protocol: None,
-            sample: r.sample,
-            status: r.status,
-            tests_passed: r.tests_passed,
-            tests_total: r.tests_total,
-            tests: r.tests,
-            error: r.error,
-            prompt: r.prompt,
-            text: r.text,
-            code: r.code,
-            language: r.language,
-            stop_reason: r.stop_reason,
-            tokens: r.tokens,
+            graded: r.completion,
             training: Some(Training { group: r.group, reward: r.reward, advantage: r.advantage, skipped: r.skipped, attempts: r.attempts, turns: r.turns }),
         }
     }
 
     fn from_eval(r: EvalSampleRecord) -> Completion {
-        Completion {
-            step: r.step,
-            problem_id: r.problem_id,
-            source: r.source,
-            protocol: r.protocol,
-            sample: r.sample,
-            status: r.status,
-            tests_passed: r.tests_passed,
-            tests_total: r.tests_total,
-            tests: r.tests,
-            error: r.error,
-            prompt: r.prompt,
-            text: r.text,
-            code: r.code,
-            language: r.language,
-            stop_reason: r.stop_reason,
-            tokens: r.tokens,
-            training: None,
-        }
+        Completion { step: r.step, source: r.source, protocol: r.protocol, graded: r.completion, training: None }
     }
 
     /// The key of the completions that share one prompt: a training group, or an eval problem.
     fn prompt_key(&self) -> (i64, String) {
         match &self.training {
             Some(t) => (self.step, t.group.to_string()),
-            None => (self.step, self.problem_id.clone()),
+            None => (self.step, self.graded.problem_id.clone()),
         }
     }
 }
@@ -227,12 +172,12 @@ pub(crate) fn select(path: &Path, q: &Query) -> Result<Selection, Error> {
     let steps = pick_steps(&all, q, file)?;
     let at_steps: Vec<&Completion> = all.iter().filter(|c| steps.contains(&c.step)).collect();
     if let Some(p) = &q.problem
-        && !at_steps.iter().any(|c| &c.problem_id == p)
+        && !at_steps.iter().any(|c| &c.graded.problem_id == p)
     {
         return Err(unknown_problem(p, &all, &at_steps, q, file));
     }
     let prompts = shared_prompts(&all);
-    let considered: Vec<&Completion> = at_steps.into_iter().filter(|c| q.problem.as_ref().is_none_or(|p| &c.problem_id == p)).collect();
+    let considered: Vec<&Completion> = at_steps.into_iter().filter(|c| q.problem.as_ref().is_none_or(|p| &c.graded.problem_id == p)).collect();
     let matching: Vec<&Completion> = considered
         .iter()
         .copied()
@@ -248,10 +193,10 @@ pub(crate) fn select(path: &Path, q: &Query) -> Result<Selection, Error> {
         .take(take)
         .map(|&c| {
             let mut c = c.clone();
-            if c.prompt.is_empty()
+            if c.graded.prompt.is_empty()
                 && let Some(p) = prompts.get(&c.prompt_key())
             {
-                c.prompt = (*p).clone();
+                c.graded.prompt = (*p).clone();
             }
             c
         })
@@ -287,8 +232,8 @@ fn pick_steps(all: &[Completion], q: &Query, file: &'static str) -> Result<Vec<i
 }
 
 fn unknown_problem(p: &str, all: &[Completion], at_steps: &[&Completion], q: &Query, file: &'static str) -> Error {
-    let here: BTreeSet<&str> = at_steps.iter().map(|c| c.problem_id.as_str()).collect();
-    let elsewhere: BTreeSet<i64> = all.iter().filter(|c| c.problem_id == p).map(|c| c.step).collect();
+    let here: BTreeSet<&str> = at_steps.iter().map(|c| c.graded.problem_id.as_str()).collect();
+    let elsewhere: BTreeSet<i64> = all.iter().filter(|c| c.graded.problem_id == p).map(|c| c.step).collect();
     let at = match (q.step, elsewhere.is_empty()) {
         (None, _) => "at any step".to_string(),
         (Some(_), true) => format!("at step {}", at_steps.first().map_or(0, |c| c.step)),
@@ -300,14 +245,14 @@ fn unknown_problem(p: &str, all: &[Completion], at_steps: &[&Completion], q: &Qu
     };
     // A typo is looked up among every problem of the file, not only this step's: the user may
     // have the right id and the wrong step.
-    let every: BTreeSet<&str> = all.iter().map(|c| c.problem_id.as_str()).collect();
+    let every: BTreeSet<&str> = all.iter().map(|c| c.graded.problem_id.as_str()).collect();
     let suggestion = if elsewhere.is_empty() { crate::spec::diagnostic::did_you_mean(p, every.iter().copied()).map(str::to_owned) } else { None };
     Error::UnknownProblem { problem: p.to_string(), at, file, count: here.len(), available: abbreviate(here.iter().map(|s| format!("`{s}`")), 8), suggestion }
 }
 
 /// The prompt of every group (training) or problem (eval), from the completion that carries it.
 fn shared_prompts(all: &[Completion]) -> BTreeMap<(i64, String), &Vec<PromptMessage>> {
-    all.iter().filter(|c| !c.prompt.is_empty()).map(|c| (c.prompt_key(), &c.prompt)).collect()
+    all.iter().filter(|c| !c.graded.prompt.is_empty()).map(|c| (c.prompt_key(), &c.graded.prompt)).collect()
 }
 
 /// The first `max` items joined by `, `, then `… (N more)`.
@@ -323,25 +268,28 @@ fn abbreviate(items: impl Iterator<Item = String>, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runlog::StopReason;
 
     fn c(step: i64, group: usize, sample: usize, problem: &str, status: VerdictStatus) -> Completion {
         Completion {
             step,
-            problem_id: problem.into(),
             source: None,
             protocol: None,
-            sample,
-            status,
-            tests_passed: 0,
-            tests_total: 1,
-            tests: vec![],
-            error: None,
-            prompt: if sample == 0 { vec![PromptMessage { role: "user".into(), content: format!("solve {problem}") }] } else { vec![] },
-            text: String::new(),
-            code: None,
-            language: None,
-            stop_reason: StopReason::Stop,
-            tokens: 1,
+            graded: runlog::Completion {
+                problem_id: problem.into(),
+                sample,
+                status,
+                tests_passed: 0,
+                tests_total: 1,
+                tests: vec![],
+                error: None,
+                prompt: if sample == 0 { vec![PromptMessage { role: "user".into(), content: format!("solve {problem}") }] } else { vec![] },
+                text: String::new(),
+                code: None,
+                language: None,
+                stop_reason: StopReason::Stop,
+                tokens: 1,
+            },
             training: Some(Training { group, reward: 0.0, advantage: 0.0, skipped: false, attempts: 1, turns: vec![] }),
         }
     }

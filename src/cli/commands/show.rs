@@ -140,35 +140,35 @@ fn outcome_name(s: TestOutcome) -> (&'static str, Option<bool>) {
 
 /// One completion: header, prompt, text, code, tests, infra error.
 fn completion(out: &mut String, c: &Completion, p: Paint) {
-    let mut head = format!("step {} · problem `{}`", step_name(c.step), c.problem_id);
+    let mut head = format!("step {} · problem `{}`", step_name(c.step), c.graded.problem_id);
     if let Some(src) = &c.source {
         let _ = write!(head, " ({src})");
     }
     match &c.training {
         Some(t) => {
-            let _ = write!(head, " · group {} sample {}", t.group, c.sample);
+            let _ = write!(head, " · group {} sample {}", t.group, c.graded.sample);
         }
         None => {
             let greedy = if c.protocol.is_some() { "greedy " } else { "" };
-            let _ = write!(head, " · {greedy}sample {}", c.sample);
+            let _ = write!(head, " · {greedy}sample {}", c.graded.sample);
         }
     }
     let _ = writeln!(out, "{} {}", p.bold("──"), p.bold(&head));
-    let (name, ok) = verdict_name(c.status);
+    let (name, ok) = verdict_name(c.graded.status);
     // A format or infrastructure error ran no tests: a count would read as "failed them all".
-    let graded = matches!(c.status, VerdictStatus::Passed | VerdictStatus::Failed);
-    let tests = if graded && c.tests_total > 0 { format!(", {}/{} tests passed", c.tests_passed, c.tests_total) } else { String::new() };
+    let graded = matches!(c.graded.status, VerdictStatus::Passed | VerdictStatus::Failed);
+    let tests = if graded && c.graded.tests_total > 0 { format!(", {}/{} tests passed", c.graded.tests_passed, c.graded.tests_total) } else { String::new() };
     let _ = writeln!(out, "{}  {}{tests}", p.label("verdict"), p.verdict(ok, name));
     if let Some(t) = &c.training {
         let skipped = if t.skipped { "; group skipped: every reward equal" } else { "" };
         let _ = writeln!(out, "{}   {} (advantage {}{skipped})", p.label("reward"), number(t.reward), number(t.advantage));
     }
-    let stop = match c.stop_reason {
+    let stop = match c.graded.stop_reason {
         StopReason::Stop => "stopped by a stop token",
         StopReason::Length => "cut off at max_tokens",
     };
-    let _ = writeln!(out, "{}   {}, {stop}", p.label("tokens"), c.tokens);
-    if let Some(e) = &c.error {
+    let _ = writeln!(out, "{}   {}, {stop}", p.label("tokens"), c.graded.tokens);
+    if let Some(e) = &c.graded.error {
         let _ = writeln!(out, "{}  {}", p.verdict(None, "infra error"), e.trim());
     }
     section(out, p, "prompt", &prompt_text(c), "(not recorded: this run logged no prompts, or not this group's first completion)");
@@ -184,9 +184,9 @@ fn completion(out: &mut String, c: &Completion, p: Paint) {
             }
         }
     }
-    section(out, p, "completion", &c.text, "(empty)");
-    let code_label = c.language.as_deref().map_or_else(|| "code".to_owned(), |l| format!("code ({l})"));
-    section(out, p, &code_label, c.code.as_deref().unwrap_or(""), "(no code block found)");
+    section(out, p, "completion", &c.graded.text, "(empty)");
+    let code_label = c.graded.language.as_deref().map_or_else(|| "code".to_owned(), |l| format!("code ({l})"));
+    section(out, p, &code_label, c.graded.code.as_deref().unwrap_or(""), "(no code block found)");
     tests_section(out, c, p);
 }
 
@@ -203,20 +203,20 @@ fn section(out: &mut String, p: Paint, label: &str, text: &str, none: &str) {
 }
 
 fn prompt_text(c: &Completion) -> String {
-    c.prompt.iter().map(|m| format!("[{}]\n{}", m.role, m.content.trim_end())).collect::<Vec<_>>().join("\n")
+    c.graded.prompt.iter().map(|m| format!("[{}]\n{}", m.role, m.content.trim_end())).collect::<Vec<_>>().join("\n")
 }
 
 fn tests_section(out: &mut String, c: &Completion, p: Paint) {
-    if c.tests.is_empty() {
-        if c.code.is_some() && c.error.is_none() {
+    if c.graded.tests.is_empty() {
+        if c.graded.code.is_some() && c.graded.error.is_none() {
             let _ = writeln!(out, "{}", p.label("tests"));
             let _ = writeln!(out, "  {}", p.dim("(per-test verdicts not recorded: the run predates them)"));
         }
         return;
     }
     let _ = writeln!(out, "{}", p.label("tests"));
-    let cut = if c.tests.len() < c.tests_total { format!(" (grading stopped after test {}: the first failure)", c.tests.len()) } else { String::new() };
-    for (i, t) in c.tests.iter().enumerate() {
+    let cut = if c.graded.tests.len() < c.graded.tests_total { format!(" (grading stopped after test {}: the first failure)", c.graded.tests.len()) } else { String::new() };
+    for (i, t) in c.graded.tests.iter().enumerate() {
         let _ = writeln!(out, "{}", test_line(i, t, p));
     }
     if !cut.is_empty() {
