@@ -102,6 +102,8 @@ struct Tally {
     formatted: usize,
     total: usize,
     skipped: u32,
+    /// Groups whose advantages were all zero, whether or not they were skipped.
+    degenerate: u32,
     infra_dropped: u32,
     infra_errors: u32,
     latencies: Vec<f64>,
@@ -191,8 +193,10 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
         let adv = &scored.advantages;
         // Degenerate, or set aside by dynamic sampling (whose filter may be correctness: an
         // all-wrong group whose rewards differ only by format or length still trains nothing).
-        let skip = (plan.grpo.skip_degenerate && should_skip(adv)) || (plan.grpo.dynamic_sampling.is_some() && !scored.informative);
+        let degenerate = should_skip(adv);
+        let skip = (plan.grpo.skip_degenerate && degenerate) || (plan.grpo.dynamic_sampling.is_some() && !scored.informative);
         n.skipped += u32::from(skip);
+        n.degenerate += u32::from(degenerate);
         if let Some(t) = g.trajectories.first() {
             n.prompt_tokens += t.turns[0].prompt.tokens.len();
         }
@@ -349,6 +353,7 @@ fn step_metrics(m: &mut BTreeMap<String, f64>, n: &Tally, fill: &Fill, cfg: &Ste
     }
     m.insert(train::GROUPS.into(), groups_total);
     m.insert(train::GROUPS_SKIPPED.into(), f64::from(n.skipped));
+    m.insert(train::GROUPS_DEGENERATE.into(), f64::from(n.degenerate));
     m.insert(train::GROUPS_INFRA_DROPPED.into(), f64::from(n.infra_dropped));
     m.extend(fill.scores.metrics());
     m.insert(train::GROUPS_SAMPLER_DROPPED.into(), timing.sampler_dropped as f64);

@@ -133,9 +133,11 @@ impl Signal {
                 .map(|r| format!("every completion passed for {} steps ({r})", cfg.reward_flat_one.steps)),
             Signal::GroupsDegenerate => streak(h, cfg.groups_degenerate.steps, |p| {
                 let groups = p.get(train::GROUPS)?;
-                Some(groups > 0.0 && p.get(train::GROUPS_SKIPPED)? >= groups)
+                // Runs before `groups_degenerate` counted only the skipped ones.
+                let degenerate = p.get(train::GROUPS_DEGENERATE).or_else(|| p.get(train::GROUPS_SKIPPED))?;
+                Some(groups > 0.0 && degenerate >= groups)
             })
-            .map(|r| format!("every group degenerate (all rewards equal) for {} steps ({r}): nothing trained", cfg.groups_degenerate.steps)),
+            .map(|r| format!("every group degenerate (all rewards equal, so every advantage zero) for {} steps ({r}): nothing learned", cfg.groups_degenerate.steps)),
             Signal::FormatRateFalling => format_falling(cfg, h),
             Signal::LossExploding => exploding(cfg, h),
             Signal::SandboxTimeouts => {

@@ -51,6 +51,9 @@ pub mod train {
     pub const GROUPS: &str = "train/groups";
     /// Groups not trained because their advantages were all zero (`grpo.skip_degenerate`).
     pub const GROUPS_SKIPPED: &str = "train/groups_skipped";
+    /// Groups whose advantages were all zero (every reward equal), skipped or not: with
+    /// `grpo.skip_degenerate: false` they are trained, and teach nothing.
+    pub const GROUPS_DEGENERATE: &str = "train/groups_degenerate";
     /// Groups dropped because sandbox infrastructure errors survived the retries.
     pub const GROUPS_INFRA_DROPPED: &str = "train/groups_infra_dropped";
     /// Groups dropped because a call of the Python reward failed (the user's bug, never scored).

@@ -281,6 +281,21 @@ async fn reward_flat_at_zero_and_degenerate_groups_fire_and_a_stop_resumes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn degenerate_groups_fire_when_they_are_trained_too() {
+    // `skip_degenerate: false`: the all-wrong groups are trained (with zero advantages) rather
+    // than skipped, and the signal still sees them.
+    let cx = TestContext::new();
+    let p = plan(&cx, 3, "reward_flat_zero: {steps: 9}, groups_degenerate: {steps: 2}", "grpo: {prompts_per_step: 2, group_size: 2, skip_degenerate: false}");
+    let ran = run(&cx, &p, Box::new(|_, _, _, _| Answer::Wrong), Box::new(calm)).await;
+    assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
+    let metrics = jsonl(&ran.dir.join("metrics.jsonl"));
+    assert_eq!((metrics[0]["train/groups_skipped"].as_f64(), metrics[0]["train/groups_degenerate"].as_f64()), (Some(0.0), Some(2.0)), "{}", metrics[0]);
+    let (e, line) = ran.fired("groups_degenerate");
+    assert_eq!(e["step"], 1);
+    assert!(line.contains("every group degenerate (all rewards equal, so every advantage zero) for 2 steps"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reward_flat_at_one_fires_and_off_silences_it() {
     let cx = TestContext::new();
     let ran = run(&cx, &plan(&cx, 3, "reward_flat_one: {steps: 2}, groups_degenerate: {steps: 9}", ""), Box::new(|_, _, _, _| Answer::Right), Box::new(calm)).await;

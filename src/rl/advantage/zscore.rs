@@ -1,5 +1,7 @@
-//! `zscore`: (reward − mean) / (std + eps), the original GRPO normalisation (population std, as
-//! DeepSeekMath and TRL compute it over a group).
+//! `zscore`: (reward − mean) / (std + eps), the original GRPO normalisation, with the
+//! *population* std (divide by G). TRL's `GRPOTrainer` divides by the *sample* std (torch's
+//! `std()`, G − 1), so its advantages are smaller by √((G−1)/G) (0.935 at G = 8); with Adam
+//! that constant scale barely matters, with plain SGD it is a learning-rate change.
 
 use super::{AdvantageStrategy, mean};
 
