@@ -9,7 +9,9 @@
 //!
 //! A thinking model's completion (Qwen3, Qwen3.5: `reasoning</think>answer`) is graded on its
 //! answer, the text after the last `</think>`, as the cookbook grades the parsed message's text;
-//! drafts inside the reasoning are not the submission.
+//! drafts inside finished reasoning are not the submission. A completion cut off inside its
+//! reasoning has no `</think>` and is read whole: which prompt opened a `<think>` block is not
+//! known here.
 
 use crate::spec::types::Language;
 
