@@ -85,6 +85,16 @@ impl ChatTemplate {
         }
     }
 
+    /// What each completion submits for grading. A generation prompt that opens a `<think>` block
+    /// (Qwen3.5's, in thinking mode) makes everything up to `</think>` reasoning, so a completion
+    /// cut off before it submitted nothing (the cookbook's parser finds no answer there either);
+    /// any other completion is graded as written ([`crate::sandbox::extract_code`] then reads
+    /// what follows a `</think>`).
+    pub(crate) fn submitted(&self, completions: &[String]) -> Vec<String> {
+        let opens_think = self.render(&[Message::new("user", "x")], true).is_ok_and(|p| p.trim_end().ends_with("<think>"));
+        completions.iter().map(|c| if opens_think && !c.contains("</think>") { String::new() } else { c.clone() }).collect()
+    }
+
     /// Compiles a Jinja chat template.
     ///
     /// # Errors
@@ -364,6 +374,19 @@ mod tests {
         assert_eq!(s, "<|im_start|>user\nsolve<|im_end|>\n<|im_start|>assistant\n<think>\nlet me see\n</think>\n\n```python\nprint(1)\n```<|im_end|>\n");
         let s = t.render(&[Message::new("user", "q"), Message::new("assistant", "42")], false).unwrap();
         assert!(s.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n42<|im_end|>\n"), "{s}");
+    }
+
+    #[test]
+    fn a_thinking_prompt_makes_an_unclosed_completion_submit_nothing() {
+        let done = "plan\n</think>\n\n```python\nprint(1)\n```".to_owned();
+        let cut = "plan\n```python\nprint(0)\n```".to_owned();
+        let both = [done.clone(), cut.clone()];
+        assert_eq!(ChatTemplate::builtin("qwen3_5").unwrap().submitted(&both), [done.clone(), String::new()]);
+        // A template that does not open a think block (Qwen3-Instruct-2507): graded as written.
+        assert_eq!(ChatTemplate::builtin("qwen3_instruct").unwrap().submitted(&both), both);
+        // The model's own Jinja template is judged by what it renders.
+        let jinja = "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}";
+        assert_eq!(ChatTemplate::jinja(jinja, SpecialTokens::default()).unwrap().submitted(&both), [done, String::new()]);
     }
 
     #[test]

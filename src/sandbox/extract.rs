@@ -10,8 +10,8 @@
 //! A thinking model's completion (Qwen3, Qwen3.5: `reasoning</think>answer`) is graded on its
 //! answer, the text after the last `</think>`, as the cookbook grades the parsed message's text;
 //! drafts inside finished reasoning are not the submission. A completion cut off inside its
-//! reasoning has no `</think>` and is read whole: which prompt opened a `<think>` block is not
-//! known here.
+//! reasoning has no `</think>`; the engine, which knows the prompt opened a `<think>` block,
+//! submits nothing for it (`ChatTemplate::submitted`), and `rlx grade` reads it whole.
 
 use crate::spec::types::Language;
 

@@ -198,6 +198,8 @@ fn rlx_eval_of_the_tiny_model_through_the_preset() {
     let samples = jsonl(&dir.join("eval_rollouts.jsonl"));
     assert!(samples.len() >= 24, "{}", samples.len());
     assert!(samples.iter().all(|s| ["passed", "failed", "format_error"].contains(&s["status"].as_str().unwrap_or("?"))), "{samples:?}");
+    // The prompt opened a <think> block none of them closed: no answer was submitted.
+    assert!(samples.iter().all(|s| s["status"] == "format_error" && s["code"].is_null()), "{samples:?}");
     // Graded against the public and the hidden tests.
     for (id, total) in [("abc392_b", 3), ("3485", 2), ("2077_c", 2)] {
         assert!(samples.iter().filter(|s| s["problem_id"] == id).all(|s| s["tests_total"] == total), "{id}: {samples:?}");
