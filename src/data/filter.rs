@@ -5,8 +5,9 @@
 //! RNG crate whose stream could change between versions), so the same spec and the same data give
 //! the same problems in the same order on every machine, and [`fingerprint`] can prove it.
 //!
-//! Order of operations for one source (see [`apply`]): `ids` → `difficulty` → `date_from`/`date_to`
-//! → `limit` (the first N survivors in file order) → `max_tests` on each kept problem.
+//! Order of operations for one source (see [`apply`]): `ids` → `difficulty` → `platform` →
+//! `date_from`/`date_to` → `limit` (the first N survivors in file order) → `max_tests` on each kept
+//! problem.
 
 use crate::rng::SplitMix64;
 use std::collections::BTreeSet;
@@ -24,7 +25,7 @@ pub const DATE_KEYS: [&str; 4] = ["contest_date", "date", "estimated_date", "rel
 /// Why a source's filters could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// `date_from`/`date_to` is not `YYYY-MM-DD`.
+    /// `date_from`/`date_to` is not a calendar day `YYYY-MM-DD`.
     #[error("`{field}` must be a date `YYYY-MM-DD`, found `{value}`")]
     BadDate {
         /// `date_from` or `date_to`.
@@ -45,7 +46,7 @@ pub enum Error {
     /// would drop everything, which is a spec mistake rather than an empty selection.
     #[error("`{field}` is set but no problem in the source has {what}")]
     NoField {
-        /// The spec field (`difficulty`, `date_from`, `date_to`).
+        /// The spec field (`difficulty`, `platform`, `date_from`, `date_to`).
         field: &'static str,
         /// The metadata looked for.
         what: String,
@@ -82,6 +83,8 @@ pub struct Stats {
 /// - `ids`: keep problems whose id is listed (order stays the file's); every listed id must exist.
 /// - `difficulty`: keep problems whose `metadata.difficulty` equals one of the values, ignoring
 ///   ASCII case (`easy` matches `EASY`); numbers compare by their decimal text.
+/// - `platform`: the same on `metadata.platform` (LiveCodeBench's `leetcode`, `atcoder`,
+///   `codeforces`).
 /// - `date_from`/`date_to` (inclusive): compare the `YYYY-MM-DD` prefix of the first date field in
 ///   [`DATE_KEYS`]. **Problems without a date are dropped** when either bound is set: a date window
 ///   is usually a contamination cut-off, and an undated problem cannot be shown to fall inside it.
@@ -116,6 +119,14 @@ pub fn apply(problems: Vec<Problem>, source: &Source) -> Result<(Vec<Problem>, S
         }
         kept.retain(|p| difficulty(p).is_some_and(|d| source.difficulty.iter().any(|w| w.eq_ignore_ascii_case(&d))));
         stages.push(format!("difficulty kept {}", kept.len()));
+    }
+
+    if !source.platform.is_empty() {
+        if !kept.iter().any(|p| platform(p).is_some()) {
+            return Err(Error::NoField { field: "platform", what: "a `platform`".into() });
+        }
+        kept.retain(|p| platform(p).is_some_and(|d| source.platform.iter().any(|w| w.eq_ignore_ascii_case(d))));
+        stages.push(format!("platform kept {}", kept.len()));
     }
 
     if from.is_some() || to.is_some() {
@@ -157,15 +168,24 @@ fn day<'a>(field: &'static str, value: &'a str) -> Result<&'a str, Error> {
     if is_day(value) { Ok(value) } else { Err(Error::BadDate { field, value: value.to_owned() }) }
 }
 
-/// `YYYY-MM-DD` with a month 01–12 and a day 01–31 (also what `rlx validate` accepts).
+/// `YYYY-MM-DD` naming a day of the Gregorian calendar (also what `rlx validate` accepts): a
+/// contamination window ending `2025-02-30` or `2025-04-31` is a typo, not a bound.
 pub fn is_day(s: &str) -> bool {
     let b = s.as_bytes();
-    b.len() == 10
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && b.iter().enumerate().all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
-        && (1..=12).contains(&s[5..7].parse::<u32>().unwrap_or(0))
-        && (1..=31).contains(&s[8..10].parse::<u32>().unwrap_or(0))
+    if !(b.len() == 10 && b[4] == b'-' && b[7] == b'-' && b.iter().enumerate().all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())) {
+        return false;
+    }
+    let num = |r: std::ops::Range<usize>| s[r].parse::<u32>().unwrap_or(0);
+    let (year, month, day) = (num(0..4), num(5..7), num(8..10));
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let last = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    (1..=last).contains(&day)
 }
 
 /// A problem's difficulty as text, if it has one.
@@ -175,6 +195,11 @@ fn difficulty(p: &Problem) -> Option<String> {
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     }
+}
+
+/// A problem's platform, if it has one.
+fn platform(p: &Problem) -> Option<&str> {
+    p.metadata.get("platform").and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty())
 }
 
 /// A problem's date: the `YYYY-MM-DD` prefix of the first [`DATE_KEYS`] field that has one.
@@ -334,6 +359,35 @@ mod tests {
         // Bounds are inclusive on the day, whatever the time of day.
         let s = Source { date_from: Some("2024-08-01".into()), date_to: Some("2024-09-15".into()), ..source() };
         assert_eq!(ids(&apply(set(), &s).unwrap().0), ["a", "b"]);
+    }
+
+    #[test]
+    fn platform_keeps_the_named_platforms_and_needs_the_field() {
+        let mut ps = set();
+        for (p, platform) in ps.iter_mut().zip(["AtCoder", "leetcode", "codeforces"]) {
+            p.metadata.insert("platform".into(), platform.into());
+        }
+        let s = Source { platform: vec!["atcoder".into(), "codeforces".into()], ..source() };
+        let (kept, _) = apply(ps.clone(), &s).unwrap();
+        assert_eq!(ids(&kept), ["a", "c"], "case is ignored; `d` has no platform and is dropped");
+        // With a date window: LiveCodeBench v6's stdin/stdout problems of one period.
+        let s = Source { date_from: Some("2024-09-01".into()), ..s };
+        assert_eq!(ids(&apply(ps, &s).unwrap().0), ["c"]);
+        let s = Source { platform: vec!["leetcode".into()], ..source() };
+        assert!(matches!(apply(set(), &s), Err(Error::NoField { field: "platform", .. })));
+    }
+
+    #[test]
+    fn days_are_calendar_days() {
+        for ok in ["2025-02-01", "2025-05-31", "2024-02-29", "2000-02-29", "2025-12-31"] {
+            assert!(is_day(ok), "{ok}");
+        }
+        for bad in ["2025-02-29", "1900-02-29", "2025-04-31", "2025-00-10", "2025-13-01", "2025-05-00", "2025-5-31", "2025/05/31", "2025-05-31T00"] {
+            assert!(!is_day(bad), "{bad}");
+        }
+        let s = Source { date_to: Some("2025-02-30".into()), ..source() };
+        let err = apply(set(), &s).unwrap_err();
+        assert_eq!(err.to_string(), "`date_to` must be a date `YYYY-MM-DD`, found `2025-02-30`");
     }
 
     #[test]

@@ -183,7 +183,7 @@ pub(crate) async fn run(sampler: &dyn Sampler, prompts: Vec<GroupPrompt>, ph: &P
         for ((problem, prompt, seed), seqs) in batch.into_iter().zip(out) {
             cx.sink.event(Event::Progress { phase, done: seqs.len() as u64 });
             let texts = seqs.iter().map(|s| cx.prompting.tokenizer.decode(&s.tokens, true)).collect::<Result<Vec<String>, _>>()?;
-            let handle = tokio::spawn(grade_group(cx.grader.clone(), problem.clone(), texts.clone(), cx.opts.clone(), cx.retries));
+            let handle = tokio::spawn(grade_group(cx.grader.clone(), problem.clone(), cx.prompting.chat.submitted(&texts), cx.opts.clone(), cx.retries));
             pending.push((problem, prompt, seed, seqs, texts, handle));
         }
     }
@@ -309,7 +309,7 @@ async fn retry_failed(sampler: &dyn Sampler, state: &mut Retrying<'_>, attempt: 
         let Some(mut seqs) = seqs.filter(|_| !lost[gi]) else { continue };
         let seq = seqs.pop().expect("checked: one completion per request");
         let text = cx.prompting.tokenizer.decode(&seq.tokens, true)?;
-        let handle = tokio::spawn(grade_group(cx.grader.clone(), groups[gi].problem.clone(), vec![text.clone()], cx.opts.clone(), cx.retries));
+        let handle = tokio::spawn(grade_group(cx.grader.clone(), groups[gi].problem.clone(), cx.prompting.chat.submitted(std::slice::from_ref(&text)), cx.opts.clone(), cx.retries));
         handles.push((gi, ti, next, seq, text, handle));
     }
     let t = Instant::now();

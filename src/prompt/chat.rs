@@ -11,7 +11,11 @@
 //!
 //! Built-in renderers produce the same text without a template file: `qwen3_instruct` (and its
 //! alias `chatml`) is ChatML without think blocks, as Qwen3-Instruct-2507 and the tinker-cookbook
-//! `Qwen3InstructRenderer` format conversations.
+//! `Qwen3InstructRenderer` format conversations. `qwen3_5` is Qwen3.5 in thinking mode, as its
+//! own template (`Qwen/Qwen3.5-4B` `tokenizer_config.json`) and the cookbook's `Qwen3_5Renderer`
+//! render text conversations: contents trimmed, the generation prompt opening a `<think>` block,
+//! an assistant turn after the last user message carrying its `<think>` block (an empty one when
+//! it has none), and earlier assistant turns without their reasoning.
 
 use std::path::PathBuf;
 
@@ -61,10 +65,12 @@ pub enum ChatTemplate {
     },
     /// ChatML without think blocks (Qwen3-Instruct-2507).
     Qwen3Instruct,
+    /// Qwen3.5 in thinking mode (text only; no tools, no images).
+    Qwen35Thinking,
 }
 
 /// Names of the built-in renderers.
-pub const BUILTINS: &[&str] = &["qwen3_instruct", "chatml"];
+pub const BUILTINS: &[&str] = &["qwen3_instruct", "chatml", "qwen3_5"];
 
 impl ChatTemplate {
     /// A built-in renderer by name.
@@ -74,8 +80,19 @@ impl ChatTemplate {
     pub fn builtin(name: &str) -> Result<Self, Error> {
         match name {
             "qwen3_instruct" | "chatml" => Ok(ChatTemplate::Qwen3Instruct),
+            "qwen3_5" => Ok(ChatTemplate::Qwen35Thinking),
             _ => Err(Error::UnknownBuiltin(name.to_string())),
         }
+    }
+
+    /// What each completion submits for grading. A generation prompt that opens a `<think>` block
+    /// (Qwen3.5's, in thinking mode) makes everything up to `</think>` reasoning, so a completion
+    /// cut off before it submitted nothing (the cookbook's parser finds no answer there either);
+    /// any other completion is graded as written ([`crate::sandbox::extract_code`] then reads
+    /// what follows a `</think>`).
+    pub(crate) fn submitted(&self, completions: &[String]) -> Vec<String> {
+        let opens_think = self.render(&[Message::new("user", "x")], true).is_ok_and(|p| p.trim_end().ends_with("<think>"));
+        completions.iter().map(|c| if opens_think && !c.contains("</think>") { String::new() } else { c.clone() }).collect()
     }
 
     /// Compiles a Jinja chat template.
@@ -110,6 +127,7 @@ impl ChatTemplate {
                 }
                 Ok(out)
             }
+            ChatTemplate::Qwen35Thinking => Ok(render_qwen3_5(messages, add_generation_prompt)),
             ChatTemplate::Jinja { env, special } => {
                 let tmpl = env.get_template("chat").map_err(|e| Error::Template { what: "chat template".into(), source: e })?;
                 let ctx = minijinja::context! {
@@ -124,6 +142,43 @@ impl ChatTemplate {
             }
         }
     }
+}
+
+/// Qwen3.5's template for text turns (see the module docs). The sampled text of a thinking turn
+/// starts after the prompt's `<think>\n`, so an assistant message may hold `reasoning</think>
+/// answer` without the opening tag; it is restored, as the cookbook's renderer does.
+fn render_qwen3_5(messages: &[Message], add_generation_prompt: bool) -> String {
+    let last_user = messages.iter().rposition(|m| m.role == "user");
+    let mut out = String::new();
+    for (i, m) in messages.iter().enumerate() {
+        let content = m.content.trim();
+        out.push_str("<|im_start|>");
+        out.push_str(&m.role);
+        out.push('\n');
+        if m.role != "assistant" {
+            out.push_str(content);
+        } else {
+            let (reasoning, answer) = match content.rfind("</think>") {
+                Some(end) => {
+                    let thought = content[..end].trim_start().strip_prefix("<think>").unwrap_or(&content[..end]);
+                    (thought.trim(), content[end + "</think>".len()..].trim_start())
+                }
+                None => ("", content),
+            };
+            if last_user.is_none_or(|u| i > u) {
+                // The turns of the current query keep their reasoning, empty or not.
+                out.push_str("<think>\n");
+                out.push_str(reasoning);
+                out.push_str("\n</think>\n\n");
+            }
+            out.push_str(answer);
+        }
+        out.push_str("<|im_end|>\n");
+    }
+    if add_generation_prompt {
+        out.push_str("<|im_start|>assistant\n<think>\n");
+    }
+    out
 }
 
 /// The Jinja environment of HF chat templates (see the module docs).
@@ -293,6 +348,45 @@ mod tests {
         let s = t.render(&[Message::new("system", "S"), Message::new("user", "hi")], true).unwrap();
         assert_eq!(s, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
         assert!(ChatTemplate::builtin("llama9").is_err());
+    }
+
+    #[test]
+    fn qwen3_5_opens_a_think_block_and_drops_old_reasoning() {
+        let t = ChatTemplate::builtin("qwen3_5").unwrap();
+        let s = t.render(&[Message::new("system", " S \n"), Message::new("user", "\nhi ")], true).unwrap();
+        assert_eq!(s, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+        // A sampled turn (its `<think>` was in the prompt) followed by feedback: the reasoning of
+        // a turn before the last user message is not shown again.
+        let turns = [
+            Message::new("user", "solve"),
+            Message::new("assistant", "let me see\n</think>\n\n```python\nprint(1)\n```"),
+            Message::new("user", "wrong answer"),
+        ];
+        let s = t.render(&turns, true).unwrap();
+        assert_eq!(
+            s,
+            "<|im_start|>user\nsolve<|im_end|>\n<|im_start|>assistant\n```python\nprint(1)\n```<|im_end|>\n\
+             <|im_start|>user\nwrong answer<|im_end|>\n<|im_start|>assistant\n<think>\n"
+        );
+        // After the last user message a turn keeps its reasoning, and one without any gets an
+        // empty block, as Qwen3.5's template writes it.
+        let s = t.render(&turns[..2], false).unwrap();
+        assert_eq!(s, "<|im_start|>user\nsolve<|im_end|>\n<|im_start|>assistant\n<think>\nlet me see\n</think>\n\n```python\nprint(1)\n```<|im_end|>\n");
+        let s = t.render(&[Message::new("user", "q"), Message::new("assistant", "42")], false).unwrap();
+        assert!(s.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n42<|im_end|>\n"), "{s}");
+    }
+
+    #[test]
+    fn a_thinking_prompt_makes_an_unclosed_completion_submit_nothing() {
+        let done = "plan\n</think>\n\n```python\nprint(1)\n```".to_owned();
+        let cut = "plan\n```python\nprint(0)\n```".to_owned();
+        let both = [done.clone(), cut.clone()];
+        assert_eq!(ChatTemplate::builtin("qwen3_5").unwrap().submitted(&both), [done.clone(), String::new()]);
+        // A template that does not open a think block (Qwen3-Instruct-2507): graded as written.
+        assert_eq!(ChatTemplate::builtin("qwen3_instruct").unwrap().submitted(&both), both);
+        // The model's own Jinja template is judged by what it renders.
+        let jinja = "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}";
+        assert_eq!(ChatTemplate::jinja(jinja, SpecialTokens::default()).unwrap().submitted(&both), [done, String::new()]);
     }
 
     #[test]

@@ -6,12 +6,23 @@
 //! dependency out of the sandbox path; the scan mirrors the regex's left-to-right matching
 //! (for languages other than Python the tag may also hold `+`, for ```` ```c++ ````). For languages other than Python only
 //! blocks tagged with that language (or untagged) count ([`extract_code_in`]).
+//!
+//! A thinking model's completion (Qwen3, Qwen3.5: `reasoning</think>answer`) is graded on its
+//! answer, the text after the last `</think>`, as the cookbook grades the parsed message's text;
+//! drafts inside finished reasoning are not the submission. A completion cut off inside its
+//! reasoning has no `</think>`; the engine, which knows the prompt opened a `<think>` block,
+//! submits nothing for it (`ChatTemplate::submitted`), and `rlx grade` reads it whole.
 
 use crate::spec::types::Language;
 
 /// The content of the last fenced code block of `completion`, stripped; `None` if there is none.
 pub fn extract_code(completion: &str) -> Option<String> {
-    last_block(completion, false, |_| true)
+    last_block(answer(completion), false, |_| true)
+}
+
+/// The text after the last `</think>`, or all of it when there is none.
+fn answer(completion: &str) -> &str {
+    completion.rfind("</think>").map_or(completion, |i| &completion[i + "</think>".len()..])
 }
 
 /// The code to grade in `language`: for Python, the last fenced block whatever its tag (the
@@ -23,7 +34,7 @@ pub fn extract_code_in(completion: &str, language: Language) -> Option<String> {
     if language == Language::Python {
         return extract_code(completion);
     }
-    last_block(completion, true, |tag| tag.is_empty() || language.fences().iter().any(|f| f.eq_ignore_ascii_case(tag)))
+    last_block(answer(completion), true, |tag| tag.is_empty() || language.fences().iter().any(|f| f.eq_ignore_ascii_case(tag)))
 }
 
 /// `plus`: a tag may hold `+` (```` ```c++ ````); off for Python, whose rule is the regex's `\w+`.
@@ -74,6 +85,15 @@ mod tests {
     fn takes_the_last_block() {
         let text = "First:\n```python\nprint(1)\n```\nthen\n```\nprint(2)\n```\nend";
         assert_eq!(extract_code(text).as_deref(), Some("print(2)"));
+    }
+
+    #[test]
+    fn a_thinking_models_answer_follows_its_reasoning() {
+        let text = "draft:\n```python\nprint(0)\n```\n</think>\n\n```python\nprint(1)\n```";
+        assert_eq!(extract_code(text).as_deref(), Some("print(1)"));
+        // Reasoning with a draft but no answer after it: nothing was submitted.
+        assert_eq!(extract_code("```python\nprint(0)\n```\n</think>\n\nI give up."), None);
+        assert_eq!(extract_code_in("```cpp\nint a;\n```</think>```cpp\nint main(){}\n```", Language::Cpp).as_deref(), Some("int main(){}"));
     }
 
     #[test]

@@ -96,7 +96,8 @@ pub struct Model {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<String>,
     /// Chat template: `auto` (the model's own, from `tokenizer_config.json` or GGUF metadata),
-    /// a built-in renderer (`qwen3_instruct`: ChatML without think blocks, `chatml`), or a path to
+    /// a built-in renderer (`qwen3_instruct`: ChatML without think blocks, `chatml`; `qwen3_5`:
+    /// Qwen3.5 in thinking mode, the generation prompt opening a `<think>` block), or a path to
     /// a Jinja file. Default `auto`.
     #[serde(default = "default_chat_template")]
     pub chat_template: String,
@@ -429,6 +430,10 @@ pub struct Source {
     /// Keep only these difficulties (as the dataset spells them, e.g. `easy`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub difficulty: Vec<String>,
+    /// Keep only problems from these platforms (`metadata.platform`, ignoring ASCII case), e.g.
+    /// LiveCodeBench's `atcoder`, `codeforces` (stdin/stdout) and `leetcode` (functional).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub platform: Vec<String>,
     /// Keep problems dated on or after this day (`YYYY-MM-DD`), where rows carry a date.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub date_from: Option<String>,
@@ -499,6 +504,7 @@ impl Source {
             format: DataFormat::Auto,
             ids: vec![],
             difficulty: vec![],
+            platform: vec![],
             date_from: None,
             date_to: None,
             skip: None,

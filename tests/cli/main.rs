@@ -61,6 +61,9 @@
 //! - `validate`: `rlx validate` on good and bad specs, every error class, `--explain`.
 //! - `openai`: the OpenAI-compatible sampler against servers written in the test (every failure
 //!   mode), `rlx eval` and dry runs that drop and count what a server fails on.
+//! - `lcb_v6`: the LiveCodeBench v6 preset of the shipped Qwen3 and Qwen3.5 specs, offline on a
+//!   Hub cache of LCB rows the test writes (hidden tests pickled by Python): the date window, the
+//!   platform filter, grading against the hidden tests, `rlx eval` of the tiny model through it.
 //! - `llama_cpp`: the same backend against a real llama.cpp server (llama-cpp-python) serving
 //!   SmolLM2: the backend contract, `rlx eval`, a multi-attempt dry run.
 //! - `trackers`: `log.sinks` and `rlx sync` against W&B (offline), TensorBoard and a real MLflow
@@ -80,6 +83,7 @@ mod export;
 mod fakes;
 mod grade;
 mod grammar;
+mod lcb_v6;
 mod health;
 mod messages;
 mod pyreward;

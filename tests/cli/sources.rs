@@ -31,7 +31,7 @@ fn shared_src(path: &Path) -> Source {
 }
 
 /// Options that never touch the network or the user's cache.
-fn offline(cache: &Path) -> Options {
+pub(crate) fn offline(cache: &Path) -> Options {
     Options { hf: HfOptions { cache_dir: cache.to_owned(), offline: true, endpoint: None, token: None } }
 }
 
@@ -178,18 +178,18 @@ fn a_file_that_is_not_parquet_is_an_error_naming_it() {
 
 /// A Hugging Face cache laid out as `huggingface_hub` writes it: content in `blobs/`, the
 /// snapshot's files as relative symlinks to them, and `refs/main` naming the snapshot.
-struct HubCache {
+pub(crate) struct HubCache {
     dir: tempfile::TempDir,
 }
 
-const REV: &str = "0123456789abcdef0123456789abcdef01234567";
+pub(crate) const REV: &str = "0123456789abcdef0123456789abcdef01234567";
 
 impl HubCache {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         HubCache { dir: tempfile::tempdir().unwrap() }
     }
 
-    fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         self.dir.path()
     }
 
@@ -198,7 +198,7 @@ impl HubCache {
     }
 
     /// Put `content` at `file` in the snapshot of `repo`, as a symlink into `blobs/`.
-    fn add(&self, repo: &str, file: &str, content: &[u8]) -> PathBuf {
+    pub(crate) fn add(&self, repo: &str, file: &str, content: &[u8]) -> PathBuf {
         let repo_dir = self.repo(repo);
         let blob_name = format!("blob{}", std::fs::read_dir(repo_dir.join("blobs")).map_or(0, |d| d.count()));
         std::fs::create_dir_all(repo_dir.join("blobs")).unwrap();
@@ -215,7 +215,7 @@ impl HubCache {
     }
 }
 
-fn jsonl(rows: &[Value]) -> Vec<u8> {
+pub(crate) fn jsonl(rows: &[Value]) -> Vec<u8> {
     rows.iter().map(|r| format!("{r}\n")).collect::<String>().into_bytes()
 }
 
@@ -444,7 +444,7 @@ fn spec_data_loads_with_a_seeded_shuffle() {
 }
 
 /// `private_test_cases` encoded by CPython: `base64(zlib(pickle(json)))` with each pickle protocol.
-fn python_private_field(cases: &Value, protocol: u8) -> Option<String> {
+pub(crate) fn python_private_field(cases: &Value, protocol: u8) -> Option<String> {
     let script = format!(
         "import base64, pickle, sys, zlib\ns = sys.stdin.read()\n\
          sys.stdout.write(base64.b64encode(zlib.compress(pickle.dumps(s, protocol={protocol}))).decode())"

@@ -65,7 +65,7 @@ fn every_bad_fixture_has_a_located_error() {
 
 #[test]
 fn good_fixtures_and_shipped_experiments_validate() {
-    for spec in ["tests/fixtures/specs/ok/minimal.yaml", "tests/fixtures/specs/ok/full.yaml", "experiments/quickstart.yaml", "experiments/quickstart-cpp.yaml", "experiments/qwen3-4b.yaml", "experiments/default.yaml"] {
+    for spec in ["tests/fixtures/specs/ok/minimal.yaml", "tests/fixtures/specs/ok/full.yaml", "experiments/quickstart.yaml", "experiments/quickstart-cpp.yaml", "experiments/qwen3-4b.yaml", "experiments/qwen3.5-4b.yaml", "experiments/default.yaml"] {
         let r = validate_fixture(&format!("../../../{spec}"));
         assert_eq!(r.code, 0, "{spec}: {}", r.stderr);
         assert!(r.stderr.contains("is valid"), "{spec}: {}", r.stderr);
