@@ -73,6 +73,26 @@ pub fn resolved_spec(plan: &Plan) -> Spec {
     spec
 }
 
+/// `plan` with the settings its run recorded (`resolved`, any version) where the spec leaves
+/// them to a default that has changed since: a resumed run goes on as it started. `None` when
+/// nothing differs. Today that is the embedded trainer's learner temperature (version 2 and
+/// earlier scored at 1; the default is now the sampling temperature).
+pub fn keep_recorded(plan: &Plan, resolved: Value) -> Option<Plan> {
+    if plan.written.spec.grpo.learner_temperature.is_some() {
+        return None;
+    }
+    let BackendChoice::Local { learner_temperature, .. } = &plan.backend else { return None };
+    let recorded = upgrade(resolved).ok()?.pointer("/grpo/learner_temperature")?.as_f64()? as f32;
+    if recorded == *learner_temperature {
+        return None;
+    }
+    let mut kept = plan.clone();
+    if let BackendChoice::Local { learner_temperature, .. } = &mut kept.backend {
+        *learner_temperature = recorded;
+    }
+    Some(kept)
+}
+
 /// A count the plan holds as `usize` and the spec as `u32` (it came from the spec's `u32`).
 fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
@@ -185,6 +205,37 @@ mod tests {
             assert_eq!(twice, once);
             assert!(once.pointer("/eval/samples").is_some() && once.pointer("/grpo/loss_agg/tokens").is_some(), "{once}");
         }
+    }
+
+    #[test]
+    fn a_reopened_run_keeps_the_learner_temperature_it_recorded() {
+        let plan_of = |extra: Value| {
+            let mut v = v1();
+            v["sampling"] = json!({"temperature": 0.7});
+            if let Some(t) = extra.as_f64() {
+                v["grpo"] = json!({"learner_temperature": t});
+            }
+            let spec: Spec = serde_json::from_value(v).unwrap();
+            super::super::resolve::resolve(Written { spec, path: Default::default(), text: String::new(), overrides: vec![], templates: vec![] }, String::new()).unwrap()
+        };
+        let temperature = |p: &Plan| match p.backend {
+            BackendChoice::Local { learner_temperature, .. } => learner_temperature,
+            _ => unreachable!(),
+        };
+        let today = plan_of(Value::Null);
+        assert!((temperature(&today) - 0.7).abs() < 1e-6, "the default is the sampling temperature");
+        // Written by an rlx before the option (version 2): it scored at 1, and goes on so.
+        let mut v2 = to_json(&today);
+        v2["schema_version"] = json!(2);
+        v2["grpo"].as_object_mut().unwrap().remove("learner_temperature");
+        let kept = keep_recorded(&today, v2).expect("a resumed version-2 run keeps scoring at 1");
+        assert_eq!(temperature(&kept), 1.0);
+        // Its own record, or a spec that names a temperature: nothing to keep.
+        assert!(keep_recorded(&today, to_json(&today)).is_none());
+        let named = plan_of(json!(0.9));
+        let mut old = to_json(&named);
+        old["grpo"]["learner_temperature"] = json!(1.0);
+        assert!(keep_recorded(&named, old).is_none(), "the spec's own value wins");
     }
 
     #[test]

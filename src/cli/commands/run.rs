@@ -45,11 +45,10 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<u8> {
         Some(t) => crate::plan::plan_text(&spec_path, t, &ovs),
         None => crate::plan::plan(&spec_path, &ovs),
     };
-    let mut plan = match planned {
+    let plan = match planned {
         Ok(p) => p,
         Err(e) => return Ok(report_plan_error(&e)),
     };
-    keep_recorded_learner_temperature(&mut plan);
     if let Some(id) = resume_id
         && id != plan.run_id
     {
@@ -72,22 +71,6 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<u8> {
         }
         // `cli::main` renders the cause chain and picks the exit code (2 for the user's errors).
         Err(e) => Err(anyhow::Error::new(e).context(format!("run `{}` failed", plan.run_id))),
-    }
-}
-
-/// A run started before `grpo.learner_temperature` (its resolved.json, version 2 or older, reads
-/// as scoring at temperature 1) keeps scoring as it did when resumed, unless the spec now names a
-/// temperature: its run id, which hashes the spec as written, does not change with the default.
-fn keep_recorded_learner_temperature(plan: &mut crate::plan::Plan) {
-    if plan.written.spec.grpo.learner_temperature.is_some() {
-        return;
-    }
-    let path = plan.run_dir().join(crate::runlog::files::RESOLVED);
-    let crate::backend::BackendChoice::Local { learner_temperature, .. } = &mut plan.backend else { return };
-    let Ok(bytes) = std::fs::read(&path) else { return };
-    let recorded = serde_json::from_slice(&bytes).ok().and_then(|v| crate::plan::record::upgrade(v).ok());
-    if let Some(t) = recorded.as_ref().and_then(|v| v.pointer("/grpo/learner_temperature")).and_then(serde_json::Value::as_f64) {
-        *learner_temperature = t as f32;
     }
 }
 
