@@ -410,6 +410,24 @@ mod tests {
     }
 
     #[test]
+    fn row_limits_in_every_shape_the_datasets_use() {
+        let t = |v: Value| row_time_limit_s(&row(serde_json::json!({ "time_limit": v })));
+        assert_eq!(t(serde_json::json!(2)), Some(2.0));
+        assert_eq!(t(serde_json::json!({"seconds": 1, "nanos": 500_000_000})), Some(1.5));
+        assert_eq!(t(serde_json::json!("2 seconds")), Some(2.0));
+        assert_eq!(t(serde_json::json!("1500 ms")), Some(1.5));
+        assert_eq!(t(serde_json::json!("fast")), None);
+        assert_eq!(t(serde_json::json!(0)), None);
+        let m = |v: Value| row_memory_limit_mb(&row(v));
+        assert_eq!(m(serde_json::json!({"memory_limit": 256.0})), Some(256));
+        assert_eq!(m(serde_json::json!({"memory_limit": "256 megabytes"})), Some(256));
+        assert_eq!(m(serde_json::json!({"memory_limit": "1 gigabyte"})), Some(1024));
+        assert_eq!(m(serde_json::json!({"memory_limit_bytes": 256_000_000})), Some(256));
+        assert_eq!(m(serde_json::json!({"memory_limit": "lots"})), None);
+        assert_eq!(m(serde_json::json!({})), None);
+    }
+
+    #[test]
     fn fn_name_comes_from_the_solution_class() {
         let s = "from typing import List\ndef helper(x): pass\nclass Solution:\n    def countSeniors(self, d: List[str]) -> int:\n";
         assert_eq!(fn_name_from_starter(s).as_deref(), Some("countSeniors"));
