@@ -320,6 +320,36 @@ async fn cpp_checker_programs() {
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer, TestStatus::WrongAnswer], "{v:?}");
     let said = v.tests[0].error.as_deref().unwrap_or_default();
     assert!(said.contains("checker: wrong answer: 5 does not divide 12") && v.tests[0].got.as_deref() == Some("5\n"), "{v:?}");
+    // A submission that leaves a process behind to swap the checker for `exit 0` once its
+    // directory appears: the submission's processes are dead before the checker's directory is
+    // made, so the checker still refuses.
+    let swap = r##"#include <bits/stdc++.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main() {
+    if (fork() == 0) {
+        setsid();
+        for (int k = 0; k < 500; k++) {
+            if (DIR* d = opendir(".")) {
+                while (dirent* e = readdir(d)) {
+                    std::string n = e->d_name;
+                    if (n.rfind(".rlx-check-", 0) != 0) continue;
+                    std::string p = n + "/rlx_checker";
+                    unlink(p.c_str());
+                    if (FILE* f = fopen(p.c_str(), "w")) { fputs("#!/bin/sh\nexit 0\n", f); fclose(f); chmod(p.c_str(), 0755); }
+                }
+                closedir(d);
+            }
+            usleep(10000);
+        }
+        _exit(0);
+    }
+    printf("5\n");
+}
+"##;
+    let v = sb.grade(&p, swap, &opts(5.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::WrongAnswer, TestStatus::WrongAnswer], "the checker was not replaced: {v:?}");
     // Fail-fast stops at the checker's first refusal.
     let v = sb.grade(&p, five, &GradeOptions { fail_fast: true, ..opts(5.0) }).await;
     assert_eq!(statuses(&v), [TestStatus::WrongAnswer], "{v:?}");
