@@ -22,6 +22,14 @@ under `subprocess` (children's rusage). Ratio = anchor / server. Requests run on
   scripts/bench_cpp.py --rlx target/release/rlx [--n 20]
   scripts/bench_cpp.py --url http://127.0.0.1:8080 --server-pid PID   # any running server
 
+Side by side (`--fusion-url`, `--fusion-pid`, with `--rlx`): the same requests go to Sandbox
+Fusion (built from source, see docs/sandbox.md "C++ side by side") and to `rlx sandbox serve`,
+in two rounds of opposite order; each response is reduced to its verdict (status, compile
+return code, run status and return code, and whether the kind's check holds: the answer, or for
+`checker` a float tolerance of 1e-6, which both servers leave to the client since `/run_code`
+has no checker), the verdicts must be identical, and the table gives each server's CPU per
+request and the ratio Sandbox Fusion / rlx.
+
 Standard library only.
 """
 
@@ -35,7 +43,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_fusion_lcb import Client, start_rlx, tree_cpu_s  # noqa: E402
+from bench_fusion_lcb import TICK, Client, start_rlx, tree_cpu_s  # noqa: E402
 
 NUMS = " ".join(str(i % 1000) for i in range(100_000))
 SUM = sum(i % 1000 for i in range(100_000))
@@ -89,6 +97,43 @@ def anchor_ms(kind, n):
     return ((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)) * 1000 / n
 
 
+def verdict(kind, r):
+    """What a response says, reduced to what a grader reads."""
+    c, run = r.get("compile_result"), r.get("run_result")
+    compile_rc = "-" if c is None else c["return_code"]
+    ran = "-" if run is None else f"{run['status']}/{run['return_code']}"
+    return f"{r['status']} cc={compile_rc} run={ran} check={'yes' if KINDS[kind][3](r) else 'no'}"
+
+
+def side_by_side(args, servers):
+    """Each kind and workload on every server, in two rounds of opposite order."""
+    names = [name for name, _, _ in servers]
+    print(f"{'kind':<14} {'workload':<9} {'verdicts (all identical?)':<58} " + " ".join(f"{n + ' ms/req':>13}" for n in names) + f" {'ratio':>7}")
+    all_same = True
+    for kind in args.kinds.split(","):
+        for distinct in (True, False):
+            cpu = {n: 0.0 for n in names}
+            seen = {n: set() for n in names}
+            for order in (servers, servers[::-1]):
+                for name, client, pid in order:
+                    client.post(body(kind, -1, distinct)[0])  # warm-up (and, for `repeat`, the build)
+                    cpu0 = tree_cpu_s(pid)
+                    for i in range(args.n):
+                        seen[name].add(verdict(kind, client.post(body(kind, i, distinct)[0])))
+                    cpu[name] += (tree_cpu_s(pid) - cpu0) * 1000 / (2 * args.n)
+            verdicts = set().union(*seen.values())
+            same = len(verdicts) == 1 and all(len(v) == 1 for v in seen.values())
+            all_same &= same
+            shown = " | ".join(sorted(verdicts)) if same else "; ".join(f"{n}: {sorted(v)}" for n, v in seen.items())
+            ms = " ".join(f"{cpu[n]:>13.1f}" for n in names)
+            # Below one clock tick over all of a server's requests the CPU reads 0: bound it.
+            floor = 1000 / TICK / (2 * args.n)
+            ratio = f"{cpu[names[0]] / cpu[names[1]]:>6.1f}x" if cpu[names[1]] else f">{cpu[names[0]] / floor:.0f}x"
+            print(f"{kind:<14} {'distinct' if distinct else 'repeat':<9} {('SAME ' if same else 'DIFF ') + shown:<58} {ms} {ratio:>7}", flush=True)
+    print("verdicts identical on every request" if all_same else "VERDICTS DIFFER (see DIFF rows)")
+    return all_same
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rlx", help="rlx binary: start `rlx sandbox serve` (and stop it)")
@@ -96,8 +141,20 @@ def main():
     ap.add_argument("--server-pid", type=int, help="its process id, for the CPU column")
     ap.add_argument("--n", type=int, default=20, help="requests per kind and workload")
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--fusion-url", help="side by side: a running Sandbox Fusion (with --rlx)")
+    ap.add_argument("--fusion-pid", type=int, help="its server process id (uvicorn)")
     args = ap.parse_args()
     proc = None
+    if args.fusion_url:
+        if not (args.rlx and args.fusion_pid):
+            sys.exit("--fusion-url needs --fusion-pid and --rlx")
+        proc, url = start_rlx(args.rlx, ["--concurrency", "1"])
+        try:
+            ok = side_by_side(args, [("SF", Client(args.fusion_url), args.fusion_pid), ("rlx", Client(url), proc.pid)])
+        finally:
+            proc.terminate()
+            proc.wait()
+        sys.exit(0 if ok else 1)
     if args.rlx:
         proc, url = start_rlx(args.rlx, ["--concurrency", "1"])
         pid = proc.pid

@@ -24,7 +24,7 @@ pub(crate) fn defaults(known: &BTreeSet<String>) -> Vec<String> {
 /// Whether a higher value is better: false for costs (losses, times, latencies, errors,
 /// truncation, skipped or dropped groups, KL), true otherwise.
 pub(crate) fn higher_is_better(m: &str) -> bool {
-    let costs = ["loss", "infra", "truncated", "skipped", "dropped", "kl_", "grad_norm"];
+    let costs = ["loss", "infra", "truncated", "skipped", "dropped", "kl_", "grad_norm", "compile_error"];
     !(m.starts_with("time/") || m.starts_with("sandbox/") || costs.iter().any(|c| m.contains(c)))
 }
 
@@ -139,6 +139,7 @@ mod tests {
         assert_eq!(sig(0.5), "0.5");
         assert_eq!(duration(677.0), "11m17s");
         assert!(higher_is_better("eval/pass@1") && !higher_is_better("train/loss") && !higher_is_better("time/step_s"));
+        assert!(!higher_is_better(train::COMPILE_ERROR_RATE) && !higher_is_better(eval::COMPILE_ERROR_RATE) && is_fraction(train::COMPILE_ERROR_RATE));
         let known: BTreeSet<String> = ["eval/pass@1".to_string(), "train/reward_mean".to_string()].into();
         assert_eq!(suggest("eval/pass@l", &known).as_deref(), Some("eval/pass@1"));
         assert_eq!(defaults(&known), vec!["eval/pass@1", "train/reward_mean"]);

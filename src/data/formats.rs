@@ -158,12 +158,68 @@ pub(crate) fn to_problem(row: &Row, format: Option<Format>, stem: &str, index: u
             metadata.insert(key.into(), v.clone());
         }
     }
-    // A checker the row names (`exact`, `tokens`, `float`); a checker program (Codeforces
-    // dumps carry one's source) is not run here, so it is not kept.
-    if let Some(c) = row.get(super::META_CHECKER).and_then(Value::as_str).filter(|c| crate::spec::types::Checker::parse(c).is_some()) {
-        metadata.insert(super::META_CHECKER.into(), c.into());
+    // A checker the row names (`exact`, `tokens`, `float`), or a checker program's C++ source
+    // (`checker_program`, or a `checker` holding a program), which the embedded sandbox runs.
+    match row.get(super::META_CHECKER).and_then(Value::as_str) {
+        Some(c) if crate::spec::types::Checker::parse(c).is_some() => {
+            metadata.insert(super::META_CHECKER.into(), c.into());
+        }
+        Some(c) if c.contains("main(") => {
+            metadata.insert(super::META_CHECKER_PROGRAM.into(), c.into());
+        }
+        _ => {}
+    }
+    if let Some(c) = row.get(super::META_CHECKER_PROGRAM).and_then(Value::as_str) {
+        metadata.insert(super::META_CHECKER_PROGRAM.into(), c.into());
+    }
+    // The row's own limits: the problem is graded under them, not the sandbox-wide ones.
+    if let Some(t) = row_time_limit_s(row) {
+        metadata.insert(super::META_TIME_LIMIT.into(), t.into());
+    }
+    if let Some(m) = row_memory_limit_mb(row) {
+        metadata.insert(super::META_MEMORY_LIMIT.into(), m.into());
     }
     Ok(Problem { id, statement, starter_code, tests, metadata })
+}
+
+/// A number and the (lower-cased) unit after it: `2 seconds`, `1.5s`, `256 megabytes`.
+fn quantity(s: &str) -> Option<(f64, String)> {
+    let s = s.trim();
+    let end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    Some((s[..end].parse().ok()?, s[end..].trim().to_ascii_lowercase()))
+}
+
+/// Seconds from a row's `time_limit`: a number of seconds (Codeforces dumps), `{seconds,
+/// nanos}` (CodeContests), or text such as `2 seconds` or `1500 ms` (TACO).
+fn row_time_limit_s(row: &Row) -> Option<f64> {
+    let t = match row.get("time_limit")? {
+        Value::Number(n) => n.as_f64()?,
+        Value::Object(o) => o.get("seconds").and_then(Value::as_f64).unwrap_or(0.0) + o.get("nanos").and_then(Value::as_f64).unwrap_or(0.0) / 1e9,
+        Value::String(s) => match quantity(s)? {
+            (x, u) if u.is_empty() || u.starts_with('s') => x,
+            (x, u) if u.starts_with("ms") || u.starts_with("milli") => x / 1000.0,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    (t > 0.0 && t.is_finite()).then_some(t)
+}
+
+/// MiB from a row's `memory_limit` (a number of MiB, or text such as `256 megabytes`) or
+/// `memory_limit_bytes` (CodeContests: decimal, 256 MB is 256000000, so it is read as MB).
+fn row_memory_limit_mb(row: &Row) -> Option<u64> {
+    let mb = match (row.get("memory_limit"), row.get("memory_limit_bytes").and_then(Value::as_f64)) {
+        (Some(Value::Number(n)), _) => n.as_f64()?,
+        (Some(Value::String(s)), _) => match quantity(s)? {
+            (x, u) if u.is_empty() || u.starts_with('m') => x,
+            (x, u) if u.starts_with('g') => x * 1024.0,
+            (x, u) if u.starts_with('k') => x / 1024.0,
+            _ => return None,
+        },
+        (_, Some(bytes)) => bytes / 1e6,
+        _ => return None,
+    };
+    (mb >= 1.0 && mb.is_finite()).then(|| mb.round() as u64)
 }
 
 fn str_field<'a>(v: &'a Value, key: &str) -> Result<&'a str, String> {
@@ -351,6 +407,24 @@ mod tests {
             Value::Object(m) => m,
             _ => unreachable!(),
         }
+    }
+
+    #[test]
+    fn row_limits_in_every_shape_the_datasets_use() {
+        let t = |v: Value| row_time_limit_s(&row(serde_json::json!({ "time_limit": v })));
+        assert_eq!(t(serde_json::json!(2)), Some(2.0));
+        assert_eq!(t(serde_json::json!({"seconds": 1, "nanos": 500_000_000})), Some(1.5));
+        assert_eq!(t(serde_json::json!("2 seconds")), Some(2.0));
+        assert_eq!(t(serde_json::json!("1500 ms")), Some(1.5));
+        assert_eq!(t(serde_json::json!("fast")), None);
+        assert_eq!(t(serde_json::json!(0)), None);
+        let m = |v: Value| row_memory_limit_mb(&row(v));
+        assert_eq!(m(serde_json::json!({"memory_limit": 256.0})), Some(256));
+        assert_eq!(m(serde_json::json!({"memory_limit": "256 megabytes"})), Some(256));
+        assert_eq!(m(serde_json::json!({"memory_limit": "1 gigabyte"})), Some(1024));
+        assert_eq!(m(serde_json::json!({"memory_limit_bytes": 256_000_000})), Some(256));
+        assert_eq!(m(serde_json::json!({"memory_limit": "lots"})), None);
+        assert_eq!(m(serde_json::json!({})), None);
     }
 
     #[test]

@@ -52,6 +52,13 @@ pub const META_COMPILE_FLAGS: &str = "compile_flags";
 pub const META_COMPILE_TIMEOUT: &str = "compile_timeout_s";
 /// Metadata key of the output checker (`lcb`, `exact`, `tokens`, `float`).
 pub const META_CHECKER: &str = "checker";
+/// Metadata key of the problem's checker program (C++ source, testlib-style).
+pub const META_CHECKER_PROGRAM: &str = "checker_program";
+/// Metadata key of the problem's own time limit per test, seconds (from its row, as its source
+/// scaled or capped it).
+pub const META_TIME_LIMIT: &str = "time_limit_s";
+/// Metadata key of the problem's own memory limit, MiB.
+pub const META_MEMORY_LIMIT: &str = "memory_limit_mb";
 
 impl Problem {
     /// The language the problem is to be solved in: its metadata's `language` (set from the
@@ -74,6 +81,22 @@ impl Problem {
     /// The compile step's time limit, if the source set one.
     pub fn compile_timeout_s(&self) -> Option<f64> {
         self.metadata.get(META_COMPILE_TIMEOUT).and_then(serde_json::Value::as_f64)
+    }
+
+    /// The problem's checker program, if it ships one: C++ source run as `checker input output
+    /// answer` per test, exit 0 meaning accepted (Codeforces/testlib style).
+    pub fn checker_program(&self) -> Option<&str> {
+        self.metadata.get(META_CHECKER_PROGRAM).and_then(serde_json::Value::as_str).filter(|s| !s.trim().is_empty())
+    }
+
+    /// The problem's own time limit per test, seconds, if its row carried one.
+    pub fn time_limit_s(&self) -> Option<f64> {
+        self.metadata.get(META_TIME_LIMIT).and_then(serde_json::Value::as_f64).filter(|t| *t > 0.0 && t.is_finite())
+    }
+
+    /// The problem's own memory limit, MiB, if its row carried one.
+    pub fn memory_limit_mb(&self) -> Option<u64> {
+        self.metadata.get(META_MEMORY_LIMIT).and_then(serde_json::Value::as_u64).filter(|m| *m > 0)
     }
 
     /// The same problem to be solved in `language` (tests and checker unchanged).

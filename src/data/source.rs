@@ -188,8 +188,28 @@ fn stamp_language(problems: &mut [Problem], source: &Source) -> Result<(), Error
         if let Some(c) = source.checker {
             p.metadata.entry(META_CHECKER).or_insert_with(|| c.name().into());
         }
+        if let Some(rl) = &source.row_limits {
+            row_limits(&mut p.metadata, rl);
+        }
     }
     Ok(())
+}
+
+/// Scales and caps (or drops) the limits a problem's row carried, as `data.*.row_limits` says.
+fn row_limits(meta: &mut serde_json::Map<String, serde_json::Value>, rl: &crate::spec::types::RowLimits) {
+    use crate::data::{META_MEMORY_LIMIT, META_TIME_LIMIT};
+    if rl.ignore {
+        meta.remove(META_TIME_LIMIT);
+        meta.remove(META_MEMORY_LIMIT);
+        return;
+    }
+    if let Some(t) = meta.get(META_TIME_LIMIT).and_then(serde_json::Value::as_f64) {
+        let t = t * rl.time_scale.unwrap_or(1.0);
+        meta.insert(META_TIME_LIMIT.into(), rl.time_max_s.map_or(t, |m| t.min(m)).into());
+    }
+    if let (Some(m), Some(max)) = (meta.get(META_MEMORY_LIMIT).and_then(serde_json::Value::as_u64), rl.memory_max_mb) {
+        meta.insert(META_MEMORY_LIMIT.into(), m.min(max).into());
+    }
 }
 
 /// Load a local `.jsonl`, `.json` or `.parquet` file (no filters).

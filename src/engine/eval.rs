@@ -83,6 +83,9 @@ pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &Ev
     metrics.insert(names::PROBLEMS.into(), main.records.len() as f64);
     metrics.insert(names::INFRA_ERRORS.into(), main.infra as f64);
     metrics.insert(names::PROBLEMS_DROPPED.into(), main.dropped as f64);
+    if main.compiled > 0 {
+        metrics.insert(names::COMPILE_ERROR_RATE.into(), main.compile_errors as f64 / main.compiled as f64);
+    }
     let (mut records, mut samples) = (main.records, main.samples);
     if let Some(greedy) = &plan.eval.greedy {
         let Some(g) = pass(sampler, step, plan, eval, (greedy, 1, Some(Protocol::Greedy)), cx).await? else { return Ok(None) };
@@ -114,6 +117,9 @@ struct Pass {
     infra: usize,
     /// Problems the sampler dropped.
     dropped: usize,
+    /// Judged completions in a compiled language, and those that did not compile.
+    compiled: usize,
+    compile_errors: usize,
 }
 
 impl Pass {
@@ -137,7 +143,7 @@ async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, (pa
     let (groups, timing) = rollout::run(sampler, prompts, &phase, cx).await?;
     let Some(groups) = groups else { return Ok(None) };
     let ks: &[u32] = if protocol.is_some() { &[1] } else { &plan.eval.k };
-    let mut out = Pass { records: vec![], samples: vec![], formatted: 0, total: 0, infra: 0, dropped: timing.sampler_dropped };
+    let mut out = Pass { records: vec![], samples: vec![], formatted: 0, total: 0, infra: 0, dropped: timing.sampler_dropped, compiled: 0, compile_errors: 0 };
     for g in &groups {
         let source = source_of.get(g.problem.id.as_str()).map(|s| (*s).to_owned());
         let keep = match plan.log.rollouts {
@@ -152,6 +158,8 @@ async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, (pa
         out.infra += (n - graded_n) as usize;
         out.formatted += graded.iter().filter(|x| x.verdict.status != VerdictStatus::FormatError).count();
         out.total += graded.len();
+        let compile: Vec<bool> = graded.iter().filter_map(|x| x.verdict.compile_failed()).collect();
+        (out.compiled, out.compile_errors) = (out.compiled + compile.len(), out.compile_errors + compile.iter().filter(|&&f| f).count());
         // Infra-failed samples are left out of n rather than counted as wrong.
         let per = ks.iter().map(|&k| (k, pass_at_k(graded_n, c, k))).collect();
         out.records.push(EvalResultRecord {

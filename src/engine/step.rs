@@ -127,6 +127,9 @@ struct Tests {
     /// Attempts with code, and those whose grading failed for infrastructure reasons.
     graded: usize,
     infra: usize,
+    /// Judged attempts in a compiled language, and those that did not compile.
+    compiled: usize,
+    compile_errors: usize,
 }
 
 impl Tests {
@@ -134,6 +137,9 @@ impl Tests {
         use crate::sandbox::TestStatus as T;
         self.graded += 1;
         self.infra += usize::from(v.status == VerdictStatus::InfraError);
+        if let Some(failed) = v.compile_failed() {
+            (self.compiled, self.compile_errors) = (self.compiled + 1, self.compile_errors + usize::from(failed));
+        }
         for t in &v.tests {
             self.run += 1;
             match t.status {
@@ -152,6 +158,9 @@ impl Tests {
         m.insert(sandbox::RUNTIME_ERROR_RATE.into(), of(self.runtime_errors, self.run));
         m.insert(sandbox::WRONG_ANSWER_RATE.into(), of(self.wrong_answers, self.run));
         m.insert(sandbox::INFRA_RATE.into(), of(self.infra, self.graded));
+        if self.compiled > 0 {
+            m.insert(crate::runlog::metrics::train::COMPILE_ERROR_RATE.into(), of(self.compile_errors, self.compiled));
+        }
     }
 }
 

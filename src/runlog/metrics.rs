@@ -99,6 +99,9 @@ pub mod train {
     pub const STALENESS_MAX: &str = "train/staleness_max";
     /// Streaming: groups set aside because their staleness passed `grpo.max_steps_off_policy`.
     pub const GROUPS_STALE: &str = "train/groups_stale";
+    /// Fraction (0–1) of the step's judged attempts in a compiled language (C++, C) that did
+    /// not compile; written only for steps that graded such attempts.
+    pub const COMPILE_ERROR_RATE: &str = "train/compile_error_rate";
 }
 
 /// The optimizer step. [`optim::GRAD_NORM`] comes from every trainer; the others are the local
@@ -177,6 +180,9 @@ pub mod eval {
     /// Problems left out because sampling them failed with infrastructure errors that survived
     /// the sampler's retries (not counted in `eval/problems` nor in pass@k).
     pub const PROBLEMS_DROPPED: &str = "eval/problems_dropped";
+    /// Fraction (0–1) of the eval's judged completions in a compiled language that did not
+    /// compile; written only when the eval graded such completions.
+    pub const COMPILE_ERROR_RATE: &str = "eval/compile_error_rate";
 
     /// Greedy pass@1 (0–1): one completion per problem at temperature 0 (`eval.greedy`), or
     /// the main eval's pass@1 when that already is greedy (`eval.temperature: 0`).

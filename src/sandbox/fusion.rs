@@ -249,7 +249,12 @@ pub fn parse_verdict_line(stdout: &str, nonce: &str) -> Option<Value> {
 
 impl Grader for FusionClient {
     async fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Verdict {
+        let opts = &opts.for_problem(problem);
         let language = problem.language();
+        if problem.checker_program().is_some() {
+            let reason = "problems with a checker program are graded by the embedded sandbox only (`sandbox.kind: local`)".to_owned();
+            return Verdict::infra_error(&problem.id, problem.tests.len(), &Error::Remote { attempts: 0, reason }).in_language(language);
+        }
         if language != Language::Python {
             return self.grade_native(problem, code, opts, language).await.in_language(language);
         }

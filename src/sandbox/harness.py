@@ -547,6 +547,16 @@ def handle(job):
         # The files are on disk now; the processes that run the program need the job without
         # them (every hop re-parses the frame).
         job = {k: v for k, v in job.items() if k != "files"}
+        checker = None
+        if job.get("checker_prog"):
+            # Built before the submission runs, so that nothing the submission leaves in the
+            # working directory (a planted header) can reach the checker's build.
+            checker = build_checker(job, wd, uid, gid, chown)
+            if isinstance(checker, str):
+                if read_expected(job) is False:
+                    kill_zygote()
+                    sys.exit(0)
+                return {"error": checker}
         compiled = None
         if job.get("lang"):
             compiled = build(job, wd, uid, gid, chown)
@@ -559,6 +569,10 @@ def handle(job):
                 return {"compile": compiled, "tests": []}
             job["exec"] = job["lang"]["run"]
         reply = supervise(job, wd)
+        if checker is not None and "error" not in reply:
+            failed = run_checks(job, wd, reply, checker)
+            if failed:
+                reply = {"error": failed}
         if compiled is not None:
             reply["compile"] = compiled
         if job.get("fetch_files") and "error" not in reply:
@@ -684,6 +698,93 @@ def build(job, wd, uid, gid, chown):
     else:
         out["status"] = "error"
     return out
+
+
+# Checker programs built by this worker, by the SHA-256 rlx computed for their build: a
+# problem's checker compiles once per worker, not once per submission. Bounded: oldest first out.
+CHECKERS = {}
+CHECKERS_MAX = 32
+CHECKER = "rlx_checker"
+
+
+def build_checker(job, wd, uid, gid, chown):
+    """The problem's checker program (testlib-style: `checker input output answer`, exit 0 =
+    accepted), from this worker's cache or built like a submission (same isolation and limits
+    as the compile step); its files are then removed from the working directory, where the
+    submission will run. Returns the binary's bytes, or a message saying why there is none
+    (the problem's fault, never the submission's)."""
+    ck = job["checker_prog"]
+    if ck["key"] in CHECKERS:
+        return CHECKERS[ck["key"]]
+    out = build({"code": ck["code"], "lang": ck["lang"]}, wd, uid, gid, chown)
+    for name in (ck["lang"]["source"], ck["lang"]["binary"]):
+        try:
+            os.unlink(os.path.join(wd, name))
+        except OSError:
+            pass
+    if out.get("status") != "ok" or "binary" not in out:
+        return "the problem's checker program did not build (%s): %s" % (out.get("status"), _clip(out.get("output") or ""))
+    binary = base64.b64decode(out["binary"])
+    while len(CHECKERS) >= CHECKERS_MAX:
+        CHECKERS.pop(next(iter(CHECKERS)))
+    CHECKERS[ck["key"]] = binary
+    return binary
+
+
+def run_checks(job, wd, reply, binary):
+    """Judge the tests that ran cleanly with the checker program, one isolated run per test,
+    in a directory made now (the submission is dead: nothing of it can touch the checker or its
+    files). Updates `reply` in place; returns a message when the checker itself failed."""
+    ck = job["checker_prog"]
+    tests = reply["tests"]
+    d = None
+    for n, t in enumerate(tests):
+        if t["status"] != "check":
+            continue
+        stdout, answer = base64.b64decode(t.pop("_stdout")), t.pop("_answer")
+        i = t.pop("_i")
+        if d is None:
+            while True:
+                d = os.path.join(wd, ".rlx-check-" + os.urandom(6).hex())
+                try:
+                    os.mkdir(d, 0o755)
+                    break
+                except FileExistsError:
+                    continue
+            os.chmod(d, 0o755)  # whatever the umask: the program's uid reads and runs, never writes
+            write_owned(os.path.join(d, CHECKER), binary, 0o755, None)
+            os.chmod(os.path.join(d, CHECKER), 0o755)
+        for name, data in (("input.txt", (job["tests"][i].get("stdin") or "").encode("utf-8", "surrogateescape")),
+                           ("output.txt", stdout), ("answer.txt", answer.encode("utf-8", "surrogateescape"))):
+            path = os.path.join(d, name)
+            if os.path.lexists(path):
+                os.unlink(path)
+            write_owned(path, data, 0o644, None)
+            os.chmod(path, 0o644)
+        timeout = float(ck["timeout_s"])
+        cjob = {"kind": "run", "mode": "script", "exec": ["./" + CHECKER, "input.txt", "output.txt", "answer.txt"],
+                "tests": [{"stdin": ""}], "timeout_s": timeout, "deadline_s": timeout + 5.0, "limits": ck["limits"]}
+        r = supervise(cjob, d)
+        if "error" in r:
+            return r["error"]
+        c = r["tests"][0]
+        said = (_text(c, "stderr") + _text(c, "stdout")).strip()
+        code = c.get("exit")
+        if c["status"] == "ran" and code == 0:
+            t["status"] = "passed"
+        elif c["status"] == "ran" and code not in (None, 3) and not c.get("signal"):
+            # testlib: 1 wrong answer, 2 presentation error, 7 partial points, 8 unexpected end.
+            t["status"] = "wrong_answer"
+            t["got"] = _clip(stdout.decode("utf-8", "replace"))
+            if said:
+                t["error"] = _clip("checker: " + said)
+        else:
+            how = "exit %s" % code if c["status"] == "ran" and code is not None else c["status"] if not c.get("signal") else "signal %s" % c["signal"]
+            return "the problem's checker program failed on test %d (%s): %s" % (i + 1, how, _clip(said))
+        if job.get("fail_fast") and t["status"] != "passed":
+            del tests[n + 1:]
+            break
+    return None
 
 
 def fetch_files(wd, names):
@@ -900,7 +1001,7 @@ def supervise(job, wd):
 
     def emit(raw):
         results.append(judge(job, raw, expected))
-        return bool(job.get("fail_fast") and results[-1]["status"] != "passed")
+        return bool(job.get("fail_fast") and results[-1]["status"] not in ("passed", "check"))
 
     while len(results) < n and not aborted and not timed_out:
         if not first and time.monotonic() >= deadline:
@@ -1079,7 +1180,7 @@ def _clip(text, tail=False):
 def judge(job, raw, expected):
     """Turn one raw test outcome from R into a test verdict (trusted side)."""
     out = _judge_status(job, raw, expected)
-    if job["kind"] != "run" and out["status"] != "passed":
+    if job["kind"] != "run" and out["status"] not in ("passed", "check"):
         # The traceback (or whatever the program wrote to stderr) and, for a wrong answer, what
         # the program produced: what a human would look at first.
         err = _text(raw, "stderr").strip()
@@ -1111,6 +1212,10 @@ def _judge_status(job, raw, expected):
             oom = (res and res.get("exc") == "MemoryError") or (job.get("exec") and native_out_of_memory(raw))
             out["status"] = "memory_limit" if oom else "runtime_error"
         else:
+            if job.get("checker_prog"):
+                # Judged by the problem's checker program once the submission is done.
+                out.update(status="check", _stdout=raw["stdout"], _answer=expected[raw["i"]], _i=raw["i"])
+                return out
             text = base64.b64decode(raw["stdout"]).decode("utf-8", "replace")
             ok = check_output(job.get("checker") or "lcb", text, expected[raw["i"]])
             out["status"] = "passed" if ok else "wrong_answer"

@@ -91,13 +91,18 @@ pub(crate) struct Build {
 /// # Errors
 /// [`Error::Toolchain`] when the compiler is missing; `Ok(None)` for interpreted languages.
 pub(crate) fn build(language: Language, code: &str, flags: Option<&[String]>, limits: &Limits) -> Result<Option<Build>, Error> {
+    build_as(language, code, flags, limits, (language.source_file(), BINARY))
+}
+
+/// [`build`] into other file names: (source, binary) in the working directory.
+fn build_as(language: Language, code: &str, flags: Option<&[String]>, limits: &Limits, (source, binary): (&str, &str)) -> Result<Option<Build>, Error> {
     let (Some(tc), Some(cc)) = (language.toolchain(), compiler(language)?) else { return Ok(None) };
     let mut argv: Vec<String> = vec![cc.display().to_string()];
     match flags {
         Some(f) => argv.extend(f.iter().cloned()),
         None => argv.extend(tc.default_flags.iter().map(|s| (*s).to_owned())),
     }
-    argv.extend(["-o".into(), BINARY.into(), language.source_file().into()]);
+    argv.extend(["-o".into(), binary.into(), source.into()]);
     argv.extend(tc.link_flags.iter().map(|s| (*s).to_owned()));
     let mut h = Sha256::new();
     let joined = argv.join("\0");
@@ -108,14 +113,40 @@ pub(crate) fn build(language: Language, code: &str, flags: Option<&[String]>, li
     let memory_mb = if limits.memory_mb == 0 { 0 } else { limits.memory_mb.max(COMPILE_MEMORY_MB) };
     let compile_limits = Limits { memory_mb, output_bytes: 1 << 20, ..limits.clone() };
     let job = json!({
-        "source": language.source_file(),
-        "binary": BINARY,
+        "source": source,
+        "binary": binary,
         "compile": argv,
-        "run": [format!("./{BINARY}")],
+        "run": [format!("./{binary}")],
         "compile_timeout_s": limits.compile_timeout.as_secs_f64(),
         "compile_limits": limits_json(&compile_limits),
     });
     Ok(Some(Build { job, key: h.finalize().into(), timeout: limits.compile_timeout }))
+}
+
+/// Seconds a problem's checker program may take per test.
+const CHECKER_TIMEOUT_S: f64 = 5.0;
+
+/// The harness's `checker_prog` job for a problem's checker program (C++, testlib-style:
+/// `checker input output answer`, exit 0 = accepted), and the seconds it may add to the
+/// submission (its build, and a run per test). The harness builds it once per worker (keyed by
+/// the build's SHA-256) inside the sandbox, with the compile step's limits, and runs it with the
+/// same limits and isolation as a submission.
+///
+/// # Errors
+/// [`Error::Toolchain`] when g++ is missing.
+pub(crate) fn checker_job(code: &str, limits: &Limits, tests: usize) -> Result<(Value, f64), Error> {
+    let Some(b) = build_as(Language::Cpp, code, None, limits, ("rlx_checker.cpp", "rlx_checker"))? else {
+        return Err(Error::Rejected("C++ has no compile step".into()));
+    };
+    let key: String = b.key.iter().map(|x| format!("{x:02x}")).collect();
+    let job = json!({
+        "code": code,
+        "lang": b.job,
+        "key": key,
+        "timeout_s": CHECKER_TIMEOUT_S,
+        "limits": b.job["compile_limits"],
+    });
+    Ok((job, b.timeout.as_secs_f64() + 5.0 + tests as f64 * (CHECKER_TIMEOUT_S + 1.0)))
 }
 
 /// How the compile step of a graded or run program ended.
@@ -155,16 +186,42 @@ impl Compiled {
 }
 
 /// Built programs by [`Build::key`], least recently used dropped first past [`Self::CAP_BYTES`].
+/// It also keeps the outcome of sources the compiler refused (exit code 1: diagnosed errors,
+/// not a timeout or a signal, which depend on the machine's load), so a non-compiling program
+/// sent again (a group's identical completions, one request per test) is not compiled again.
 #[derive(Default)]
 pub(crate) struct BinaryCache {
     map: HashMap<[u8; 32], Arc<Vec<u8>>>,
     order: VecDeque<[u8; 32]>,
     bytes: usize,
+    failed: HashMap<[u8; 32], Compiled>,
+    failed_order: VecDeque<[u8; 32]>,
 }
 
 impl BinaryCache {
     /// What the cache may hold in all.
     const CAP_BYTES: usize = 256 << 20;
+    /// Failed builds kept (each holds at most 16 KiB of compiler output).
+    const CAP_FAILED: usize = 1024;
+
+    /// The compile error of a source the compiler refused before, marked `cached`.
+    pub(crate) fn failed(&self, key: &[u8; 32]) -> Option<Compiled> {
+        self.failed.get(key).map(|c| Compiled { cached: true, time_ms: 0, ..c.clone() })
+    }
+
+    /// Keeps `compiled` if it is a diagnosed compile error (see the type's note).
+    pub(crate) fn put_failed(&mut self, key: [u8; 32], compiled: &Compiled) {
+        if compiled.status != "error" || compiled.exit != Some(1) || self.failed.contains_key(&key) {
+            return;
+        }
+        self.failed.insert(key, compiled.clone());
+        self.failed_order.push_back(key);
+        while self.failed_order.len() > Self::CAP_FAILED {
+            if let Some(old) = self.failed_order.pop_front() {
+                self.failed.remove(&old);
+            }
+        }
+    }
 
     pub(crate) fn get(&mut self, key: &[u8; 32]) -> Option<Arc<Vec<u8>>> {
         let hit = self.map.get(key).cloned()?;

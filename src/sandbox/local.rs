@@ -483,7 +483,8 @@ impl LocalSandbox {
         Some(build.key)
     }
 
-    /// The compile step's outcome from a reply, keeping a newly built program in the cache.
+    /// The compile step's outcome from a reply, keeping a newly built program (or a diagnosed
+    /// compile error) in the cache.
     fn take_compiled(&self, reply: &mut Value, key: Option<[u8; 32]>) -> Option<Compiled> {
         let c = reply.get_mut("compile")?;
         let binary = c.as_object_mut().and_then(|m| m.remove("binary"));
@@ -492,12 +493,22 @@ impl LocalSandbox {
         {
             self.inner.binaries.lock().expect("binary cache lock").put(key, bytes);
         }
-        Some(Compiled::from_reply(c))
+        let compiled = Compiled::from_reply(c);
+        if let Some(key) = key {
+            self.inner.binaries.lock().expect("binary cache lock").put_failed(key, &compiled);
+        }
+        Some(compiled)
+    }
+
+    /// The cached compile error of a source sent again, if the compiler refused it before.
+    fn failed_before(&self, build: Option<&Build>) -> Option<Compiled> {
+        self.inner.binaries.lock().expect("binary cache lock").failed(&build?.key)
     }
 }
 
 impl Grader for LocalSandbox {
     async fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Verdict {
+        let opts = &opts.for_problem(problem);
         let total = problem.tests.len();
         let language = problem.language();
         let (mut job, expected) = harness::grade_job(problem, code, opts);
@@ -509,8 +520,20 @@ impl Grader for LocalSandbox {
             Ok(b) => b,
             Err(e) => return Verdict::infra_error(&problem.id, total, &e).in_language(language),
         };
+        if let Some(c) = self.failed_before(build.as_ref()) {
+            return Verdict::compile_error(&problem.id, total, c, opts.fail_fast).in_language(language);
+        }
         let mut files = Vec::new();
         let key = self.prepare_build(&mut job, build, &mut files, true);
+        if let Some(src) = problem.checker_program() {
+            match lang::checker_job(src, &limits, total) {
+                Ok((ck, extra)) => {
+                    job["checker_prog"] = ck;
+                    job["deadline_s"] = (job["deadline_s"].as_f64().unwrap_or(60.0) + extra).into();
+                }
+                Err(e) => return Verdict::infra_error(&problem.id, total, &e).in_language(language),
+            }
+        }
         let deadline = Duration::from_secs_f64(job["deadline_s"].as_f64().unwrap_or(60.0));
         let verdict = match self.call(job, files, expected, deadline, opts.limits.memory_mb).await {
             Ok(mut reply) => {
@@ -534,6 +557,9 @@ impl Sandbox for LocalSandbox {
         let (names, mut files): (Vec<String>, Vec<Vec<u8>>) = req.files.into_iter().unzip();
         let mut job = harness::run_job(&req.code, req.stdin.as_deref(), &names, &req.fetch_files, &req.limits);
         let build = lang::build(req.language, &req.code, None, &req.limits)?;
+        if let Some(c) = self.failed_before(build.as_ref().filter(|_| cacheable)) {
+            return Ok(ExecOutput { status: ExecStatus::Exited(0), stdout: vec![], stderr: vec![], stderr_truncated: false, time: Duration::ZERO, files: BTreeMap::new(), compile: Some(c) });
+        }
         let key = self.prepare_build(&mut job, build, &mut files, cacheable);
         let deadline = Duration::from_secs_f64(job["deadline_s"].as_f64().unwrap_or(60.0));
         let mut reply = self.call(job, files, None, deadline, req.limits.memory_mb).await?;

@@ -383,6 +383,15 @@ impl Verdict {
         Verdict { compile: Some(compiled), ..Verdict::from_tests(problem_id, tests_total, tests) }
     }
 
+    /// For a judged submission in a compiled language, whether it failed to compile (a compile
+    /// timeout included); `None` for Python, a missing code block or an infrastructure failure.
+    /// The compile-error rate of a step or an eval is the share of `Some(true)`.
+    pub fn compile_failed(&self) -> Option<bool> {
+        let compiled = self.language.is_some_and(|l| l.toolchain().is_some());
+        let judged = matches!(self.status, VerdictStatus::Passed | VerdictStatus::Failed);
+        (compiled && judged).then(|| self.compile.as_ref().is_some_and(|c| !c.ok()))
+    }
+
     /// The same verdict, saying which language was graded (when not Python).
     pub fn in_language(mut self, language: Language) -> Verdict {
         self.language = (language != Language::Python).then_some(language);
@@ -443,6 +452,22 @@ pub struct GradeOptions {
     pub limits: Limits,
     /// Stop at the first failing test, as the reference harness does; `tests` is then shorter.
     pub fail_fast: bool,
+}
+
+impl GradeOptions {
+    /// These options for `problem`: the time and memory limits its row carried (as its source
+    /// scaled or capped them, see [`crate::spec::types::RowLimits`]) replace the sandbox-wide
+    /// ones.
+    pub fn for_problem(&self, problem: &Problem) -> GradeOptions {
+        let mut opts = self.clone();
+        if let Some(t) = problem.time_limit_s() {
+            opts.limits.timeout = Duration::from_secs_f64(t.clamp(0.01, 600.0));
+        }
+        if let Some(m) = problem.memory_limit_mb() {
+            opts.limits.memory_mb = m;
+        }
+        opts
+    }
 }
 
 /// Checks code against a problem's tests.

@@ -242,9 +242,10 @@ impl<R: RemoteSandboxes> RemoteGrader<R> {
 
 impl<R: RemoteSandboxes> Grader for RemoteGrader<R> {
     async fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Verdict {
+        let opts = &opts.for_problem(problem);
         let language = problem.language();
-        if language != Language::Python {
-            let reason = format!("{} grades Python only; grade {} with `sandbox.kind: local`", self.backend.describe(), language.display_name());
+        if language != Language::Python || problem.checker_program().is_some() {
+            let reason = format!("{} grades Python only, without checker programs; grade {} with `sandbox.kind: local`", self.backend.describe(), problem.id);
             return Verdict::infra_error(&problem.id, problem.tests.len(), &Error::Remote { attempts: 0, reason });
         }
         match self.grade_in_sandbox(problem, code, opts).await {

@@ -471,6 +471,34 @@ pub struct Source {
     /// themselves. Default `lcb` (LiveCodeBench's ladder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checker: Option<Checker>,
+    /// What becomes of the time and memory limits that rows carry themselves (Codeforces
+    /// `time_limit`/`memory_limit`, CodeContests `time_limit`/`memory_limit_bytes`): by default
+    /// each such problem is graded under its own limits instead of the sandbox-wide ones; this
+    /// scales or caps them, or ignores them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_limits: Option<RowLimits>,
+}
+
+/// How a source's per-row time and memory limits are used (`data.*.row_limits`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RowLimits {
+    /// Multiply each row's time limit by this (e.g. `3` for Python on limits set for C++).
+    /// Default `1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.01, max = 100.0))]
+    pub time_scale: Option<f64>,
+    /// The most seconds per test a row may ask for (after `time_scale`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.1, max = 600.0))]
+    pub time_max_s: Option<f64>,
+    /// The most MiB a row may ask for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 16))]
+    pub memory_max_mb: Option<u64>,
+    /// Grade every problem under the sandbox-wide limits, whatever its row says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore: bool,
 }
 
 impl Source {
@@ -514,6 +542,7 @@ impl Source {
             compile_flags: None,
             compile_timeout_s: None,
             checker: None,
+            row_limits: None,
         }
     }
 }

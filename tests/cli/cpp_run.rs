@@ -105,6 +105,18 @@ fn a_cpp_dry_run_records_compile_errors_wrong_answers_and_passes() {
     assert_eq!(broken["status"], "passed", "the second attempt compiles: {broken}");
     assert_eq!(by("prose")["status"], "format_error");
 
+    // The compile-error rate of the step: every `broken` rollout's first attempt did not
+    // compile, every other attempt with code did; `prose` never had code.
+    let attempts: u64 = rollouts.iter().filter(|r| r["problem_id"] != "prose").map(|r| r["attempts"].as_u64().unwrap()).sum();
+    let broken_n = rollouts.iter().filter(|r| r["problem_id"] == "broken").count() as f64;
+    let metrics = jsonl(&dir.join("metrics.jsonl"));
+    let train = metrics.iter().find(|m| m.get("train/compile_error_rate").is_some()).unwrap_or_else(|| panic!("a step line with the rate: {metrics:?}"));
+    let rate = train["train/compile_error_rate"].as_f64().unwrap();
+    assert!(broken_n > 0.0 && (rate - broken_n / attempts as f64).abs() < 1e-9, "{rate} vs {broken_n}/{attempts}");
+    // The eval: one sample each of sum, prod, broken (which does not compile) and prose.
+    let eval = metrics.iter().find(|m| m.get("eval/compile_error_rate").is_some()).unwrap_or_else(|| panic!("an eval line with the rate: {metrics:?}"));
+    assert!((eval["eval/compile_error_rate"].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-9, "{eval}");
+
     // The first attempt's per-test record of a compile error, through `rlx show`.
     let run = dir.strip_prefix(cx.path()).unwrap().display().to_string();
     let r = cx.run(&["show", &run, "--problem", "sum", "--limit", "1"]);

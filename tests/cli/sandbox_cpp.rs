@@ -276,3 +276,147 @@ async fn c_programs_and_plain_runs() {
     assert!(!c.ok() && c.output.contains("nope"), "{c:?}");
     assert!(out.stdout.is_empty());
 }
+
+/// A testlib-style checker written here (no testlib): any proper divisor of n is accepted.
+const DIVISOR_CHECKER: &str = r#"#include <cstdio>
+int main(int argc, char** argv) {
+    if (argc != 4) return 3;
+    FILE* in = fopen(argv[1], "r"); FILE* out = fopen(argv[2], "r"); FILE* ans = fopen(argv[3], "r");
+    long long n, x, a;
+    if (!in || !ans || fscanf(in, "%lld", &n) != 1 || fscanf(ans, "%lld", &a) != 1) return 3;
+    if (!out || fscanf(out, "%lld", &x) != 1) { fprintf(stderr, "wrong answer: no number\n"); return 2; }
+    if (x > 1 && x < n && n % x == 0) return 0;
+    fprintf(stderr, "wrong answer: %lld does not divide %lld\n", x, n);
+    return 1;
+}
+"#;
+
+/// A problem that ships a checker program: it is built once per worker and run per test in the
+/// sandbox, and accepts an answer the exact checker refuses; its refusal is a wrong answer with
+/// its message; a checker that does not build is the problem's fault (an infrastructure error),
+/// never the submission's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpp_checker_programs() {
+    if !toolchain(Language::Cpp) {
+        return;
+    }
+    let sb = sandbox(1).await;
+    let three = "#include <cstdio>\nint main(){ long long n; scanf(\"%lld\", &n); printf(\"%lld\\n\", n % 3 == 0 ? 3LL : 2LL); }\n";
+    let mut p = problem(Language::Cpp, "divisor", &[("12\n", "2\n"), ("9\n", "3\n")]);
+    p.metadata.insert("checker".into(), "exact".into());
+    let v = sb.grade(&p, three, &opts(5.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::WrongAnswer, TestStatus::Passed], "the exact checker refuses 3 for 12: {v:?}");
+    p.metadata.insert("checker_program".into(), DIVISOR_CHECKER.into());
+    for _ in 0..2 {
+        let v = sb.grade(&p, three, &opts(5.0)).await;
+        assert!(v.passed, "the checker program accepts any divisor: {v:?}");
+    }
+    let five = "#include <cstdio>\nint main(){ printf(\"5\\n\"); }\n";
+    let v = sb.grade(&p, five, &opts(5.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::WrongAnswer, TestStatus::WrongAnswer], "{v:?}");
+    let said = v.tests[0].error.as_deref().unwrap_or_default();
+    assert!(said.contains("checker: wrong answer: 5 does not divide 12") && v.tests[0].got.as_deref() == Some("5\n"), "{v:?}");
+    // A submission that leaves a process behind to swap the checker for `exit 0` once its
+    // directory appears: the submission's processes are dead before the checker's directory is
+    // made, so the checker still refuses.
+    let swap = r##"#include <bits/stdc++.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main() {
+    if (fork() == 0) {
+        setsid();
+        for (int k = 0; k < 500; k++) {
+            if (DIR* d = opendir(".")) {
+                while (dirent* e = readdir(d)) {
+                    std::string n = e->d_name;
+                    if (n.rfind(".rlx-check-", 0) != 0) continue;
+                    std::string p = n + "/rlx_checker";
+                    unlink(p.c_str());
+                    if (FILE* f = fopen(p.c_str(), "w")) { fputs("#!/bin/sh\nexit 0\n", f); fclose(f); chmod(p.c_str(), 0755); }
+                }
+                closedir(d);
+            }
+            usleep(10000);
+        }
+        _exit(0);
+    }
+    printf("5\n");
+}
+"##;
+    let v = sb.grade(&p, swap, &opts(5.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::WrongAnswer, TestStatus::WrongAnswer], "the checker was not replaced: {v:?}");
+    // Fail-fast stops at the checker's first refusal.
+    let v = sb.grade(&p, five, &GradeOptions { fail_fast: true, ..opts(5.0) }).await;
+    assert_eq!(statuses(&v), [TestStatus::WrongAnswer], "{v:?}");
+    // A submission that does not compile is still a compile error; sent again, its compile
+    // error comes from the cache (the compiler is not run again).
+    for cached in [false, true] {
+        let v = sb.grade(&p, "int main(){ return nope; }", &opts(5.0)).await;
+        assert_eq!(statuses(&v), [TestStatus::CompileError, TestStatus::CompileError], "{v:?}");
+        let c = v.compile.as_ref().unwrap();
+        assert!(c.cached == cached && c.output.contains("nope"), "{v:?}");
+    }
+    // A Python submission is judged by the same checker.
+    let py = problem(Language::Python, "divisor", &[("12\n", "2\n")]);
+    let mut py = py;
+    py.metadata.insert("checker_program".into(), DIVISOR_CHECKER.into());
+    assert!(sb.grade(&py, "n = int(input())\nprint(4)\n", &opts(5.0)).await.passed);
+    // The checker's own failures are not the submission's.
+    p.metadata.insert("checker_program".into(), "int main(){ return nope; }".into());
+    let v = sb.grade(&p, three, &opts(5.0)).await;
+    assert_eq!(v.status, VerdictStatus::InfraError, "{v:?}");
+    assert!(v.error.as_deref().unwrap_or_default().contains("checker program did not build"), "{v:?}");
+    p.metadata.insert("checker_program".into(), "int main(){ return 3; }".into());
+    let v = sb.grade(&p, three, &opts(5.0)).await;
+    assert_eq!(v.status, VerdictStatus::InfraError, "{v:?}");
+    assert!(v.error.as_deref().unwrap_or_default().contains("checker program failed on test 1 (exit 3)"), "{v:?}");
+    assert_nothing_left(&sb);
+}
+
+/// Rows that carry their own time and memory limits (Codeforces, CodeContests) are graded
+/// under them, and `data.*.row_limits` scales, caps or ignores them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpp_per_row_limits() {
+    if !toolchain(Language::Cpp) {
+        return;
+    }
+    use rlx::data::source::{Options, load_source};
+    use rlx::spec::types::{DataFormat, RowLimits, Source};
+    let dir = tempfile::tempdir().unwrap();
+    let rows = [
+        serde_json::json!({"id": "slow", "problem": "p", "tests": [{"input": "sleep\n", "output": "ok\n"}], "time_limit": "0.5 seconds", "memory_limit": "64 megabytes"}),
+        serde_json::json!({"id": "big", "problem": "p", "tests": [{"input": "alloc\n", "output": "ok\n"}], "time_limit": {"seconds": 0, "nanos": 500000000}, "memory_limit_bytes": 64000000}),
+        serde_json::json!({"id": "plain", "problem": "p", "tests": [{"input": "sleep\n", "output": "ok\n"}], "checker": DIVISOR_CHECKER}),
+    ];
+    let path = dir.path().join("cf.jsonl");
+    std::fs::write(&path, rows.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+    let hub = Options { hf: rlx::data::hf::Options { cache_dir: dir.path().join("hf"), offline: true, endpoint: None, token: None } };
+    let load = |rl: Option<RowLimits>| {
+        let s = Source { language: Some(Language::Cpp), format: DataFormat::Codeforces, row_limits: rl, ..Source::new(path.display().to_string()) };
+        load_source(&s, &hub).unwrap().problems
+    };
+    let ps = load(None);
+    assert_eq!((ps[0].time_limit_s(), ps[0].memory_limit_mb()), (Some(0.5), Some(64)));
+    assert_eq!((ps[1].time_limit_s(), ps[1].memory_limit_mb()), (Some(0.5), Some(64)));
+    assert_eq!((ps[2].time_limit_s(), ps[2].memory_limit_mb(), ps[2].checker_program().is_some()), (None, None, true));
+
+    let sb = sandbox(1).await;
+    let code = "#include <bits/stdc++.h>\nint main(){ std::string m; std::cin >> m; if (m == \"sleep\") std::this_thread::sleep_for(std::chrono::milliseconds(1500)); else { std::vector<char> v(200 << 20, 1); if (v[12345] != 1) return 1; } std::cout << \"ok\\n\"; }\n";
+    // The spec-wide limits (6 s, 1 GiB) pass both; the rows' (0.5 s, 64 MB) fail both.
+    async fn first_statuses(sb: &LocalSandbox, ps: Vec<Problem>, code: &str) -> Vec<Option<TestStatus>> {
+        let mut out = vec![];
+        for p in &ps[..2] {
+            out.push(sb.grade(p, code, &opts(6.0)).await.tests.first().map(|t| t.status));
+        }
+        out
+    }
+    let grade = |ps| first_statuses(&sb, ps, code);
+    assert_eq!(grade(load(None)).await, [Some(TestStatus::Timeout), Some(TestStatus::MemoryLimit)]);
+    assert_eq!(grade(load(Some(RowLimits { ignore: true, ..Default::default() }))).await, [Some(TestStatus::Passed), Some(TestStatus::Passed)]);
+    let scaled = RowLimits { time_scale: Some(10.0), memory_max_mb: Some(32), ..Default::default() };
+    assert_eq!(grade(load(Some(scaled))).await, [Some(TestStatus::Passed), Some(TestStatus::MemoryLimit)], "5 s; 32 MB");
+    let capped = RowLimits { time_scale: Some(10.0), time_max_s: Some(1.0), ..Default::default() };
+    assert_eq!(grade(load(Some(capped))).await, [Some(TestStatus::Timeout), Some(TestStatus::MemoryLimit)], "1 s");
+    assert_nothing_left(&sb);
+}
