@@ -25,6 +25,7 @@ use super::control::RunOutcome;
 use super::error::Error;
 use super::eval::{self, EvalResult};
 use super::event::{self, Event, EventSink};
+use super::fill::Fill;
 use super::gather::{Rounds, Source};
 use super::problems::cursor_of;
 use super::rollout::Ctx;
@@ -174,42 +175,62 @@ impl<'a> Driver<'a> {
     async fn steps(&mut self, source: &mut Source<'_>, first_step: u32) -> Result<RunOutcome, Error> {
         let schedule = &self.plan.schedule;
         let mut ledger: BTreeMap<u32, Trained> = BTreeMap::new();
-        let (mut done, mut outcome) = (first_step, None);
+        // Why the run ends early, and whether the trainer's state is then exactly the last
+        // trained step's (so it can be checkpointed as that step).
+        let (mut done, mut outcome): (u32, Option<(Error, Settled)>) = (first_step, None);
         for s in first_step..schedule.max_steps {
             if self.cx.stop.requested() {
                 break;
             }
-            let Some(fill) = source.gather(s, self.cursor().0).await? else { break };
-            let mut res = source.during(step::learn(self.trainer(), s, &fill, self.cfg, source.cx())).await?;
-            if let Some(last) = res.sandbox_down.take() {
-                // Nothing trained: the step's problems are not consumed, a resumed run samples
-                // them again.
-                outcome = Some(Error::SandboxDown { step: s, groups: fill.groups.len(), last });
-                break;
-            }
-            self.consumed.extend(fill.consumed.iter().copied());
-            let eval = !self.setup.eval_set.is_empty() && self.due(s, schedule.eval_every);
-            source.trained(s, eval, &mut res, &fill).await?;
-            // The state after exactly this step: saved before the next update is submitted.
-            let state = match (self.due(s, schedule.save_every), self.trainer()) {
-                (true, Some(trainer)) => Some(source.during(async { Ok(trainer.save_state(&checkpoint_name(s)).await?) }).await?),
-                _ => None,
+            // Nothing of step `s` is submitted before its groups are in: a failure here leaves
+            // the trainer at the last trained step.
+            let fill = match source.gather(s, self.cursor().0).await {
+                Ok(Some(fill)) => fill,
+                Ok(None) => break,
+                Err(e) => {
+                    outcome = Some((e, Settled::Yes));
+                    break;
+                }
             };
-            ledger.insert(s, Trained { res, state, eval, cursor: self.cursor() });
-            done = s + 1;
-            if let Some(e) = self.flush(&mut ledger, source.evals())? {
-                outcome = Some(e);
-                break;
+            match self.train(source, s, &fill, &mut ledger).await {
+                Ok(None) => done = s + 1,
+                Ok(Some(Ended::SandboxDown(e))) => {
+                    outcome = Some((e, Settled::Yes));
+                    break;
+                }
+                Ok(Some(Ended::Stopped(e))) => {
+                    done = s + 1;
+                    outcome = Some((e, Settled::Yes));
+                    break;
+                }
+                // The update may or may not have been applied (a remote trainer that failed
+                // mid-request, a look-ahead that failed beside a finished update).
+                Err(e) => {
+                    outcome = Some((e, Settled::No));
+                    break;
+                }
             }
         }
         // What is trained gets recorded: evals still due are waited for, unless stopping.
-        while !ledger.is_empty() && outcome.is_none() && !self.cx.stop.requested() && source.drain().await? {
-            outcome = self.flush(&mut ledger, source.evals())?;
+        while !ledger.is_empty() && outcome.is_none() && !self.cx.stop.requested() {
+            match source.drain().await {
+                Ok(true) => outcome = self.flush(&mut ledger, source.evals())?.map(|e| (e, Settled::Yes)),
+                Ok(false) => break,
+                Err(e) => outcome = Some((e, Settled::Yes)),
+            }
         }
+        // Also on a failure: the steps trained before it are recorded (a resume drops any past
+        // its checkpoint).
         self.flush_all(&mut ledger, source.evals())?;
         match outcome {
-            Some(e) => {
-                self.save_unsaved(done).await?;
+            Some((e, settled)) => {
+                if settled == Settled::Yes
+                    && let Err(save) = self.save_unsaved(done).await
+                {
+                    // The failure that ended the run is the one to report; the last saved
+                    // checkpoint still resumes.
+                    tracing::warn!("could not checkpoint step {} on the way out: {}", done.saturating_sub(1), crate::causes::causes(&save).join(": "));
+                }
                 Err(e)
             }
             None if done < schedule.max_steps => {
@@ -218,6 +239,28 @@ impl<'a> Driver<'a> {
             }
             None => Ok(RunOutcome::Finished { steps: schedule.max_steps }),
         }
+    }
+
+    /// Trains step `s` on its groups and enters it in `ledger` (recording what is ready):
+    /// `Some` when the run ends with it.
+    async fn train(&mut self, source: &mut Source<'_>, s: u32, fill: &Fill, ledger: &mut BTreeMap<u32, Trained>) -> Result<Option<Ended>, Error> {
+        let schedule = &self.plan.schedule;
+        let mut res = source.during(step::learn(self.trainer(), s, fill, self.cfg, source.cx())).await?;
+        if let Some(last) = res.sandbox_down.take() {
+            // Nothing trained: the step's problems are not consumed, a resumed run samples
+            // them again.
+            return Ok(Some(Ended::SandboxDown(Error::SandboxDown { step: s, groups: fill.groups.len(), last })));
+        }
+        self.consumed.extend(fill.consumed.iter().copied());
+        let eval = !self.setup.eval_set.is_empty() && self.due(s, schedule.eval_every);
+        source.trained(s, eval, &mut res, fill).await?;
+        // The state after exactly this step: saved before the next update is submitted.
+        let state = match (self.due(s, schedule.save_every), self.trainer()) {
+            (true, Some(trainer)) => Some(source.during(async { Ok(trainer.save_state(&checkpoint_name(s)).await?) }).await?),
+            _ => None,
+        };
+        ledger.insert(s, Trained { res, state, eval, cursor: self.cursor() });
+        Ok(self.flush(ledger, source.evals())?.map(Ended::Stopped))
     }
 
     /// Writes the records of the trained steps at the head of `ledger` whose evals are done.
@@ -337,6 +380,21 @@ impl<'a> Driver<'a> {
         }
         Ok(())
     }
+}
+
+/// Whether the trainer's state is exactly the last trained step's when a run ends early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    Yes,
+    No,
+}
+
+/// How a step ends the run.
+enum Ended {
+    /// The sandbox was down for every group: nothing trained.
+    SandboxDown(Error),
+    /// A diagnostic with `action: stop` fired on it.
+    Stopped(Error),
 }
 
 /// Prints and records the diagnostics that fired; the error to stop with when one of them says

@@ -24,10 +24,16 @@ struct Versioned {
     tokenizer: tokenizers::Tokenizer,
     answers: Arc<Vec<(String, String, bool)>>,
     log: Log,
+    /// Versions from this one on refuse every request (not an infrastructure error: the run
+    /// stops).
+    broken_from: Option<u32>,
 }
 
 impl Sampler for Versioned {
     fn sample(&self, requests: Vec<SampleRequest>, _params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
+        if self.broken_from.is_some_and(|b| self.version >= b) {
+            return Box::pin(async { Err(rlx::backend::Error::InvalidArgument { what: "sampler", reason: "broken on purpose".into() }) });
+        }
         let out = requests
             .iter()
             .map(|r| {
@@ -54,6 +60,7 @@ struct Remote {
     answers: Arc<Vec<(String, String, bool)>>,
     steps: AtomicU32,
     log: Log,
+    broken_from: Option<u32>,
 }
 
 impl Trainer for Remote {
@@ -80,11 +87,15 @@ impl Trainer for Remote {
         let uri = format!("scripted://{name}");
         Box::pin(async move { Ok(StateRef(uri)) })
     }
-    fn load_state(&self, _state: &StateRef) -> Pending<()> {
+    fn load_state(&self, state: &StateRef) -> Pending<()> {
+        // `scripted://step-000009`: the state after step 9, ten optimizer steps.
+        if let Some(s) = state.0.strip_prefix("scripted://step-").and_then(|n| n.parse::<u32>().ok()) {
+            self.steps.store(s + 1, Ordering::SeqCst);
+        }
         Box::pin(async move { Ok(()) })
     }
     fn sampler(&self) -> Pending<Arc<dyn Sampler>> {
-        let s: Arc<dyn Sampler> = Arc::new(Versioned { version: self.steps.load(Ordering::SeqCst), tokenizer: self.tokenizer.clone(), answers: self.answers.clone(), log: self.log.clone() });
+        let s: Arc<dyn Sampler> = Arc::new(Versioned { version: self.steps.load(Ordering::SeqCst), tokenizer: self.tokenizer.clone(), answers: self.answers.clone(), log: self.log.clone(), broken_from: self.broken_from });
         Box::pin(async move { Ok(s) })
     }
 }
@@ -134,7 +145,7 @@ async fn k_steps_are_in_flight_and_none_trains_more_than_k_behind() {
         let p = plan(&cx, k);
         let log: Log = Arc::default();
         let tokenizer = tokenizers::Tokenizer::from_file(cx.path().join("tiny/tokenizer.json")).unwrap();
-        let trainer = Arc::new(Remote { tokenizer, answers: answers(), steps: AtomicU32::new(0), log: log.clone() });
+        let trainer = Arc::new(Remote { tokenizer, answers: answers(), steps: AtomicU32::new(0), log: log.clone(), broken_from: None });
         let outcome = engine::run(&p, PolicySource::Given(Policy::Trainable(trainer)), &engine::StopSignal::default(), &()).await.unwrap();
         assert_eq!(outcome, engine::RunOutcome::Finished { steps: 6 });
         let log = log.lock().unwrap().clone();
@@ -168,4 +179,39 @@ async fn k_steps_are_in_flight_and_none_trains_more_than_k_behind() {
         let cks: Vec<u64> = jsonl(&dir.join("checkpoints.jsonl")).iter().map(|c| c["step"].as_u64().unwrap()).collect();
         assert_eq!(cks, vec![1, 3, 5]);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_mid_stream_records_what_trained_and_the_run_resumes() {
+    let cx = TestContext::new();
+    let p = plan(&cx, 1);
+    let tokenizer = tokenizers::Tokenizer::from_file(cx.path().join("tiny/tokenizer.json")).unwrap();
+    // The sampler of version 3 (after step 2's update) breaks: its groups and step 2's eval fail.
+    let broken = Arc::new(Remote { tokenizer: tokenizer.clone(), answers: answers(), steps: AtomicU32::new(0), log: Log::default(), broken_from: Some(3) });
+    let err = engine::run(&p, PolicySource::Given(Policy::Trainable(broken)), &engine::StopSignal::default(), &()).await.expect_err("the broken sampler stops the run");
+    let mut chain = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(c) = source {
+        chain = format!("{chain}: {c}");
+        source = c.source();
+    }
+    assert!(chain.contains("broken on purpose"), "{chain}");
+    let dir = p.log.root.join(&p.run_id);
+    let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().map(|m| m["step"].as_i64().unwrap()).collect();
+    // Steps 0-2 trained before anything broke: each is recorded (step 2 was waiting for its
+    // eval, which failed), none dropped.
+    assert_eq!(steps, vec![0, 1, 2], "{steps:?}");
+    let cks = jsonl(&dir.join("checkpoints.jsonl"));
+    let last = cks.last().unwrap();
+    // The trainer's state when the sampler broke outside an update is step 2's: checkpointed
+    // as such; when it broke beside an update, the periodic checkpoint of step 1 stands.
+    assert!((last["step"] == 2 && last["kind"] == "interrupt") || (last["step"] == 1 && last["kind"] == "periodic"), "{cks:?}");
+    let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
+    assert_eq!((status["state"].as_str(), status["steps_done"].as_u64()), (Some("failed"), Some(3)));
+    // Resumed on a working sampler, the run finishes with every step once.
+    let fixed = Arc::new(Remote { tokenizer, answers: answers(), steps: AtomicU32::new(0), log: Log::default(), broken_from: None });
+    let outcome = engine::run(&p, PolicySource::Given(Policy::Trainable(fixed)), &engine::StopSignal::default(), &()).await.unwrap();
+    assert_eq!(outcome, engine::RunOutcome::Finished { steps: 6 });
+    let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().map(|m| m["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, vec![0, 1, 2, 3, 4, 5]);
 }
