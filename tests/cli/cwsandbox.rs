@@ -383,7 +383,12 @@ fn a_killed_run_leaves_sandboxes_that_the_resume_stops() {
     run.assert_finished(3);
     assert!(listed(&run.rt, &server.url).is_empty());
     let closing = server.stop();
-    eprintln!("lifecycle (kill and resume, per rollout): {} left by the kill; {closing}", leftovers.len());
+    // Per rollout, a sandbox per attempt with code: the count per step, for docs/sandbox.md.
+    let mut per_step = std::collections::BTreeMap::<i64, u64>::new();
+    for r in run.rollouts() {
+        *per_step.entry(r["step"].as_i64().unwrap()).or_default() += r["attempts"].as_u64().unwrap();
+    }
+    eprintln!("lifecycle (kill and resume, per rollout): {} left by the kill; attempts per step {per_step:?}; {closing}", leftovers.len());
     assert!(closing.contains(" 0 alive,"), "{closing}");
 }
 
