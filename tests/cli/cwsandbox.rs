@@ -364,6 +364,7 @@ impl MultistepRun {
 /// had no chance to stop them); `rlx run --resume` finds them by the run's tag and stops them,
 /// runs to the end, and the server ends with none alive.
 #[test]
+#[allow(clippy::print_stderr)] // the lifecycle counts docs/sandbox.md quotes, shown with --nocapture
 fn a_killed_run_leaves_sandboxes_that_the_resume_stops() {
     let server = CwServer::start();
     let run = MultistepRun::new(&server.url, 3, "per_rollout");
@@ -396,6 +397,7 @@ fn a_killed_run_leaves_sandboxes_that_the_resume_stops() {
 /// is recorded as failed for it, and the resume against the restarted server finishes. Reused
 /// per worker: the kept sandboxes are stopped at the end.
 #[test]
+#[allow(clippy::print_stderr)] // the lifecycle counts docs/sandbox.md quotes, shown with --nocapture
 fn a_server_that_goes_away_stops_the_run_naming_it_and_the_resume_finishes() {
     let server = CwServer::start();
     let bind = server.url.strip_prefix("http://").unwrap().to_owned();

@@ -163,6 +163,36 @@ impl Progress for Bar {
     }
 }
 
+/// The spec's sandbox section, as the flags describe it: one start-up path for every command.
+fn sandbox_spec(args: &GradeArgs) -> SandboxSpec {
+    SandboxSpec {
+        kind: match args.sandbox {
+            SandboxKind::Local => crate::spec::types::SandboxKind::Local,
+            SandboxKind::Fusion => crate::spec::types::SandboxKind::Fusion,
+            SandboxKind::Cwsandbox => crate::spec::types::SandboxKind::Cwsandbox,
+        },
+        cwsandbox: (args.sandbox == SandboxKind::Cwsandbox).then(|| crate::spec::types::CwSandbox {
+            base_url: Some(args.cwsandbox_url.clone()),
+            // The workers of `per-worker` are the completions graded at once.
+            max_alive: args.concurrency.unwrap_or(4).max(1) as u32,
+            ready_timeout_s: args.cwsandbox_ready_timeout,
+            creates_per_s: args.cwsandbox_creates_per_s,
+            reuse: match args.cwsandbox_reuse {
+                CwReuse::PerRollout => crate::spec::types::CwReuse::PerRollout,
+                CwReuse::PerWorker => crate::spec::types::CwReuse::PerWorker,
+            },
+            ..Default::default()
+        }),
+        url: args.fusion_url.clone(),
+        concurrency: Some(args.concurrency.unwrap_or(match args.sandbox {
+            SandboxKind::Local => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            SandboxKind::Fusion | SandboxKind::Cwsandbox => 4,
+        }) as u32),
+        strict: args.strict,
+        ..SandboxSpec::default()
+    }
+}
+
 /// Run `rlx grade`.
 ///
 /// # Errors
@@ -196,33 +226,7 @@ pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
         },
         fail_fast: args.fail_fast,
     };
-    // The spec's sandbox section, as the flags describe it: one start-up path for every command.
-    let sandbox = SandboxSpec {
-        kind: match args.sandbox {
-            SandboxKind::Local => crate::spec::types::SandboxKind::Local,
-            SandboxKind::Fusion => crate::spec::types::SandboxKind::Fusion,
-            SandboxKind::Cwsandbox => crate::spec::types::SandboxKind::Cwsandbox,
-        },
-        cwsandbox: (args.sandbox == SandboxKind::Cwsandbox).then(|| crate::spec::types::CwSandbox {
-            base_url: Some(args.cwsandbox_url.clone()),
-            // The workers of `per-worker` are the completions graded at once.
-            max_alive: args.concurrency.unwrap_or(4).max(1) as u32,
-            ready_timeout_s: args.cwsandbox_ready_timeout,
-            creates_per_s: args.cwsandbox_creates_per_s,
-            reuse: match args.cwsandbox_reuse {
-                CwReuse::PerRollout => crate::spec::types::CwReuse::PerRollout,
-                CwReuse::PerWorker => crate::spec::types::CwReuse::PerWorker,
-            },
-            ..Default::default()
-        }),
-        url: args.fusion_url.clone(),
-        concurrency: Some(args.concurrency.unwrap_or(match args.sandbox {
-            SandboxKind::Local => std::thread::available_parallelism().map_or(2, |n| n.get()),
-            SandboxKind::Fusion | SandboxKind::Cwsandbox => 4,
-        }) as u32),
-        strict: args.strict,
-        ..SandboxSpec::default()
-    };
+    let sandbox = sandbox_spec(&args);
     let concurrency = sandbox.concurrency.unwrap_or(1) as usize;
     let bar = if args.no_progress {
         indicatif::ProgressBar::hidden()
