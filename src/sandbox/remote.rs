@@ -267,8 +267,8 @@ impl<R: RemoteSandboxes> RemoteGrader<R> {
         Ok(ids.len())
     }
 
-    /// Stops every sandbox this grader still holds (the run's end); a grading still under way
-    /// stops its sandbox when it ends. How many were stopped.
+    /// Stops every sandbox this grader still holds, kept or in use (the run's end: one still in
+    /// use belongs to an abandoned grading), and keeps none from now on. How many were stopped.
     pub async fn close(&self) -> usize {
         self.pool.closed.store(true, Ordering::SeqCst);
         let ids: Vec<String> = self.pool.held().keys().cloned().collect();
@@ -283,7 +283,8 @@ impl<R: RemoteSandboxes> RemoteGrader<R> {
     /// creates one.
     async fn acquire(&self) -> Result<(tokio::sync::OwnedSemaphorePermit, Live<R>), Error> {
         let permit = self.alive.clone().acquire_owned().await.map_err(|_| Error::Task("the sandbox pool is closed".into()))?;
-        let retire = self.spec.max_lifetime.mul_f64(RETIRE_AT);
+        // No lifetime set: the service does not end sandboxes on its own.
+        let retire = if self.spec.max_lifetime.is_zero() { Duration::MAX } else { self.spec.max_lifetime.mul_f64(RETIRE_AT) };
         loop {
             let Some(id) = self.pool.idle().pop() else { break };
             if self.pool.held().get(&id).is_some_and(|t| t.elapsed() < retire) {
