@@ -1,6 +1,9 @@
 //! CoreWeave Sandbox (Aviato): `rlx sandbox serve --protocol cwsandbox` driven by the official
 //! Python client (`cwsandbox==1.22.0`, installed by the test into a cached virtualenv) over real
-//! gRPC on 127.0.0.1, and rlx's own client (`sandbox.kind: cwsandbox`) against the same server.
+//! gRPC on 127.0.0.1, and rlx's own client (`sandbox.kind: cwsandbox`) against the same server:
+//! verdicts per rollout and per worker, reuse without shared files, sandboxes slow to start or
+//! never starting, and `rlx run` on the shipped multi-attempt experiment killed with SIGKILL or
+//! losing its sandbox server mid-run, then resumed.
 
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
@@ -96,8 +99,17 @@ impl CwServer {
             libc::kill(self.child.id() as i32, libc::SIGINT);
         }
         let _ = self.child.wait();
-        let lines = self.lines.lock().unwrap();
-        lines.iter().find(|l| l.contains("rlx sandbox stopped")).cloned().unwrap_or_else(|| panic!("no closing line in {lines:?}"))
+        // The reader thread may not have taken the last line yet.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let lines = self.lines.lock().unwrap();
+            if let Some(l) = lines.iter().find(|l| l.contains("rlx sandbox stopped")) {
+                return l.clone();
+            }
+            assert!(std::time::Instant::now() < deadline, "no closing line in {lines:?}");
+            drop(lines);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
 
