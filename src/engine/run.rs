@@ -11,7 +11,7 @@ use super::error::Error;
 use super::event::{self, Event, EventSink};
 use super::rollout::Ctx;
 use super::scoring::StepConfig;
-use super::setup::{resume_point, set_up};
+use super::setup::{Setup, resume_point, set_up};
 
 /// Runs a planned experiment to completion, resuming its run directory if it has one.
 ///
@@ -84,6 +84,13 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &StopSignal, sink: &dy
 
 async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &StopSignal, sink: &dyn EventSink, sinks: &mut Sinks) -> Result<RunOutcome, Error> {
     let setup = set_up(plan, policy, dir, sink).await?;
+    let result = run_set_up(plan, &setup, dir, stop, sink, sinks).await;
+    // Sandboxes a remote pool keeps for reuse are stopped on every way out.
+    setup.grader.close().await;
+    result
+}
+
+async fn run_set_up(plan: &Plan, setup: &Setup, dir: &RunDir, stop: &StopSignal, sink: &dyn EventSink, sinks: &mut Sinks) -> Result<RunOutcome, Error> {
     let mut events = dir.jsonl(files::EVENTS)?;
     let (first_step, cursor) = resume_point(dir, setup.trainer.as_ref(), &mut events).await?;
     // The signals look back over recent steps: a resumed run's monitor sees the steps it kept.
@@ -119,7 +126,7 @@ async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &StopSign
         sampling: &setup.sampling,
     };
     let start = Start { status, logs, first_step, cursor, monitor };
-    let mut driver = Driver::new(plan, &setup, &cfg, &cx, (dir, sinks), start);
+    let mut driver = Driver::new(plan, setup, &cfg, &cx, (dir, sinks), start);
     if first_step == 0 && (plan.schedule.eval_at_start || max_steps == 0) && !setup.eval_set.is_empty()
         && let Some(stopped) = driver.baseline().await?
     {

@@ -489,6 +489,19 @@ pub enum AnyGrader {
     Remote(Box<remote::RemoteGrader<cwsandbox::client::CwClient>>),
 }
 
+impl AnyGrader {
+    /// Stops what the grader keeps between gradings (a remote pool's sandboxes, with reuse per
+    /// worker); nothing for the others. Call it once grading is over, on every way out.
+    pub async fn close(&self) {
+        if let AnyGrader::Remote(r) = self {
+            let n = r.close().await;
+            if n > 0 {
+                tracing::info!(stopped = n, created = r.created(), "remote sandboxes stopped at the end");
+            }
+        }
+    }
+}
+
 impl Grader for AnyGrader {
     async fn grade(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Verdict {
         match self {

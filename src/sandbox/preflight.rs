@@ -39,9 +39,12 @@ pub async fn preflight(grader: &AnyGrader) -> Result<(), Error> {
         metadata: serde_json::Map::new(),
     };
     let opts = GradeOptions { limits: Limits { timeout: Duration::from_secs(10), ..Limits::default() }, fail_fast: true };
-    let verdict = tokio::time::timeout(BUDGET, grader.grade(&problem, "print(int(input()) + 1)\n", &opts))
-        .await
-        .map_err(|_| fail(format!("a trivial program got no verdict within {}s", BUDGET.as_secs())))?;
+    let verdict = tokio::time::timeout(BUDGET, grader.grade(&problem, "print(int(input()) + 1)\n", &opts)).await;
+    if !matches!(&verdict, Ok(v) if v.status == VerdictStatus::Passed) {
+        // The run stops here: a sandbox kept for reuse would outlive it.
+        grader.close().await;
+    }
+    let verdict = verdict.map_err(|_| fail(format!("a trivial program got no verdict within {}s", BUDGET.as_secs())))?;
     match verdict.status {
         VerdictStatus::Passed => Ok(()),
         VerdictStatus::InfraError => Err(fail(verdict.error.unwrap_or_else(|| "infrastructure error".into()))),

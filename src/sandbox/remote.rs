@@ -10,16 +10,25 @@
 //! the background. A run killed outright leaves sandboxes behind; they carry the run's tag
 //! (`rlx-job-<run id>`), and the next start with that tag (the resume) stops them first.
 //!
+//! With reuse per worker ([`PoolLimits::reuse`]) a sandbox that graded cleanly goes back to the
+//! pool instead of being stopped, and the next grading takes it: each use writes its files to a
+//! directory of its own, and the driver deletes every other directory before the program runs
+//! and its own after the verdict, so one rollout's files are not the next one's. A sandbox whose
+//! grading failed or ran past its deadline is stopped, not reused. The kept ones are stopped by
+//! [`RemoteGrader::close`] (the run's end, on every way out) or, failing that, when the last
+//! handle is dropped.
+//!
 //! Bounds: at most `max_alive` sandboxes at once (a semaphore), and at most `creates_per_s`
 //! creations per second (a spacing between creations), because hosted services throttle both.
 //! Every failure of the service is an [`Error::Remote`] and becomes an `infra_error` verdict,
 //! never a failed test. Adding a service (Modal, Daytona, E2B) is implementing
 //! [`RemoteSandboxes`] for its client; docs/sandbox.md has the recipe.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
@@ -84,42 +93,110 @@ pub struct PoolLimits {
     pub max_alive: usize,
     /// Creations per second.
     pub creates_per_s: f64,
+    /// Keep a sandbox that graded cleanly for the next grading (one per worker) instead of
+    /// stopping it.
+    pub reuse: bool,
 }
 
-/// Where the grading files go in the sandbox.
+/// Where the grading files go in the sandbox: a directory per use below this one.
 const DIR: &str = "/tmp/rlx-grade";
 
-/// The driver: run our harness from its own directory, whatever the command's working directory.
-const MAIN: &str = "import os, sys\nd = os.path.dirname(os.path.abspath(__file__))\nos.chdir(d)\nsys.path.insert(0, d)\nimport harness\nharness.fusion_main()\n";
+/// The driver: empty the grading root of other uses' directories (a reused sandbox), run our
+/// harness from its own directory, whatever the command's working directory, then delete that
+/// directory.
+const MAIN: &str = "import os, shutil, sys
+d = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(d)
+for n in os.listdir(root):
+    p = os.path.join(root, n)
+    if p != d:
+        shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+os.chdir(d)
+sys.path.insert(0, d)
+import harness
+try:
+    harness.fusion_main()
+finally:
+    os.chdir(root)
+    shutil.rmtree(d, ignore_errors=True)
+";
 
-/// Grades through a [`RemoteSandboxes`] service.
-pub struct RemoteGrader<R> {
+/// A kept sandbox is retired this far into its `max_lifetime` (the service would end it).
+const RETIRE_AT: f64 = 0.8;
+
+/// The sandboxes a grader holds, shared by its clones: every one not yet stopped (with its
+/// creation time) and, with reuse, those waiting for the next grading.
+struct Pool<R: RemoteSandboxes> {
     backend: Arc<R>,
-    spec: CreateSpec,
-    alive: Arc<Semaphore>,
-    spacing: Duration,
-    next_create: Arc<tokio::sync::Mutex<tokio::time::Instant>>,
-    live: Arc<Mutex<HashSet<String>>>,
+    held: Mutex<HashMap<String, Instant>>,
+    idle: Mutex<Vec<String>>,
+    closed: AtomicBool,
+    created: AtomicUsize,
 }
 
-impl<R> Clone for RemoteGrader<R> {
-    fn clone(&self) -> Self {
-        RemoteGrader {
-            backend: self.backend.clone(),
-            spec: self.spec.clone(),
-            alive: self.alive.clone(),
-            spacing: self.spacing,
-            next_create: self.next_create.clone(),
-            live: self.live.clone(),
+impl<R: RemoteSandboxes> Pool<R> {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn stop(&self, id: &str) {
+        if let Err(e) = self.backend.stop(id).await {
+            tracing::warn!(sandbox = %id, "cannot stop a sandbox (its max lifetime ends it): {e}");
+        }
+        self.held().remove(id);
+    }
+}
+
+impl<R: RemoteSandboxes> Drop for Pool<R> {
+    /// The last handle is gone without [`RemoteGrader::close`] (an error before the run's end):
+    /// the kept sandboxes are stopped in the background while the runtime lives.
+    fn drop(&mut self) {
+        let ids: Vec<String> = self.held().drain().map(|(id, _)| id).collect();
+        if ids.is_empty() {
+            return;
+        }
+        let backend = self.backend.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                for id in ids {
+                    let _ = backend.stop(&id).await;
+                }
+            });
         }
     }
 }
 
-/// Stops its sandbox when dropped without [`Live::stop`] (an error path, a cancelled future).
+/// Grades through a [`RemoteSandboxes`] service.
+pub struct RemoteGrader<R: RemoteSandboxes> {
+    pool: Arc<Pool<R>>,
+    spec: CreateSpec,
+    alive: Arc<Semaphore>,
+    spacing: Duration,
+    next_create: Arc<tokio::sync::Mutex<tokio::time::Instant>>,
+    reuse: bool,
+}
+
+impl<R: RemoteSandboxes> Clone for RemoteGrader<R> {
+    fn clone(&self) -> Self {
+        RemoteGrader {
+            pool: self.pool.clone(),
+            spec: self.spec.clone(),
+            alive: self.alive.clone(),
+            spacing: self.spacing,
+            next_create: self.next_create.clone(),
+            reuse: self.reuse,
+        }
+    }
+}
+
+/// Stops its sandbox when dropped without [`Live::release`] (an error path, a cancelled future).
 struct Live<R: RemoteSandboxes> {
-    backend: Arc<R>,
+    pool: Arc<Pool<R>>,
     id: Option<String>,
-    live: Arc<Mutex<HashSet<String>>>,
 }
 
 impl<R: RemoteSandboxes> Live<R> {
@@ -127,12 +204,13 @@ impl<R: RemoteSandboxes> Live<R> {
         self.id.as_deref().unwrap_or_default()
     }
 
-    async fn stop(mut self) {
-        if let Some(id) = self.id.take() {
-            if let Err(e) = self.backend.stop(&id).await {
-                tracing::warn!(sandbox = %id, "cannot stop a sandbox (its max lifetime ends it): {e}");
-            }
-            self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+    /// Done with the sandbox: back to the pool when `keep` (and the grader is open), else stopped.
+    async fn release(mut self, keep: bool) {
+        let Some(id) = self.id.take() else { return };
+        if keep && !self.pool.closed.load(Ordering::SeqCst) {
+            self.pool.idle().push(id);
+        } else {
+            self.pool.stop(&id).await;
         }
     }
 }
@@ -140,12 +218,9 @@ impl<R: RemoteSandboxes> Live<R> {
 impl<R: RemoteSandboxes> Drop for Live<R> {
     fn drop(&mut self) {
         let Some(id) = self.id.take() else { return };
-        let (backend, live) = (self.backend.clone(), self.live.clone());
+        let pool = self.pool.clone();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = backend.stop(&id).await;
-                live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
-            });
+            rt.spawn(async move { pool.stop(&id).await });
         }
     }
 }
@@ -154,24 +229,30 @@ impl<R: RemoteSandboxes> RemoteGrader<R> {
     /// A grader creating sandboxes from `spec` within `limits`.
     pub fn new(backend: R, spec: CreateSpec, limits: PoolLimits) -> RemoteGrader<R> {
         let spacing = if limits.creates_per_s > 0.0 { Duration::from_secs_f64(1.0 / limits.creates_per_s) } else { Duration::ZERO };
+        let pool = Pool { backend: Arc::new(backend), held: Mutex::default(), idle: Mutex::default(), closed: AtomicBool::new(false), created: AtomicUsize::new(0) };
         RemoteGrader {
-            backend: Arc::new(backend),
+            pool: Arc::new(pool),
             spec,
             alive: Arc::new(Semaphore::new(limits.max_alive.max(1))),
             spacing,
             next_create: Arc::new(tokio::sync::Mutex::new(tokio::time::Instant::now())),
-            live: Arc::new(Mutex::new(HashSet::new())),
+            reuse: limits.reuse,
         }
     }
 
     /// The service.
     pub fn backend(&self) -> &R {
-        &self.backend
+        &self.pool.backend
     }
 
-    /// Sandboxes this grader holds now.
+    /// Sandboxes this grader holds now (grading, or kept for reuse).
     pub fn alive(&self) -> usize {
-        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+        self.pool.held().len()
+    }
+
+    /// Sandboxes this grader has created.
+    pub fn created(&self) -> usize {
+        self.pool.created.load(Ordering::SeqCst)
     }
 
     /// Stops the sandboxes carrying `tag` (a killed run's leftovers); how many.
@@ -179,24 +260,38 @@ impl<R: RemoteSandboxes> RemoteGrader<R> {
     /// # Errors
     /// The service failing to list them.
     pub async fn stop_leftovers(&self, tag: &str) -> Result<usize, Error> {
-        let ids = self.backend.list_tagged(tag).await?;
+        let ids = self.pool.backend.list_tagged(tag).await?;
         for id in &ids {
-            self.backend.stop(id).await?;
+            self.pool.backend.stop(id).await?;
         }
         Ok(ids.len())
     }
 
-    /// Stops every sandbox this grader still holds (shutdown).
-    pub async fn close(&self) {
-        let ids: Vec<String> = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain().collect();
-        for id in ids {
-            let _ = self.backend.stop(&id).await;
+    /// Stops every sandbox this grader still holds, kept or in use (the run's end: one still in
+    /// use belongs to an abandoned grading), and keeps none from now on. How many were stopped.
+    pub async fn close(&self) -> usize {
+        self.pool.closed.store(true, Ordering::SeqCst);
+        let ids: Vec<String> = self.pool.held().keys().cloned().collect();
+        self.pool.idle().clear();
+        for id in &ids {
+            self.pool.stop(id).await;
         }
+        ids.len()
     }
 
-    /// Waits for a slot and for the creation spacing, then creates a sandbox.
+    /// Waits for a slot, then takes a kept sandbox (reuse) or, after the creation spacing,
+    /// creates one.
     async fn acquire(&self) -> Result<(tokio::sync::OwnedSemaphorePermit, Live<R>), Error> {
         let permit = self.alive.clone().acquire_owned().await.map_err(|_| Error::Task("the sandbox pool is closed".into()))?;
+        // No lifetime set: the service does not end sandboxes on its own.
+        let retire = if self.spec.max_lifetime.is_zero() { Duration::MAX } else { self.spec.max_lifetime.mul_f64(RETIRE_AT) };
+        loop {
+            let Some(id) = self.pool.idle().pop() else { break };
+            if self.pool.held().get(&id).is_some_and(|t| t.elapsed() < retire) {
+                return Ok((permit, Live { pool: self.pool.clone(), id: Some(id) }));
+            }
+            self.pool.stop(&id).await;
+        }
         {
             let mut next = self.next_create.lock().await;
             let now = tokio::time::Instant::now();
@@ -205,12 +300,14 @@ impl<R: RemoteSandboxes> RemoteGrader<R> {
             }
             *next = now.max(*next) + self.spacing;
         }
-        let id = self.backend.create(&self.spec).await?;
-        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id.clone());
-        Ok((permit, Live { backend: self.backend.clone(), id: Some(id), live: self.live.clone() }))
+        let id = self.pool.backend.create(&self.spec).await?;
+        self.pool.created.fetch_add(1, Ordering::SeqCst);
+        self.pool.held().insert(id.clone(), Instant::now());
+        Ok((permit, Live { pool: self.pool.clone(), id: Some(id) }))
     }
 
-    /// One graded completion in its own sandbox; the sandbox is stopped before this returns.
+    /// One graded completion in a sandbox; the sandbox is stopped (or, with reuse, kept) before
+    /// this returns.
     async fn grade_in_sandbox(&self, problem: &Problem, code: &str, opts: &GradeOptions) -> Result<Verdict, Error> {
         let total = problem.tests.len();
         let (job, expected) = harness::grade_job(problem, code, opts);
@@ -218,17 +315,20 @@ impl<R: RemoteSandboxes> RemoteGrader<R> {
         let expected = serde_json::json!({"nonce": nonce, "expected": expected.map(|e| e["expected"].clone())});
         let timeout = Duration::from_secs_f64(job["deadline_s"].as_f64().unwrap_or(60.0) + 10.0);
         let (_permit, live) = self.acquire().await?;
+        // Not the nonce: the program can read its working directory.
+        let dir = format!("{DIR}/{}", new_nonce());
         let files = [("harness.py", harness::SOURCE.as_bytes().to_vec()), ("job.json", job.to_string().into_bytes()), ("expected.json", expected.to_string().into_bytes()), ("main.py", MAIN.as_bytes().to_vec())];
         for (name, data) in files {
-            self.backend.write_file(live.id(), &format!("{DIR}/{name}"), data).await?;
+            self.pool.backend.write_file(live.id(), &format!("{dir}/{name}"), data).await?;
         }
-        let out = self.backend.exec(live.id(), &["python".to_owned(), format!("{DIR}/main.py")], timeout).await?;
-        live.stop().await;
+        let out = self.pool.backend.exec(live.id(), &["python".to_owned(), format!("{dir}/main.py")], timeout).await?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let verdict = if out.timed_out { None } else { parse_verdict_line(&stdout, &nonce).map(|v| parse_tests(&v)) };
+        live.release(self.reuse && matches!(verdict, Some(Ok(_)))).await;
         if out.timed_out {
             return Err(Error::Remote { attempts: 1, reason: format!("the grading command ran past {}s (the harness's own deadline plus 10 s)", timeout.as_secs()) });
         }
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        match parse_verdict_line(&stdout, &nonce).map(|v| parse_tests(&v)) {
+        match verdict {
             Some(Ok(tests)) => Ok(Verdict::from_tests(&problem.id, total, tests)),
             Some(Err(e)) => Err(Error::Remote { attempts: 1, reason: e }),
             None => {
@@ -245,7 +345,7 @@ impl<R: RemoteSandboxes> Grader for RemoteGrader<R> {
         let opts = &opts.for_problem(problem);
         let language = problem.language();
         if language != Language::Python || problem.checker_program().is_some() {
-            let reason = format!("{} grades Python only, without checker programs; grade {} with `sandbox.kind: local`", self.backend.describe(), problem.id);
+            let reason = format!("{} grades Python only, without checker programs; grade {} with `sandbox.kind: local`", self.pool.backend.describe(), problem.id);
             return Verdict::infra_error(&problem.id, problem.tests.len(), &Error::Remote { attempts: 0, reason });
         }
         match self.grade_in_sandbox(problem, code, opts).await {
@@ -268,7 +368,7 @@ mod tests {
     #[derive(Default)]
     struct Memory {
         files: Mutex<BTreeMap<(String, String), Vec<u8>>>,
-        alive: Mutex<HashSet<String>>,
+        alive: Mutex<std::collections::HashSet<String>>,
         created: AtomicUsize,
         peak: AtomicUsize,
         exec_delay: Duration,
@@ -286,9 +386,11 @@ mod tests {
             self.peak.fetch_max(alive.len(), Ordering::SeqCst);
             Ok(id)
         }
-        async fn exec(&self, id: &str, _argv: &[String], _timeout: Duration) -> Result<Executed, Error> {
+        async fn exec(&self, id: &str, argv: &[String], _timeout: Duration) -> Result<Executed, Error> {
             tokio::time::sleep(self.exec_delay).await;
-            let expected: serde_json::Value = serde_json::from_slice(&self.files.lock().unwrap()[&(id.to_owned(), format!("{DIR}/expected.json"))]).unwrap();
+            let dir = argv[1].strip_suffix("/main.py").unwrap();
+            assert!(dir.starts_with(DIR));
+            let expected: serde_json::Value = serde_json::from_slice(&self.files.lock().unwrap()[&(id.to_owned(), format!("{dir}/expected.json"))]).unwrap();
             let line = format!("RLX-VERDICT {} {}\n", expected["nonce"].as_str().unwrap(), serde_json::json!({"tests": [{"status": "passed", "time_ms": 1}]}));
             Ok(Executed { stdout: line.into_bytes(), ..Executed::default() })
         }
@@ -313,8 +415,27 @@ mod tests {
     }
 
     fn grader(delay: Duration, max_alive: usize) -> RemoteGrader<Memory> {
+        pooled(delay, max_alive, false)
+    }
+
+    fn pooled(delay: Duration, max_alive: usize, reuse: bool) -> RemoteGrader<Memory> {
         let spec = CreateSpec { image: "python:3.11".into(), tags: vec!["rlx".into(), "rlx-job-t".into()], cpu: None, memory_mb: 1024, max_lifetime: Duration::from_secs(60), ready_timeout: Duration::from_secs(5) };
-        RemoteGrader::new(Memory { exec_delay: delay, ..Memory::default() }, spec, PoolLimits { max_alive, creates_per_s: 0.0 })
+        RemoteGrader::new(Memory { exec_delay: delay, ..Memory::default() }, spec, PoolLimits { max_alive, creates_per_s: 0.0, reuse })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reuse_keeps_one_sandbox_per_worker_until_close() {
+        let g = pooled(Duration::from_millis(20), 2, true);
+        let (p, opts) = (problem(), GradeOptions::default());
+        let verdicts = futures_util::future::join_all((0..6).map(|_| g.grade(&p, "print(1)", &opts))).await;
+        assert!(verdicts.iter().all(|v| v.passed), "{verdicts:?}");
+        assert_eq!((g.backend().created.load(Ordering::SeqCst), g.created()), (2, 2), "one sandbox per worker");
+        assert_eq!(g.alive(), 2, "kept for the next grading");
+        assert_eq!(g.close().await, 2);
+        assert!(g.backend().alive.lock().unwrap().is_empty() && g.alive() == 0);
+        // Closed: a grading still creates a sandbox but does not keep it.
+        assert!(g.grade(&p, "print(1)", &opts).await.passed);
+        assert!(g.backend().alive.lock().unwrap().is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -94,7 +94,7 @@ async fn start_cwsandbox(spec: &SandboxSpec, run_id: Option<&str>, var: impl Fn(
         max_lifetime: std::time::Duration::from_secs(u64::from(cw.max_lifetime_s)),
         ready_timeout: std::time::Duration::from_secs_f64(cw.ready_timeout_s.max(1.0)),
     };
-    let limits = PoolLimits { max_alive: cw.max_alive.max(1) as usize, creates_per_s: cw.creates_per_s };
+    let limits = PoolLimits { max_alive: cw.max_alive.max(1) as usize, creates_per_s: cw.creates_per_s, reuse: cw.reuse == crate::spec::types::CwReuse::PerWorker };
     let grader = RemoteGrader::new(client, create, limits);
     let mut warnings = vec![];
     if run_id.is_some() {
@@ -105,7 +105,7 @@ async fn start_cwsandbox(spec: &SandboxSpec, run_id: Option<&str>, var: impl Fn(
     }
     Ok(Started {
         grader: AnyGrader::Remote(Box::new(grader)),
-        protection: json!({"kind": "cwsandbox", "url": base_url, "image": cw.image, "isolation": "the service's"}),
+        protection: json!({"kind": "cwsandbox", "url": base_url, "image": cw.image, "reuse": cw.reuse, "isolation": "the service's"}),
         warnings,
     })
 }

@@ -1195,6 +1195,24 @@ pub struct CwSandbox {
     /// `3600`.
     #[serde(default = "default_cw_max_lifetime_s")]
     pub max_lifetime_s: u32,
+    /// `per_rollout` (a fresh sandbox per graded completion, as the reference does) or
+    /// `per_worker` (each of the `max_alive` slots keeps its sandbox and grades in it again, its
+    /// grading directory emptied between uses). Default `per_rollout`.
+    #[serde(default)]
+    pub reuse: CwReuse,
+}
+
+/// How long a CoreWeave sandbox serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CwReuse {
+    /// One sandbox per graded completion, stopped after its verdict.
+    #[default]
+    PerRollout,
+    /// One sandbox per worker (slot of `max_alive`), reused until the run ends; the grading
+    /// directory is emptied between uses, and a sandbox whose command failed or ran past its
+    /// deadline is replaced.
+    PerWorker,
 }
 
 fn default_cw_image() -> String {
@@ -1223,6 +1241,7 @@ impl Default for CwSandbox {
             cpu: None,
             ready_timeout_s: default_cw_ready_timeout_s(),
             max_lifetime_s: default_cw_max_lifetime_s(),
+            reuse: CwReuse::default(),
         }
     }
 }

@@ -33,6 +33,15 @@ pub enum SandboxKind {
     Cwsandbox,
 }
 
+/// How CoreWeave sandboxes are used (`sandbox.cwsandbox.reuse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CwReuse {
+    /// A fresh sandbox per completion.
+    PerRollout,
+    /// One sandbox per concurrent grading, reused.
+    PerWorker,
+}
+
 /// Arguments of `rlx grade`.
 #[derive(Debug, Args)]
 pub struct GradeArgs {
@@ -57,6 +66,17 @@ pub struct GradeArgs {
     /// `CWSANDBOX_API_KEY`, `AVIATO_API_KEY` or `WANDB_API_KEY`).
     #[arg(long, env = "CWSANDBOX_BASE_URL", default_value = "https://api.cwsandbox.com")]
     pub cwsandbox_url: String,
+    /// With `--sandbox cwsandbox`: a sandbox per completion (`per-rollout`) or one per
+    /// concurrent grading, reused (`per-worker`).
+    #[arg(long, value_enum, default_value_t = CwReuse::PerRollout)]
+    pub cwsandbox_reuse: CwReuse,
+    /// With `--sandbox cwsandbox`: seconds a new sandbox may take to become RUNNING before that
+    /// is an infrastructure error.
+    #[arg(long, default_value_t = 120.0)]
+    pub cwsandbox_ready_timeout: f64,
+    /// With `--sandbox cwsandbox`: sandbox creations per second at most.
+    #[arg(long, default_value_t = 4.0)]
+    pub cwsandbox_creates_per_s: f64,
     /// Completions graded at once [default: cores for local, 4 for fusion and cwsandbox]; the local sandbox
     /// also starts more (up to 4×) while some wait without using the CPU.
     #[arg(long)]
@@ -143,6 +163,36 @@ impl Progress for Bar {
     }
 }
 
+/// The spec's sandbox section, as the flags describe it: one start-up path for every command.
+fn sandbox_spec(args: &GradeArgs) -> SandboxSpec {
+    SandboxSpec {
+        kind: match args.sandbox {
+            SandboxKind::Local => crate::spec::types::SandboxKind::Local,
+            SandboxKind::Fusion => crate::spec::types::SandboxKind::Fusion,
+            SandboxKind::Cwsandbox => crate::spec::types::SandboxKind::Cwsandbox,
+        },
+        cwsandbox: (args.sandbox == SandboxKind::Cwsandbox).then(|| crate::spec::types::CwSandbox {
+            base_url: Some(args.cwsandbox_url.clone()),
+            // The workers of `per-worker` are the completions graded at once.
+            max_alive: args.concurrency.unwrap_or(4).max(1) as u32,
+            ready_timeout_s: args.cwsandbox_ready_timeout,
+            creates_per_s: args.cwsandbox_creates_per_s,
+            reuse: match args.cwsandbox_reuse {
+                CwReuse::PerRollout => crate::spec::types::CwReuse::PerRollout,
+                CwReuse::PerWorker => crate::spec::types::CwReuse::PerWorker,
+            },
+            ..Default::default()
+        }),
+        url: args.fusion_url.clone(),
+        concurrency: Some(args.concurrency.unwrap_or(match args.sandbox {
+            SandboxKind::Local => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            SandboxKind::Fusion | SandboxKind::Cwsandbox => 4,
+        }) as u32),
+        strict: args.strict,
+        ..SandboxSpec::default()
+    }
+}
+
 /// Run `rlx grade`.
 ///
 /// # Errors
@@ -176,23 +226,7 @@ pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
         },
         fail_fast: args.fail_fast,
     };
-    // The spec's sandbox section, as the flags describe it: one start-up path for every command.
-    let sandbox = SandboxSpec {
-        kind: match args.sandbox {
-            SandboxKind::Local => crate::spec::types::SandboxKind::Local,
-            SandboxKind::Fusion => crate::spec::types::SandboxKind::Fusion,
-            SandboxKind::Cwsandbox => crate::spec::types::SandboxKind::Cwsandbox,
-        },
-        cwsandbox: (args.sandbox == SandboxKind::Cwsandbox)
-            .then(|| crate::spec::types::CwSandbox { base_url: Some(args.cwsandbox_url.clone()), ..Default::default() }),
-        url: args.fusion_url.clone(),
-        concurrency: Some(args.concurrency.unwrap_or(match args.sandbox {
-            SandboxKind::Local => std::thread::available_parallelism().map_or(2, |n| n.get()),
-            SandboxKind::Fusion | SandboxKind::Cwsandbox => 4,
-        }) as u32),
-        strict: args.strict,
-        ..SandboxSpec::default()
-    };
+    let sandbox = sandbox_spec(&args);
     let concurrency = sandbox.concurrency.unwrap_or(1) as usize;
     let bar = if args.no_progress {
         indicatif::ProgressBar::hidden()
@@ -218,7 +252,10 @@ pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
             crate::sandbox::AnyGrader::Local(l) => l.max_in_flight(),
             crate::sandbox::AnyGrader::Fusion(_) | crate::sandbox::AnyGrader::Remote(_) => concurrency,
         };
-        grade_all(Arc::new(started.grader), &problems, submissions, &opts, in_flight, args.infra_retries, progress).await.context("grading failed")
+        let grader = Arc::new(started.grader);
+        let graded = grade_all(grader.clone(), &problems, submissions, &opts, in_flight, args.infra_retries, progress).await;
+        grader.close().await;
+        graded.context("grading failed")
     })?;
     bar.finish_and_clear();
     let mut sink: Box<dyn std::io::Write> = match &args.out {

@@ -114,11 +114,23 @@ async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Opti
     match protocol {
         Protocol::Fusion => crate::sandbox::server::serve(listener, sandbox, shutdown).await.context("server failed")?,
         Protocol::Cwsandbox => {
-            let stats = crate::sandbox::cwsandbox::server::serve(listener, sandbox, shutdown).await.context("server failed")?;
-            printer::status(format!("rlx sandbox stopped: {} sandboxes created, {} alive", stats.created, stats.alive));
+            let options = cwsandbox_options()?;
+            let stats = crate::sandbox::cwsandbox::server::serve(listener, sandbox, options, shutdown).await.context("server failed")?;
+            printer::status(format!("rlx sandbox stopped: {} sandboxes created, {} alive, at most {} alive at once", stats.created, stats.alive, stats.peak));
         }
     }
     Ok(exit::OK)
+}
+
+/// The cwsandbox server's options; `RLX_CWSANDBOX_PENDING_S` (test-only: seconds a new sandbox
+/// stays `PENDING`, `inf` for never) is how the tests reach a service whose sandboxes are slow
+/// to start or never do.
+fn cwsandbox_options() -> anyhow::Result<crate::sandbox::cwsandbox::server::ServeOptions> {
+    let Ok(v) = std::env::var("RLX_CWSANDBOX_PENDING_S") else { return Ok(Default::default()) };
+    let secs: f64 = v.trim().parse().ok().filter(|s: &f64| *s >= 0.0).ok_or_else(|| crate::cli::UserError::msg(format!("`RLX_CWSANDBOX_PENDING_S` must be a number of seconds or `inf`, found `{v}`")))?;
+    let pending = if secs.is_finite() { Duration::from_secs_f64(secs) } else { Duration::MAX };
+    printer::warning(&format!("RLX_CWSANDBOX_PENDING_S is set: new sandboxes stay PENDING for {v} s (a test setting)"), &[]);
+    Ok(crate::sandbox::cwsandbox::server::ServeOptions { pending: Some(pending) })
 }
 
 /// The LCB-10 benchmark problem: `n` then `n` integers; print their sum and their max.

@@ -201,12 +201,12 @@ impl CwClient {
                 State::Running => return Ok(()),
                 s @ (State::Failed | State::Completed | State::Terminated | State::Terminating) => {
                     let reason = sb.status.map(|s| s.state_reason).unwrap_or_default();
-                    return Err(Error::Remote { attempts: 1, reason: format!("sandbox {id} ended before it ran ({s:?}) {reason}") });
+                    return Err(Error::Remote { attempts: 1, reason: format!("sandbox {id} at {} ended before it ran ({s:?}) {reason}", self.base) });
                 }
                 _ => {}
             }
             if tokio::time::Instant::now() + poll > deadline {
-                return Err(Error::Remote { attempts: 1, reason: format!("sandbox {id} did not become RUNNING within {}s", ready_timeout.as_secs()) });
+                return Err(Error::Remote { attempts: 1, reason: format!("sandbox {id} at {} did not become RUNNING within {}s", self.base, ready_timeout.as_secs_f64()) });
             }
             tokio::time::sleep(poll).await;
             poll = (poll * 3 / 2).min(Duration::from_secs(2));

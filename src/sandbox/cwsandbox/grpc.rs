@@ -19,6 +19,8 @@ pub(crate) const DEADLINE_EXCEEDED: u32 = 4;
 pub(crate) const NOT_FOUND: u32 = 5;
 /// `RESOURCE_EXHAUSTED`.
 pub(crate) const RESOURCE_EXHAUSTED: u32 = 8;
+/// `FAILED_PRECONDITION`.
+pub(crate) const FAILED_PRECONDITION: u32 = 9;
 /// `ABORTED`.
 pub(crate) const ABORTED: u32 = 10;
 /// `UNIMPLEMENTED`.

@@ -7,7 +7,9 @@
 //! command, and returns the files as the command left them. An image is not pulled: every image
 //! runs on the server's Python interpreter and host toolchain (`python`/`python3` are that
 //! interpreter); absolute paths live under the run's working directory, and arguments that
-//! name them are rewritten (`launcher.py`). `CreateSandbox` answers `RUNNING` at once.
+//! name them are rewritten (`launcher.py`). `CreateSandbox` answers `RUNNING` at once, unless
+//! [`ServeOptions::pending`] (the test-only `RLX_CWSANDBOX_PENDING_S`) holds new sandboxes in
+//! `PENDING` a while.
 //! Calls the protocol has and rlx does not serve (templates, snapshots, logs, the direct data
 //! plane's `ConnectSandbox`) answer `UNIMPLEMENTED`, which the official client takes as "use the
 //! gateway". No authentication: the server binds loopback by default.
@@ -70,6 +72,34 @@ struct Held {
     files: BTreeMap<String, Vec<u8>>,
     memory_mb: u64,
     expires: Option<Instant>,
+    /// When a `PENDING` sandbox becomes `RUNNING` (`None`: never, or already running).
+    ready_at: Option<Instant>,
+}
+
+impl Held {
+    /// `PENDING` turns `RUNNING` once its time has come.
+    fn promote(&mut self) {
+        if let Some(status) = self.proto.status.as_mut()
+            && status.state == State::Pending as i32
+            && self.ready_at.is_some_and(|t| t <= Instant::now())
+        {
+            status.state = State::Running as i32;
+            status.start_time = Some(wire::Timestamp::now());
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.proto.status.as_ref().is_some_and(|s| s.state == State::Running as i32)
+    }
+}
+
+/// How the server behaves beyond the protocol.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServeOptions {
+    /// Test-only: a new sandbox stays `PENDING` this long before it is `RUNNING` (`Duration::MAX`:
+    /// never), as a hosted service's cold start would, so that clients' readiness timeouts can
+    /// be tested. `None`: `RUNNING` at once.
+    pub pending: Option<Duration>,
 }
 
 /// The service's state.
@@ -82,6 +112,9 @@ pub(crate) struct Service {
     ended: std::sync::Mutex<std::collections::VecDeque<wire::Sandbox>>,
     /// Part of every id, so ids of a restarted server do not repeat.
     epoch: u32,
+    options: ServeOptions,
+    /// Most sandboxes held at once.
+    peak: std::sync::atomic::AtomicUsize,
 }
 
 /// The response body: frames pushed by a task (streaming) or queued at once (unary).
@@ -134,6 +167,8 @@ pub struct Stats {
     pub created: u64,
     /// Sandboxes not deleted when the server stopped.
     pub alive: usize,
+    /// Most sandboxes alive at once.
+    pub peak: usize,
 }
 
 /// Serves until `shutdown` resolves; connections still open then are closed after the execs in
@@ -141,8 +176,16 @@ pub struct Stats {
 ///
 /// # Errors
 /// A failing `accept` that is not transient.
-pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, shutdown: impl Future<Output = ()>) -> std::io::Result<Stats> {
-    let svc = Arc::new(Service { sandbox, held: std::sync::Mutex::new(HashMap::new()), counter: AtomicU64::new(0), ended: std::sync::Mutex::default(), epoch: wire::Timestamp::now().nanos as u32 ^ std::process::id() });
+pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, options: ServeOptions, shutdown: impl Future<Output = ()>) -> std::io::Result<Stats> {
+    let svc = Arc::new(Service {
+        sandbox,
+        held: std::sync::Mutex::new(HashMap::new()),
+        counter: AtomicU64::new(0),
+        ended: std::sync::Mutex::default(),
+        epoch: wire::Timestamp::now().nanos as u32 ^ std::process::id(),
+        options,
+        peak: std::sync::atomic::AtomicUsize::new(0),
+    });
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -168,7 +211,7 @@ pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, shutdown: impl 
     if tokio::time::timeout(Duration::from_secs(10), async { while connections.join_next().await.is_some() {} }).await.is_err() {
         connections.shutdown().await;
     }
-    Ok(Stats { created: svc.counter.load(Ordering::Relaxed), alive: svc.lock().len() })
+    Ok(Stats { created: svc.counter.load(Ordering::Relaxed), alive: svc.lock().len(), peak: svc.peak.load(Ordering::Relaxed) })
 }
 
 async fn unary<Req: Message + Default>(req: Request<Incoming>) -> Result<Req, Status> {
@@ -222,21 +265,26 @@ impl Service {
         let lifetime = spec.max_lifetime_seconds;
         proto.sandbox_id.clone_from(&id);
         let now = wire::Timestamp::now();
+        let pending = self.options.pending.filter(|d| !d.is_zero());
         proto.status = Some(wire::SandboxStatus {
-            state: State::Running as i32,
+            state: if pending.is_some() { State::Pending } else { State::Running } as i32,
             create_time: Some(now.clone()),
-            start_time: Some(now),
+            start_time: pending.is_none().then_some(now),
             effective_max_lifetime_seconds: lifetime,
             ..Default::default()
         });
         let expires = (lifetime > 0).then(|| Instant::now() + Duration::from_secs(lifetime as u64));
+        let ready_at = pending.and_then(|d| Instant::now().checked_add(d));
         tracing::debug!(sandbox = %id, tags = ?spec.tags, "sandbox created");
-        self.lock().insert(id, Held { proto: proto.clone(), files: BTreeMap::new(), memory_mb, expires });
+        let mut held = self.lock();
+        held.insert(id, Held { proto: proto.clone(), files: BTreeMap::new(), memory_mb, expires, ready_at });
+        self.peak.fetch_max(held.len(), Ordering::Relaxed);
         Ok(proto)
     }
 
     fn get(&self, id: &str) -> Result<wire::Sandbox, Status> {
-        if let Some(h) = self.lock().get(id) {
+        if let Some(h) = self.lock().get_mut(id) {
+            h.promote();
             return Ok(h.proto.clone());
         }
         let ended = self.ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -244,7 +292,8 @@ impl Service {
     }
 
     fn list(&self, req: &wire::ListSandboxesRequest) -> wire::ListSandboxesResponse {
-        let held = self.lock();
+        let mut held = self.lock();
+        held.values_mut().for_each(Held::promote);
         let mut sandboxes: Vec<wire::Sandbox> = held
             .values()
             .filter(|h| {
@@ -338,8 +387,12 @@ impl Service {
             return Err(Status::new(grpc::INVALID_ARGUMENT, "the command is empty"));
         }
         let (files, memory_mb) = {
-            let held = self.lock();
-            let h = held.get(id).ok_or_else(|| not_found(id))?;
+            let mut held = self.lock();
+            let h = held.get_mut(id).ok_or_else(|| not_found(id))?;
+            h.promote();
+            if !h.running() {
+                return Err(Status::new(grpc::FAILED_PRECONDITION, format!("sandbox `{id}` is not running yet")));
+            }
             (h.files.clone(), h.memory_mb)
         };
         let files: BTreeMap<String, String> = files.into_iter().map(|(p, b)| (p, B64.encode(b))).collect();
