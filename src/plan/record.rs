@@ -57,7 +57,9 @@ pub fn resolved_spec(plan: &Plan) -> Spec {
                 SampleWeights::Q8_0 => crate::spec::types::SampleWeights::Q8_0,
                 SampleWeights::Gguf => crate::spec::types::SampleWeights::Gguf,
             });
-            spec.grpo.learner_temperature = Some(f64::from(*learner_temperature));
+            // The f32's shortest decimal (0.7, not 0.699999988...): what the user wrote or the
+            // sampling temperature it came from.
+            spec.grpo.learner_temperature = learner_temperature.to_string().parse().ok();
         }
         // `server` is the spec's own (or asked at first contact): nothing to fill in.
         (Backend::Tinker { max_in_flight, .. }, BackendChoice::Tinker { max_in_flight: m, .. }) => *max_in_flight = Some(count(*m)),
@@ -224,6 +226,7 @@ mod tests {
         };
         let today = plan_of(Value::Null);
         assert!((temperature(&today) - 0.7).abs() < 1e-6, "the default is the sampling temperature");
+        assert_eq!(to_json(&today)["grpo"]["learner_temperature"], json!(0.7), "written as 0.7, not as the f32's f64 value");
         // Written by an rlx before the option (version 2): it scored at 1, and goes on so.
         let mut v2 = to_json(&today);
         v2["schema_version"] = json!(2);

@@ -907,7 +907,8 @@ pub enum Advantage {
     /// Reward minus the group mean (Dr. GRPO; no division by the standard deviation).
     #[default]
     MeanCenter,
-    /// (reward − mean) / (std + eps): the original GRPO normalisation.
+    /// (reward − mean) / (std + eps): the original GRPO normalisation, population std (TRL
+    /// divides by the sample std, G − 1).
     Zscore {
         /// Added to the standard deviation. Default `1e-6`.
         #[serde(default = "default_eps")]

@@ -330,6 +330,39 @@ fn sampler_index(id: &Value) -> usize {
 /// The loss/advantage variants on the embedded trainer: GSPO, token-mean aggregation, the soft
 /// overlong penalty and the KL penalty (LoRA: the reference is the base with the adapter off) in
 /// one run; overlong masking in another.
+/// GSPO at its default band against a sampler it can hold (f32 weights, the learner at the
+/// sampling temperature): on-policy the sequence ratio is 1, nothing clips, and sequences of both
+/// signs train. (Against quantised weights validate refuses the band:
+/// `validation_refuses_what_cannot_run`.)
+#[test]
+fn gspo_at_its_default_band_trains_both_signs_against_an_f32_sampler() {
+    if !crate::common::python_available() {
+        return;
+    }
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    // The tiny random model's completions all fail and all run to max_tokens: a reward by the
+    // number of distinct characters makes a group's rewards differ, so both signs occur.
+    cx.write("r/rew.py", "def reward(problem, completion, code, verdict):\n    return float(len(set(completion)))\n");
+    let text = crate::engine::spec_with(2, 100, "")
+        .replace("finetune: full}", "finetune: lora, lora: {rank: 4}}")
+        .replace("backend: {kind: local, threads: 1}", "backend: {kind: local, threads: 1, sample_weights: f32}")
+        .replace("reward: {test_timeout_s: 2}", "reward: {kind: python, path: r/rew.py, test_timeout_s: 2}")
+        .replace("grpo: {prompts_per_step: 2, group_size: 3, skip_degenerate: false}", "grpo: {prompts_per_step: 2, group_size: 3, skip_degenerate: false, loss: {kind: gspo}}");
+    assert!(text.contains("sample_weights: f32") && text.contains("kind: gspo") && text.contains("kind: python"), "{text}");
+    cx.write("spec.yaml", &text);
+    let r = cx.run(&["run", "spec.yaml"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let dir = only_run(&cx);
+    for m in jsonl(&dir.join("metrics.jsonl")).iter().filter(|m| m["step"].as_i64().unwrap() >= 0) {
+        assert_eq!(m["train/clip_fraction"].as_f64(), Some(0.0), "{m}");
+        assert!((m["train/ratio_mean"].as_f64().unwrap() - 1.0).abs() < 1e-3, "{m}");
+    }
+    let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+    let trained = |sign: f64| rollouts.iter().filter(|r| r["skipped"] == false && r["advantage"].as_f64().unwrap() * sign > 0.0).count();
+    assert!(trained(1.0) > 0 && trained(-1.0) > 0, "trained sequences: {} positive, {} negative", trained(1.0), trained(-1.0));
+}
+
 #[test]
 fn the_embedded_trainer_runs_the_variants() {
     let run = |grpo_extra: &str| -> (Vec<Value>, Vec<Value>) {
