@@ -2,8 +2,8 @@
 //! of time, for whatever the caller says is retryable. Every remote call rlx makes (Tinker,
 //! OpenAI-compatible servers, Sandbox Fusion, MLflow), sandbox infrastructure errors and the
 //! Python reward's sandbox retry through [`run`] (Tinker's futures are *polled*, not retried: a
-//! long poll answered `try_again` is progress, not a failure), so they back off the same way and a change to
-//! how rlx retries is made once.
+//! long poll answered `try_again` is progress, not a failure), so they back off the same way and
+//! a change to how rlx retries is made once.
 //!
 //! What is retryable stays with each caller (an HTTP 429 or 5xx, a refused connection after the
 //! first contact, a sandbox infrastructure error): only it knows its protocol. Jitter takes up to
@@ -82,7 +82,7 @@ where
     F: FnMut(u32) -> Fut,
     Fut: Future<Output = Attempt<T, E>>,
 {
-    let start = Instant::now();
+    let mut start = Instant::now();
     let mut i = 0u32;
     loop {
         match attempt(i).await {
@@ -100,6 +100,8 @@ where
             Attempt::Hold(last, pause) => {
                 tracing::debug!(call = label, ?pause, "holding: {last}");
                 tokio::time::sleep(pause).await;
+                // Not spent: a failure after the hold ends gets the whole budget.
+                start += pause;
             }
         }
     }
@@ -170,5 +172,21 @@ mod tests {
         .unwrap_err();
         // Three holds at attempt 0, then one attempt and its one retry.
         assert_eq!((seen.borrow().clone(), e.attempts, e.exhausted), (vec![0, 0, 0, 0, 1], 2, true));
+        // Holding longer than the time budget leaves the budget whole for what follows.
+        let timed = Policy { retries: None, budget: Some(Duration::from_millis(50)), base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(10) };
+        let n = Cell::new(0u32);
+        let ok = run(&timed, "t", |_| {
+            n.set(n.get() + 1);
+            let k = n.get();
+            async move {
+                match k {
+                    1..=3 => Attempt::Hold("402", Duration::from_millis(30)),
+                    4 => Attempt::Retry("503", None),
+                    _ => Attempt::Done(k),
+                }
+            }
+        })
+        .await;
+        assert_eq!(ok.unwrap(), 5, "the retry after 90 ms of holds is within a 50 ms budget");
     }
 }

@@ -1,7 +1,8 @@
 //! One HTTP exchange with Tinker, and the retry policy around *submissions*
 //! (SDK 0.38.0): connection errors, timeouts, 408, 409, 429 and 5xx are retried
 //! with capped exponential back-off (or the server's `Retry-After`) for up to five minutes; 402
-//! (billing) pauses 5 s at a time for up to an hour; the server's `x-should-retry` overrides the
+//! (billing) pauses 5 s at a time for up to an hour, without spending the five minutes (a
+//! failure after the hold gets them whole); the server's `x-should-retry` overrides the
 //! decision. Polling a future has its own policy ([`super::future`]).
 //!
 //! Every retry of one submission reuses its `X-Idempotency-Key` and its body — a training
