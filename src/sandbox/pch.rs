@@ -256,7 +256,7 @@ mod tests {
     #[test]
     #[allow(clippy::print_stderr)] // the skip notice is meant to be seen in test output
     fn one_build_per_key_even_when_asked_at_once() {
-        let Ok(Some(gpp)) = super::super::lang::compiler(crate::spec::types::Language::Cpp) else {
+        let Some(gpp) = ["/usr/local/bin/g++", "/usr/bin/g++", "/bin/g++"].into_iter().map(PathBuf::from).find(|p| p.is_file()) else {
             eprintln!("SKIPPED: no g++");
             return;
         };
