@@ -430,11 +430,16 @@ async fn cpp_precompiled_header() {
     if !toolchain(Language::Cpp) {
         return;
     }
-    let sb = sandbox(2).await;
     let Some(root) = rlx::sandbox::pch::root() else {
         eprintln!("SKIPPED: precompiled headers are off (RLX_PCH)");
         return;
     };
+    // Without the mount namespace a program could reach the directory writable: no header.
+    let degraded = LocalSandbox::start(LocalConfig { workers: 1, namespaces: false, ..LocalConfig::default() }).await.expect("sandbox starts");
+    let argv = degraded.compile_argv(Language::Cpp, None).unwrap().unwrap();
+    assert!(!argv.iter().any(|a| a == "-I"), "{argv:?}");
+    drop(degraded);
+    let sb = sandbox(2).await;
     if !sb.protection().mount_namespace {
         eprintln!("SKIPPED: no mount namespace, so no precompiled header (the programs could reach its directory)");
         return;
