@@ -3,10 +3,12 @@
 against what Sandbox Fusion does per request, on the seven kinds of request of issue 41.
 
 Requests (Sandbox Fusion's `cpp`: `code`, `language`, `stdin`, `compile_timeout`, `run_timeout`,
-`memory_limit_MB`): a correct A+B over 10^5 numbers, a wrong answer, a compile error, a timeout
+`memory_limit_MB`), each a competitive-programming program starting with `#include
+<bits/stdc++.h>`: a correct A+B over 10^5 numbers, a wrong answer, a compile error, a timeout
 (an endless loop, run_timeout 1 s), a runtime error (a null write), a memory limit (a 2 GiB
 vector under 256 MiB) and a special-checker program (floats printed with 7 digits, which only a
-tolerance checker accepts). Each kind is checked against the status and return code Sandbox
+tolerance checker accepts); and two that include smaller headers instead (`correct_iostream`,
+`checker_cstdio`), reported apart. Each kind is checked against the status and return code Sandbox
 Fusion gives (reference/sandbox-fusion.md §1.3: `Success`/`Failed`, `compile_result` and
 `run_result`, `TimeLimitExceeded` with `return_code: null`, negative codes for signals).
 
@@ -47,19 +49,36 @@ from bench_fusion_lcb import TICK, Client, start_rlx, tree_cpu_s  # noqa: E402
 
 NUMS = " ".join(str(i % 1000) for i in range(100_000))
 SUM = sum(i % 1000 for i in range(100_000))
+# Competitive-programming C++ starts with <bits/stdc++.h> (as Codeforces and CodeContests
+# solutions mostly do), so every kind of issue 41 does; `*_iostream` and `*_cstdio` include
+# smaller headers instead and are reported on rows of their own (a precompiled
+# <bits/stdc++.h> does nothing for them).
+BITS = "#include <bits/stdc++.h>\nusing namespace std;\n"
 APLUSB = "#include <bits/stdc++.h>\nint main(){ long long s = 0, x; while (std::cin >> x) s += x; std::cout << s << \"\\n\"; }\n"
+
+
+def correct(r):
+    return r["status"] == "Success" and r["run_result"]["stdout"].strip() == str(SUM)
+
+
+def third(r):
+    return r["status"] == "Success" and abs(float(r["run_result"]["stdout"]) - 1 / 3) < 1e-6
+
 
 # kind: (code, stdin, extra request fields, check(reply) -> bool)
 KINDS = {
-    "correct": (APLUSB, NUMS, {}, lambda r: r["status"] == "Success" and r["run_result"]["stdout"].strip() == str(SUM)),
+    "correct": (APLUSB, NUMS, {}, correct),
     "wrong_answer": (APLUSB.replace("s += x", "s -= x"), NUMS, {}, lambda r: r["status"] == "Success" and r["run_result"]["stdout"].strip() != str(SUM)),
-    "compile_error": ("int main(){ return nope; }\n", "", {}, lambda r: r["status"] == "Failed" and r["run_result"] is None and r["compile_result"]["return_code"] not in (0, None)),
-    "timeout": ("int main(){ for(;;); }\n", "", {"run_timeout": 1}, lambda r: r["status"] == "Failed" and r["run_result"]["status"] == "TimeLimitExceeded" and r["run_result"]["return_code"] is None),
-    "runtime_error": ("int main(){ volatile int *p = nullptr; *p = 1; }\n", "", {}, lambda r: r["status"] == "Failed" and r["run_result"]["return_code"] == -11),
-    "memory_limit": ("#include <vector>\nint main(){ std::vector<char> v(1ull << 31, 1); return v[7] - 1; }\n", "", {"memory_limit_MB": 256},
+    "compile_error": (BITS + "int main(){ int n; cin >> n; cout << nope << endl; }\n", "", {},
+                      lambda r: r["status"] == "Failed" and r["run_result"] is None and r["compile_result"]["return_code"] not in (0, None)),
+    "timeout": (BITS + "int main(){ for(;;); }\n", "", {"run_timeout": 1},
+                lambda r: r["status"] == "Failed" and r["run_result"]["status"] == "TimeLimitExceeded" and r["run_result"]["return_code"] is None),
+    "runtime_error": (BITS + "int main(){ volatile int *p = nullptr; *p = 1; }\n", "", {}, lambda r: r["status"] == "Failed" and r["run_result"]["return_code"] == -11),
+    "memory_limit": (BITS + "int main(){ vector<char> v(1ull << 31, 1); return v[7] - 1; }\n", "", {"memory_limit_MB": 256},
                      lambda r: r["status"] == "Failed" and r["run_result"]["return_code"] == -6 and "bad_alloc" in r["run_result"]["stderr"]),
-    "checker": ("#include <cstdio>\nint main(){ printf(\"%.7f\\n\", 1.0 / 3); }\n", "", {},
-                lambda r: r["status"] == "Success" and abs(float(r["run_result"]["stdout"]) - 1 / 3) < 1e-6),
+    "checker": (BITS + "int main(){ printf(\"%.7f\\n\", 1.0 / 3); }\n", "", {}, third),
+    "correct_iostream": ("#include <iostream>\nint main(){ long long s = 0, x; while (std::cin >> x) s += x; std::cout << s << \"\\n\"; }\n", NUMS, {}, correct),
+    "checker_cstdio": ("#include <cstdio>\nint main(){ printf(\"%.7f\\n\", 1.0 / 3); }\n", "", {}, third),
 }
 
 

@@ -371,8 +371,11 @@ def _write_file(path, text):
         f.write(text)
 
 
-def build_root(root, extra_ro):
-    """Mount a tmpfs at `root`, bind the system directories read-only into it, chroot there."""
+def build_root(root, extra_ro, optional_ro=(), notes=None):
+    """Mount a tmpfs at `root`, bind the system directories read-only into it, chroot there.
+    `optional_ro` (rlx's precompiled headers) are bound read-only too when they can be; one
+    that cannot is left out with a note (its compiles then run without it, as g++ skips an
+    include directory it does not find)."""
     for d in extra_ro:
         if d == WORKDIR or d.startswith(WORKDIR + "/") or WORKDIR.startswith(d + "/") or d == "/tmp":
             raise OSError(errno.EINVAL, f"the Python installation at {d} overlaps the sandbox working directory {WORKDIR}; install it (or the virtualenv) elsewhere")
@@ -399,6 +402,8 @@ def build_root(root, extra_ro):
         os.makedirs(target, exist_ok=True)
         mount(d, target, None, MS_BIND | MS_REC)
         mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for d in optional_ro:
+        bind_optional(root, d, notes if notes is not None else [])
     os.makedirs(root + "/dev", exist_ok=True)
     for dev in ["null", "zero", "urandom", "random"]:
         open(root + "/dev/" + dev, "w").close()
@@ -408,6 +413,26 @@ def build_root(root, extra_ro):
     mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chroot(root)
     os.chdir("/")
+
+
+def bind_optional(root, d, notes):
+    target = root + d
+    if not os.path.isdir(d) or d == WORKDIR or d.startswith(WORKDIR + "/") or WORKDIR.startswith(d + "/") or d in ("/", "/tmp"):
+        notes.append(f"{d} cannot be shown to the sandbox: C++ compiles run without precompiled headers")
+        return
+    try:
+        os.makedirs(target, exist_ok=True)
+        mount(d, target, None, MS_BIND | MS_REC)
+    except OSError as e:
+        notes.append(f"{d} cannot be shown to the sandbox ({e.strerror or e}): C++ compiles run without precompiled headers")
+        return
+    # Never left writable: if it cannot be made read-only it goes, and if it cannot go, the
+    # whole read-only root fails (the worker then reports the mount namespace as missing).
+    try:
+        mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    except OSError as e:
+        umount(target)
+        notes.append(f"{d} cannot be shown read-only to the sandbox ({e.strerror or e}): C++ compiles run without precompiled headers")
 
 
 WORKDIR = "/tmp/work"
@@ -479,7 +504,7 @@ def setup(cfg):
         prot["network_namespace"] = True
         try:
             extra = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)})
-            build_root(cfg["root_dir"], extra)
+            build_root(cfg["root_dir"], extra, cfg.get("ro_dirs") or [], prot["notes"])
             prot["mount_namespace"] = True
         except OSError as e:
             prot["notes"].append(f"read-only root could not be built: {e.strerror or e}")

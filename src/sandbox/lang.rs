@@ -76,6 +76,20 @@ pub fn check_toolchains(languages: impl IntoIterator<Item = Language>) -> Result
     Ok(())
 }
 
+/// Gets every language in `languages` ready to compile fast: for C++, starts building the
+/// precompiled `<bits/stdc++.h>` for the default flags in the background (see
+/// [`super::pch`]), so it is there before the first program is. Sources with their own
+/// `compile_flags` build theirs on their first compile.
+pub fn warm_toolchains(languages: impl IntoIterator<Item = Language>) {
+    for l in languages {
+        if let (Some(tc), Ok(Some(cc))) = (l.toolchain(), compiler(l))
+            && l == Language::Cpp
+        {
+            super::pch::warm(&cc, tc.default_flags);
+        }
+    }
+}
+
 /// How one source is built: the harness's `lang` job and the cache key.
 pub(crate) struct Build {
     /// The `lang` object of the harness job.
@@ -86,21 +100,30 @@ pub(crate) struct Build {
     pub timeout: Duration,
 }
 
-/// The build of `code` in `language` (`flags` replace the language's defaults).
+/// The build of `code` in `language` (`flags` replace the language's defaults). `pch`: the
+/// root of the precompiled headers ([`super::pch`]) when the workers bind it; C++ compiles
+/// then put theirs on the include path.
 ///
 /// # Errors
 /// [`Error::Toolchain`] when the compiler is missing; `Ok(None)` for interpreted languages.
-pub(crate) fn build(language: Language, code: &str, flags: Option<&[String]>, limits: &Limits) -> Result<Option<Build>, Error> {
-    build_as(language, code, flags, limits, (language.source_file(), BINARY))
+pub(crate) fn build(language: Language, code: &str, flags: Option<&[String]>, limits: &Limits, pch: Option<&Path>) -> Result<Option<Build>, Error> {
+    build_as(language, code, flags, limits, (language.source_file(), BINARY), pch)
 }
 
 /// [`build`] into other file names: (source, binary) in the working directory.
-fn build_as(language: Language, code: &str, flags: Option<&[String]>, limits: &Limits, (source, binary): (&str, &str)) -> Result<Option<Build>, Error> {
+fn build_as(language: Language, code: &str, flags: Option<&[String]>, limits: &Limits, (source, binary): (&str, &str), pch: Option<&Path>) -> Result<Option<Build>, Error> {
     let (Some(tc), Some(cc)) = (language.toolchain(), compiler(language)?) else { return Ok(None) };
+    let flags: Vec<String> = match flags {
+        Some(f) => f.to_vec(),
+        None => tc.default_flags.iter().map(|s| (*s).to_owned()).collect(),
+    };
     let mut argv: Vec<String> = vec![cc.display().to_string()];
-    match flags {
-        Some(f) => argv.extend(f.iter().cloned()),
-        None => argv.extend(tc.default_flags.iter().map(|s| (*s).to_owned())),
+    argv.extend(flags.iter().cloned());
+    // After the source's own flags, so that its own `-I` directories are searched first.
+    if language == Language::Cpp
+        && let Some(dir) = pch.and_then(|root| super::pch::include_dir(root, &cc, &flags))
+    {
+        argv.extend(["-I".into(), dir.display().to_string()]);
     }
     argv.extend(["-o".into(), binary.into(), source.into()]);
     argv.extend(tc.link_flags.iter().map(|s| (*s).to_owned()));
@@ -135,7 +158,7 @@ const CHECKER_TIMEOUT_S: f64 = 5.0;
 /// # Errors
 /// [`Error::Toolchain`] when g++ is missing.
 pub(crate) fn checker_job(code: &str, limits: &Limits, tests: usize) -> Result<(Value, f64), Error> {
-    let Some(b) = build_as(Language::Cpp, code, None, limits, ("rlx_checker.cpp", "rlx_checker"))? else {
+    let Some(b) = build_as(Language::Cpp, code, None, limits, ("rlx_checker.cpp", "rlx_checker"), None)? else {
         return Err(Error::Rejected("C++ has no compile step".into()));
     };
     let key: String = b.key.iter().map(|x| format!("{x:02x}")).collect();
@@ -261,13 +284,13 @@ mod tests {
             return;
         }
         let l = Limits::default();
-        let a = build(Language::Cpp, "int main(){}", None, &l).unwrap().unwrap();
-        let b = build(Language::Cpp, "int main(){ }", None, &l).unwrap().unwrap();
-        let c = build(Language::Cpp, "int main(){}", Some(&["-O0".to_owned()]), &l).unwrap().unwrap();
+        let a = build(Language::Cpp, "int main(){}", None, &l, None).unwrap().unwrap();
+        let b = build(Language::Cpp, "int main(){ }", None, &l, None).unwrap().unwrap();
+        let c = build(Language::Cpp, "int main(){}", Some(&["-O0".to_owned()]), &l, None).unwrap().unwrap();
         assert!(a.key != b.key && a.key != c.key);
         let argv: Vec<&str> = a.job["compile"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
         assert!(argv[0].ends_with("/g++") && argv[1..].starts_with(&["-O2", "-std=c++17", "-o", "main", "main.cpp"]), "{argv:?}");
-        assert!(build(Language::Python, "print(1)", None, &l).unwrap().is_none());
+        assert!(build(Language::Python, "print(1)", None, &l, None).unwrap().is_none());
     }
 
     #[test]

@@ -92,6 +92,10 @@ struct Inner {
     protection: Protection,
     preload: Preload,
     binaries: lang::SharedCache,
+    /// The root of the precompiled headers the workers bind read-only ([`super::pch`]); `None`
+    /// when they are off or the sandbox has no mount namespace (a program could then reach the
+    /// directory writable).
+    pch: Option<PathBuf>,
 }
 
 /// What the warm workers preloaded (see `PRELOAD` in `harness.py`).
@@ -110,6 +114,8 @@ struct Spawner {
     dir: PathBuf,
     uid_base: u32,
     namespaces: bool,
+    /// Host directories bound read-only at the same path in the workers' root.
+    ro_dirs: Vec<PathBuf>,
 }
 
 struct Worker {
@@ -164,7 +170,8 @@ impl LocalSandbox {
         static NEXT_SLOT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let first = NEXT_SLOT.fetch_add(slots as u32, std::sync::atomic::Ordering::Relaxed) % 65_536;
         let uid_base = 1_000_000 + (std::process::id() % 10_000) * 65_536 + first;
-        let spawner = Spawner { python, dir, uid_base, namespaces: config.namespaces };
+        let pch = super::pch::root().filter(|r| make_pch_root(r));
+        let spawner = Spawner { python, dir, uid_base, namespaces: config.namespaces, ro_dirs: pch.iter().cloned().collect() };
         let mut inner = Inner {
             slots: Vec::new(),
             admission: admission.clone(),
@@ -172,6 +179,7 @@ impl LocalSandbox {
             protection: Protection::default(),
             preload: Preload::default(),
             binaries: lang::SharedCache::default(),
+            pch: None,
         };
         let mut set = tokio::task::JoinSet::new();
         for slot in 0..workers {
@@ -190,6 +198,7 @@ impl LocalSandbox {
         }
         inner.slots = started.into_iter().map(tokio::sync::Mutex::new).collect();
         (inner.protection, inner.preload) = hello.unwrap_or_default();
+        inner.pch = pch.filter(|_| inner.protection.mount_namespace);
         if config.strict && !inner.protection.is_complete() {
             let mut missing = inner.protection.notes.clone();
             if missing.is_empty() {
@@ -213,6 +222,17 @@ impl LocalSandbox {
     /// What the workers preloaded.
     pub fn preload(&self) -> &Preload {
         &self.inner.preload
+    }
+
+    /// The compiler's argv for a `language` source compiled with `flags` (the language's
+    /// defaults when `None`) in this sandbox, precompiled header included; `None` for an
+    /// interpreted language. For tests and benchmarks that check what the compile step runs.
+    ///
+    /// # Errors
+    /// [`Error::Toolchain`] when the compiler is missing.
+    pub fn compile_argv(&self, language: crate::spec::types::Language, flags: Option<&[String]>) -> Result<Option<Vec<String>>, Error> {
+        let b = lang::build(language, "", flags, &super::Limits::default(), self.inner.pch.as_deref())?;
+        Ok(b.map(|b| b.job["compile"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect()))
     }
 
     /// Process ids of the workers started so far (for CPU accounting in benchmarks).
@@ -341,6 +361,18 @@ async fn resolve_python() -> Result<PathBuf, Error> {
     Ok(PathBuf::from(path))
 }
 
+/// Creates the root of the precompiled headers (readable by the programs' uids) so the workers
+/// can bind it; `false` (headers off, with a warning) when it cannot be.
+fn make_pch_root(root: &Path) -> bool {
+    match std::fs::create_dir_all(root).and_then(|()| set_mode(root, 0o755)) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(dir = %root.display(), "C++ compiles run without precompiled headers: cannot create their directory: {e}");
+            false
+        }
+    }
+}
+
 fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
@@ -362,6 +394,7 @@ async fn spawn_worker(inner: &Spawner, slot: usize) -> Result<(Worker, Protectio
         "fallback_tmp": work_dir,
         "tmp_mb": 512,
         "namespaces": inner.namespaces,
+        "ro_dirs": inner.ro_dirs,
     });
     let mut cmd = Command::new(&inner.python);
     cmd.arg("-I")
@@ -516,7 +549,7 @@ impl Grader for LocalSandbox {
         if let Some(t) = problem.compile_timeout_s() {
             limits.compile_timeout = Duration::from_secs_f64(t.clamp(0.1, 600.0));
         }
-        let build = match lang::build(language, code, problem.compile_flags().as_deref(), &limits) {
+        let build = match lang::build(language, code, problem.compile_flags().as_deref(), &limits, self.inner.pch.as_deref()) {
             Ok(b) => b,
             Err(e) => return Verdict::infra_error(&problem.id, total, &e).in_language(language),
         };
@@ -556,7 +589,7 @@ impl Sandbox for LocalSandbox {
         let cacheable = req.files.is_empty();
         let (names, mut files): (Vec<String>, Vec<Vec<u8>>) = req.files.into_iter().unzip();
         let mut job = harness::run_job(&req.code, req.stdin.as_deref(), &names, &req.fetch_files, &req.limits);
-        let build = lang::build(req.language, &req.code, None, &req.limits)?;
+        let build = lang::build(req.language, &req.code, None, &req.limits, self.inner.pch.as_deref())?;
         if let Some(c) = self.failed_before(build.as_ref().filter(|_| cacheable)) {
             return Ok(ExecOutput { status: ExecStatus::Exited(0), stdout: vec![], stderr: vec![], stderr_truncated: false, time: Duration::ZERO, files: BTreeMap::new(), compile: Some(c) });
         }

@@ -28,6 +28,7 @@ pub(crate) mod grade_loop;
 pub mod harness;
 pub mod lang;
 pub mod local;
+pub mod pch;
 pub(crate) mod preflight;
 pub(crate) mod proc_tree;
 pub mod remote;

@@ -420,3 +420,98 @@ async fn cpp_per_row_limits() {
     assert_eq!(grade(load(Some(capped))).await, [Some(TestStatus::Timeout), Some(TestStatus::MemoryLimit)], "1 s");
     assert_nothing_left(&sb);
 }
+
+/// The precompiled `<bits/stdc++.h>` (`rlx::sandbox::pch`): built once, put on the compile's
+/// include path, used by g++ inside the sandbox (its `-H` marks it with `!`), without changing
+/// a verdict or the line a compile error names; a program that includes other code first, or
+/// the header twice, compiles as before; and no submission can write to or replace it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpp_precompiled_header() {
+    if !toolchain(Language::Cpp) {
+        return;
+    }
+    let Some(root) = rlx::sandbox::pch::root() else {
+        eprintln!("SKIPPED: precompiled headers are off (RLX_PCH)");
+        return;
+    };
+    // Without the mount namespace a program could reach the directory writable: no header.
+    let degraded = LocalSandbox::start(LocalConfig { workers: 1, namespaces: false, ..LocalConfig::default() }).await.expect("sandbox starts");
+    let argv = degraded.compile_argv(Language::Cpp, None).unwrap().unwrap();
+    assert!(!argv.iter().any(|a| a == "-I"), "{argv:?}");
+    drop(degraded);
+    let sb = sandbox(2).await;
+    if !sb.protection().mount_namespace {
+        eprintln!("SKIPPED: no mount namespace, so no precompiled header (the programs could reach its directory)");
+        return;
+    }
+    let argv = sb.compile_argv(Language::Cpp, None).unwrap().unwrap();
+    let i = argv.iter().position(|a| a == "-I").expect("the header's directory is on the include path");
+    let dir = std::path::PathBuf::from(&argv[i + 1]);
+    assert!(dir.starts_with(&root) && argv[1..i] == ["-O2", "-std=c++17"], "after the flags it was built with: {argv:?}");
+    // The first compile may run before the header is built: the verdict is the same.
+    let p = problem(Language::Cpp, "aplusb", &[("1 2\n", "3\n"), ("1000000000000 1\n", "1000000000001\n")]);
+    assert!(sb.grade(&p, APLUSB, &opts(5.0)).await.passed);
+    assert!(rlx::sandbox::pch::wait(&dir, Duration::from_secs(600)), "the header builds");
+    let gch = dir.join("bits/stdc++.h.gch");
+    let before = std::fs::metadata(&gch).expect("the header is where the compile looks");
+
+    // g++ inside the sandbox, as the programs' user, uses it (`!` in `-H`) for a program that
+    // starts with the header, and does not for one that includes other code first.
+    let prefix: Vec<String> = argv[..argv.iter().position(|a| a == "-o").unwrap()].to_vec();
+    let probe = format!(
+        "import subprocess\nfor src in [{:?}, '#include <vector>\\n' + {:?}]:\n    open('p.cpp', 'w').write(src)\n    r = subprocess.run({prefix:?} + ['-H', '-fsyntax-only', 'p.cpp'], capture_output=True, text=True)\n    print(r.returncode, any(l.startswith('! ') and l.endswith('bits/stdc++.h.gch') for l in r.stderr.splitlines()))\n",
+        APLUSB, APLUSB
+    );
+    let limits = Limits { timeout: Duration::from_secs(60), memory_mb: 2048, ..Limits::default() };
+    let out = sb.run(ExecRequest { code: probe, limits, ..Default::default() }).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "0 True\n0 False\n", "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Verdicts with the header: passes, wrong answers, and a program that includes other
+    // headers first, the header twice, or defines a macro it depends on (g++ then skips it).
+    let distinct = format!("// another program\n{APLUSB}");
+    let v = sb.grade(&p, &distinct, &opts(5.0)).await;
+    assert!(v.passed && v.compile.as_ref().is_some_and(|c| c.ok() && !c.cached), "{v:?}");
+    let minus = "#include <bits/stdc++.h>\nint main(){long long a,b; std::cin>>a>>b; std::cout<<a-b<<\"\\n\";}\n";
+    assert_eq!(statuses(&sb.grade(&p, minus, &opts(5.0)).await), [TestStatus::WrongAnswer; 2]);
+    let body = "using namespace std;\nint main(){ long long a, b; cin >> a >> b; vector<long long> v{a, b}; cout << accumulate(v.begin(), v.end(), 0LL) << endl; }\n";
+    for head in ["#include <vector>\n#include <bits/stdc++.h>\n", "#include <bits/stdc++.h>\n#include <bits/stdc++.h>\n", "#include \"bits/stdc++.h\"\n#include <bits/stdc++.h>\n", "#define _GLIBCXX_DEBUG\n#include <bits/stdc++.h>\n"] {
+        let v = sb.grade(&p, &format!("{head}{body}"), &opts(5.0)).await;
+        assert!(v.passed, "{head}: {v:?}");
+    }
+
+    // A compile error: the same verdict, and the same first error naming the user's line, as
+    // g++ gives without the header.
+    let broken = "#include <bits/stdc++.h>\nusing namespace std;\nint main(){\n  vector<int> v;\n  v.push_back(\"x\");\n}\n";
+    let v = sb.grade(&p, broken, &opts(5.0)).await;
+    assert_eq!(statuses(&v), [TestStatus::CompileError; 2], "{v:?}");
+    let first_error = |text: &str| text.lines().find(|l| l.contains("error:")).map(str::to_owned);
+    let with = first_error(&v.compile.as_ref().unwrap().output);
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("main.cpp"), broken).unwrap();
+    let host = std::process::Command::new(&argv[0]).args(["-O2", "-std=c++17", "-o", "main", "main.cpp"]).current_dir(tmp.path()).output().unwrap();
+    let without = first_error(&String::from_utf8_lossy(&host.stderr));
+    assert!(with.as_deref().is_some_and(|l| l.starts_with("main.cpp:5:")), "{with:?}");
+    assert_eq!(with, without, "the first error is g++'s own, with the header or without");
+
+    // A submission can read the header but not write, replace, remove or add to it.
+    let gch_s = gch.display().to_string();
+    let bits_s = dir.join("bits").display().to_string();
+    let attack = format!(
+        "#include <cstdio>\n#include <unistd.h>\n#include <fcntl.h>\n#include <sys/stat.h>\nint main(){{ int ok = 0; const char *g = \"{gch_s}\";\n\
+         FILE *r = fopen(g, \"r\"); if (!r) return 7; fclose(r);\n\
+         FILE *w = fopen(g, \"r+\"); if (w) {{ ok++; fclose(w); }}\n\
+         if (open(g, O_WRONLY | O_TRUNC) >= 0) ok++;\n\
+         if (unlink(g) == 0) ok++;\n\
+         FILE *n = fopen(\"fake.gch\", \"w\"); if (n) {{ fputs(\"x\", n); fclose(n); if (rename(\"fake.gch\", g) == 0) ok++; }}\n\
+         if (open(\"{bits_s}/new.gch\", O_CREAT | O_WRONLY, 0644) >= 0) ok++;\n\
+         if (chmod(g, 0666) == 0) ok++;\n\
+         if (symlink(\"/tmp/work/fake.gch\", \"{bits_s}/x.h.gch\") == 0) ok++;\n\
+         printf(\"%d\\n\", ok); }}\n"
+    );
+    let v = sb.grade(&problem(Language::Cpp, "replace_pch", &[("", "0")]), &attack, &opts(5.0)).await;
+    assert!(v.passed, "{v:?}");
+    let after = std::fs::metadata(&gch).unwrap();
+    assert_eq!((after.len(), after.modified().unwrap()), (before.len(), before.modified().unwrap()), "the header is untouched");
+    assert!(std::fs::read_dir(dir.join("bits")).unwrap().count() == 2, "nothing was added beside it");
+    assert_nothing_left(&sb);
+}

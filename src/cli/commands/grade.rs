@@ -204,7 +204,9 @@ pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
         problems = problems.into_iter().map(|p| if p.metadata.contains_key(data::META_LANGUAGE) { p } else { p.in_language(l) }).collect();
     }
     if args.sandbox == SandboxKind::Local {
-        crate::sandbox::lang::check_toolchains(problems.iter().map(data::Problem::language).collect::<std::collections::HashSet<_>>())?;
+        let languages = problems.iter().map(data::Problem::language).collect::<std::collections::HashSet<_>>();
+        crate::sandbox::lang::check_toolchains(languages.iter().copied())?;
+        crate::sandbox::lang::warm_toolchains(languages);
     }
     let submissions = read_completions(&args.completions)?;
     // An unknown problem id is a usage error (exit 2), found before any sandbox starts.

@@ -82,7 +82,10 @@ fn require_toolchains(plan: &crate::plan::Plan) -> anyhow::Result<()> {
         return Ok(());
     }
     let languages = plan.data.train.iter().chain(&plan.data.eval).filter_map(|s| s.language);
-    crate::sandbox::lang::check_toolchains(languages).map_err(|e| anyhow::Error::new(e).context("cannot grade the spec's languages"))
+    crate::sandbox::lang::check_toolchains(languages.clone()).map_err(|e| anyhow::Error::new(e).context("cannot grade the spec's languages"))?;
+    // The precompiled <bits/stdc++.h> builds while the model loads and samples.
+    crate::sandbox::lang::warm_toolchains(languages);
+    Ok(())
 }
 
 /// Runs a plan on a fresh runtime with the console's progress and the signal policy of `rlx
