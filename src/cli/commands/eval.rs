@@ -260,6 +260,19 @@ fn default_prompt() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// One summary line: `label`, the mean of per-problem `values` with its 95% interval (clamped to
+/// [0, 100]%), the number of problems, then `tail`.
+fn ci_line(label: &str, values: &[f64], tail: &str) -> String {
+    let (mean, half) = mean_and_ci95(values);
+    format!(
+        "{label} {:>6.2}%  95% CI [{:.2}%, {:.2}%]  over {} problems{tail}",
+        100.0 * mean,
+        100.0 * (mean - half).max(0.0),
+        100.0 * (mean + half).min(1.0),
+        values.len()
+    )
+}
+
 /// Prints pass@k with 95% confidence intervals from the run directory's baseline evaluation.
 fn summarise(dir: &Path, ks: &[u32]) -> anyhow::Result<()> {
     let rd = RunDir::open(dir).with_context(|| format!("cannot read `{}`", dir.display()))?;
@@ -270,25 +283,11 @@ fn summarise(dir: &Path, ks: &[u32]) -> anyhow::Result<()> {
     for &k in ks {
         // Problems whose every sample failed for infrastructure reasons have no estimate.
         let values: Vec<f64> = rows.iter().filter(|r| r.n > 0).filter_map(|r| r.metrics.get(k)).collect();
-        let (mean, half) = mean_and_ci95(&values);
-        printer::out(format!(
-            "pass@{k:<3} {:>6.2}%  95% CI [{:.2}%, {:.2}%]  over {} problems",
-            100.0 * mean,
-            100.0 * (mean - half).max(0.0),
-            100.0 * (mean + half).min(1.0),
-            values.len()
-        ));
+        printer::out(ci_line(&format!("pass@{k:<3}"), &values, ""));
     }
     let greedy: Vec<f64> = greedy.iter().filter(|r| r.n > 0).map(|r| f64::from(r.correct) / f64::from(r.n)).collect();
     if !greedy.is_empty() {
-        let (mean, half) = mean_and_ci95(&greedy);
-        printer::out(format!(
-            "greedy   {:>6.2}%  95% CI [{:.2}%, {:.2}%]  over {} problems (pass@1, 1 sample at temperature 0)",
-            100.0 * mean,
-            100.0 * (mean - half).max(0.0),
-            100.0 * (mean + half).min(1.0),
-            greedy.len()
-        ));
+        printer::out(ci_line("greedy  ", &greedy, " (pass@1, 1 sample at temperature 0)"));
     }
     if infra > 0 || dropped > 0.0 || graded < rows.len() {
         printer::warning(&format!("{infra} sample(s) lost to sandbox infrastructure errors, {dropped} problem(s) dropped after sampler infrastructure errors; both are left out of pass@k"), &[]);
