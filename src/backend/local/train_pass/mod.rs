@@ -23,6 +23,11 @@
 //! same formulas, same parameter tensors (read in place) — and the tests check values and
 //! gradients against it (and so, transitively, against finite differences and the numpy
 //! reference).
+//!
+//! A batch may be packed ([`Packing`]): several sequences sharing a prompt in one row, the
+//! prompt once. Tokens then carry their own RoPE positions and segment ids, and attention (and
+//! its backward, which rebuilds the probabilities) masks keys outside the shared prefix and the
+//! query's own segment; everything else is per token and unchanged.
 
 pub(crate) mod kernels;
 
