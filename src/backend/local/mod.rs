@@ -29,8 +29,6 @@ pub(crate) mod lora;
 pub mod model;
 pub(crate) mod optim;
 pub(crate) mod pack;
-#[cfg(test)]
-mod pack_tests;
 pub(crate) mod pick;
 pub(crate) mod options;
 pub mod quant;
@@ -56,3 +54,6 @@ impl From<candle_core::Error> for crate::backend::Error {
 }
 pub use sampler::LocalSampler;
 pub use trainer::{LocalTrainer, TrainerOptions};
+
+#[cfg(test)]
+mod pack_tests;

@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use super::model::{Arch, Config, Tuning, random_weights};
 use super::pack::{self, Row, Sharing};
 use super::trainer::{LocalTrainer, TrainerOptions};
-use super::LoraConfig;
+use crate::seam::LoraConfig;
 use crate::seam::{AdamParams, Datum, KlKind, KlLoss, LossFn, LossFnInputs};
 
 fn config(arch: Arch) -> Config {
