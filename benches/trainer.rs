@@ -9,6 +9,9 @@
 //! projections) and full fine-tuning. The PyTorch side (`benches/trainer_torch.py`) loads the
 //! same weights, exported by rlx from the GGUF as an HF directory; it is skipped with a message if
 //! `torch`/`transformers`/`peft` are not importable (`RLX_TORCH_PYTHON` names another interpreter).
+//! The `grpo_plain` and `grpo_packed` phases (rlx alone) time a GRPO-shaped LoRA step, 4 groups ×
+//! 8 sequences of a 166-token prompt and 32–64 sampled tokens (PPO), without and with prompt
+//! packing, and print the ratio.
 //! Sampling uses the Q8_0 weights `backend.sample_weights` defaults to; `RLX_BENCH_SAMPLE_WEIGHTS=f32`
 //! samples with the f32 weights instead.
 
@@ -32,7 +35,11 @@ const NEW: usize = 64;
 const BATCH: usize = 4;
 const SEQ: usize = 128;
 const STEPS: usize = 2;
-const PHASES: [&str; 4] = ["sample1", "sample16", "train_lora", "train_full"];
+const PHASES: [&str; 6] = ["sample1", "sample16", "train_lora", "train_full", "grpo_plain", "grpo_packed"];
+/// The GRPO-shaped step: groups × sequences per group, prompt tokens, completion tokens 48 ± 16.
+const GROUPS: usize = 4;
+const GROUP_SIZE: usize = 8;
+const GRPO_PROMPT: usize = 166;
 
 fn peak_rss_mb() -> f64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -64,6 +71,9 @@ fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
         let dt = t.elapsed().as_secs_f64();
         let generated: usize = out.iter().map(|o| o.tokens.len()).sum();
         return serde_json::json!({"phase": phase, "tokens_per_s": generated as f64 / dt, "peak_rss_mb": peak_rss_mb()});
+    }
+    if let Some(layout) = phase.strip_prefix("grpo_") {
+        return grpo_phase(loaded, vocab, layout == "packed");
     }
     let tuning = if phase == "train_lora" { Tuning::Lora(LoraConfig { rank: 16, alpha: 32.0, ..LoraConfig::all_linear(16) }) } else { Tuning::Full };
     let mut tr = LocalTrainer::new(loaded, TrainerOptions { tuning, seed: 0, max_tokens_per_microbatch: microbatch(), ..Default::default() }).expect("trainer");
@@ -101,6 +111,46 @@ fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
     let fwd = t.elapsed().as_secs_f64();
     serde_json::json!({"phase": phase, "tokens_per_s": (BATCH * SEQ) as f64 / (total / n), "step_s": total / n,
                        "fwd_bwd_s": fb / n, "optim_s": opt / n, "fwd_only_s": fwd, "peak_rss_mb": peak_rss_mb()})
+}
+
+/// A GRPO-shaped LoRA step (see the module doc), with prompt packing on or off.
+fn grpo_phase(loaded: rlx::backend::local::Loaded, vocab: usize, pack: bool) -> serde_json::Value {
+    let tuning = Tuning::Lora(LoraConfig { rank: 16, alpha: 32.0, ..LoraConfig::all_linear(16) });
+    let mut tr = LocalTrainer::new(loaded, TrainerOptions { tuning, seed: 0, max_tokens_per_microbatch: microbatch(), ..Default::default() }).expect("trainer");
+    tr.set_prompt_packing(pack);
+    let mut data = Vec::new();
+    for g in 0..GROUPS as u64 {
+        let prompt = tokens(GRPO_PROMPT, 300 + g, vocab);
+        for k in 0..GROUP_SIZE as u64 {
+            let len = 32 + (tokens(1, 400 + g * 64 + k, 33)[0] as usize);
+            let completion = tokens(len, 500 + g * 64 + k, vocab);
+            let input: Vec<u32> = prompt.iter().chain(&completion[..len - 1]).copied().collect();
+            let targets: Vec<u32> = prompt[1..].iter().chain(&completion).copied().collect();
+            let on = |j: usize| j + 1 >= GRPO_PROMPT;
+            let adv = if k % 2 == 0 { 1.0 } else { -1.0 };
+            data.push(Datum {
+                loss_fn_inputs: LossFnInputs {
+                    target_tokens: targets,
+                    weights: None,
+                    logprobs: Some((0..input.len()).map(|j| if on(j) { -1.5 } else { 0.0 }).collect()),
+                    advantages: Some((0..input.len()).map(|j| if on(j) { adv } else { 0.0 }).collect()),
+                },
+                model_input: input,
+            });
+        }
+    }
+    let positions: usize = data.iter().map(|d| d.model_input.len()).sum();
+    let adam = AdamParams { learning_rate: 1e-5, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, grad_clip_norm: 1.0 };
+    let mut step = || {
+        let t = Instant::now();
+        tr.forward_backward(&data, &LossFn::PPO).expect("forward_backward");
+        tr.optim_step(&adam).expect("optim_step");
+        t.elapsed().as_secs_f64()
+    };
+    step(); // warm-up
+    let total: f64 = (0..STEPS).map(|_| step()).sum();
+    let step_s = total / STEPS as f64;
+    serde_json::json!({"phase": if pack { "grpo_packed" } else { "grpo_plain" }, "tokens_per_s": positions as f64 / step_s, "step_s": step_s, "sequences": data.len(), "positions": positions, "peak_rss_mb": peak_rss_mb()})
 }
 
 /// Tokens per forward/backward micro-batch: `$RLX_BENCH_MICROBATCH`, else the spec's default
@@ -176,9 +226,13 @@ fn main() {
     println!("{:<11} {:>14} {:>14} {:>8} {:>12} {:>12}", "phase", "rlx tok/s", "torch tok/s", "ratio", "rlx MB", "torch MB");
     // `--phases sample1,train_full` runs a subset.
     let only: Option<Vec<String>> = args.iter().position(|a| a == "--phases").and_then(|i| args.get(i + 1)).map(|p| p.split(',').map(String::from).collect());
+    let mut grpo_steps = Vec::new();
     for phase in PHASES.iter().copied().filter(|p| only.as_ref().is_none_or(|o| o.iter().any(|x| x == p))) {
         let ours = child(&["--phase", phase, gguf.to_str().expect("utf-8 path")]);
-        let theirs = if has_torch { torch_phase(&hf_dir, phase, threads) } else { None };
+        let theirs = if has_torch && !phase.starts_with("grpo") { torch_phase(&hf_dir, phase, threads) } else { None };
+        if phase.starts_with("grpo") {
+            grpo_steps.push(ours.as_ref().and_then(|o| o["step_s"].as_f64()));
+        }
         let f = |v: &Option<serde_json::Value>, k: &str| v.as_ref().and_then(|v| v[k].as_f64());
         let (a, b) = (f(&ours, "tokens_per_s"), f(&theirs, "tokens_per_s"));
         let fmt = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
@@ -195,5 +249,8 @@ fn main() {
             && t.get("step_s").is_some() {
                 println!("            torch detail: {t}");
             }
+    }
+    if let [Some(plain), Some(packed)] = grpo_steps[..] {
+        println!("GRPO step ({GROUPS}x{GROUP_SIZE}, {GRPO_PROMPT}-token prompt, LoRA r16): {plain:.2} s plain, {packed:.2} s packed: {:.2}x faster with prompt packing", plain / packed);
     }
 }

@@ -10,7 +10,8 @@
 //!   [`decode`]: its hand-written decoding path on quantised weights with continuous batching;
 //!   [`quant`]: which quantised copies (the GGUF's own blocks, Q8_0) it decodes with.
 //! - [`trainer`]: [`LocalTrainer`], forward/backward, AdamW ([`optim`]), state ([`state`]);
-//!   [`train_pass`]: its hand-written f32 forward and backward (candle's autograd stays for f64).
+//!   [`train_pass`]: its hand-written f32 forward and backward (candle's autograd stays for f64);
+//!   [`pack`]: its micro-batches, with the prompt a GRPO group shares packed once per row.
 //!
 //! - [`handle`]: the backend behind the async seams: [`open`] loads the model on a thread that
 //!   owns the trainer; requests queue to it ([`worker`]) in submission order.
@@ -27,6 +28,7 @@ pub(crate) mod loss_tensor;
 pub(crate) mod lora;
 pub mod model;
 pub(crate) mod optim;
+pub(crate) mod pack;
 pub(crate) mod pick;
 pub(crate) mod options;
 pub mod quant;
@@ -52,3 +54,6 @@ impl From<candle_core::Error> for crate::backend::Error {
 }
 pub use sampler::LocalSampler;
 pub use trainer::{LocalTrainer, TrainerOptions};
+
+#[cfg(test)]
+mod pack_tests;

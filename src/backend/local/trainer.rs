@@ -5,7 +5,9 @@
 //! after every real token, invisible to a causal model). Micro-batches are capped at
 //! [`TrainerOptions::max_tokens_per_microbatch`] padded tokens to bound activation memory; since
 //! every loss is a token-level sum, summing micro-batch gradients gives exactly the full-batch
-//! gradient.
+//! gradient. On the hand-written pass, datums sharing a prompt (a GRPO group) are packed into
+//! one row with the prompt once ([`super::pack`]): same results up to summation order, ~3× fewer
+//! positions on the quickstart.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use super::load::Loaded;
 use super::model::{Config, Model, ParamBuilder, Tuning};
 use super::optim::AdamW;
+use super::pack::{self, Chunk, Row, Sharing};
 use super::quant::{self, SampleWeights};
 use super::sampler::LocalSampler;
 use super::state;
@@ -45,6 +48,8 @@ pub struct LocalTrainer {
     quantized_base: quant::Cache,
     /// The reference policy of `grpo.kl`, built on first use (see [`LocalTrainer::reference_logprobs`]).
     reference: Option<Model>,
+    /// Whether the hand-written pass packs datums that share a prompt ([`super::pack`]).
+    pack_prompts: bool,
 }
 
 impl std::fmt::Debug for LocalTrainer {
@@ -100,7 +105,7 @@ impl LocalTrainer {
         // tensors too would double the model's memory for nothing.
         drop(pb);
         let base = if options.tuning == Tuning::Full { Arc::new(HashMap::new()) } else { base };
-        Ok(Self { config, options, base, model, names, vars, grads: None, opt, tokenizer: tokenizer.map(Arc::new), source, quantized_base: quant::Cache::default(), reference: None })
+        Ok(Self { config, options, base, model, names, vars, grads: None, opt, tokenizer: tokenizer.map(Arc::new), source, quantized_base: quant::Cache::default(), reference: None, pack_prompts: packing_from_env() })
     }
 
     /// The model being trained.
@@ -151,6 +156,13 @@ impl LocalTrainer {
         Ok(())
     }
 
+    /// Turns prompt packing ([`super::pack`]) on or off for later calls (on unless
+    /// `RLX_TRAIN_PACK=off`): the same results up to float summation order, for benchmarks and
+    /// tests that compare the two layouts.
+    pub fn set_prompt_packing(&mut self, on: bool) {
+        self.pack_prompts = on;
+    }
+
     /// Scores later calls at `temperature` (see [`TrainerOptions::temperature`]).
     ///
     /// # Errors
@@ -169,16 +181,17 @@ impl LocalTrainer {
     /// Invalid datums, tensor failures.
     pub fn forward(&self, data: &[Datum]) -> Result<Vec<DatumOutput>> {
         let mut outputs = Vec::with_capacity(data.len());
-        for chunk in self.microbatches(data, &LossFn::CrossEntropy)? {
-            let batch = Batch::new(chunk, self.vars[0].dtype(), None)?;
-            let logp = if self.hand_written_pass() {
-                let (logp, _) = train_pass::forward(&self.model, batch.pass(self.options.temperature), false)?;
-                Tensor::from_vec(logp, (batch.b, batch.t), &Device::Cpu)?
+        let hand_written = self.hand_written_pass();
+        let sharing = (hand_written && self.pack_prompts).then_some(Sharing::Any);
+        for chunk in self.microbatches(data, &LossFn::CrossEntropy, sharing)? {
+            let batch = Batch::new(&chunk, self.vars[0].dtype(), None)?;
+            let logp = if hand_written {
+                train_pass::forward(&self.model, batch.pass(self.options.temperature), false)?.0
             } else {
                 let (tokens, targets) = batch.tensors()?;
-                self.target_logprobs(&tokens, &targets)?.detach()
+                self.target_logprobs(&tokens, &targets)?.detach().flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?
             };
-            outputs.extend(batch.outputs(&logp)?);
+            outputs.extend(batch.outputs(&logp));
         }
         Ok(outputs)
     }
@@ -205,14 +218,14 @@ impl LocalTrainer {
         }
         let model = self.reference.as_ref().expect("built above");
         let mut out = Vec::with_capacity(data.len());
-        for chunk in self.microbatches(data, &LossFn::CrossEntropy)? {
-            let batch = Batch::new(chunk, DType::F32, None)?;
+        for chunk in self.microbatches(data, &LossFn::CrossEntropy, None)? {
+            let batch = Batch::new(&chunk, DType::F32, None)?;
             let (tokens, targets) = batch.tensors()?;
             let (b, t) = tokens.dims2()?;
             let logits = model.forward(&tokens, 0, None)?.to_dtype(DType::F32)?.reshape((b * t, self.config.vocab_size))?;
             let logits = tempered(logits, self.options.temperature)?;
             let logp = super::target_logprob::target_logprobs(&logits, &targets.flatten_all()?.to_vec1::<u32>()?)?.reshape((b, t))?;
-            out.extend(batch.outputs(&logp)?.into_iter().map(|o| o.logprobs));
+            out.extend(batch.outputs(&logp.flatten_all()?.to_vec1::<f32>()?).into_iter().map(|o| o.logprobs));
         }
         Ok(out)
     }
@@ -223,7 +236,8 @@ impl LocalTrainer {
         self.vars[0].dtype() == DType::F32 && !matches!(std::env::var("RLX_TRAIN_PASS").as_deref(), Ok("autograd"))
     }
 
-    fn microbatches<'a>(&self, data: &'a [Datum], loss: &LossFn) -> Result<Vec<&'a [Datum]>> {
+    /// Validated `data` in micro-batches, packed as `sharing` allows (`None`: plain rows).
+    fn microbatches<'a>(&self, data: &'a [Datum], loss: &LossFn, sharing: Option<Sharing<'_>>) -> Result<Vec<Chunk<'a>>> {
         if data.is_empty() {
             return Err(Error::InvalidArgument { what: "data", reason: "no datums".into() });
         }
@@ -240,21 +254,7 @@ impl LocalTrainer {
                 });
             }
         }
-        let cap = self.options.max_tokens_per_microbatch.max(1);
-        let mut out = Vec::new();
-        let (mut start, mut longest) = (0usize, 0usize);
-        for (i, d) in data.iter().enumerate() {
-            let l = longest.max(d.model_input.len());
-            if i > start && l * (i - start + 1) > cap {
-                out.push(&data[start..i]);
-                start = i;
-                longest = d.model_input.len();
-            } else {
-                longest = l;
-            }
-        }
-        out.push(&data[start..]);
-        Ok(out)
+        Ok(pack::plan(data, self.options.max_tokens_per_microbatch, sharing))
     }
 
     /// `log softmax(logits)[target]`, `[b, t]`.
@@ -267,13 +267,9 @@ impl LocalTrainer {
     }
 }
 
-/// The index of each chunk's first datum among all of them.
-fn offsets(chunks: &[&[Datum]]) -> Vec<usize> {
-    chunks.iter().scan(0, |n, c| {
-        let first = *n;
-        *n += c.len();
-        Some(first)
-    }).collect()
+/// Prompt packing unless `RLX_TRAIN_PACK` is `off` (or `0`, `false`).
+fn packing_from_env() -> bool {
+    !matches!(std::env::var("RLX_TRAIN_PACK").as_deref(), Ok("off" | "0" | "false"))
 }
 
 /// `logits / temperature` (the distribution the policy samples at that temperature).
@@ -281,59 +277,94 @@ fn tempered(logits: Tensor, temperature: f32) -> candle_core::Result<Tensor> {
     if temperature == 1.0 { Ok(logits) } else { logits / f64::from(temperature) }
 }
 
-/// Datums padded into tensors.
+/// Datums laid out in rows (see [`pack`]) and padded into tensors.
 struct Batch<'a> {
     data: &'a [Datum],
     b: usize,
     t: usize,
     tokens: Vec<u32>,
     targets: Vec<u32>,
+    /// Packed rows' per-token positions and segments (`train_pass::Packing`); empty when every
+    /// row is a plain datum.
+    positions: Vec<u32>,
+    segments: Vec<u32>,
+    /// Per datum: its row, its shared positions, the column of its own first position.
+    place: Vec<(usize, usize, usize)>,
     inputs: TokenInputs,
 }
 
 impl<'a> Batch<'a> {
-    /// `kl`: the KL loss term and the index of `data[0]` among its datums.
-    fn new(data: &'a [Datum], dtype: DType, kl: Option<(&KlLoss, usize)>) -> Result<Self> {
-        let b = data.len();
-        let t = data.iter().map(|d| d.model_input.len()).max().unwrap_or(0);
+    /// `kl`: the KL loss term (indexed by `chunk.first` and on).
+    fn new(chunk: &Chunk<'a>, dtype: DType, kl: Option<&KlLoss>) -> Result<Self> {
+        let data = chunk.data;
+        let b = chunk.rows.len();
+        let (mut lens, mut next) = (Vec::with_capacity(b), 0);
+        for &row in &chunk.rows {
+            let ds = &data[next..next + row.count];
+            lens.push(row.shared + ds.iter().map(|d| d.model_input.len() - row.shared).sum::<usize>());
+            next += row.count;
+        }
+        let t = lens.iter().copied().max().unwrap_or(0);
+        let packed = chunk.rows.iter().any(|r| r.shared > 0);
+        let z = |on: bool| if on { vec![0f32; b * t] } else { Vec::new() };
         let mut tokens = vec![0u32; b * t];
         let mut targets = vec![0u32; b * t];
-        let (mut w, mut q, mut a, mut valid) = (vec![0f32; b * t], vec![0f32; b * t], vec![0f32; b * t], vec![0f32; b * t]);
-        for (i, d) in data.iter().enumerate() {
-            let n = d.model_input.len();
-            let row = i * t;
-            tokens[row..row + n].copy_from_slice(&d.model_input);
-            targets[row..row + n].copy_from_slice(&d.loss_fn_inputs.target_tokens);
-            let inp = &d.loss_fn_inputs;
-            match &inp.weights {
-                Some(x) => w[row..row + n].copy_from_slice(x),
-                None => w[row..row + n].fill(1.0),
+        let (mut w, mut q, mut a, mut valid) = (z(true), z(true), z(true), z(true));
+        let (mut reference, mut coef) = (z(kl.is_some()), z(kl.is_some()));
+        // Padding sees the prefix and other padding only; no loss reads it.
+        let (mut positions, mut segments) = if packed { (vec![0u32; b * t], vec![u32::MAX; b * t]) } else { (Vec::new(), Vec::new()) };
+        let mut place = Vec::with_capacity(data.len());
+        let mut next = 0;
+        for (r, &Row { count, shared }) in chunk.rows.iter().enumerate() {
+            let base = r * t;
+            // The shared positions carry no loss (valid 0): `pack` shares only inert ones.
+            let head = &data[next];
+            tokens[base..base + shared].copy_from_slice(&head.model_input[..shared]);
+            targets[base..base + shared].copy_from_slice(&head.loss_fn_inputs.target_tokens[..shared]);
+            if packed {
+                segments[base..base + shared].fill(0);
+                positions[base..base + shared].iter_mut().zip(0u32..).for_each(|(p, j)| *p = j);
             }
-            if let Some(x) = &inp.logprobs {
-                q[row..row + n].copy_from_slice(x);
+            let mut col = shared;
+            for (k, d) in data[next..next + count].iter().enumerate() {
+                let (n, index) = (d.model_input.len(), chunk.first + next + k);
+                let dst = base + col..base + col + n - shared;
+                tokens[dst.clone()].copy_from_slice(&d.model_input[shared..]);
+                let inp = &d.loss_fn_inputs;
+                targets[dst.clone()].copy_from_slice(&inp.target_tokens[shared..]);
+                match &inp.weights {
+                    Some(x) => w[dst.clone()].copy_from_slice(&x[shared..]),
+                    None => w[dst.clone()].fill(1.0),
+                }
+                if let Some(x) = &inp.logprobs {
+                    q[dst.clone()].copy_from_slice(&x[shared..]);
+                }
+                if let Some(x) = &inp.advantages {
+                    a[dst.clone()].copy_from_slice(&x[shared..]);
+                }
+                valid[dst.clone()].fill(1.0);
+                if let Some(kl) = kl {
+                    let (rf, c) = (&kl.reference[index], &kl.coef[index]);
+                    if rf.len() != n || c.len() != n {
+                        return Err(Error::InvalidDatum { index, reason: format!("KL term of {} reference and {} coefficient entries for {n} targets", rf.len(), c.len()) });
+                    }
+                    reference[dst.clone()].copy_from_slice(&rf[shared..]);
+                    coef[dst.clone()].copy_from_slice(&c[shared..]);
+                }
+                if packed {
+                    segments[dst.clone()].fill(k as u32 + 1);
+                    positions[dst.clone()].iter_mut().zip(shared as u32..).for_each(|(p, j)| *p = j);
+                }
+                place.push((r, shared, col));
+                col += n - shared;
             }
-            if let Some(x) = &inp.advantages {
-                a[row..row + n].copy_from_slice(x);
-            }
-            valid[row..row + n].fill(1.0);
+            next += count;
         }
         let dev = Device::Cpu;
         let f = |v: Vec<f32>| -> candle_core::Result<Tensor> { Tensor::from_vec(v, (b, t), &dev)?.to_dtype(dtype) };
         let kl = match kl {
             None => None,
-            Some((kl, first)) => {
-                let (mut reference, mut coef) = (vec![0f32; b * t], vec![0f32; b * t]);
-                for (i, d) in data.iter().enumerate() {
-                    let (n, row) = (d.model_input.len(), i * t);
-                    let (r, c) = (&kl.reference[first + i], &kl.coef[first + i]);
-                    if r.len() != n || c.len() != n {
-                        return Err(Error::InvalidDatum { index: first + i, reason: format!("KL term of {} reference and {} coefficient entries for {n} targets", r.len(), c.len()) });
-                    }
-                    reference[row..row + n].copy_from_slice(r);
-                    coef[row..row + n].copy_from_slice(c);
-                }
-                Some(KlTensors { reference: f(reference)?, coef: f(coef)?, kind: kl.estimator })
-            }
+            Some(kl) => Some(KlTensors { reference: f(reference)?, coef: f(coef)?, kind: kl.estimator }),
         };
         Ok(Self {
             data,
@@ -341,36 +372,49 @@ impl<'a> Batch<'a> {
             t,
             tokens,
             targets,
+            positions,
+            segments,
+            place,
             inputs: TokenInputs { weights: f(w)?, logprobs: f(q)?, advantages: f(a)?, valid: f(valid)?, kl },
         })
     }
 
     fn pass(&self, temperature: f32) -> train_pass::Batch<'_> {
-        train_pass::Batch { tokens: &self.tokens, targets: &self.targets, b: self.b, t: self.t, temperature }
+        let packing = (!self.segments.is_empty()).then_some(train_pass::Packing { positions: &self.positions, segments: &self.segments });
+        train_pass::Batch { tokens: &self.tokens, targets: &self.targets, b: self.b, t: self.t, temperature, packing }
     }
 
-    /// Tokens and targets as `[b, t]` tensors, for candle's autograd path.
+    /// Tokens and targets as `[b, t]` tensors, for candle's autograd path (plain rows only).
     fn tensors(&self) -> candle_core::Result<(Tensor, Tensor)> {
+        debug_assert!(self.segments.is_empty(), "candle's model runs plain rows only");
         let dev = Device::Cpu;
         Ok((Tensor::from_slice(&self.tokens, (self.b, self.t), &dev)?, Tensor::from_slice(&self.targets, (self.b, self.t), &dev)?))
     }
 
-    fn outputs(&self, logp: &Tensor) -> Result<Vec<DatumOutput>> {
-        let rows = logp.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-        Ok(self.data.iter().zip(rows).map(|(d, r)| DatumOutput { logprobs: r[..d.model_input.len()].to_vec() }).collect())
+    /// Each datum's log-probabilities out of the batch's `[b · t]`.
+    fn outputs(&self, logp: &[f32]) -> Vec<DatumOutput> {
+        self.data
+            .iter()
+            .zip(&self.place)
+            .map(|(d, &(r, shared, col))| {
+                let at = |j: usize| r * self.t + if j < shared { j } else { col + j - shared };
+                DatumOutput { logprobs: (0..d.model_input.len()).map(|j| logp[at(j)]).collect() }
+            })
+            .collect()
     }
 }
 
 impl LocalTrainer {
     /// The summed gradient of `loss` over `chunks` through [`train_pass`]; adds each chunk's loss
     /// to `total` and its log-probabilities to `outputs`.
-    fn gradients_hand_written(&self, chunks: &[&[Datum]], loss: &LossFn, kl: Option<&KlLoss>, total: &mut f64, outputs: &mut Vec<DatumOutput>) -> Result<Vec<Option<Tensor>>> {
+    fn gradients_hand_written(&self, chunks: &[Chunk<'_>], loss: &LossFn, kl: Option<&KlLoss>, total: &mut f64, outputs: &mut Vec<DatumOutput>) -> Result<Vec<Option<Tensor>>> {
         let mut grads = train_pass::Grads::zeros(self.vars.iter().map(|v| v.as_tensor()));
-        for (chunk, first) in chunks.iter().zip(offsets(chunks)) {
-            let batch = Batch::new(chunk, DType::F32, kl.map(|k| (k, first)))?;
+        for chunk in chunks {
+            let batch = Batch::new(chunk, DType::F32, kl)?;
             let (logp, tape) = train_pass::forward(&self.model, batch.pass(self.options.temperature), true)?;
             // The loss itself is a handful of element-wise ops on `[b, t]`: candle's autograd
             // differentiates it (one definition for both paths, rl/loss.rs), the pass the rest.
+            outputs.extend(batch.outputs(&logp));
             let logp = Var::from_tensor(&Tensor::from_vec(logp, (batch.b, batch.t), &Device::Cpu)?)?;
             let l = loss::loss_tensor(loss, logp.as_tensor(), &batch.inputs)?;
             *total += l.to_dtype(DType::F64)?.to_vec0::<f64>()?;
@@ -379,7 +423,6 @@ impl LocalTrainer {
                 None => vec![0.0; batch.b * batch.t],
             };
             train_pass::backward(&self.model, batch.pass(self.options.temperature), tape.expect("forward kept its tape"), &dlogp, &mut grads)?;
-            outputs.extend(batch.outputs(logp.as_tensor())?);
         }
         self.vars
             .iter()
@@ -391,10 +434,10 @@ impl LocalTrainer {
     }
 
     /// As [`Self::gradients_hand_written`], through candle's autograd.
-    fn gradients_autograd(&self, chunks: &[&[Datum]], loss: &LossFn, kl: Option<&KlLoss>, total: &mut f64, outputs: &mut Vec<DatumOutput>) -> Result<Vec<Option<Tensor>>> {
+    fn gradients_autograd(&self, chunks: &[Chunk<'_>], loss: &LossFn, kl: Option<&KlLoss>, total: &mut f64, outputs: &mut Vec<DatumOutput>) -> Result<Vec<Option<Tensor>>> {
         let mut acc: Vec<Option<Tensor>> = vec![None; self.vars.len()];
-        for (chunk, first) in chunks.iter().zip(offsets(chunks)) {
-            let batch = Batch::new(chunk, self.vars[0].dtype(), kl.map(|k| (k, first)))?;
+        for chunk in chunks {
+            let batch = Batch::new(chunk, self.vars[0].dtype(), kl)?;
             let (tokens, targets) = batch.tensors()?;
             let logp = self.target_logprobs(&tokens, &targets)?;
             let l = loss::loss_tensor(loss, &logp, &batch.inputs)?;
@@ -408,7 +451,7 @@ impl LocalTrainer {
                     });
                 }
             }
-            outputs.extend(batch.outputs(&logp.detach())?);
+            outputs.extend(batch.outputs(&logp.detach().flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?));
         }
         Ok(acc)
     }
@@ -430,12 +473,14 @@ impl LocalTrainer {
         if let Some(kl) = kl.filter(|k| k.reference.len() != data.len() || k.coef.len() != data.len()) {
             return Err(Error::InvalidArgument { what: "kl", reason: format!("{} reference and {} coefficient rows for {} datums", kl.reference.len(), kl.coef.len(), data.len()) });
         }
-        let chunks = self.microbatches(data, loss)?;
+        let hand_written = self.hand_written_pass();
+        let sharing = if hand_written && self.pack_prompts { Sharing::for_loss(loss, kl) } else { None };
+        let chunks = self.microbatches(data, loss, sharing)?;
         let mut total = 0.0f64;
         let mut outputs = Vec::with_capacity(data.len());
         // Accumulate into fresh buffers and commit only on success ("nothing is accumulated on
         // error").
-        let acc = if self.hand_written_pass() {
+        let acc = if hand_written {
             self.gradients_hand_written(&chunks, loss, kl, &mut total, &mut outputs)?
         } else {
             self.gradients_autograd(&chunks, loss, kl, &mut total, &mut outputs)?

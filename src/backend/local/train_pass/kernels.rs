@@ -217,14 +217,17 @@ pub(crate) fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
 }
 
 /// Rotates every head of token-major `x` `[b·t, heads·hd]` in place ("rotate half" layout), token
-/// `i` of each sequence at position `i`; `inverse` applies the transpose (the backward).
-pub(crate) fn rope(x: &mut [f32], t: usize, heads: usize, hd: usize, cos: &[f32], sin: &[f32], inverse: bool) {
+/// `i` of each sequence at position `positions[i]`, or `i` mod `t` without them; `inverse` applies
+/// the transpose (the backward).
+pub(crate) fn rope(x: &mut [f32], t: usize, heads: usize, hd: usize, table: (&[f32], &[f32]), positions: Option<&[u32]>, inverse: bool) {
+    let (cos, sin) = table;
     let half = hd / 2;
     let width = heads * hd;
     let sign = if inverse { -1.0 } else { 1.0 };
     x.par_chunks_mut(width * ROW_CHUNK).enumerate().for_each(|(c, rows)| {
         for (r, row) in rows.chunks_exact_mut(width).enumerate() {
-            let pos = (c * ROW_CHUNK + r) % t;
+            let i = c * ROW_CHUNK + r;
+            let pos = positions.map_or(i % t, |p| p[i] as usize);
             let (cs, sn) = (&cos[pos * half..(pos + 1) * half], &sin[pos * half..(pos + 1) * half]);
             for head in row.chunks_exact_mut(hd) {
                 let (x1, x2) = head.split_at_mut(half);
@@ -299,9 +302,34 @@ fn fits(offset: usize, rows: usize, cols: usize, ld: usize, len: usize) -> bool 
     rows == 0 || cols == 0 || offset + (rows - 1) * ld + cols <= len
 }
 
+/// Whether query `i` of a row sees key `j <= i`: always in a plain row; in a packed row (segment
+/// ids `seg`, 0 for the shared prefix) when `j` is in the prefix or in `i`'s own segment.
+#[inline]
+fn sees(seg: &[u32], i: usize, j: usize) -> bool {
+    seg[j] == 0 || seg[j] == seg[i]
+}
+
 /// Causal softmax of the scores of head rows `s` `[t, t]` in place; returns each row's
-/// log-sum-exp. Entries above the diagonal become 0.
-fn causal_softmax(s: &mut [f32], t: usize, lse: &mut [f32]) {
+/// log-sum-exp. Entries above the diagonal become 0, and with `seg` (a packed row) the entries
+/// [`sees`] rules out too.
+fn causal_softmax(s: &mut [f32], t: usize, lse: &mut [f32], seg: Option<&[u32]>) {
+    if let Some(seg) = seg {
+        for (i, row) in s.chunks_exact_mut(t).enumerate() {
+            let max = (0..=i).filter(|&j| sees(seg, i, j)).map(|j| row[j]).fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for (j, v) in row[..=i].iter_mut().enumerate() {
+                *v = if sees(seg, i, j) { exp(*v - max) } else { 0.0 };
+                sum += *v;
+            }
+            let inv = 1.0 / sum;
+            for v in &mut row[..=i] {
+                *v *= inv;
+            }
+            row[i + 1..].fill(0.0);
+            lse[i] = max + sum.ln();
+        }
+        return;
+    }
     for (i, row) in s.chunks_exact_mut(t).enumerate() {
         let max = row[..=i].iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0f32;
@@ -320,8 +348,9 @@ fn causal_softmax(s: &mut [f32], t: usize, lse: &mut [f32]) {
 
 /// Causal grouped-query attention over token-major `q` `[b·t, heads·hd]`, `k`, `v`
 /// `[b·t, kv_heads·hd]`: returns the output `[b·t, heads·hd]` and the log-sum-exp of every
-/// score row `[b, heads, t]` (all the backward needs to rebuild the probabilities).
-pub(crate) fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttnShape) -> (Vec<f32>, Vec<f32>) {
+/// score row `[b, heads, t]` (all the backward needs to rebuild the probabilities). With `seg`
+/// `[b·t]`, rows are packed (see [`sees`]).
+pub(crate) fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttnShape, seg: Option<&[u32]>) -> (Vec<f32>, Vec<f32>) {
     let AttnShape { b, t, heads, kv_heads, hd } = s;
     let (qw, kw) = (heads * hd, kv_heads * hd);
     let rep = heads / kv_heads;
@@ -341,7 +370,7 @@ pub(crate) fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttnShape) -> (Vec<f
                 let kt = Mat { data: &k[bi * t * kw + g * hd..], rs: 1, cs: kw };
                 gemm(t, t, hd, Out { buf: p, ld: t }, qh, kt, How { accumulate: false, scale, parallel: false });
                 let mut l = vec![0f32; t];
-                causal_softmax(p, t, &mut l);
+                causal_softmax(p, t, &mut l, seg.map(|sg| &sg[bi * t..(bi + 1) * t]));
                 let off = bi * t * qw + h * hd;
                 assert!(fits(off, t, hd, qw, olen));
                 let vh = Mat { data: &v[bi * t * kw + g * hd..], rs: kw, cs: 1 };
@@ -356,12 +385,13 @@ pub(crate) fn attention(q: &[f32], k: &[f32], v: &[f32], s: AttnShape) -> (Vec<f
 }
 
 /// The attention backward: given `dout` `[b·t, heads·hd]`, the forward's inputs, output and
-/// log-sum-exps, returns `(dq, dk, dv)` in the layouts of `q`, `k`, `v`.
+/// log-sum-exps (`[q, k, v, out, lse]`) and its segments, returns `(dq, dk, dv)` in the layouts of `q`, `k`, `v`.
 ///
 /// Per head, with `P` rebuilt from the scores and `lse`: `dV += Pᵀ dO`, `dP = dO Vᵀ`,
 /// `dS = P ⊙ (dP − rowsum(dO ⊙ O))`, `dQ = scale · dS K`, `dK += scale · dSᵀ Q`. The query heads
 /// sharing a key/value head run in one task, so `dK`, `dV` sum in a fixed order.
-pub(crate) fn attention_backward(dout: &[f32], q: &[f32], k: &[f32], v: &[f32], out: &[f32], lse: &[f32], s: AttnShape) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+pub(crate) fn attention_backward(dout: &[f32], fwd: [&[f32]; 5], s: AttnShape, seg: Option<&[u32]>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let [q, k, v, out, lse] = fwd;
     let AttnShape { b, t, heads, kv_heads, hd } = s;
     let (qw, kw) = (heads * hd, kv_heads * hd);
     let rep = heads / kv_heads;
@@ -386,9 +416,11 @@ pub(crate) fn attention_backward(dout: &[f32], q: &[f32], k: &[f32], v: &[f32], 
                 let doh = Mat { data: &dout[qo..], rs: qw, cs: 1 };
                 gemm(t, t, hd, Out { buf: p, ld: t }, qh, Mat { data: &k[kg..], rs: 1, cs: kw }, How { accumulate: false, scale, parallel: false });
                 let l = &lse[(bi * heads + h) * t..(bi * heads + h + 1) * t];
+                let sg = seg.map(|sg| &sg[bi * t..(bi + 1) * t]);
                 for (i, row) in p.chunks_exact_mut(t).enumerate() {
-                    for v in &mut row[..=i] {
-                        *v = exp(*v - l[i]);
+                    match sg {
+                        None => row[..=i].iter_mut().for_each(|v| *v = exp(*v - l[i])),
+                        Some(sg) => row[..=i].iter_mut().enumerate().for_each(|(j, v)| *v = if sees(sg, i, j) { exp(*v - l[i]) } else { 0.0 }),
                     }
                     row[i + 1..].fill(0.0);
                 }
@@ -482,9 +514,9 @@ mod tests {
         let sin: Vec<f32> = (0..t * hd / 2).map(|i| (i as f32 * 0.3).sin()).collect();
         let x: Vec<f32> = (0..2 * t * heads * hd).map(|i| (i as f32).sin()).collect();
         let mut y = x.clone();
-        rope(&mut y, t, heads, hd, &cos, &sin, false);
+        rope(&mut y, t, heads, hd, (&cos, &sin), None, false);
         assert!(y.iter().zip(&x).any(|(a, b)| (a - b).abs() > 1e-3));
-        rope(&mut y, t, heads, hd, &cos, &sin, true);
+        rope(&mut y, t, heads, hd, (&cos, &sin), None, true);
         for (a, b) in y.iter().zip(&x) {
             assert!((a - b).abs() < 1e-5);
         }

@@ -23,6 +23,11 @@
 //! same formulas, same parameter tensors (read in place) — and the tests check values and
 //! gradients against it (and so, transitively, against finite differences and the numpy
 //! reference).
+//!
+//! A batch may be packed ([`Packing`]): several sequences sharing a prompt in one row, the
+//! prompt once. Tokens then carry their own RoPE positions and segment ids, and attention (and
+//! its backward, which rebuilds the probabilities) masks keys outside the shared prefix and the
+//! query's own segment; everything else is per token and unchanged.
 
 pub(crate) mod kernels;
 
@@ -117,6 +122,18 @@ pub(crate) struct Batch<'a> {
     /// as verl and TRL do: scored at 1, the importance ratio against a tempered sampler measures
     /// the temperature, not the update.
     pub temperature: f32,
+    /// A packed batch (sequences sharing a prompt in one row, see the trainer): each token's
+    /// position `[b · t]` and segment `[b · t]` (0: the shared prefix, which every token of the
+    /// row sees; `k > 0`: one sequence, whose tokens see the prefix and their own segment only).
+    /// `None`: plain rows, token `i` at position `i`, causal attention.
+    pub packing: Option<Packing<'a>>,
+}
+
+/// Per-token positions and segments of a packed [`Batch`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Packing<'a> {
+    pub positions: &'a [u32],
+    pub segments: &'a [u32],
 }
 
 /// A projection's saved input-side state: the adapter's `x Aᵀ`.
@@ -231,11 +248,20 @@ struct Ctx<'a> {
     t: usize,
     cos: &'a [f32],
     sin: &'a [f32],
+    packing: Option<Packing<'a>>,
 }
 
 impl Ctx<'_> {
     fn n(&self) -> usize {
         self.b * self.t
+    }
+
+    fn positions(&self) -> Option<&[u32]> {
+        self.packing.map(|p| p.positions)
+    }
+
+    fn segments(&self) -> Option<&[u32]> {
+        self.packing.map(|p| p.segments)
     }
 }
 
@@ -258,10 +284,10 @@ fn layer_forward(layer: &Layer, x: Vec<f32>, c: &Ctx, keep: bool) -> candle_core
         }
         _ => None,
     };
-    kernels::rope(&mut q, c.t, heads, hd, c.cos, c.sin, false);
-    kernels::rope(&mut k, c.t, kvh, hd, c.cos, c.sin, false);
+    kernels::rope(&mut q, c.t, heads, hd, (c.cos, c.sin), c.positions(), false);
+    kernels::rope(&mut k, c.t, kvh, hd, (c.cos, c.sin), c.positions(), false);
     let shape = AttnShape { b: c.b, t: c.t, heads, kv_heads: kvh, hd };
-    let (o, lse) = kernels::attention(&q, &k, &v, shape);
+    let (o, lse) = kernels::attention(&q, &k, &v, shape, c.segments());
     let (y, lo) = proj_forward(&a.o_proj, &o, n)?;
     let mut h = y;
     for (h, x) in h.iter_mut().zip(&x) {
@@ -330,10 +356,10 @@ fn layer_backward(layer: &Layer, tape: LayerTape, dout: Vec<f32>, c: &Ctx, grads
     let mut dobuf = vec![0f32; o.len()];
     proj_backward(&a.o_proj, &o, lora_o.as_deref(), &dh, &mut dobuf, false, grads)?;
     let shape = AttnShape { b: c.b, t: c.t, heads, kv_heads: kvh, hd };
-    let (mut dq, mut dk, dv) = kernels::attention_backward(&dobuf, &q, &k, &v, &o, &lse, shape);
+    let (mut dq, mut dk, dv) = kernels::attention_backward(&dobuf, [&q, &k, &v, &o, &lse], shape, c.segments());
     drop((dobuf, q, k, o, lse));
-    kernels::rope(&mut dq, c.t, heads, hd, c.cos, c.sin, true);
-    kernels::rope(&mut dk, c.t, kvh, hd, c.cos, c.sin, true);
+    kernels::rope(&mut dq, c.t, heads, hd, (c.cos, c.sin), c.positions(), true);
+    kernels::rope(&mut dk, c.t, kvh, hd, (c.cos, c.sin), c.positions(), true);
     if let (Some(QkPre { q: q_pre, rstd_q, k: k_pre, rstd_k }), Some(qn), Some(kn)) = (qk_pre, &a.q_norm, &a.k_norm) {
         for (dx, pre, r, norm) in [(&mut dq, q_pre, rstd_q, qn), (&mut dk, k_pre, rstd_k, kn)] {
             let mut dpre = vec![0f32; pre.len()];
@@ -361,11 +387,21 @@ pub(crate) fn forward(model: &Model, batch: Batch, keep: bool) -> candle_core::R
     if batch.tokens.len() != n || batch.targets.len() != n {
         candle_core::bail!("training pass: {} tokens and {} targets for a {}x{} batch", batch.tokens.len(), batch.targets.len(), batch.b, batch.t);
     }
-    if batch.t > cfg.max_position_embeddings {
-        candle_core::bail!("sequence of {} tokens exceeds the model's context of {}", batch.t, cfg.max_position_embeddings);
+    // A packed row may be longer than the context; its positions may not.
+    let span = match batch.packing {
+        None => batch.t,
+        Some(p) => {
+            if p.positions.len() != n || p.segments.len() != n {
+                candle_core::bail!("training pass: {} positions and {} segments for a {}x{} batch", p.positions.len(), p.segments.len(), batch.b, batch.t);
+            }
+            p.positions.iter().max().map_or(0, |&m| m as usize + 1)
+        }
+    };
+    if span > cfg.max_position_embeddings {
+        candle_core::bail!("sequence of {span} tokens exceeds the model's context of {}", cfg.max_position_embeddings);
     }
     let (cos, sin) = (view(model.rope_cos())?, view(model.rope_sin())?);
-    let c = Ctx { b: batch.b, t: batch.t, cos: cos.s(), sin: sin.s() };
+    let c = Ctx { b: batch.b, t: batch.t, cos: cos.s(), sin: sin.s(), packing: batch.packing };
     let emb = view(model.embed_tokens())?;
     let mut x = vec![0f32; n * d];
     for (row, &tok) in x.chunks_exact_mut(d).zip(batch.tokens) {
@@ -400,7 +436,7 @@ pub(crate) fn backward(model: &Model, batch: Batch, tape: Tape, dlogp: &[f32], g
     let cfg = model.config();
     let (n, vocab) = (batch.b * batch.t, cfg.vocab_size);
     let (cos, sin) = (view(model.rope_cos())?, view(model.rope_sin())?);
-    let c = Ctx { b: batch.b, t: batch.t, cos: cos.s(), sin: sin.s() };
+    let c = Ctx { b: batch.b, t: batch.t, cos: cos.s(), sin: sin.s(), packing: batch.packing };
     let Tape { mut layers, x_last, rstd_last, xf, lora_head, mut logits, lse } = tape;
     // The tape holds the tempered logits z/T; d(z/T)/dz = 1/T, folded into dL/dlogp (the
     // softmax backward is linear in it).
