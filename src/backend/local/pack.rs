@@ -73,7 +73,7 @@ fn shareable(data: &[Datum], ia: usize, ib: usize, sharing: Sharing<'_>) -> usiz
 }
 
 /// Positions of a row of `datums` laid out as `row`.
-fn row_len(datums: &[Datum], row: Row) -> usize {
+pub(crate) fn row_len(datums: &[Datum], row: Row) -> usize {
     row.shared + datums.iter().map(|d| d.model_input.len() - row.shared).sum::<usize>()
 }
 

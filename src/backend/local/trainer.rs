@@ -301,7 +301,7 @@ impl<'a> Batch<'a> {
         let (mut lens, mut next) = (Vec::with_capacity(b), 0);
         for &row in &chunk.rows {
             let ds = &data[next..next + row.count];
-            lens.push(row.shared + ds.iter().map(|d| d.model_input.len() - row.shared).sum::<usize>());
+            lens.push(pack::row_len(ds, row));
             next += row.count;
         }
         let t = lens.iter().copied().max().unwrap_or(0);
