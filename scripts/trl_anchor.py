@@ -197,8 +197,12 @@ def eval_dir(rlx: Rlx, target: str, overrides: list[str], cache: dict, name: str
 
 
 def per_problem(path: Path, step: str = "last") -> dict[str, float]:
-    """problem id -> correct/n at one eval of an eval_results.jsonl (`base`: step -1)."""
+    """problem id -> correct/n at one eval of an eval_results.jsonl (`base`: step -1), from the
+    spec's sampling protocol: an eval with `eval.greedy` also writes one greedy row per problem
+    (`"protocol": "greedy"`), which must not replace the sampled one. An eval run at T 0 writes
+    only rows without a protocol, and those are greedy."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("protocol", "sampled") == "sampled"]
     steps = sorted({r["step"] for r in rows})
     want = steps[0] if step == "base" else steps[-1]
     return {str(r["problem_id"]): r["correct"] / r["n"] for r in rows if r["step"] == want}
@@ -257,7 +261,15 @@ def mapping(spec: dict) -> tuple[dict, list[tuple[str, str, str]], list[str]]:
     row("sampling.max_tokens", s["max_tokens"], f"max_completion_length={s['max_tokens']}")
     row("sampling.temperature/top_p/top_k", f"{s['temperature']}/{s['top_p']}/{s['top_k']}", "temperature/top_p/top_k")
     if s.get("stop"):
-        unmatched.append(f"sampling.stop = {s['stop']}: not passed to TRL's generate")
+        stops = [x for x in s["stop"] if isinstance(x, str)]
+        if len(stops) != len(s["stop"]):
+            unmatched.append(f"sampling.stop = {s['stop']}: only stop strings are mapped, not token ids")
+        cfg["stop_strings"] = stops
+        row("sampling.stop", stops, "generation_kwargs stop_strings + completions cut as rlx cuts them",
+            "a completion ends with the token whose text completes the stop string; nothing after it is trained")
+        if bool(g.get("overlong") and g["overlong"].get("kind") == "mask"):
+            unmatched.append("overlong mask with stop strings: TRL's mask_truncated_completions counts a completion "
+                             "that ended at a stop string as truncated")
     adv = g["advantage"]["kind"]
     scale = {"mean_center": "none", "zscore": "group"}.get(adv)
     if scale is None:
@@ -494,6 +506,39 @@ def trl_train(job_path: str) -> None:
             timing["generate_s"].append(time.perf_counter() - t0)
 
     GenerationMixin.generate = timed_generate
+    stops = cfg.pop("stop_strings", None)
+    if stops:
+        # `generation_kwargs={"stop_strings": ...}` makes HF's generate stop a row early (its
+        # StopStringCriteria needs the tokenizer at the call, which TRL does not pass), but TRL
+        # then pads the row and keeps every token up to the first EOS, so a stopped completion
+        # would carry pad/EOS tokens that rlx never trains on. Cutting TRL's completion ids the
+        # way rlx's sampler stops (the first token after which the text contains a stop string,
+        # that token included: `hits_stop_text` in src/backend/local/sampler.rs) makes the
+        # trained tokens and the graded text the same on both sides.
+        def cut(ids):
+            for i in range(len(ids)):
+                if any(x in tok.decode(ids[max(0, i - 15):i + 1], skip_special_tokens=False) for x in stops):
+                    return i + 1
+            return len(ids)
+
+        sampled = GenerationMixin.generate
+
+        def generate_with_stops(self, *a, **k):
+            k.setdefault("tokenizer", tok)
+            return sampled(self, *a, **k)
+
+        GenerationMixin.generate = generate_with_stops
+        single = GRPOTrainer._generate_single_turn
+
+        def single_turn_cut(self, *a, **k):
+            ids, logprobs = single(self, *a, **k)
+            ends = [cut(x) for x in ids]
+            ids = [x[:e] for x, e in zip(ids, ends)]
+            if logprobs is not None:
+                logprobs = [x[:e] for x, e in zip(logprobs, ends)]
+            return ids, logprobs
+
+        GRPOTrainer._generate_single_turn = single_turn_cut
     work = Path(job["out"]) / "grade"
     infra = [0]
 
@@ -542,7 +587,8 @@ def trl_train(job_path: str) -> None:
         # TRL's defaults are for GPUs short of memory: gradient checkpointing on (the backward
         # recomputes the forward) and `use_cache=False`. rlx recomputes nothing and keeps a KV
         # cache when sampling, and 135M parameters fit, so the anchor gives TRL the same.
-        gradient_checkpointing=False, use_cache=True, generation_kwargs={"use_cache": True}, **cfg)
+        gradient_checkpointing=False, use_cache=True,
+        generation_kwargs={"use_cache": True, **({"stop_strings": stops} if stops else {})}, **cfg)
     peft_config = LoraConfig(r=lora["r"], lora_alpha=lora["lora_alpha"], target_modules=lora["target_modules"],
                              lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
     trainer = GRPOTrainer(model=model, reward_funcs=[rlx_reward], args=args, train_dataset=ds,
@@ -726,7 +772,8 @@ def check_prompts(spec: dict, prompts: dict, tokenizer_dir: Path, n: int = 3) ->
         row = rows.get(pid)
         if row is None or "text" not in row:
             continue
-        user = tmpl.render(problem={"statement": row["text"], "tests_preview": row["test_list"]}).strip("\n")
+        # rlx shows the first PREVIEW_TESTS (3) asserts (src/prompt/render.rs); the rest stay hidden.
+        user = tmpl.render(problem={"statement": row["text"], "tests_preview": row["test_list"][:3]}).strip("\n")
         text = tok.apply_chat_template([{"role": "user", "content": user}], add_generation_prompt=True, tokenize=False)
         checked += 1
         if text == prompts[pid][0]:
