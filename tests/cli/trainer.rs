@@ -11,29 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use candle_core::{DType, Device, Tensor};
-use rlx::backend::local::model::{Arch, Config, Model, ParamBuilder, Tuning, random_weights};
+use rlx::backend::local::model::{Arch, Model, ParamBuilder, Tuning, random_weights};
 use rlx::backend::local::{LocalTrainer, LoraConfig, TrainerOptions};
 use rlx::seam::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, SamplingParams, Stop, StopReason};
 
-pub(crate) fn tiny_config(arch: Arch) -> Config {
-    Config {
-        arch,
-        vocab_size: 40,
-        hidden_size: 32,
-        intermediate_size: 48,
-        num_hidden_layers: 2,
-        num_attention_heads: 4,
-        num_key_value_heads: 2,
-        head_dim: 8,
-        rms_norm_eps: 1e-6,
-        rope_theta: 10_000.0,
-        max_position_embeddings: 128,
-        // Llama tied (SmolLM2-style), Qwen2/Qwen3 untied, so both head paths are covered.
-        tie_word_embeddings: arch == Arch::Llama,
-        attention_bias: arch == Arch::Qwen2,
-        eos_token_ids: vec![1],
-    }
-}
+pub(crate) use rlx::backend::local::model::tiny_config;
 
 fn trainer(arch: Arch, tuning: Tuning, dtype: DType, seed: u64) -> LocalTrainer {
     let cfg = tiny_config(arch);

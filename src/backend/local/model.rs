@@ -906,6 +906,28 @@ impl Model {
     }
 }
 
+/// The tiny model shape the trainer's tests use (tests and benchmarks): 2 layers, grouped-query
+/// attention (4 heads over 2 KV heads), Llama tied (SmolLM2-style) and Qwen2/Qwen3 untied so that
+/// both head paths are covered, Qwen2 with q/k/v biases.
+pub fn tiny_config(arch: Arch) -> Config {
+    Config {
+        arch,
+        vocab_size: 40,
+        hidden_size: 32,
+        intermediate_size: 48,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 8,
+        rms_norm_eps: 1e-6,
+        rope_theta: 10_000.0,
+        max_position_embeddings: 128,
+        tie_word_embeddings: arch == Arch::Llama,
+        attention_bias: arch == Arch::Qwen2,
+        eos_token_ids: vec![1],
+    }
+}
+
 /// Random weights for `cfg` under Hugging Face names (tests and benchmarks): projections and
 /// embeddings `N(0, std²)`, norms `1 + N(0, 0.1²)` so that their scales matter, biases `N(0, std²)`.
 ///

@@ -6,35 +6,16 @@ use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::model::{Arch, Config, Tuning, random_weights};
+use super::model::{Arch, Tuning, random_weights, tiny_config};
 use super::pack::{self, Row, Sharing};
 use super::trainer::{LocalTrainer, TrainerOptions};
 use crate::seam::LoraConfig;
 use crate::seam::{AdamParams, Datum, KlKind, KlLoss, LossFn, LossFnInputs};
 
-fn config(arch: Arch) -> Config {
-    Config {
-        arch,
-        vocab_size: 40,
-        hidden_size: 32,
-        intermediate_size: 48,
-        num_hidden_layers: 2,
-        num_attention_heads: 4,
-        num_key_value_heads: 2,
-        head_dim: 8,
-        rms_norm_eps: 1e-6,
-        rope_theta: 10_000.0,
-        max_position_embeddings: 64,
-        tie_word_embeddings: arch == Arch::Llama,
-        attention_bias: arch == Arch::Qwen2,
-        eos_token_ids: vec![1],
-    }
-}
-
 /// A LoRA trainer (adapters on the head too where it is untied) with `B` moved off zero, so
 /// that every adapter matrix has a gradient.
 fn trainer(arch: Arch, temperature: f32, cap: usize, pack: bool) -> LocalTrainer {
-    let cfg = config(arch);
+    let cfg = tiny_config(arch);
     let mut lora = LoraConfig::all_linear(4);
     if arch != Arch::Llama {
         lora.targets.push("lm_head".into());
