@@ -111,13 +111,13 @@ fn start_server(bin: &Path, gguf: &Path, threads: usize, port: u16, slots: usize
 /// completions, after a warm-up.
 async fn measure(sampler: &dyn Sampler, prompts: &[Vec<u32>], c: usize, rounds: usize, params: &SamplingParams, cpu_pid: &str) -> (f64, f64, usize) {
     let warm = SamplingParams { max_tokens: 4, ..params.clone() };
-    sampler.sample(vec![SampleRequest { prompt: prompts[0].clone(), num_samples: 1, seed: Some(0) }], &warm).await.expect("warm-up");
+    sampler.sample(vec![SampleRequest { prompt: prompts[0].clone(), num_samples: 1, seed: Some(0), greedy: false }], &warm).await.expect("warm-up");
     let cpu0 = cpu_s(cpu_pid);
     let t = Instant::now();
     let mut done = 0;
     let mut tokens = 0;
     for r in 0..rounds {
-        let reqs = (0..c).map(|i| SampleRequest { prompt: prompts[(r * c + i) % prompts.len()].clone(), num_samples: 1, seed: Some((r * c + i) as u64) }).collect();
+        let reqs = (0..c).map(|i| SampleRequest { prompt: prompts[(r * c + i) % prompts.len()].clone(), num_samples: 1, seed: Some((r * c + i) as u64), greedy: false }).collect();
         let out = sampler.sample(reqs, params).await.expect("sample");
         done += out.len();
         tokens += out.iter().flatten().map(|s| s.tokens.len()).sum::<usize>();

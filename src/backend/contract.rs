@@ -71,7 +71,7 @@ fn params(fx: &Fixture, temperature: f64) -> SamplingParams {
 }
 
 fn req(prompt: &[u32], n: usize, seed: u64) -> SampleRequest {
-    SampleRequest { prompt: prompt.to_vec(), num_samples: n, seed: Some(seed) }
+    SampleRequest { prompt: prompt.to_vec(), num_samples: n, seed: Some(seed), greedy: false }
 }
 
 /// Sampling: reply shapes, per-token log-probabilities, stop reasons, seeds (the same seed

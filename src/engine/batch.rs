@@ -34,7 +34,7 @@ pub(crate) async fn sample(sampler: &dyn Sampler, slots: &[(u64, u64)], step: u3
         let rendered = cx.prompting.first_turn(&problem)?;
         prompts.push((problem, rendered, seed));
     }
-    let phase = rollout::Phase { n: plan.grpo.group_size as usize, params: cfg.sampling, max_attempts: plan.rollout.max_attempts, name: "sample", step: i64::from(step) };
+    let phase = rollout::Phase { n: plan.grpo.group_size as usize, greedy: 0, params: cfg.sampling, max_attempts: plan.rollout.max_attempts, name: "sample", step: i64::from(step) };
     let (groups, timing) = rollout::run(sampler, prompts, &phase, cx).await?;
     let Some(groups) = groups else { return Ok(None) };
     // Called here, once per group: the step's rule needs the rewards to know whether it is full.

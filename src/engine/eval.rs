@@ -56,15 +56,15 @@ impl EvalSet {
 }
 
 /// Evaluates `sampler`'s policy at `step` (−1 for the baseline) with the evaluation sampling
-/// parameters `params` (the spec's `eval` section, stop tokens included), then, when
-/// `eval.greedy` is on, greedily (one completion per problem at temperature 0, same prompts).
-/// `None` when a stop was requested mid-way.
+/// parameters `params` (the spec's `eval` section, stop tokens included) and, when
+/// `eval.greedy` is on, greedily too (one more completion per problem at temperature 0, same
+/// prompts, asked in the same calls). `None` when a stop was requested mid-way.
 ///
 /// # Errors
 /// Sampler or prompt failures.
 pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, params: &SamplingParams, cx: &Ctx<'_>) -> Result<Option<EvalResult>, Error> {
     let t = Instant::now();
-    let Some(main) = pass(sampler, step, plan, eval, (params, plan.eval.samples, None), cx).await? else { return Ok(None) };
+    let Some((main, greedy)) = pass(sampler, step, plan, eval, params, cx).await? else { return Ok(None) };
     let mut metrics = BTreeMap::new();
     let pass1 = pass_means(&main.records.iter().collect::<Vec<_>>(), &plan.eval.k);
     for &(k, mean) in &pass1 {
@@ -87,8 +87,7 @@ pub(crate) async fn run(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &Ev
         metrics.insert(names::COMPILE_ERROR_RATE.into(), main.compile_errors as f64 / main.compiled as f64);
     }
     let (mut records, mut samples) = (main.records, main.samples);
-    if let Some(greedy) = &plan.eval.greedy {
-        let Some(g) = pass(sampler, step, plan, eval, (greedy, 1, Some(Protocol::Greedy)), cx).await? else { return Ok(None) };
+    if let Some(g) = greedy {
         metrics.insert(names::GREEDY_PASS_AT_1.into(), pass_means(&g.records.iter().collect::<Vec<_>>(), &[1])[0].1);
         metrics.insert(names::GREEDY_FORMAT_RATE.into(), g.format_rate());
         metrics.insert(names::GREEDY_PROBLEMS.into(), g.records.len() as f64);
@@ -128,8 +127,9 @@ impl Pass {
     }
 }
 
-/// Samples and grades every eval problem `n` times with `params`, records tagged `protocol`.
-async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, (params, n, protocol): (&SamplingParams, u32, Option<Protocol>), cx: &Ctx<'_>) -> Result<Option<Pass>, Error> {
+/// Samples and grades every eval problem `eval.samples` times with `params` and, with
+/// `eval.greedy`, once greedily: each protocol's records and counts.
+async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, params: &SamplingParams, cx: &Ctx<'_>) -> Result<Option<(Pass, Option<Pass>)>, Error> {
     let labels = eval.labels();
     let mut prompts = vec![];
     for (i, p) in eval.problems.iter().enumerate() {
@@ -139,34 +139,49 @@ async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, (pa
     // Which source each problem came from, by id (groups dropped by the sampler leave gaps).
     let source_of: BTreeMap<&str, &str> = eval.problems.iter().zip(&labels).map(|(p, l)| (p.id.as_str(), *l)).collect();
     // Single attempts: pass@k means what it means in every leaderboard.
-    let phase = rollout::Phase { n: n as usize, params, max_attempts: 1, name: "eval", step };
+    let n = plan.eval.samples as usize;
+    let phase = rollout::Phase { n, greedy: usize::from(plan.eval.greedy), params, max_attempts: 1, name: "eval", step };
     let (groups, timing) = rollout::run(sampler, prompts, &phase, cx).await?;
     let Some(groups) = groups else { return Ok(None) };
-    let ks: &[u32] = if protocol.is_some() { &[1] } else { &plan.eval.k };
-    let mut out = Pass { records: vec![], samples: vec![], formatted: 0, total: 0, infra: 0, dropped: timing.sampler_dropped, compiled: 0, compile_errors: 0 };
+    let new = || Pass { records: vec![], samples: vec![], formatted: 0, total: 0, infra: 0, dropped: timing.sampler_dropped, compiled: 0, compile_errors: 0 };
+    let (mut main, mut greedy) = (new(), plan.eval.greedy.then(new));
     for g in &groups {
         let source = source_of.get(g.problem.id.as_str()).map(|s| (*s).to_owned());
-        let keep = match plan.log.rollouts {
-            RolloutLog::All => g.trajectories.len(),
+        // A group's greedy answer follows its sampled ones.
+        let (sampled, greedy_one) = g.trajectories.split_at(n.min(g.trajectories.len()));
+        main.add(&g.problem.id, &source, sampled, (step, None, &plan.eval.k), plan.log.rollouts);
+        if let Some(out) = &mut greedy {
+            out.add(&g.problem.id, &source, greedy_one, (step, Some(Protocol::Greedy), &[1]), plan.log.rollouts);
+        }
+    }
+    Ok(Some((main, greedy)))
+}
+
+impl Pass {
+    /// Adds one problem's trajectories under one protocol (`ks`: the pass@k values it reports).
+    fn add(&mut self, problem_id: &str, source: &Option<String>, trajectories: &[rollout::Trajectory], (step, protocol, ks): (i64, Option<Protocol>, &[u32]), log: RolloutLog) {
+        let n = trajectories.len() as u32;
+        let keep = match log {
+            RolloutLog::All => trajectories.len(),
             RolloutLog::Sample => 1,
             RolloutLog::None => 0,
         };
-        out.samples.extend(g.trajectories.iter().take(keep).enumerate().map(|(k, t)| EvalSampleRecord { protocol, ..record::eval_sample(step, &source, k, t.last()) }));
-        let graded: Vec<&super::grading::Graded> = g.trajectories.iter().map(|t| &t.last().graded).collect();
+        self.samples.extend(trajectories.iter().take(keep).enumerate().map(|(k, t)| EvalSampleRecord { protocol, ..record::eval_sample(step, source, k, t.last()) }));
+        let graded: Vec<&super::grading::Graded> = trajectories.iter().map(|t| &t.last().graded).collect();
         let c = graded.iter().filter(|x| x.verdict.passed).count() as u32;
         let graded_n = graded.iter().filter(|x| x.verdict.status != VerdictStatus::InfraError).count() as u32;
-        out.infra += (n - graded_n) as usize;
-        out.formatted += graded.iter().filter(|x| x.verdict.status != VerdictStatus::FormatError).count();
-        out.total += graded.len();
+        self.infra += (n - graded_n) as usize;
+        self.formatted += graded.iter().filter(|x| x.verdict.status != VerdictStatus::FormatError).count();
+        self.total += graded.len();
         let compile: Vec<bool> = graded.iter().filter_map(|x| x.verdict.compile_failed()).collect();
-        (out.compiled, out.compile_errors) = (out.compiled + compile.len(), out.compile_errors + compile.iter().filter(|&&f| f).count());
+        (self.compiled, self.compile_errors) = (self.compiled + compile.len(), self.compile_errors + compile.iter().filter(|&&f| f).count());
         // Infra-failed samples are left out of n rather than counted as wrong.
         let per = ks.iter().map(|&k| (k, pass_at_k(graded_n, c, k))).collect();
-        out.records.push(EvalResultRecord {
+        self.records.push(EvalResultRecord {
             step,
             protocol,
-            problem_id: g.problem.id.clone(),
-            source,
+            problem_id: problem_id.to_owned(),
+            source: source.clone(),
             n: graded_n,
             correct: c,
             statuses: graded.iter().map(|x| record::status(x.verdict.status)).collect(),
@@ -174,7 +189,6 @@ async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, (pa
             metrics: PassAtK(per),
         });
     }
-    Ok(Some(out))
 }
 
 /// Each `k`'s pass@k averaged over `records`' problems (0 for none).

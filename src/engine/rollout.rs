@@ -97,6 +97,10 @@ pub(crate) type GroupPrompt = (Arc<Problem>, Rendered, u64);
 pub(crate) struct Phase<'a> {
     /// Completions per prompt (a group's size).
     pub n: usize,
+    /// Greedy completions per prompt beside the `n` sampled ones, at the end of each group's
+    /// trajectories (eval's second protocol, one attempt): asked in the same call, so that a
+    /// local sampler prefills each prompt once for both protocols.
+    pub greedy: usize,
     /// Sampling parameters (seeds are per prompt).
     pub params: &'a SamplingParams,
     /// Attempts per trajectory (1: no feedback turns).
@@ -117,8 +121,8 @@ struct Retrying<'g> {
 }
 
 /// A sample request with the conversation it renders (for samplers that take messages).
-fn chat_request(prompt: &Rendered, num_samples: usize, seed: u64) -> ChatRequest {
-    ChatRequest { request: SampleRequest { prompt: prompt.tokens.clone(), num_samples, seed: Some(seed) }, messages: prompt.messages.clone() }
+fn chat_request(prompt: &Rendered, num_samples: usize, seed: u64, greedy: bool) -> ChatRequest {
+    ChatRequest { request: SampleRequest { prompt: prompt.tokens.clone(), num_samples, seed: Some(seed), greedy }, messages: prompt.messages.clone() }
 }
 
 /// Whether a sampler's failure is an infrastructure error to drop groups for (after warning)
@@ -144,14 +148,16 @@ fn dropped(e: &crate::backend::Error, groups: usize, cx: &Ctx<'_>, phase: &str, 
 /// # Errors
 /// Sampler, template or tokenizer failures.
 pub(crate) async fn run(sampler: &dyn Sampler, prompts: Vec<GroupPrompt>, ph: &Phase<'_>, cx: &Ctx<'_>) -> Result<(Option<Vec<Group>>, Timing), Error> {
-    let Phase { n, params, max_attempts, name: phase, step } = *ph;
-    cx.sink.event(Event::Phase { step, phase, total: (prompts.len() * n) as u64 });
+    let Phase { n, greedy, params, max_attempts, name: phase, step } = *ph;
+    debug_assert!(greedy == 0 || max_attempts == 1, "greedy answers are single attempts");
+    let per_prompt = n + greedy;
+    cx.sink.event(Event::Phase { step, phase, total: (prompts.len() * per_prompt) as u64 });
     let mut timing = Timing::default();
     let total = prompts.len();
     let mut last_infra = None;
     // At most `batch_rows` completions per call, so grading of a batch overlaps sampling of the
     // next (the local sampler decodes a call's rows together).
-    let per_batch = (sampler.batch_rows() / n.max(1)).max(1);
+    let per_batch = (sampler.batch_rows() / per_prompt.max(1)).max(1);
     let in_flight = sampler.max_in_flight().max(1);
     let mut pending = Vec::with_capacity(prompts.len());
     let mut rest = prompts.into_iter().peekable();
@@ -164,7 +170,13 @@ pub(crate) async fn run(sampler: &dyn Sampler, prompts: Vec<GroupPrompt>, ph: &P
         // Keep the sampler busy: the next batches are queued while this one is awaited.
         while queue.len() < in_flight && rest.peek().is_some() {
             let batch: Vec<GroupPrompt> = rest.by_ref().take(per_batch).collect();
-            let requests = batch.iter().map(|(_, r, seed)| chat_request(r, n, *seed)).collect();
+            let mut requests = Vec::with_capacity(batch.len() * 2);
+            for (_, r, seed) in &batch {
+                requests.push(chat_request(r, n, *seed, false));
+                if greedy > 0 {
+                    requests.push(chat_request(r, greedy, *seed, true));
+                }
+            }
             let reply = sampler.sample_chat(requests, params);
             queue.push_back((batch, reply));
         }
@@ -173,13 +185,23 @@ pub(crate) async fn run(sampler: &dyn Sampler, prompts: Vec<GroupPrompt>, ph: &P
             Ok(out) => out,
             Err(e) if dropped(&e, batch.len(), cx, phase, step) => {
                 timing.sampler_dropped += batch.len();
-                cx.sink.event(Event::Progress { phase, done: (batch.len() * n) as u64 });
+                cx.sink.event(Event::Progress { phase, done: (batch.len() * per_prompt) as u64 });
                 last_infra = Some(e);
                 continue;
             }
             Err(e) => return Err(e.into()),
         };
-        check_reply(&batch.iter().map(|_| n).collect::<Vec<_>>(), &out)?;
+        let asked: Vec<usize> = if greedy > 0 { batch.iter().flat_map(|_| [n, greedy]).collect() } else { vec![n; batch.len()] };
+        check_reply(&asked, &out)?;
+        // A prompt's greedy answers follow its sampled ones, in one group.
+        let mut replies = out.into_iter();
+        let out = std::iter::from_fn(|| {
+            let mut seqs = replies.next()?;
+            if greedy > 0 {
+                seqs.extend(replies.next().unwrap_or_default());
+            }
+            Some(seqs)
+        });
         for ((problem, prompt, seed), seqs) in batch.into_iter().zip(out) {
             cx.sink.event(Event::Progress { phase, done: seqs.len() as u64 });
             let texts = seqs.iter().map(|s| cx.prompting.tokenizer.decode(&s.tokens, true)).collect::<Result<Vec<String>, _>>()?;
@@ -274,7 +296,7 @@ async fn retry_failed(sampler: &dyn Sampler, state: &mut Retrying<'_>, attempt: 
         while end < todo.len() && (todo[end].0 == todo[end - 1].0 || end - start < sampler.batch_rows()) {
             end += 1;
         }
-        let requests: Vec<ChatRequest> = todo[start..end].iter().map(|(gi, ti, next)| chat_request(next, 1, problems::derive_seed(seeds[*gi], i64::from(attempt), *ti as u64))).collect();
+        let requests: Vec<ChatRequest> = todo[start..end].iter().map(|(gi, ti, next)| chat_request(next, 1, problems::derive_seed(seeds[*gi], i64::from(attempt), *ti as u64), false)).collect();
         calls.push(((start..end).collect(), sampler.sample_chat(requests, params)));
         start = end;
     }

@@ -190,9 +190,10 @@ pub struct EvalPlan {
     pub samples: u32,
     /// Sampling for evaluation (`eval.temperature`, `eval.max_tokens`, else training's).
     pub sampling: SamplingParams,
-    /// The second protocol, greedy pass@1 (`eval.greedy`): `sampling` at temperature 0, one
-    /// completion per problem. `None` when off, or when the main eval already is greedy.
-    pub greedy: Option<SamplingParams>,
+    /// The second protocol, greedy pass@1 (`eval.greedy`): beside its sampled completions,
+    /// each problem gets one at temperature 0 ([`crate::seam::SampleRequest::greedy`]), with the
+    /// same stops and length. False when off, or when the main eval already is greedy.
+    pub greedy: bool,
 }
 
 /// The spec as the user wrote it: what provenance records and the run id hashes.

@@ -35,7 +35,7 @@ pub fn resolved_spec(plan: &Plan) -> Spec {
     let mut spec = plan.written.spec.clone();
     spec.eval.samples = Some(plan.eval.samples);
     spec.eval.max_tokens = Some(count(plan.eval.sampling.max_tokens));
-    spec.eval.greedy = Some(plan.eval.greedy.is_some());
+    spec.eval.greedy = Some(plan.eval.greedy);
     if let LossAgg::Constant { tokens } = &mut spec.grpo.loss_agg {
         // C defaults to `sampling.max_tokens`: the value the run divided by.
         *tokens = Some(plan.grpo.agg_constant);

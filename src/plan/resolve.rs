@@ -31,8 +31,7 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
         max_tokens: spec.eval.max_tokens.unwrap_or(spec.sampling.max_tokens) as usize,
         ..sampling.clone()
     };
-    let greedy = (defaults::eval_greedy(spec.eval.greedy, spec.eval.temperature) && spec.eval.temperature > 0.0)
-        .then(|| SamplingParams { temperature: 0.0, top_p: 1.0, top_k: None, ..eval_sampling.clone() });
+    let greedy = defaults::eval_greedy(spec.eval.greedy, spec.eval.temperature) && spec.eval.temperature > 0.0;
     let eval = EvalPlan { k: spec.eval.k.clone(), samples: defaults::eval_samples(spec.eval.samples, &spec.eval.k), sampling: eval_sampling, greedy };
     let g = &spec.grpo;
     let o = &spec.optimizer;

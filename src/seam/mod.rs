@@ -318,6 +318,22 @@ pub struct SampleRequest {
     pub num_samples: usize,
     /// This prompt's seed (overrides `SamplingParams::seed`).
     pub seed: Option<u64>,
+    /// Decode this prompt greedily (temperature 0; top-p and top-k do nothing there) whatever
+    /// the call's `SamplingParams` say: an eval asks for its greedy answers beside its sampled
+    /// ones in one call, so that a local sampler prefills each prompt once for both.
+    pub greedy: bool,
+}
+
+impl SampleRequest {
+    /// The sampling parameters this request decodes with: `params`, at temperature 0 when the
+    /// request is greedy (its seed is applied by each backend, as before).
+    pub fn params<'p>(&self, params: &'p SamplingParams) -> std::borrow::Cow<'p, SamplingParams> {
+        if self.greedy && params.temperature != 0.0 {
+            std::borrow::Cow::Owned(SamplingParams { temperature: 0.0, ..params.clone() })
+        } else {
+            std::borrow::Cow::Borrowed(params)
+        }
+    }
 }
 
 

@@ -634,7 +634,7 @@ fn asample(state: &Arc<State>, b: &[u8]) -> Handled {
                 // Both submitted now, in order; `last_n` keeps the last N scores (the rest NaN).
                 let scored = (r.prompt_logprobs == Some(true)).then(|| session.sampler.prompt_logprobs(prompt.clone()));
                 let last_n = r.prompt_logprobs_last_n.map(|n| n as usize);
-                let req = SampleRequest { prompt, num_samples: n as usize, seed: params.seed };
+                let req = SampleRequest { prompt, num_samples: n as usize, seed: params.seed, greedy: false };
                 let sampled = session.sampler.sample(vec![req], &params);
                 let both: backend::Pending<(SampleReply, Option<Vec<f32>>)> = Box::pin(async move {
                     let mut lp = match scored {

@@ -85,7 +85,7 @@ impl Sampler for Scripted {
                 (0..r.num_samples)
                     .map(|k| {
                         let script = match &self.greedy {
-                            Some(g) if eval && params.temperature == 0.0 => g,
+                            Some(g) if eval && r.params(params).temperature == 0.0 => g,
                             _ => &self.script,
                         };
                         let (text, stop_reason) = self.completion(i, script(step, eval, i, k));

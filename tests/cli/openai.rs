@@ -135,7 +135,7 @@ fn params() -> SamplingParams {
 }
 
 fn req(prompt: &[u32], n: usize, seed: u64) -> SampleRequest {
-    SampleRequest { prompt: prompt.to_vec(), num_samples: n, seed: Some(seed) }
+    SampleRequest { prompt: prompt.to_vec(), num_samples: n, seed: Some(seed), greedy: false }
 }
 
 fn prompt_len(body: &Value) -> usize {
@@ -174,6 +174,13 @@ async fn a_healthy_server_samples_with_seeds_switches_and_token_accounting() {
     assert_eq!(again[0].len(), 2);
     let later: Vec<u64> = server.bodies.lock().unwrap().iter().rev().take(2).map(|b| b["seed"].as_u64().unwrap()).collect();
     assert!(later.iter().all(|s| seeds.contains(s)));
+    // A greedy request beside a sampled one (an eval's two protocols in one call) goes out at
+    // temperature 0; the sampled one keeps the call's.
+    let greedy = SampleRequest { greedy: true, ..req(&prompt, 1, 9) };
+    sampler.sample(vec![req(&prompt, 1, 9), greedy], &params()).await.unwrap();
+    let mut temps: Vec<f64> = server.bodies.lock().unwrap().iter().rev().take(2).map(|b| b["temperature"].as_f64().unwrap()).collect();
+    temps.sort_by(f64::total_cmp);
+    assert_eq!(temps, [0.0, 1.0]);
 }
 
 #[tokio::test]

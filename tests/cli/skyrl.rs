@@ -202,7 +202,7 @@ async fn fixed_batch(url: &str, model: &Path) -> Vec<f64> {
     }
     let sampler = trainer.sampler().await.expect("a sampler of the trained weights");
     let params = SamplingParams { max_tokens: 4, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![], seed: Some(1) };
-    let seqs = sampler.sample(vec![SampleRequest { prompt: tokens[..4].to_vec(), num_samples: 2, seed: Some(1) }], &params).await.expect("sampling on SkyRL");
+    let seqs = sampler.sample(vec![SampleRequest { prompt: tokens[..4].to_vec(), num_samples: 2, seed: Some(1), greedy: false }], &params).await.expect("sampling on SkyRL");
     assert_eq!(seqs[0].len(), 2);
     assert!(seqs[0].iter().all(|s| !s.tokens.is_empty() && s.tokens.len() == s.logprobs.len() && s.logprobs.iter().all(|l| *l <= 0.0)), "{seqs:?}");
     losses

@@ -74,7 +74,7 @@ async fn rlx_sends_what_the_sdk_sends_for_the_same_operations() {
     opt.await.unwrap();
     let sampler = trainer.sampler().await.unwrap();
     let params = SamplingParams { max_tokens: 4, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![Stop::Token(1)], seed: None };
-    sampler.sample(vec![SampleRequest { prompt: vec![5, 6, 7], num_samples: 2, seed: Some(5) }], &params).await.unwrap();
+    sampler.sample(vec![SampleRequest { prompt: vec![5, 6, 7], num_samples: 2, seed: Some(5), greedy: false }], &params).await.unwrap();
     let state = trainer.save_state("s1").await.unwrap();
     trainer.load_state(&state).await.unwrap();
 

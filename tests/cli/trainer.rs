@@ -13,7 +13,7 @@ use std::process::Command;
 use candle_core::{DType, Device, Tensor};
 use rlx::backend::local::model::{Arch, Model, ParamBuilder, Tuning, random_weights};
 use rlx::backend::local::{LocalTrainer, LoraConfig, TrainerOptions};
-use rlx::seam::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, SamplingParams, Stop, StopReason};
+use rlx::seam::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, SampledSequence, SamplingParams, Stop, StopReason};
 
 pub(crate) use rlx::backend::local::model::tiny_config;
 
@@ -237,10 +237,10 @@ fn prompts_of_different_lengths_decode_as_one_batch() {
         let mut tr = trainer(arch, Tuning::Full, DType::F32, 21);
         let s = tr.sampler().unwrap();
         let requests = vec![
-            SampleRequest { prompt: vec![3, 14, 15, 9, 2, 6, 5, 3, 5], num_samples: 3, seed: Some(1) },
-            SampleRequest { prompt: vec![7], num_samples: 2, seed: Some(2) },
-            SampleRequest { prompt: vec![8, 9, 7, 9], num_samples: 0, seed: Some(3) },
-            SampleRequest { prompt: vec![2, 7, 1, 8], num_samples: 1, seed: Some(4) },
+            SampleRequest { prompt: vec![3, 14, 15, 9, 2, 6, 5, 3, 5], num_samples: 3, seed: Some(1), greedy: false },
+            SampleRequest { prompt: vec![7], num_samples: 2, seed: Some(2), greedy: false },
+            SampleRequest { prompt: vec![8, 9, 7, 9], num_samples: 0, seed: Some(3), greedy: false },
+            SampleRequest { prompt: vec![2, 7, 1, 8], num_samples: 1, seed: Some(4), greedy: false },
         ];
         for temperature in [0.0, 1.0] {
             let params = SamplingParams { max_tokens: 10, temperature, ..Default::default() };
@@ -274,6 +274,15 @@ fn prompts_of_different_lengths_decode_as_one_batch() {
                 }
             }
         }
+        // A greedy request among sampled ones (an eval's two protocols in one call) decodes as
+        // a call at temperature 0 does; the sampled request beside it still samples.
+        let sampled = SamplingParams { max_tokens: 10, temperature: 1.0, ..Default::default() };
+        let mixed = [SampleRequest { greedy: true, ..requests[0].clone() }, requests[0].clone()];
+        let got = s.sample_batch(&mixed, &sampled).unwrap();
+        let want = s.sample_batch(&requests[..1], &SamplingParams { temperature: 0.0, ..sampled.clone() }).unwrap();
+        let tokens = |seqs: &[SampledSequence]| seqs.iter().map(|q| q.tokens.clone()).collect::<Vec<_>>();
+        assert_eq!(tokens(&got[0]), tokens(&want[0]), "{arch:?}: greedy request in a sampled call");
+        assert_ne!(tokens(&got[1]), tokens(&want[0]), "{arch:?}: the sampled request samples");
     }
 }
 

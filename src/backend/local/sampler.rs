@@ -78,8 +78,10 @@ fn row_groups(rows: usize, cores: usize) -> Vec<std::ops::Range<usize>> {
     (0..n).map(|g| g * rows / n..(g + 1) * rows / n).collect()
 }
 
-/// One group's rows: each row's random stream and first logits, and the group's own cache.
-struct Group {
+/// One group's rows: each row's parameters (its request's), random stream and first logits,
+/// and the group's own cache.
+struct Group<'p> {
+    params: Vec<std::borrow::Cow<'p, SamplingParams>>,
     rngs: Vec<Rng>,
     logits: Vec<Vec<f32>>,
     cache: KvCache,
@@ -91,7 +93,7 @@ impl LocalSampler {
     /// # Errors
     /// Invalid parameters, an empty or too long prompt, out-of-vocabulary tokens.
     pub fn sample(&self, prompt: &[u32], num_samples: usize, params: &SamplingParams) -> Result<Vec<SampledSequence>> {
-        let req = SampleRequest { prompt: prompt.to_vec(), num_samples, seed: params.seed };
+        let req = SampleRequest { prompt: prompt.to_vec(), num_samples, seed: params.seed, greedy: false };
         Ok(self.sample_batch(std::slice::from_ref(&req), params)?.pop().unwrap_or_default())
     }
 
@@ -205,12 +207,14 @@ impl LocalSampler {
         let mut slots: Vec<(usize, usize)> = vec![];
         let mut prefill_rows: Vec<u32> = vec![];
         let mut rngs: Vec<Rng> = vec![];
+        let mut row_params = vec![];
         for (c, &i) in chunk.iter().enumerate() {
             let seed = requests[i].seed.or(params.seed).unwrap_or_else(clock_seed);
             for k in 0..requests[i].num_samples {
                 slots.push((i, k));
                 prefill_rows.push(c as u32);
                 rngs.push(Rng::stream(seed, k as u64));
+                row_params.push(requests[i].params(params));
             }
         }
         // Rows split into one group per core, each decoding on its own with its own copy of the
@@ -223,6 +227,7 @@ impl LocalSampler {
         for range in &groups {
             let rows = &prefill_rows[range.clone()];
             jobs.push(Group {
+                params: row_params[range.clone()].to_vec(),
                 rngs: rngs[range.clone()].to_vec(),
                 logits: rows.iter().map(|&c| first[c as usize].clone()).collect(),
                 cache: cache.with_rows(rows)?,
@@ -231,10 +236,10 @@ impl LocalSampler {
         drop(cache);
         let max_new = params.max_tokens.min(cfg.max_position_embeddings - width);
         let decoded: Vec<Result<Vec<SampledSequence>>> = if jobs.len() == 1 {
-            jobs.into_iter().map(|g| self.decode_group(g, width, max_new, params, (stop_tokens, stop_texts))).collect()
+            jobs.into_iter().map(|g| self.decode_group(g, width, max_new, (stop_tokens, stop_texts))).collect()
         } else {
             use rayon::prelude::*;
-            jobs.into_par_iter().map(|g| self.decode_group(g, width, max_new, params, (stop_tokens, stop_texts))).collect()
+            jobs.into_par_iter().map(|g| self.decode_group(g, width, max_new, (stop_tokens, stop_texts))).collect()
         };
         for (range, seqs) in groups.into_iter().zip(decoded) {
             for (slot, seq) in range.zip(seqs?) {
@@ -246,8 +251,8 @@ impl LocalSampler {
     }
 
     /// Decodes one group of rows to the end; returns its sequences in row order.
-    fn decode_group(&self, g: Group, width: usize, max_new: usize, params: &SamplingParams, (stop_tokens, stop_texts): (&[u32], &[&str])) -> Result<Vec<SampledSequence>> {
-        let Group { mut rngs, mut logits, mut cache } = g;
+    fn decode_group(&self, g: Group, width: usize, max_new: usize, (stop_tokens, stop_texts): (&[u32], &[&str])) -> Result<Vec<SampledSequence>> {
+        let Group { params: row_params, mut rngs, mut logits, mut cache } = g;
         let dev = Device::Cpu;
         let mut seqs: Vec<SampledSequence> = vec![SampledSequence { tokens: vec![], logprobs: vec![], stop_reason: StopReason::Length }; logits.len()];
         // `active[r]` = which row of the group batch row `r` decodes.
@@ -256,7 +261,7 @@ impl LocalSampler {
         for step in 0..max_new {
             let mut keep = Vec::with_capacity(active.len());
             for (row, &slot) in active.iter().enumerate() {
-                let (tok, lp) = pick(&logits[row], params, &mut rngs[slot], &mut scratch);
+                let (tok, lp) = pick(&logits[row], &row_params[slot], &mut rngs[slot], &mut scratch);
                 let seq = &mut seqs[slot];
                 seq.tokens.push(tok);
                 seq.logprobs.push(lp);

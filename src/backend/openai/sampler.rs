@@ -89,7 +89,8 @@ impl OpenaiSampler {
             return Box::pin(async move { Err(e.into()) });
         }
         let chat = self.inner.config.api == Api::Chat;
-        let mut groups: Vec<Vec<Job>> = Vec::with_capacity(batch.len());
+        // Each request's own parameters: a greedy one decodes at temperature 0.
+        let mut groups: Vec<(Arc<SamplingParams>, Vec<Job>)> = Vec::with_capacity(batch.len());
         for (req, messages) in batch {
             if req.prompt.is_empty() {
                 return Box::pin(async { Err(Error::Invalid("empty prompt".into()).into()) });
@@ -98,14 +99,14 @@ impl OpenaiSampler {
                 return Box::pin(async { Err(Error::Invalid("`backend.api: chat` samples conversations; this caller gave token prompts only".into()).into()) });
             }
             let seed = req.seed.or(params.seed);
-            groups.push((0..req.num_samples).map(|i| Job { prompt: req.prompt.clone(), messages: messages.clone(), seed: seed.map(|s| completion_seed(s, i as u64)) }).collect());
+            let jobs = (0..req.num_samples).map(|i| Job { prompt: req.prompt.clone(), messages: messages.clone(), seed: seed.map(|s| completion_seed(s, i as u64)) }).collect();
+            groups.push((Arc::new(req.params(params).into_owned()), jobs));
         }
-        let params = Arc::new(params.clone());
         let handle = tokio::runtime::Handle::try_current();
         // Spawned now, so the requests are in flight before the reply is awaited.
         let spawned: Vec<Vec<_>> = groups
             .into_iter()
-            .map(|jobs| {
+            .map(|(params, jobs)| {
                 jobs.into_iter()
                     .map(|job| {
                         let (inner, params) = (self.inner.clone(), params.clone());

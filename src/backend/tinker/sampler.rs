@@ -108,7 +108,7 @@ impl Sampler for TinkerSampler {
     /// `prompt_logprobs: true` (reference/tinker-protocol.md §5.6), NaN at position 0.
     fn prompt_logprobs(&self, prompt: Vec<u32>) -> Pending<Vec<f32>> {
         let params = SamplingParams { max_tokens: 1, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![], seed: None };
-        let mut body = asample_body(&self.id, &SampleRequest { prompt, num_samples: 1, seed: None }, &params, self.options.seed_mask);
+        let mut body = asample_body(&self.id, &SampleRequest { prompt, num_samples: 1, seed: None, greedy: false }, &params, self.options.seed_mask);
         body.prompt_logprobs = Some(true);
         let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: 1, permits: self.options.in_flight.clone(), decode: convert::prompt_logprobs_payload };
         let handle = tokio::spawn(job.run());
@@ -120,7 +120,7 @@ impl Sampler for TinkerSampler {
 /// only, always sent as an explicit list: an absent `stop` would mean the service's idea of
 /// EOS (§5.6).
 fn asample_body(session: &str, r: &SampleRequest, params: &SamplingParams, seed_mask: u64) -> wire::SampleRequest {
-    let mut p = params.clone();
+    let mut p = r.params(params).into_owned();
     // Python ints are unbounded, but JSON readers (and the service's protobufs) stop at i64,
     // and some servers' PRNG keys at i32 (the profile's mask).
     p.seed = r.seed.or(p.seed).map(|s| s & seed_mask);
@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn asample_bodies_have_the_sdk_shape() {
-        let r = SampleRequest { prompt: vec![1, 2, 3], num_samples: 2, seed: Some(3) };
+        let r = SampleRequest { prompt: vec![1, 2, 3], num_samples: 2, seed: Some(3), greedy: false };
         let p = SamplingParams { max_tokens: 16, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![], seed: None };
         let p = SamplingParams { stop: vec![Stop::Token(151645)], ..p };
         let b = serde_json::to_value(asample_body("sess-1:sample:1", &r, &p, i64::MAX as u64)).unwrap();
@@ -220,7 +220,11 @@ mod tests {
             "sampling_session_id": "sess-1:sample:1", "seq_id": 0,
             "prompt_logprobs": false, "topk_prompt_logprobs": 0, "topk_sample_logprobs": 0,
             "prompt_alt_tokens_k": 0, "record_stability_info": false, "type": "sample"});
-        // The example body of SDK 0.38.0field for field.
+        // The example body of SDK 0.38.0, field for field.
         assert_eq!(b, want);
+        // A greedy request goes out at temperature 0, the rest of its parameters unchanged.
+        let g = serde_json::to_value(asample_body("sess-1:sample:1", &SampleRequest { greedy: true, ..r }, &p, i64::MAX as u64)).unwrap();
+        assert_eq!(g["sampling_params"]["temperature"], 0.0);
+        assert_eq!(g["sampling_params"]["seed"], 3);
     }
 }

@@ -14,11 +14,20 @@
 //!
 //! A prompt is prefilled once per group that takes its samples: its other samples copy its keys
 //! and values (and the prefill's logits), and a copy is kept in the queue while samples of that
-//! prompt remain to be taken, so that a slot freed later does not prefill it again.
+//! prompt remain to be taken, so that a slot freed later does not prefill it again. Requests with
+//! the same tokens are one prompt (an eval's sampled and greedy answers, [`SampleRequest::greedy`]).
+//! The beginning every prompt of the call shares (a chat template's system turn and the
+//! instructions before the problem: 28 of the quickstart's 147–229 tokens) is prefilled once for
+//! the call, before the groups start, and each prompt's own prefill starts where it ends.
+//! Why: prefills were about a fifth of a quickstart run (the baseline eval's two passes, 60
+//! prompts each, put a prefill at ~0.45 s against ~4.2 ms a decoded token), and its eval
+//! prefilled every prompt twice, once per protocol; sharing both took the baseline eval from 96 s
+//! to 69 s (median of five interleaved runs each, docs/learning.md).
 //!
 //! Sample `k` of a request draws from [`Rng::stream`]`(seed, k)` and its logits do not depend on
 //! the other rows (see [`super`]), so its tokens are the same whatever the batching.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,6 +50,10 @@ pub(crate) const MAX_ROWS: usize = 32;
 /// Rows a group needs before the rows are split into one group per core.
 const MIN_GROUP_ROWS: usize = 2;
 
+/// Tokens a call's prompts must share before their common beginning is prefilled once: a
+/// shorter one saves little, and its prefill holds up the call's start on one core.
+const MIN_STEM: usize = 8;
+
 /// Decoding groups for `rows` rows on `cores` cores: one per core while each keeps
 /// [`MIN_GROUP_ROWS`] rows, at least one.
 pub(crate) fn group_count(rows: usize, cores: usize) -> usize {
@@ -53,6 +66,8 @@ pub(crate) type StopText<'a> = dyn Fn(&[u32]) -> Result<bool> + Sync + 'a;
 /// What to sample: the requests, their seeds, and when to stop.
 pub(crate) struct Job<'a> {
     pub(crate) requests: &'a [SampleRequest],
+    /// The call's parameters (its length and stops for every request; each request samples
+    /// with [`SampleRequest::params`]).
     pub(crate) params: &'a SamplingParams,
     /// One per request.
     pub(crate) seeds: Vec<u64>,
@@ -61,17 +76,72 @@ pub(crate) struct Job<'a> {
 }
 
 /// A prompt's keys and values and the logits after it.
-struct Prefix {
+pub(super) struct Prefix {
     slot: Slot,
-    len: usize,
+    pub(super) len: usize,
     logits: Vec<f32>,
 }
 
-/// The samples not yet taken, and prefixes kept for them.
+/// The samples not yet taken, and prefixes kept for them (by prompt, see [`Prompts`]).
 struct Queue {
     items: Vec<(usize, usize)>,
     next: usize,
     prefixes: HashMap<usize, Arc<Prefix>>,
+}
+
+/// What the groups of a call share about its prompts.
+pub(super) struct Prompts<'a> {
+    /// Each request's sampling parameters (a greedy request's at temperature 0).
+    params: Vec<Cow<'a, SamplingParams>>,
+    /// Each request's prompt, named by the first request with the same tokens.
+    pub(super) id: Vec<usize>,
+    /// By prompt: the last queue item that samples it (a kept prefix is needed until the queue
+    /// passes it).
+    last_item: HashMap<usize, usize>,
+    /// The keys and values of the beginning that every prompt shares, when it is worth
+    /// prefilling once ([`MIN_STEM`]); shorter than every prompt, so that each prompt's own
+    /// prefill has a row to take its logits from.
+    pub(super) stem: Option<Prefix>,
+}
+
+impl<'a> Prompts<'a> {
+    pub(super) fn new(dec: &Decoder, job: &Job<'a>, items: &[(usize, usize)]) -> Result<Self> {
+        let requests = job.requests;
+        let mut first: HashMap<&[u32], usize> = HashMap::new();
+        let id: Vec<usize> = requests.iter().enumerate().map(|(i, r)| *first.entry(r.prompt.as_slice()).or_insert(i)).collect();
+        let last_item = items.iter().enumerate().map(|(n, &(i, _))| (id[i], n)).collect();
+        // Only prompts that are sampled count: a request of no samples is not prefilled.
+        let mut sampled = items.iter().map(|&(i, _)| requests[id[i]].prompt.as_slice());
+        let stem = match sampled.next() {
+            Some(p0) => {
+                let (mut common, mut shortest, mut distinct) = (p0.len(), p0.len(), 1);
+                let mut last = p0;
+                for p in sampled {
+                    if p.as_ptr() != last.as_ptr() {
+                        distinct += 1;
+                        common = common.min(p.iter().zip(p0).take_while(|(a, b)| a == b).count());
+                        shortest = shortest.min(p.len());
+                        last = p;
+                    }
+                }
+                let len = common.min(shortest - 1);
+                tracing::debug!(prompts = distinct, common, stem = len >= MIN_STEM && distinct > 1, "prompt beginnings");
+                if distinct > 1 && len >= MIN_STEM { Some(Self::prefill_stem(dec, &p0[..len])?) } else { None }
+            }
+            None => None,
+        };
+        Ok(Self { params: requests.iter().map(|r| r.params(job.params)).collect(), id, last_item, stem })
+    }
+
+    /// The keys and values of `tokens`, prefilled on the calling thread: a few dozen rows,
+    /// against the hundreds of every prompt's own prefill that it saves.
+    fn prefill_stem(dec: &Decoder, tokens: &[u32]) -> Result<Prefix> {
+        let mut slot = Slot::default();
+        slot.reserve(Shape::of(dec.config()), tokens.len());
+        let rows: Vec<Row> = tokens.iter().enumerate().map(|(pos, &token)| Row { slot: 0, pos, token }).collect();
+        dec.forward(std::slice::from_mut(&mut slot), &rows, &[], &mut Scratch::default(), None)?;
+        Ok(Prefix { slot, len: tokens.len(), logits: Vec::new() })
+    }
 }
 
 /// Samples every request of `job` into `out[request][sample]`.
@@ -79,15 +149,16 @@ struct Queue {
 /// # Errors
 /// A failing stop check or an invalid row (see [`Decoder::forward`]).
 pub(crate) fn run(dec: &Decoder, job: &Job, out: &mut [Vec<SampledSequence>]) -> Result<()> {
-    let items: Vec<(usize, usize)> = job.requests.iter().enumerate().flat_map(|(i, r)| (0..r.num_samples).map(move |k| (i, k))).collect();
+    let items = items(job.requests);
     if items.is_empty() {
         return Ok(());
     }
     let groups = group_count(items.len(), rayon::current_num_threads());
     let slots = (MAX_ROWS / groups).min(items.len().div_ceil(groups)).max(1);
+    let prompts = Prompts::new(dec, job, &items)?;
     let queue = Mutex::new(Queue { items, next: 0, prefixes: HashMap::new() });
     let running = AtomicUsize::new(groups);
-    let group = |_| Group::new(dec, job, &queue, &running, slots).run();
+    let group = |_| Group::new(dec, job, &prompts, &queue, &running, slots).run();
     // On the pool's threads even for one group: a product split from outside the pool is
     // injected and waited for on a lock (two thread hand-offs per product, hundreds per token:
     // at one sequence `perf` put 15% of the time in wake-ups and yields), where a pool thread
@@ -103,6 +174,11 @@ pub(crate) fn run(dec: &Decoder, job: &Job, out: &mut [Vec<SampledSequence>]) ->
 
 type Done = ((usize, usize), SampledSequence);
 
+/// The samples to draw, `(request, sample)`, in request order.
+pub(super) fn items(requests: &[SampleRequest]) -> Vec<(usize, usize)> {
+    requests.iter().enumerate().flat_map(|(i, r)| (0..r.num_samples).map(move |k| (i, k))).collect()
+}
+
 /// A sample being decoded.
 struct Live {
     item: (usize, usize),
@@ -116,6 +192,7 @@ struct Live {
 struct Group<'a> {
     dec: &'a Decoder,
     job: &'a Job<'a>,
+    prompts: &'a Prompts<'a>,
     queue: &'a Mutex<Queue>,
     running: &'a AtomicUsize,
     slots: Vec<Slot>,
@@ -126,10 +203,11 @@ struct Group<'a> {
 }
 
 impl<'a> Group<'a> {
-    fn new(dec: &'a Decoder, job: &'a Job<'a>, queue: &'a Mutex<Queue>, running: &'a AtomicUsize, slots: usize) -> Self {
+    fn new(dec: &'a Decoder, job: &'a Job<'a>, prompts: &'a Prompts<'a>, queue: &'a Mutex<Queue>, running: &'a AtomicUsize, slots: usize) -> Self {
         Self {
             dec,
             job,
+            prompts,
             queue,
             running,
             slots: (0..slots).map(|_| Slot::default()).collect(),
@@ -191,27 +269,27 @@ impl<'a> Group<'a> {
             let taken = q.items[q.next..q.next + n].to_vec();
             q.next += n;
             // Prefixes of prompts whose samples are all taken are no longer needed.
-            let head = q.items.get(q.next).map(|&(i, _)| i);
-            q.prefixes.retain(|&i, _| head.is_some_and(|h| i >= h));
-            let kept: HashMap<usize, Arc<Prefix>> = taken.iter().filter_map(|&(i, _)| q.prefixes.get(&i).map(|p| (i, p.clone()))).collect();
+            let next = q.next;
+            q.prefixes.retain(|p, _| self.prompts.last_item[p] >= next);
+            let kept: HashMap<usize, Arc<Prefix>> = taken.iter().filter_map(|&(i, _)| q.prefixes.get_key_value(&self.prompts.id[i]).map(|(&p, k)| (p, k.clone()))).collect();
             (taken, kept)
         };
         let mut free = free.into_iter();
         let mut start = 0;
         while start < taken.len() {
-            let req = taken[start].0;
-            let end = start + taken[start..].iter().take_while(|&&(i, _)| i == req).count();
+            let prompt = self.prompts.id[taken[start].0];
+            let end = start + taken[start..].iter().take_while(|&&(i, _)| self.prompts.id[i] == prompt).count();
             let slots: Vec<usize> = free.by_ref().take(end - start).collect();
-            self.admit_request(&taken[start..end], &slots, kept.get(&req), team)?;
+            self.admit_prompt(&taken[start..end], &slots, kept.get(&prompt), team)?;
             start = end;
         }
         Ok(())
     }
 
-    /// Starts the samples `items` (all of one request) in `slots`.
-    fn admit_request(&mut self, items: &[(usize, usize)], slots: &[usize], kept: Option<&Arc<Prefix>>, team: Option<&Team>) -> Result<()> {
-        let req = items[0].0;
-        let prompt = &self.job.requests[req].prompt;
+    /// Starts the samples `items` (all of one prompt) in `slots`.
+    fn admit_prompt(&mut self, items: &[(usize, usize)], slots: &[usize], kept: Option<&Arc<Prefix>>, team: Option<&Team>) -> Result<()> {
+        let id = self.prompts.id[items[0].0];
+        let prompt = &self.job.requests[id].prompt;
         let shape = Shape::of(self.dec.config());
         let max_new = self.job.params.max_tokens.min(self.dec.config().max_position_embeddings - prompt.len());
         let room = prompt.len() + max_new;
@@ -223,16 +301,26 @@ impl<'a> Group<'a> {
                 p.logits.clone()
             }
             None => {
-                let rows: Vec<Row> = prompt.iter().enumerate().map(|(pos, &token)| Row { slot: first, pos, token }).collect();
+                // Rows attend to their slot's keys and values, whichever step wrote them, so a
+                // prefill that starts after the stem's copy gives the logits of a whole one.
+                let from = match &self.prompts.stem {
+                    Some(stem) => {
+                        self.slots[first].copy_prefix(shape, &stem.slot, stem.len);
+                        stem.len
+                    }
+                    None => 0,
+                };
+                let rows: Vec<Row> = prompt.iter().enumerate().skip(from).map(|(pos, &token)| Row { slot: first, pos, token }).collect();
                 self.dec.forward(&mut self.slots, &rows, &[rows.len() - 1], &mut self.scratch, team)?;
                 let logits = self.scratch.logits.clone();
-                let last_taken = items[items.len() - 1].1;
-                if last_taken + 1 < self.job.requests[req].num_samples {
+                // Kept while samples of this prompt are still queued (the copy made outside the
+                // lock: another group taking them meanwhile prefills its own, as it would have).
+                if self.prompts.last_item[&id] >= self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next {
                     let mut slot = Slot::default();
                     slot.reserve(shape, prompt.len());
                     slot.copy_prefix(shape, &self.slots[first], prompt.len());
                     let prefix = Arc::new(Prefix { slot, len: prompt.len(), logits: logits.clone() });
-                    self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).prefixes.insert(req, prefix);
+                    self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).prefixes.insert(id, prefix);
                 }
                 logits
             }
@@ -248,7 +336,7 @@ impl<'a> Group<'a> {
                 prompt_len: prompt.len(),
                 max_new,
                 seq: SampledSequence { tokens: Vec::with_capacity(max_new), logprobs: Vec::with_capacity(max_new), stop_reason: StopReason::Length },
-                rng: Rng::stream(self.job.seeds[req], item.1 as u64),
+                rng: Rng::stream(self.job.seeds[item.0], item.1 as u64),
                 logits: logits.clone(),
             });
         }
@@ -259,7 +347,7 @@ impl<'a> Group<'a> {
     fn pick(&mut self) -> Result<()> {
         for slot in &mut self.live {
             let Some(l) = slot else { continue };
-            let (tok, lp) = pick(&l.logits, self.job.params, &mut l.rng, &mut self.picks);
+            let (tok, lp) = pick(&l.logits, &self.prompts.params[l.item.0], &mut l.rng, &mut self.picks);
             l.seq.tokens.push(tok);
             l.seq.logprobs.push(lp);
             let stopped = self.job.stop_tokens.contains(&tok) || (self.job.stop_text)(&l.seq.tokens)?;

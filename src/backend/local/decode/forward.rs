@@ -62,6 +62,11 @@ impl Decoder {
             self.attention(layer, b, slots, rows, s, team);
             self.mlp(b, rows.len(), s, team);
         }
+        if want.is_empty() {
+            // A prefill kept for its keys and values only (a call's common stem).
+            s.logits.clear();
+            return Ok(());
+        }
         resize(&mut s.h, want.len() * d);
         for (i, &r) in want.iter().enumerate() {
             norm_row(&s.x[r * d..(r + 1) * d], &self.norm, &mut s.h[i * d..(i + 1) * d]);

@@ -1,6 +1,7 @@
 //! The decoding path against candle's forward on the same weights, against itself (a prefill
-//! equals decoding token by token, bit for bit), and continuous batching against one request at
-//! a time.
+//! equals decoding token by token, bit for bit), and continuous batching (shared prompt
+//! beginnings, repeated prompts, greedy requests among sampled ones) against one request at a
+//! time.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,6 +13,7 @@ use rlx_kernels::Team;
 use super::cache::{Shape, Slot};
 use super::forward::{Row, Scratch};
 use super::Decoder;
+use super::batch::{self, Prompts};
 use crate::backend::local::model::{ParamBuilder, Tuning, random_weights};
 use crate::backend::local::quant;
 use crate::backend::local::{Arch, Config, LocalSampler, Model};
@@ -182,7 +184,7 @@ fn continuous_batching_matches_one_request_at_a_time() {
     let s = LocalSampler::new(Arc::new(q), None);
     assert!(s.hand_written());
     let requests: Vec<SampleRequest> = (0..5u32)
-        .map(|i| SampleRequest { prompt: (0..3 + 2 * i).map(|t| (t * 7 + i) % 50).collect(), num_samples: 9, seed: Some(u64::from(i)) })
+        .map(|i| SampleRequest { prompt: (0..3 + 2 * i).map(|t| (t * 7 + i) % 50).collect(), num_samples: 9, seed: Some(u64::from(i)), greedy: false })
         .collect();
     // A stop token that some samples draw early, so that slots free up mid-batch.
     let params = SamplingParams { max_tokens: 12, temperature: 1.0, stop: vec![Stop::Token(4), Stop::Token(11)], ..Default::default() };
@@ -207,4 +209,46 @@ fn continuous_batching_matches_one_request_at_a_time() {
     let greedy = s.sample(&requests[0].prompt, 2, &SamplingParams { max_tokens: 6, temperature: 0.0, ..Default::default() }).unwrap();
     assert_eq!(greedy[0], greedy[1]);
     assert!(greedy[0].logprobs.iter().all(|&l| l <= 0.0));
+}
+
+/// Prompts that share their first 12 tokens (the stem, prefilled once for the call), one prompt
+/// asked twice (sampled, then greedily: one prefill), more samples than slots: every request gets
+/// bit for bit what it gets alone, and the greedy request what a call at temperature 0 gives.
+#[test]
+fn shared_beginnings_and_repeated_prompts_decode_as_alone() {
+    let (q, _) = quantised_pair(Arch::Qwen3, 11);
+    let s = LocalSampler::new(Arc::new(q), None);
+    let stem: Vec<u32> = (0..12u32).map(|t| (t * 5 + 3) % 50).collect();
+    let prompt = |tail: &[u32]| stem.iter().chain(tail).copied().collect::<Vec<u32>>();
+    let req = |prompt: Vec<u32>, n: usize, seed: u64, greedy: bool| SampleRequest { prompt, num_samples: n, seed: Some(seed), greedy };
+    let requests = vec![
+        req(prompt(&[7, 1]), 6, 1, false),
+        req(prompt(&[7, 1]), 1, 1, true),
+        req(prompt(&[9]), 5, 2, false),
+        req(prompt(&[9, 9, 2, 40, 41, 13]), 7, 3, false),
+        req(prompt(&[9]), 1, 2, true),
+        req(prompt(&[7, 1]), 0, 4, false),
+    ];
+    let params = SamplingParams { max_tokens: 10, temperature: 1.0, stop: vec![Stop::Token(4), Stop::Token(11)], ..Default::default() };
+
+    // What the call shares: the stem, and one prompt for the sampled and greedy requests of each.
+    let dec = Decoder::new(s.model()).unwrap().unwrap();
+    let no_stop = |_: &[u32]| Ok(false);
+    let job = batch::Job { requests: &requests, params: &params, seeds: vec![0; requests.len()], stop_tokens: &[], stop_text: &no_stop };
+    let shared = Prompts::new(&dec, &job, &batch::items(&requests)).unwrap();
+    assert_eq!(shared.stem.as_ref().map(|p| p.len), Some(12));
+    assert_eq!(shared.id, vec![0, 0, 2, 3, 2, 0]);
+    // One prompt asked alone has nothing to share.
+    let alone_job = batch::Job { requests: &requests[..1], ..job };
+    assert!(Prompts::new(&dec, &alone_job, &batch::items(&requests[..1])).unwrap().stem.is_none());
+
+    let all = s.sample_batch(&requests, &params).unwrap();
+    assert_eq!(all.iter().map(Vec::len).collect::<Vec<_>>(), vec![6, 1, 5, 7, 1, 0]);
+    let greedy_params = SamplingParams { temperature: 0.0, ..params.clone() };
+    for (r, seqs) in requests.iter().zip(&all) {
+        let alone = s.sample_batch(&[SampleRequest { greedy: false, ..r.clone() }], if r.greedy { &greedy_params } else { &params }).unwrap().remove(0);
+        assert_eq!(seqs, &alone, "prompt {:?} greedy {}", r.prompt, r.greedy);
+    }
+    // The sampled requests really sample: their completions differ from the greedy one.
+    assert!(all[0].iter().any(|seq| seq.tokens != all[1][0].tokens));
 }
