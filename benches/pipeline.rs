@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use candle_core::DType;
-use rlx::backend::local::model::{Arch, Config, random_weights};
+use rlx::backend::local::model::{Arch, Config, random_weights, tiny_config};
 use rlx::backend::local::{LocalTrainer, TrainerOptions, Tuning};
 use rlx::backend::{Pending, Policy, Sampler, Trainer};
 use rlx::engine::{self, PolicySource};
@@ -141,22 +141,8 @@ fn tiny_model(dir: &Path) {
     let tok: Value = json!({"version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null, "pre_tokenizer": null,
         "post_processor": null, "decoder": {"type": "Fuse"}, "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>",
         "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false, "vocab": vocab, "merges": []}});
-    let cfg = Config {
-        arch: Arch::Qwen3,
-        vocab_size: n,
-        hidden_size: 32,
-        intermediate_size: 48,
-        num_hidden_layers: 2,
-        num_attention_heads: 4,
-        num_key_value_heads: 2,
-        head_dim: 8,
-        rms_norm_eps: 1e-6,
-        rope_theta: 10_000.0,
-        max_position_embeddings: 2048,
-        tie_word_embeddings: false,
-        attention_bias: false,
-        eos_token_ids: vec![1],
-    };
+    // The trainer tests' tiny Qwen3, with this tokenizer's vocabulary and room for long prompts.
+    let cfg = Config { vocab_size: n, max_position_embeddings: 2048, ..tiny_config(Arch::Qwen3) };
     let tokenizer = tokenizers::Tokenizer::from_bytes(tok.to_string().as_bytes()).unwrap();
     let w = random_weights(&cfg, 0.2, 7, DType::F32).unwrap();
     let opts = TrainerOptions { tuning: Tuning::Full, seed: 7, max_tokens_per_microbatch: 4096, ..Default::default() };

@@ -111,18 +111,15 @@ impl<'a> Prompts<'a> {
         let id: Vec<usize> = requests.iter().enumerate().map(|(i, r)| *first.entry(r.prompt.as_slice()).or_insert(i)).collect();
         let last_item = items.iter().enumerate().map(|(n, &(i, _))| (id[i], n)).collect();
         // Only prompts that are sampled count: a request of no samples is not prefilled.
-        let mut sampled = items.iter().map(|&(i, _)| requests[id[i]].prompt.as_slice());
-        let stem = match sampled.next() {
-            Some(p0) => {
-                let (mut common, mut shortest, mut distinct) = (p0.len(), p0.len(), 1);
-                let mut last = p0;
-                for p in sampled {
-                    if p.as_ptr() != last.as_ptr() {
-                        distinct += 1;
-                        common = common.min(p.iter().zip(p0).take_while(|(a, b)| a == b).count());
-                        shortest = shortest.min(p.len());
-                        last = p;
-                    }
+        let mut sampled: Vec<usize> = items.iter().map(|&(i, _)| id[i]).collect();
+        sampled.dedup();
+        let stem = match sampled.split_first() {
+            Some((&first, rest)) => {
+                let p0 = &requests[first].prompt;
+                let (mut common, mut shortest, distinct) = (p0.len(), p0.len(), sampled.len());
+                for p in rest.iter().map(|&j| &requests[j].prompt) {
+                    common = common.min(p.iter().zip(p0).take_while(|(a, b)| a == b).count());
+                    shortest = shortest.min(p.len());
                 }
                 let len = common.min(shortest - 1);
                 tracing::debug!(prompts = distinct, common, stem = len >= MIN_STEM && distinct > 1, "prompt beginnings");

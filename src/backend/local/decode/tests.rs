@@ -14,30 +14,15 @@ use super::cache::{Shape, Slot};
 use super::forward::{Row, Scratch};
 use super::Decoder;
 use super::batch::{self, Prompts};
-use crate::backend::local::model::{ParamBuilder, Tuning, random_weights};
+use crate::backend::local::model::{ParamBuilder, Tuning, random_weights, tiny_config};
 use crate::backend::local::quant;
 use crate::backend::local::{Arch, Config, LocalSampler, Model};
 use crate::seam::{SampleRequest, SamplingParams, Stop, StopReason};
 
-/// Block-sized widths (Q8_0 needs every input width a multiple of 32); Llama tied, Qwen2 with
-/// q/k/v biases, Qwen3 with q/k norms.
+/// The trainer tests' tiny model (Llama tied, Qwen2 with q/k/v biases, Qwen3 with q/k norms) at
+/// block-sized widths: Q8_0 needs every input width a multiple of 32.
 fn config(arch: Arch) -> Config {
-    Config {
-        arch,
-        vocab_size: 50,
-        hidden_size: 64,
-        intermediate_size: 96,
-        num_hidden_layers: 2,
-        num_attention_heads: 4,
-        num_key_value_heads: 2,
-        head_dim: 16,
-        rms_norm_eps: 1e-6,
-        rope_theta: 10_000.0,
-        max_position_embeddings: 128,
-        tie_word_embeddings: arch == Arch::Llama,
-        attention_bias: arch == Arch::Qwen2,
-        eos_token_ids: vec![1],
-    }
+    Config { vocab_size: 50, hidden_size: 64, intermediate_size: 96, head_dim: 16, ..tiny_config(arch) }
 }
 
 /// Random weights with frozen LoRA adapters (B off zero) on every projection.
