@@ -132,7 +132,7 @@ static ALLOC: rlx::alloc::ReuseLarge = rlx::alloc::ReuseLarge::new();
 fn main() {
     // SAFETY: first statement of `main`; no other thread exists yet.
     unsafe { rlx::backend::local::cpu::configure() };
-    rlx::alloc::configure();
+    rlx::alloc::configure(&ALLOC);
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime").block_on(run());
 }
 

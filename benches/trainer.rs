@@ -191,7 +191,7 @@ static ALLOC: rlx::alloc::ReuseLarge = rlx::alloc::ReuseLarge::new();
 fn main() {
     // SAFETY: first statement of `main`; no other thread exists yet.
     unsafe { rlx::backend::local::cpu::configure() };
-    rlx::alloc::configure();
+    rlx::alloc::configure(&ALLOC);
     let args: Vec<String> = std::env::args().collect();
     let threads = args.iter().position(|a| a == "--threads").and_then(|i| args.get(i + 1)).and_then(|t| t.parse().ok()).unwrap_or_else(|| {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)

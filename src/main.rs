@@ -11,6 +11,6 @@ fn main() -> std::process::ExitCode {
     let dotenv = unsafe { rlx::dotenv::load(std::path::Path::new(".")) };
     // SAFETY: as above.
     unsafe { rlx::backend::local::cpu::configure() };
-    rlx::alloc::configure();
+    rlx::alloc::configure(&ALLOC);
     rlx::cli::main(dotenv)
 }
