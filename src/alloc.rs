@@ -43,11 +43,8 @@ struct Cache {
 /// Set when `RLX_ALLOC=system`: every request goes straight to the system allocator.
 static BYPASS: AtomicBool = AtomicBool::new(false);
 
-/// Cleared when `RLX_ALLOC=keep`: [`release`] does nothing.
-static RELEASE: AtomicBool = AtomicBool::new(true);
-
-/// The process's global allocator, once [`configure`] has been told of it ([`release`] empties
-/// its cache).
+/// The process's global allocator, once [`configure`] has been told of it and unless
+/// `RLX_ALLOC` is `system` or `keep`: null, [`release`] does nothing.
 static INSTALLED: AtomicPtr<ReuseLarge> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Makes glibc keep blocks below [`MIN`] in its heap: a fixed 32 MB mmap threshold (its dynamic
@@ -62,10 +59,9 @@ pub fn configure(global: &'static ReuseLarge) {
             BYPASS.store(true, Ordering::Relaxed);
             return;
         }
-        Some(v) if v == "keep" => RELEASE.store(false, Ordering::Relaxed),
-        _ => {}
+        Some(v) if v == "keep" => {}
+        _ => INSTALLED.store(std::ptr::from_ref(global).cast_mut(), Ordering::Relaxed),
     }
-    INSTALLED.store(std::ptr::from_ref(global).cast_mut(), Ordering::Relaxed);
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator parameters; both values are in range.
     unsafe {
@@ -75,7 +71,8 @@ pub fn configure(global: &'static ReuseLarge) {
 }
 
 /// Hands what the process holds free back to the system: the global cache's blocks and glibc's
-/// free heap pages (`malloc_trim`). The trainer calls it as each optimizer step starts, when
+/// free heap pages (`malloc_trim`). The trainer calls it as each optimizer step starts (its first
+/// `forward_backward`), when
 /// what sampling and evaluating freed (decoder caches, other classes' blocks) would otherwise
 /// sit beside the step's own tensors at the run's peak.
 ///
@@ -83,13 +80,9 @@ pub fn configure(global: &'static ReuseLarge) {
 /// of a step); once a step, the re-faults were within noise (the trainer bench's `grpo_packed`,
 /// five interleaved pairs against `RLX_ALLOC=keep`: median paired ratio 1.01).
 pub fn release() {
-    if BYPASS.load(Ordering::Relaxed) || !RELEASE.load(Ordering::Relaxed) {
-        return;
-    }
     // SAFETY: INSTALLED is null or the `'static` global allocator given to `configure`.
-    if let Some(global) = unsafe { INSTALLED.load(Ordering::Relaxed).as_ref() } {
-        global.flush();
-    }
+    let Some(global) = (unsafe { INSTALLED.load(Ordering::Relaxed).as_ref() }) else { return };
+    global.flush();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free pages to the kernel; live blocks are untouched.
     unsafe {
@@ -115,8 +108,9 @@ impl Default for ReuseLarge {
 /// Why not a finer class (eighths of a power of two, as before): a packed training row's logits
 /// are 100–200 MB depending on the row's length, so finer classes kept two or three of them
 /// cached beside the live one (a 3-step quickstart peaked at 2.49 GiB, 2.12 with the system
-/// allocator, 2.35 with power-of-two classes). A block's resident size is the most any request has touched of it, not its
-/// class, so one power-of-two block serves every row length at the RSS of the longest.
+/// allocator, 2.35 with power-of-two classes). A block's resident size is the most any request
+/// has touched of it, not its class, so one power-of-two block serves every row length at the
+/// RSS of the longest.
 fn class(size: usize) -> usize {
     size.next_power_of_two()
 }

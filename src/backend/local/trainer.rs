@@ -473,8 +473,11 @@ impl LocalTrainer {
         if let Some(kl) = kl.filter(|k| k.reference.len() != data.len() || k.coef.len() != data.len()) {
             return Err(Error::InvalidArgument { what: "kl", reason: format!("{} reference and {} coefficient rows for {} datums", kl.reference.len(), kl.coef.len(), data.len()) });
         }
-        // What sampling and evaluating freed goes back before the step's largest tensors exist.
-        crate::alloc::release();
+        // What sampling and evaluating freed goes back before the step's largest tensors exist:
+        // once a step, at its first call (a Tinker client may accumulate several).
+        if self.grads.is_none() {
+            crate::alloc::release();
+        }
         let hand_written = self.hand_written_pass();
         let sharing = if hand_written && self.pack_prompts { Sharing::for_loss(loss, kl) } else { None };
         let chunks = self.microbatches(data, loss, sharing)?;
