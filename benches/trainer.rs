@@ -11,7 +11,9 @@
 //! `torch`/`transformers`/`peft` are not importable (`RLX_TORCH_PYTHON` names another interpreter).
 //! The `grpo_plain` and `grpo_packed` phases (rlx alone) time a GRPO-shaped LoRA step, 4 groups ×
 //! 8 sequences of a 166-token prompt and 32–64 sampled tokens (PPO), without and with prompt
-//! packing, and print the ratio.
+//! packing, and print the ratio; `reference_candle` and `reference` time `grpo.kl`'s reference
+//! log-probabilities of that batch through candle's model unpacked (the path before) and through
+//! the training pass packed, and print that ratio.
 //! Sampling uses the Q8_0 weights `backend.sample_weights` defaults to; `RLX_BENCH_SAMPLE_WEIGHTS=f32`
 //! samples with the f32 weights instead.
 
@@ -35,7 +37,7 @@ const NEW: usize = 64;
 const BATCH: usize = 4;
 const SEQ: usize = 128;
 const STEPS: usize = 2;
-const PHASES: [&str; 6] = ["sample1", "sample16", "train_lora", "train_full", "grpo_plain", "grpo_packed"];
+const PHASES: [&str; 8] = ["sample1", "sample16", "train_lora", "train_full", "grpo_plain", "grpo_packed", "reference_candle", "reference"];
 /// The GRPO-shaped step: groups × sequences per group, prompt tokens, completion tokens 48 ± 16.
 const GROUPS: usize = 4;
 const GROUP_SIZE: usize = 8;
@@ -74,6 +76,9 @@ fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
     }
     if let Some(layout) = phase.strip_prefix("grpo_") {
         return grpo_phase(loaded, vocab, layout == "packed");
+    }
+    if phase.starts_with("reference") {
+        return reference_phase(loaded, vocab, phase);
     }
     let tuning = if phase == "train_lora" { Tuning::Lora(LoraConfig { rank: 16, alpha: 32.0, ..LoraConfig::all_linear(16) }) } else { Tuning::Full };
     let mut tr = LocalTrainer::new(loaded, TrainerOptions { tuning, seed: 0, max_tokens_per_microbatch: microbatch(), ..Default::default() }).expect("trainer");
@@ -115,9 +120,46 @@ fn run_phase(gguf: &Path, phase: &str) -> serde_json::Value {
 
 /// A GRPO-shaped LoRA step (see the module doc), with prompt packing on or off.
 fn grpo_phase(loaded: rlx::backend::local::Loaded, vocab: usize, pack: bool) -> serde_json::Value {
-    let tuning = Tuning::Lora(LoraConfig { rank: 16, alpha: 32.0, ..LoraConfig::all_linear(16) });
-    let mut tr = LocalTrainer::new(loaded, TrainerOptions { tuning, seed: 0, max_tokens_per_microbatch: microbatch(), ..Default::default() }).expect("trainer");
+    let mut tr = grpo_trainer(loaded);
     tr.set_prompt_packing(pack);
+    let data = grpo_data(vocab);
+    let positions: usize = data.iter().map(|d| d.model_input.len()).sum();
+    let adam = AdamParams { learning_rate: 1e-5, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, grad_clip_norm: 1.0 };
+    let mut step = || {
+        let t = Instant::now();
+        tr.forward_backward(&data, &LossFn::PPO).expect("forward_backward");
+        tr.optim_step(&adam).expect("optim_step");
+        t.elapsed().as_secs_f64()
+    };
+    step(); // warm-up
+    let total: f64 = (0..STEPS).map(|_| step()).sum();
+    let step_s = total / STEPS as f64;
+    serde_json::json!({"phase": if pack { "grpo_packed" } else { "grpo_plain" }, "tokens_per_s": positions as f64 / step_s, "step_s": step_s, "sequences": data.len(), "positions": positions, "peak_rss_mb": peak_rss_mb()})
+}
+
+/// `grpo.kl`'s reference log-probabilities of the GRPO-shaped batch: the phase `reference` runs
+/// the hand-written pass with prompt packing (what `rlx run` does), `reference_candle` (its
+/// child gets `RLX_TRAIN_PASS=autograd`) candle's model over unpacked rows, the path before.
+fn reference_phase(loaded: rlx::backend::local::Loaded, vocab: usize, phase: &str) -> serde_json::Value {
+    let mut tr = grpo_trainer(loaded);
+    let data = grpo_data(vocab);
+    let positions: usize = data.iter().map(|d| d.model_input.len()).sum();
+    tr.reference_logprobs(&data[..2]).expect("warm-up");
+    let t = Instant::now();
+    for _ in 0..STEPS {
+        tr.reference_logprobs(&data).expect("reference_logprobs");
+    }
+    let step_s = t.elapsed().as_secs_f64() / STEPS as f64;
+    serde_json::json!({"phase": phase, "tokens_per_s": positions as f64 / step_s, "step_s": step_s, "peak_rss_mb": peak_rss_mb()})
+}
+
+fn grpo_trainer(loaded: rlx::backend::local::Loaded) -> LocalTrainer {
+    let tuning = Tuning::Lora(LoraConfig { rank: 16, alpha: 32.0, ..LoraConfig::all_linear(16) });
+    LocalTrainer::new(loaded, TrainerOptions { tuning, seed: 0, max_tokens_per_microbatch: microbatch(), ..Default::default() }).expect("trainer")
+}
+
+/// [`GROUPS`] × [`GROUP_SIZE`] PPO datums sharing each group's prompt, completions 48 ± 16 tokens.
+fn grpo_data(vocab: usize) -> Vec<Datum> {
     let mut data = Vec::new();
     for g in 0..GROUPS as u64 {
         let prompt = tokens(GRPO_PROMPT, 300 + g, vocab);
@@ -139,18 +181,7 @@ fn grpo_phase(loaded: rlx::backend::local::Loaded, vocab: usize, pack: bool) -> 
             });
         }
     }
-    let positions: usize = data.iter().map(|d| d.model_input.len()).sum();
-    let adam = AdamParams { learning_rate: 1e-5, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, grad_clip_norm: 1.0 };
-    let mut step = || {
-        let t = Instant::now();
-        tr.forward_backward(&data, &LossFn::PPO).expect("forward_backward");
-        tr.optim_step(&adam).expect("optim_step");
-        t.elapsed().as_secs_f64()
-    };
-    step(); // warm-up
-    let total: f64 = (0..STEPS).map(|_| step()).sum();
-    let step_s = total / STEPS as f64;
-    serde_json::json!({"phase": if pack { "grpo_packed" } else { "grpo_plain" }, "tokens_per_s": positions as f64 / step_s, "step_s": step_s, "sequences": data.len(), "positions": positions, "peak_rss_mb": peak_rss_mb()})
+    data
 }
 
 /// Tokens per forward/backward micro-batch: `$RLX_BENCH_MICROBATCH`, else the spec's default
@@ -165,9 +196,9 @@ fn torch_python() -> String {
     std::env::var("RLX_TORCH_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-fn child(args: &[&str]) -> Option<serde_json::Value> {
+fn child(args: &[&str], env: &[(&str, &str)]) -> Option<serde_json::Value> {
     let exe = std::env::current_exe().ok()?;
-    let out = Command::new(exe).args(args).output().ok()?;
+    let out = Command::new(exe).args(args).envs(env.iter().copied()).output().ok()?;
     if !out.status.success() {
         eprintln!("phase {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         return None;
@@ -226,12 +257,16 @@ fn main() {
     println!("{:<11} {:>14} {:>14} {:>8} {:>12} {:>12}", "phase", "rlx tok/s", "torch tok/s", "ratio", "rlx MB", "torch MB");
     // `--phases sample1,train_full` runs a subset.
     let only: Option<Vec<String>> = args.iter().position(|a| a == "--phases").and_then(|i| args.get(i + 1)).map(|p| p.split(',').map(String::from).collect());
-    let mut grpo_steps = Vec::new();
+    let (mut grpo_steps, mut reference_steps) = (Vec::new(), Vec::new());
     for phase in PHASES.iter().copied().filter(|p| only.as_ref().is_none_or(|o| o.iter().any(|x| x == p))) {
-        let ours = child(&["--phase", phase, gguf.to_str().expect("utf-8 path")]);
-        let theirs = if has_torch && !phase.starts_with("grpo") { torch_phase(&hf_dir, phase, threads) } else { None };
+        let env: &[(&str, &str)] = if phase == "reference_candle" { &[("RLX_TRAIN_PASS", "autograd")] } else { &[] };
+        let ours = child(&["--phase", phase, gguf.to_str().expect("utf-8 path")], env);
+        let theirs = if has_torch && !phase.starts_with("grpo") && !phase.starts_with("reference") { torch_phase(&hf_dir, phase, threads) } else { None };
         if phase.starts_with("grpo") {
             grpo_steps.push(ours.as_ref().and_then(|o| o["step_s"].as_f64()));
+        }
+        if phase.starts_with("reference") {
+            reference_steps.push(ours.as_ref().and_then(|o| o["step_s"].as_f64()));
         }
         let f = |v: &Option<serde_json::Value>, k: &str| v.as_ref().and_then(|v| v[k].as_f64());
         let (a, b) = (f(&ours, "tokens_per_s"), f(&theirs, "tokens_per_s"));
@@ -252,5 +287,8 @@ fn main() {
     }
     if let [Some(plain), Some(packed)] = grpo_steps[..] {
         println!("GRPO step ({GROUPS}x{GROUP_SIZE}, {GRPO_PROMPT}-token prompt, LoRA r16): {plain:.2} s plain, {packed:.2} s packed: {:.2}x faster with prompt packing", plain / packed);
+    }
+    if let [Some(candle), Some(packed)] = reference_steps[..] {
+        println!("KL reference log-probabilities of that batch: {candle:.2} s through candle's model unpacked, {packed:.2} s through the training pass packed: {:.2}x faster", candle / packed);
     }
 }

@@ -482,6 +482,61 @@ fn the_reference_does_not_move_with_the_policy() {
     }
 }
 
+/// The reference's log-probabilities come from the training pass with the group's prompt packed
+/// once per row; they must equal an independent computation: candle's model over each datum on
+/// its own, `log_softmax(logits / T)` at the target, at a sampling temperature ≠ 1.
+#[test]
+fn packed_reference_logprobs_equal_candles_model_per_datum() {
+    use candle_core::{DType, Tensor};
+    use rlx::backend::local::model::{Arch, Tuning, random_weights};
+    use rlx::backend::local::{LocalTrainer, LoraConfig, TrainerOptions};
+    let cfg = crate::trainer::tiny_config(Arch::Qwen2);
+    let temperature = 0.7f32;
+    let w = random_weights(&cfg, 0.2, 9, DType::F32).unwrap();
+    let opts = TrainerOptions { tuning: Tuning::Lora(LoraConfig::all_linear(4)), seed: 9, temperature, max_tokens_per_microbatch: 4096, ..Default::default() };
+    let mut tr = LocalTrainer::from_weights(cfg.clone(), w, None, opts, "random".into()).unwrap();
+    let prompt = [2u32, 3, 4, 5, 6, 7];
+    let data: Vec<Datum> = [vec![8, 9, 10], vec![11, 12, 13, 14], vec![8, 15, 16, 17, 18]]
+        .into_iter()
+        .map(|completion| {
+            let all: Vec<u32> = prompt.iter().chain(&completion).copied().collect();
+            let n = all.len() - 1;
+            let on = |j: usize| j + 1 >= prompt.len();
+            Datum {
+                model_input: all[..n].to_vec(),
+                loss_fn_inputs: rlx::seam::LossFnInputs {
+                    target_tokens: all[1..].to_vec(),
+                    weights: None,
+                    logprobs: Some(vec![-1.0; n]),
+                    advantages: Some((0..n).map(|j| if on(j) { 1.0 } else { 0.0 }).collect()),
+                },
+            }
+        })
+        .collect();
+    let reference = tr.reference_logprobs(&data).unwrap();
+    // Untrained LoRA (B = 0): the policy's candle model is the base.
+    for (d, r) in data.iter().zip(&reference) {
+        let n = d.model_input.len();
+        let tokens = Tensor::from_slice(&d.model_input, (1, n), &candle_core::Device::Cpu).unwrap();
+        let logits = tr.model().forward(&tokens, 0, None).unwrap().reshape((n, cfg.vocab_size)).unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(r.len(), n);
+        for (j, row) in logits.iter().enumerate() {
+            let z: Vec<f64> = row.iter().map(|&x| f64::from(x) / f64::from(temperature)).collect();
+            let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let lse = m + z.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+            let want = z[d.loss_fn_inputs.target_tokens[j] as usize] - lse;
+            assert!((f64::from(r[j]) - want).abs() < 1e-4, "datum of {n} tokens, position {j}: {} vs {want}", r[j]);
+        }
+    }
+    // The same after the policy moves: the reference stays where it was.
+    let adam = AdamParams { learning_rate: 1e-2, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, grad_clip_norm: 0.0 };
+    for _ in 0..2 {
+        tr.forward_backward(&data, &LossFn::ImportanceSampling).unwrap();
+        tr.optim_step(&adam).unwrap();
+    }
+    assert_eq!(tr.reference_logprobs(&data).unwrap(), reference);
+}
+
 /// What a backend cannot run, or what contradicts itself, is refused before the run with the
 /// key, the reason and what to use instead.
 #[test]
