@@ -557,7 +557,7 @@ fn hand_written_pass_microbatches_sum_to_the_full_batch_gradient() {
     }
 }
 
-fn tempered_trainer(arch: Arch, tuning: Tuning, dtype: DType, seed: u64, temperature: f32) -> LocalTrainer {
+pub(crate) fn tempered_trainer(arch: Arch, tuning: Tuning, dtype: DType, seed: u64, temperature: f32) -> LocalTrainer {
     let cfg = tiny_config(arch);
     let w = random_weights(&cfg, 0.2, seed, dtype).unwrap();
     let opts = TrainerOptions { tuning, seed, max_tokens_per_microbatch: 4096, temperature, ..Default::default() };
@@ -566,7 +566,7 @@ fn tempered_trainer(arch: Arch, tuning: Tuning, dtype: DType, seed: u64, tempera
 
 /// `log softmax(logits / T)[target]` in f64, from the model's raw logits: the independent
 /// computation the learner's temperature must match.
-fn log_softmax_at(logits: &[f32], target: u32, t: f64) -> f64 {
+pub(crate) fn log_softmax_at(logits: &[f32], target: u32, t: f64) -> f64 {
     let z: Vec<f64> = logits.iter().map(|&x| f64::from(x) / t).collect();
     let max = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let lse = max + z.iter().map(|x| (x - max).exp()).sum::<f64>().ln();

@@ -488,13 +488,11 @@ fn the_reference_does_not_move_with_the_policy() {
 #[test]
 fn packed_reference_logprobs_equal_candles_model_per_datum() {
     use candle_core::{DType, Tensor};
-    use rlx::backend::local::model::{Arch, Tuning, random_weights};
-    use rlx::backend::local::{LocalTrainer, LoraConfig, TrainerOptions};
-    let cfg = crate::trainer::tiny_config(Arch::Qwen2);
+    use rlx::backend::local::LoraConfig;
+    use rlx::backend::local::model::{Arch, Tuning};
     let temperature = 0.7f32;
-    let w = random_weights(&cfg, 0.2, 9, DType::F32).unwrap();
-    let opts = TrainerOptions { tuning: Tuning::Lora(LoraConfig::all_linear(4)), seed: 9, temperature, max_tokens_per_microbatch: 4096, ..Default::default() };
-    let mut tr = LocalTrainer::from_weights(cfg.clone(), w, None, opts, "random".into()).unwrap();
+    let mut tr = crate::trainer::tempered_trainer(Arch::Qwen2, Tuning::Lora(LoraConfig::all_linear(4)), DType::F32, 9, temperature);
+    let vocab = tr.model().config().vocab_size;
     let prompt = [2u32, 3, 4, 5, 6, 7];
     let data: Vec<Datum> = [vec![8, 9, 10], vec![11, 12, 13, 14], vec![8, 15, 16, 17, 18]]
         .into_iter()
@@ -518,13 +516,10 @@ fn packed_reference_logprobs_equal_candles_model_per_datum() {
     for (d, r) in data.iter().zip(&reference) {
         let n = d.model_input.len();
         let tokens = Tensor::from_slice(&d.model_input, (1, n), &candle_core::Device::Cpu).unwrap();
-        let logits = tr.model().forward(&tokens, 0, None).unwrap().reshape((n, cfg.vocab_size)).unwrap().to_vec2::<f32>().unwrap();
+        let logits = tr.model().forward(&tokens, 0, None).unwrap().reshape((n, vocab)).unwrap().to_vec2::<f32>().unwrap();
         assert_eq!(r.len(), n);
         for (j, row) in logits.iter().enumerate() {
-            let z: Vec<f64> = row.iter().map(|&x| f64::from(x) / f64::from(temperature)).collect();
-            let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let lse = m + z.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
-            let want = z[d.loss_fn_inputs.target_tokens[j] as usize] - lse;
+            let want = crate::trainer::log_softmax_at(row, d.loss_fn_inputs.target_tokens[j], f64::from(temperature));
             assert!((f64::from(r[j]) - want).abs() < 1e-4, "datum of {n} tokens, position {j}: {} vs {want}", r[j]);
         }
     }

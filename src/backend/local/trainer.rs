@@ -180,20 +180,7 @@ impl LocalTrainer {
     /// # Errors
     /// Invalid datums, tensor failures.
     pub fn forward(&self, data: &[Datum]) -> Result<Vec<DatumOutput>> {
-        let mut outputs = Vec::with_capacity(data.len());
-        let hand_written = self.hand_written_pass();
-        let sharing = (hand_written && self.pack_prompts).then_some(Sharing::Any);
-        for chunk in self.microbatches(data, &LossFn::CrossEntropy, sharing)? {
-            let batch = Batch::new(&chunk, self.vars[0].dtype(), None)?;
-            let logp = if hand_written {
-                train_pass::forward(&self.model, batch.pass(self.options.temperature), false)?.0
-            } else {
-                let (tokens, targets) = batch.tensors()?;
-                self.target_logprobs(&tokens, &targets)?.detach().flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?
-            };
-            outputs.extend(batch.outputs(&logp));
-        }
-        Ok(outputs)
+        self.score(&self.model, data)
     }
 
     /// Log-probabilities of each datum's targets under the reference policy (the KL penalty's
@@ -216,28 +203,33 @@ impl LocalTrainer {
             };
             self.reference = Some(model);
         }
+        // Scored as the policy is (`score`), packed through the training pass, rather than by
+        // candle's model over unpacked rows, which scored each group's prompt once per
+        // completion: 2.6x slower on the quickstart's shape (`cargo bench --bench trainer --
+        // --phases reference_candle,reference`).
         let model = self.reference.as_ref().expect("built above");
-        // The policy's own pass, packed like `forward`, rather than candle's model over
-        // unpacked rows, which scored each group's prompt once per completion: 2.6x slower on
-        // the quickstart's shape (`cargo bench --bench trainer -- --phases
-        // reference_candle,reference`).
-        let hand_written = self.hand_written_pass() && model.embed_tokens().dtype() == DType::F32;
+        Ok(self.score(model, data)?.into_iter().map(|o| o.logprobs).collect())
+    }
+
+    /// Log-probabilities of each datum's targets under `model` (the policy, or the KL
+    /// reference), without a gradient: through [`train_pass`] with any common prefix packed
+    /// once, or candle's model over plain rows (f64, `RLX_TRAIN_PASS=autograd`).
+    fn score(&self, model: &Model, data: &[Datum]) -> Result<Vec<DatumOutput>> {
+        let dtype = model.embed_tokens().dtype();
+        let hand_written = self.hand_written_pass() && dtype == DType::F32;
         let sharing = (hand_written && self.pack_prompts).then_some(Sharing::Any);
-        let mut out = Vec::with_capacity(data.len());
+        let mut outputs = Vec::with_capacity(data.len());
         for chunk in self.microbatches(data, &LossFn::CrossEntropy, sharing)? {
-            let batch = Batch::new(&chunk, DType::F32, None)?;
+            let batch = Batch::new(&chunk, dtype, None)?;
             let logp = if hand_written {
                 train_pass::forward(model, batch.pass(self.options.temperature), false)?.0
             } else {
                 let (tokens, targets) = batch.tensors()?;
-                let (b, t) = tokens.dims2()?;
-                let logits = model.forward(&tokens, 0, None)?.to_dtype(DType::F32)?.reshape((b * t, self.config.vocab_size))?;
-                let logits = tempered(logits, self.options.temperature)?;
-                super::target_logprob::target_logprobs(&logits, &targets.flatten_all()?.to_vec1::<u32>()?)?.flatten_all()?.to_vec1::<f32>()?
+                self.target_logprobs(model, &tokens, &targets)?.detach().flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?
             };
-            out.extend(batch.outputs(&logp).into_iter().map(|o| o.logprobs));
+            outputs.extend(batch.outputs(&logp));
         }
-        Ok(out)
+        Ok(outputs)
     }
 
     /// Whether forward/backward run through [`train_pass`] (f32, unless `RLX_TRAIN_PASS=autograd`)
@@ -267,10 +259,10 @@ impl LocalTrainer {
         Ok(pack::plan(data, self.options.max_tokens_per_microbatch, sharing))
     }
 
-    /// `log softmax(logits)[target]`, `[b, t]`.
-    fn target_logprobs(&self, tokens: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    /// `log softmax(logits / T)[target]` under `model`, `[b, t]`.
+    fn target_logprobs(&self, model: &Model, tokens: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
         let (b, t) = tokens.dims2()?;
-        let logits = self.model.forward(tokens, 0, None)?; // [b, t, vocab]
+        let logits = model.forward(tokens, 0, None)?; // [b, t, vocab]
         let logits = tempered(logits.reshape((b * t, self.config.vocab_size))?, self.options.temperature)?;
         let targets = targets.flatten_all()?.to_vec1::<u32>()?;
         super::target_logprob::target_logprobs(&logits, &targets)?.reshape((b, t))
@@ -449,7 +441,7 @@ impl LocalTrainer {
         for chunk in chunks {
             let batch = Batch::new(chunk, self.vars[0].dtype(), kl)?;
             let (tokens, targets) = batch.tensors()?;
-            let logp = self.target_logprobs(&tokens, &targets)?;
+            let logp = self.target_logprobs(&self.model, &tokens, &targets)?;
             let l = loss::loss_tensor(loss, &logp, &batch.inputs)?;
             *total += l.to_dtype(DType::F64)?.to_vec0::<f64>()?;
             let grads = l.backward()?;
