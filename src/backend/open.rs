@@ -29,8 +29,6 @@ pub enum BackendChoice {
         max_tokens_per_microbatch: usize,
         /// The weights the sampler decodes with.
         sample_weights: super::local::SampleWeights,
-        /// The temperature the trainer scores log-probabilities at (`grpo.learner_temperature`).
-        learner_temperature: f32,
         /// A checkpoint (trainer state directory) to sample from instead of the base weights.
         model_path: Option<PathBuf>,
     },
@@ -94,6 +92,8 @@ pub struct OpenOptions {
     pub chat_template: ChatTemplateChoice,
     /// Which weights train.
     pub finetune: Finetune,
+    /// The temperature the trainer scores log-probabilities at (`grpo.learner_temperature`).
+    pub learner_temperature: f32,
     /// The run's seed.
     pub seed: u64,
     /// Whether the run only evaluates (no training model is created; Tinker bills for one).
@@ -114,13 +114,13 @@ pub struct OpenOptions {
 /// A model that cannot be found or loaded, a backend this version cannot use.
 pub async fn open(o: &OpenOptions, cx: &Context) -> Result<Policy> {
     match &o.backend {
-        BackendChoice::Local { threads, max_tokens_per_microbatch, sample_weights, learner_temperature, model_path } => {
+        BackendChoice::Local { threads, max_tokens_per_microbatch, sample_weights, model_path } => {
             let path = blocking(o.model.clone(), |m| super::model_source::locate(&m)).await?;
             let options = local::Options {
                 threads: *threads,
                 max_tokens_per_microbatch: *max_tokens_per_microbatch,
                 sample_weights: *sample_weights,
-                learner_temperature: *learner_temperature,
+                learner_temperature: o.learner_temperature,
                 seed: o.seed,
                 state_dir: cx.state_dir.clone(),
             };

@@ -134,8 +134,7 @@ impl PythonRewards {
         let (sandbox, protection) = match grader {
             AnyGrader::Local(sb) => (sb.clone(), None),
             AnyGrader::Fusion(_) | AnyGrader::Remote(_) => {
-                let workers = plan.sandbox.concurrency.map_or(2, |c| (c as usize).clamp(1, 4));
-                let started = crate::sandbox::start::start_local(LocalConfig { workers, strict: plan.sandbox.strict, ..LocalConfig::default() }).await.map_err(Error::Sandbox)?;
+                let started = crate::sandbox::start::start_local(LocalConfig { workers: py.workers, strict: plan.sandbox.strict, ..LocalConfig::default() }).await.map_err(Error::Sandbox)?;
                 for w in started.warnings {
                     tracing::warn!("python reward sandbox: {w}");
                     sink.event(Event::Warning(format!("the Python reward's local sandbox: {w} (set `sandbox.strict: true` to refuse to run instead)")));

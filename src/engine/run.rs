@@ -30,13 +30,6 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &StopSignal, sink: &dy
         return Ok(RunOutcome::Finished { steps: s.steps_done });
     }
     let _ = runlog::logfile::attach(&dir.file(files::LOG));
-    // Reopened (`rlx run` again, `--resume`, a re-launched sweep): it goes on as it started,
-    // whichever entry point reopened it.
-    let kept = dir.read_json(files::RESOLVED).ok().flatten().and_then(|v| crate::plan::record::keep_recorded(plan, v));
-    if kept.is_some() {
-        tracing::info!("resumed with the settings its resolved.json recorded where today's defaults differ (grpo.learner_temperature)");
-    }
-    let plan = kept.as_ref().unwrap_or(plan);
     // Trackers follow metrics.jsonl: the engine only pokes them after each line it writes and
     // passes their warnings on; none of them can stop or slow the run.
     let info = RunInfo { run_id: plan.run_id.clone(), name: plan.name.clone(), config: crate::plan::record::to_json(plan) };

@@ -9,10 +9,13 @@
 
 use serde_json::{Value, json};
 
-use super::{Plan, Written};
+use super::types::{Plan, Written};
 use crate::backend::BackendChoice;
 use crate::backend::local::SampleWeights;
 use crate::spec::Spec;
+
+/// The file's name in a run directory.
+pub const FILE: &str = "resolved.json";
 
 /// The version [`to_json`] writes.
 pub const SCHEMA_VERSION: u64 = 3;
@@ -49,7 +52,7 @@ pub fn resolved_spec(plan: &Plan) -> Spec {
     match (&mut spec.backend, &plan.backend) {
         (
             Backend::Local { max_tokens_per_microbatch, sample_weights, .. },
-            BackendChoice::Local { max_tokens_per_microbatch: m, sample_weights: w, learner_temperature, .. },
+            BackendChoice::Local { max_tokens_per_microbatch: m, sample_weights: w, .. },
         ) => {
             *max_tokens_per_microbatch = Some(count(*m));
             *sample_weights = Some(match w {
@@ -59,7 +62,7 @@ pub fn resolved_spec(plan: &Plan) -> Spec {
             });
             // The f32's shortest decimal (0.7, not 0.699999988...): what the user wrote or the
             // sampling temperature it came from.
-            spec.grpo.learner_temperature = learner_temperature.to_string().parse().ok();
+            spec.grpo.learner_temperature = plan.grpo.learner_temperature.to_string().parse().ok();
         }
         // `server` is the spec's own (or asked at first contact): nothing to fill in.
         (Backend::Tinker { max_in_flight, .. }, BackendChoice::Tinker { max_in_flight: m, .. }) => *max_in_flight = Some(count(*m)),
@@ -75,23 +78,36 @@ pub fn resolved_spec(plan: &Plan) -> Spec {
     spec
 }
 
+/// `plan` as its run directory's `resolved.json` recorded it, when the directory exists: a
+/// reopened run (`rlx run` again, `--resume`, a re-launched sweep, whichever entry point) goes
+/// on as it started. The plan decides it, as it decides every other value; the engine reads
+/// the plan only. (Rejected: the engine patching the plan after opening the run directory,
+/// the one value that flowed back up.)
+pub fn reopened(plan: Plan) -> Plan {
+    let Some(recorded) = std::fs::read(plan.run_dir().join(FILE)).ok().and_then(|b| serde_json::from_slice(&b).ok()) else { return plan };
+    match keep_recorded(&plan, recorded) {
+        Some(kept) => {
+            tracing::info!(run = %plan.run_id, "reopened with the settings its resolved.json recorded where today's defaults differ (grpo.learner_temperature)");
+            kept
+        }
+        None => plan,
+    }
+}
+
 /// `plan` with the settings its run recorded (`resolved`, any version) where the spec leaves
 /// them to a default that has changed since: a resumed run goes on as it started. `None` when
 /// nothing differs. Today that is the embedded trainer's learner temperature (version 2 and
 /// earlier scored at 1; the default is now the sampling temperature).
 pub fn keep_recorded(plan: &Plan, resolved: Value) -> Option<Plan> {
-    if plan.written.spec.grpo.learner_temperature.is_some() {
+    if plan.written.spec.grpo.learner_temperature.is_some() || !matches!(plan.backend, BackendChoice::Local { .. }) {
         return None;
     }
-    let BackendChoice::Local { learner_temperature, .. } = &plan.backend else { return None };
     let recorded = upgrade(resolved).ok()?.pointer("/grpo/learner_temperature")?.as_f64()? as f32;
-    if recorded == *learner_temperature {
+    if recorded == plan.grpo.learner_temperature {
         return None;
     }
     let mut kept = plan.clone();
-    if let BackendChoice::Local { learner_temperature, .. } = &mut kept.backend {
-        *learner_temperature = recorded;
-    }
+    kept.grpo.learner_temperature = recorded;
     Some(kept)
 }
 
@@ -220,10 +236,7 @@ mod tests {
             let spec: Spec = serde_json::from_value(v).unwrap();
             super::super::resolve::resolve(Written { spec, path: Default::default(), text: String::new(), overrides: vec![], templates: vec![] }, String::new()).unwrap()
         };
-        let temperature = |p: &Plan| match p.backend {
-            BackendChoice::Local { learner_temperature, .. } => learner_temperature,
-            _ => unreachable!(),
-        };
+        let temperature = |p: &Plan| p.grpo.learner_temperature;
         let today = plan_of(Value::Null);
         assert!((temperature(&today) - 0.7).abs() < 1e-6, "the default is the sampling temperature");
         assert_eq!(to_json(&today)["grpo"]["learner_temperature"], json!(0.7), "written as 0.7, not as the f32's f64 value");

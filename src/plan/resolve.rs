@@ -63,10 +63,11 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
                 k.form.get_or_insert(kl_form(spec));
                 k
             }),
+            learner_temperature: learner_temperature(spec) as f32,
         },
         rollout: spec.rollout.clone(),
         reward: spec.reward.clone(),
-        python_reward: python_reward(&spec.reward),
+        python_reward: python_reward(&spec.reward, spec.sandbox.concurrency),
         sandbox: spec.sandbox.clone(),
         adam: AdamParams {
             learning_rate: o.learning_rate,
@@ -139,7 +140,6 @@ pub(crate) fn kl_form(spec: &Spec) -> types::KlForm {
 fn backend(spec: &Spec) -> BackendChoice {
     match &spec.backend {
         Backend::Local { threads, max_tokens_per_microbatch, sample_weights, model_path } => BackendChoice::Local {
-            learner_temperature: learner_temperature(spec) as f32,
             threads: threads.map(|t| t as usize),
             max_tokens_per_microbatch: max_tokens_per_microbatch.unwrap_or(defaults::MAX_TOKENS_PER_MICROBATCH) as usize,
             sample_weights: match sample_weights {
@@ -215,7 +215,7 @@ pub(crate) fn written_loss(loss: &Loss) -> LossFn {
 
 /// The Python reward with its defaults, when the reward calls one (the checks made `path`
 /// absolute and required it).
-fn python_reward(r: &types::Reward) -> Option<PythonReward> {
+fn python_reward(r: &types::Reward, sandbox_concurrency: Option<u32>) -> Option<PythonReward> {
     if !crate::rl::reward::uses_python(r) {
         return None;
     }
@@ -230,5 +230,6 @@ fn python_reward(r: &types::Reward) -> Option<PythonReward> {
         function: r.function.clone().unwrap_or_else(|| defaults::REWARD_FUNCTION.to_string()),
         call_timeout: Duration::from_secs_f64(r.call_timeout_s.filter(|t| t.is_finite() && *t > 0.0).unwrap_or(defaults::REWARD_CALL_TIMEOUT_S)),
         max_failures: r.max_failures.unwrap_or(defaults::REWARD_MAX_FAILURES),
+        workers: sandbox_concurrency.map_or(2, |c| (c as usize).clamp(1, 4)),
     })
 }

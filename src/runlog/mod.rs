@@ -63,7 +63,7 @@ pub mod files {
     /// The spec as written.
     pub const SPEC: &str = "spec.yaml";
     /// The resolved spec.
-    pub const RESOLVED: &str = "resolved.json";
+    pub const RESOLVED: &str = crate::plan::record::FILE;
     /// Where the run came from.
     pub const PROVENANCE: &str = "provenance.json";
     /// Run state.

@@ -31,6 +31,12 @@ pub fn eval_greedy(greedy: Option<bool>, temperature: f64) -> bool {
     greedy.unwrap_or(temperature > 0.0)
 }
 
+/// The serde default of flags that are on unless a spec turns them off (`data.shuffle`,
+/// `grpo.skip_degenerate`, ...).
+pub(crate) fn yes() -> bool {
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

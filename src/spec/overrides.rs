@@ -8,6 +8,9 @@
 //!
 //! Grammar: `PATH=VALUE` where PATH is dot-separated keys (`[A-Za-z_][A-Za-z0-9_-]*`) or list
 //! indices (`data.train.0.path`), or one of the short aliases in [`super::schema::ALIASES`].
+//! `~PATH` removes the key (Hydra's delete form), so that a key the new value makes invalid can
+//! go with it: `backend.kind=tinker ~backend.max_tokens_per_microbatch`. (Rejected: `PATH=` or
+//! `PATH=null`, which set the key to null; a key another variant owns is wrong even when null.)
 //! In `rlx sweep`, a value `[a, b]` or `a,b` is an axis of the grid (unless the key itself holds
 //! a list: then `[[1],[1,5]]` or `[1],[1,5]` is the axis, and a flat list is one value).
 
@@ -37,9 +40,18 @@ impl Override {
         self.path.join(".")
     }
 
-    /// `PATH=VALUE` with the expanded path, as recorded in provenance and sweep records.
+    /// `PATH=VALUE` with the expanded path, as recorded in provenance and sweep records
+    /// (`~PATH` for a removal).
     pub fn canonical(&self) -> String {
+        if self.removes() {
+            return format!("~{}", self.dotted());
+        }
         format!("{}={}", self.dotted(), self.value.span.text().trim())
+    }
+
+    /// Whether it is `~PATH`: the key is removed rather than set.
+    pub fn removes(&self) -> bool {
+        self.raw.starts_with('~')
     }
 }
 
@@ -82,8 +94,12 @@ pub enum SweepArg {
     Axis(Axis),
 }
 
-/// Whether a command-line argument is a `PATH=VALUE` override (rather than a spec path).
+/// Whether a command-line argument is a `PATH=VALUE` or `~PATH` override (rather than a spec
+/// path; `~/specs/a.yaml` is a path).
 pub fn looks_like_override(arg: &str) -> bool {
+    if let Some(key) = arg.strip_prefix('~') {
+        return !key.is_empty() && !key.contains(['/', '\\', '=']);
+    }
     match arg.split_once('=') {
         Some((k, _)) => !k.is_empty() && !k.contains(['/', '\\']),
         None => false,
@@ -98,28 +114,44 @@ pub(crate) fn split(arg: &str) -> Result<(Arc<Source>, Vec<String>, Span, usize)
         return Err(Diagnostic::new(format!("expected `KEY=VALUE`, found `{arg}`"), Some(Span::new(&source, 0..arg.len())))
             .hint("for example `optimizer.learning_rate=2e-5` or `lr=2e-5`"));
     };
-    let key = &arg[..eq];
     let key_span = Span::new(&source, 0..eq);
-    if key.is_empty() {
+    if eq == 0 {
         return Err(Diagnostic::new("missing key before `=`", Some(key_span)));
     }
+    let path = key_path(&arg[..eq], &key_span)?;
+    Ok((source, path, key_span, eq + 1))
+}
+
+/// The key path of `key` (aliases expanded), its syntax checked.
+fn key_path(key: &str, key_span: &Span) -> Result<Vec<String>, Diagnostic> {
     for seg in key.split('.') {
         let ok = !seg.is_empty()
             && (seg.bytes().all(|b| b.is_ascii_digit())
                 || (seg.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
                     && seg.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')));
         if !ok {
-            return Err(Diagnostic::new(format!("invalid key `{key}`"), Some(key_span))
+            return Err(Diagnostic::new(format!("invalid key `{key}`"), Some(key_span.clone()))
                 .label("keys are names separated by `.`")
                 .hint("for example `optimizer.learning_rate=2e-5` or `data.train.0.path=x.jsonl`"));
         }
     }
-    let path = expand_alias(key).split('.').map(str::to_string).collect();
-    Ok((source, path, key_span, eq + 1))
+    Ok(expand_alias(key).split('.').map(str::to_string).collect())
 }
 
-/// Parses one `PATH=VALUE` override.
+/// Parses `~PATH`, the removal of a key; `None` when `arg` is not of that form.
+fn parse_removal(arg: &str) -> Option<Result<Override, Diagnostic>> {
+    let key = arg.strip_prefix('~').filter(|k| !k.contains('='))?;
+    let source = Source::cli(arg);
+    let key_span = Span::new(&source, 1..arg.len());
+    let value = Node { value: Value::Null, span: Span::new(&source, arg.len()..arg.len()) };
+    Some(key_path(key, &key_span).map(|path| Override { path, value, key_span, raw: arg.to_string() }))
+}
+
+/// Parses one `PATH=VALUE` or `~PATH` override.
 pub fn parse(arg: &str) -> Result<Override, Vec<Diagnostic>> {
+    if let Some(removal) = parse_removal(arg) {
+        return removal.map_err(|d| vec![d]);
+    }
     let (source, path, key_span, vstart) = split(arg).map_err(|d| vec![d])?;
     let value = node::parse_range(&source, vstart..arg.len())?;
     let value = if vstart == arg.len() { Node { value: Value::Null, span: Span::new(&source, vstart..vstart) } } else { value };
@@ -128,6 +160,9 @@ pub fn parse(arg: &str) -> Result<Override, Vec<Diagnostic>> {
 
 /// Parses one argument of `rlx sweep`: an axis if its value is a list or comma-separated.
 pub fn parse_sweep(arg: &str, validator: &Validator) -> Result<SweepArg, Vec<Diagnostic>> {
+    if let Some(removal) = parse_removal(arg) {
+        return removal.map(SweepArg::Fixed).map_err(|d| vec![d]);
+    }
     let (source, path, key_span, vstart) = split(arg).map_err(|d| vec![d])?;
     let pieces = split_top_level_commas(&arg[vstart..]);
     let list_key = {
@@ -202,11 +237,22 @@ pub(crate) fn split_top_level_commas(s: &str) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-/// Sets the value at `ov.path` in `tree`, creating mappings along the way.
+/// Sets the value at `ov.path` in `tree`, creating mappings along the way; removes it for
+/// `~PATH`.
 ///
 /// # Errors
-/// When a key along the path holds something that is not a mapping (or a list, for an index).
+/// When a key along the path holds something that is not a mapping (or a list, for an index);
+/// `~PATH` of a key that is not there.
 pub fn apply(tree: &mut Node, ov: &Override) -> Result<(), Diagnostic> {
+    if ov.removes() {
+        let segs: Vec<&str> = ov.path.iter().map(String::as_str).collect();
+        if tree.remove(&segs) {
+            return Ok(());
+        }
+        return Err(Diagnostic::new(format!("cannot remove `{}`: the spec has no such key", ov.dotted()), Some(ov.key_span.clone()))
+            .at(ov.dotted())
+            .label("not in the spec"));
+    }
     if matches!(tree.value, Value::Null) {
         tree.value = Value::Map(vec![]);
     }
@@ -300,6 +346,22 @@ mod tests {
         let err = apply(&mut tree, &parse("s.x=1").unwrap()).unwrap_err();
         assert!(err.message.contains("`s` is an integer, not a mapping"), "{}", err.message);
         assert!(apply(&mut tree, &parse("l.5=1").unwrap()).is_err());
+    }
+
+    #[test]
+    fn a_tilde_removes_a_key() {
+        let src = Source::file(Path::new("s.yaml"), "backend: {kind: local, threads: 2}\n".into());
+        let mut tree = node::parse(&src).unwrap();
+        let ov = parse("~backend.threads").unwrap();
+        assert_eq!((ov.dotted(), ov.canonical()), ("backend.threads".to_string(), "~backend.threads".to_string()));
+        apply(&mut tree, &ov).unwrap();
+        assert!(tree.get(&["backend", "threads"]).is_none() && tree.get(&["backend", "kind"]).is_some());
+        let err = apply(&mut tree, &ov).unwrap_err();
+        assert_eq!(err.message, "cannot remove `backend.threads`: the spec has no such key");
+        assert_eq!(err.span.unwrap().location(), "command line:1:2");
+        assert!(parse("~a..b").is_err());
+        assert!(looks_like_override("~backend.threads") && !looks_like_override("~/specs/a.yaml"));
+        assert!(matches!(parse_sweep("~backend.threads", &Validator::new()).unwrap(), SweepArg::Fixed(o) if o.removes()));
     }
 
     #[test]

@@ -357,7 +357,11 @@ impl Validator {
                 return;
             };
             match tags.iter().position(|t| t == k) {
-                Some(i) => self.check(resolved[i], node, path, out),
+                Some(i) => {
+                    let mut errs = vec![];
+                    self.check(resolved[i], node, path, &mut errs);
+                    out.extend(errs.into_iter().map(|d| self.other_variants_key(d, path, k, &tags, &resolved)));
+                }
                 None => {
                     let mut kp = path.clone();
                     kp.push("kind".into());
@@ -390,6 +394,25 @@ impl Validator {
             }
         }
         out.extend(best.unwrap_or_default());
+    }
+
+    /// An unknown key of variant `kind` that another variant of the same tagged enum has
+    /// (`max_tokens_per_microbatch` under `backend.kind: tinker`): said as such, with how to drop
+    /// it, rather than as a typo or a key that "belongs elsewhere" at the same path.
+    fn other_variants_key(&self, d: Diagnostic, path: &[String], kind: &str, tags: &[&str], variants: &[&J]) -> Diagnostic {
+        let here = show(path);
+        let Some(key) = d.path.as_deref().and_then(|p| p.strip_prefix(here.as_str())).and_then(|k| k.strip_prefix('.')) else { return d };
+        if !d.message.starts_with("unknown field `") || key.contains(['.', '[']) {
+            return d;
+        }
+        let owners: Vec<&str> = tags.iter().zip(variants).filter(|(_, v)| v.get("properties").is_some_and(|p| p.get(key).is_some())).map(|(t, _)| *t).collect();
+        if owners.is_empty() {
+            return d;
+        }
+        let kinds = owners.iter().map(|t| format!("`{here}.kind: {t}`")).collect::<Vec<_>>().join(" or ");
+        let full = format!("{here}.{key}");
+        Diagnostic { message: format!("`{full}` is only for {kinds}, and this `{here}` is `kind: {kind}`"), label: format!("not a setting of `kind: {kind}`"), hints: vec![], ..d }
+            .hint(format!("remove `{key}` from `{here}`, or drop it on the command line with `~{full}` (docs/specs.md, \"Moving a spec to another backend\")"))
     }
 
     fn check_consts(&self, consts: &[&J], node: &Node, path: &[String], out: &mut Vec<Diagnostic>) {
@@ -534,8 +557,12 @@ mod tests {
         assert_eq!(errs.len(), 1);
         assert!(errs[0].message.contains("unknown `backend.kind` `tinkr`"));
         assert_eq!(errs[0].hints, vec!["did you mean `tinker`?"]);
+        // A key of other variants is named as theirs, with the way to drop it.
         let errs = errors(&MIN.replace("{kind: local}", "{kind: local, base_url: x}"));
-        assert!(errs[0].message.contains("unknown field `base_url` in `backend`"), "{errs:?}");
+        assert_eq!(errs[0].message, "`backend.base_url` is only for `backend.kind: tinker` or `backend.kind: openai`, and this `backend` is `kind: local`", "{errs:?}");
+        assert!(errs[0].hints[0].contains("`~backend.base_url`"), "{errs:?}");
+        let errs = errors(&MIN.replace("{kind: local}", "{kind: local, base_ur: x}"));
+        assert!(errs[0].message.contains("unknown field `base_ur` in `backend`"), "a typo stays a typo: {errs:?}");
         let errs = errors(&MIN.replace("{kind: local}", "local"));
         assert!(errs[0].hints.iter().any(|h| h.contains("{kind: local}")));
     }

@@ -74,3 +74,27 @@ fn a_version_1_run_directory_is_compared_and_resumed() {
     let events = jsonl(&run.join("events.jsonl"));
     assert!(events.iter().any(|e| e["event"] == "resume"), "{events:?}");
 }
+
+/// A run reopened after a default changed goes on with the value its `resolved.json` recorded,
+/// and the plan carries it (the engine reads the plan only): rlx before
+/// `grpo.learner_temperature` (version 2) scored at 1, today's default is the sampling
+/// temperature.
+#[test]
+fn a_reopened_run_is_planned_with_the_learner_temperature_it_recorded() {
+    let cx = TestContext::new();
+    let spec = cx.write("spec.yaml", &format!("{}sampling: {{temperature: 0.7}}\n", crate::common::MINIMAL));
+    let fresh = rlx::plan::plan(&spec, &[]).unwrap();
+    assert!((fresh.grpo.learner_temperature - 0.7).abs() < 1e-6, "a new run scores at the sampling temperature");
+    let dir = fresh.run_dir();
+    assert!(dir.starts_with(cx.path()), "{}", dir.display());
+    let mut v2 = rlx::plan::record::to_json(&fresh);
+    v2["schema_version"] = 2.into();
+    v2["grpo"].as_object_mut().unwrap().remove("learner_temperature");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(rlx::plan::record::FILE), serde_json::to_vec(&v2).unwrap()).unwrap();
+    let reopened = rlx::plan::plan(&spec, &[]).unwrap();
+    assert_eq!(reopened.run_id, fresh.run_id);
+    assert_eq!(reopened.grpo.learner_temperature, 1.0, "the recorded run scored at 1");
+    assert_eq!(reopened.backend_options().learner_temperature, 1.0, "the trainer is opened with it");
+    assert_eq!(rlx::plan::record::to_json(&reopened)["grpo"]["learner_temperature"], 1.0);
+}

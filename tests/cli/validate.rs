@@ -4,12 +4,12 @@
 use crate::common::{Run, TestContext, repo};
 
 fn validate_fixture(name: &str) -> Run {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rlx"))
-        .current_dir(repo())
-        .env("NO_COLOR", "1")
-        .args(["validate", &format!("tests/fixtures/specs/{name}")])
-        .output()
-        .unwrap();
+    validate_in_repo(&[&format!("tests/fixtures/specs/{name}")])
+}
+
+/// `rlx validate ARGS` from the repository's root.
+fn validate_in_repo(args: &[&str]) -> Run {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rlx")).current_dir(repo()).env("NO_COLOR", "1").arg("validate").args(args).output().unwrap();
     Run::from(out)
 }
 
@@ -184,4 +184,27 @@ fn misspelled_learning_rate_names_file_line_column_and_the_fix() {
     assert_ne!(r.code, 0);
     assert!(r.stderr.contains("--> typo.yaml:10:3"), "{}", r.stderr);
     assert!(r.stderr.contains("did you mean `learning_rate`?"), "{}", r.stderr);
+}
+
+#[test]
+fn a_key_of_another_backend_is_named_as_such_with_the_way_to_drop_it() {
+    let r = validate_in_repo(&["experiments/quickstart.yaml", "backend.kind=tinker"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("`backend.max_tokens_per_microbatch` is only for `backend.kind: local`, and this `backend` is `kind: tinker`"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.lines().any(|l| l.contains("-->") && l.contains("experiments/quickstart.yaml:13:")), "located in the file: {}", r.stderr);
+    assert!(r.stderr.lines().any(|l| l.contains("help:") && l.contains("`~backend.max_tokens_per_microbatch`")), "{}", r.stderr);
+    assert!(!r.stderr.contains("belongs elsewhere"), "{}", r.stderr);
+    // Dropped with `~`: that problem is gone (what is left is what Tinker itself refuses).
+    let dropped = validate_in_repo(&["experiments/quickstart.yaml", "backend.kind=tinker", "~backend.max_tokens_per_microbatch"]);
+    assert!(!dropped.stderr.contains("max_tokens_per_microbatch"), "{}", dropped.stderr);
+    assert!(dropped.stderr.contains("on Tinker, whose learner scores at temperature 1"), "{}", dropped.stderr);
+    // Removing a key that is not there is an error located on the command line.
+    let typo = validate_in_repo(&["experiments/quickstart.yaml", "~backend.max_tokens"]);
+    assert_eq!(typo.code, 2, "{}", typo.stderr);
+    assert!(typo.stderr.contains("cannot remove `backend.max_tokens`: the spec has no such key"), "{}", typo.stderr);
+    assert!(typo.stderr.contains("--> command line:1:2"), "{}", typo.stderr);
 }
