@@ -401,11 +401,11 @@ impl Validator {
     /// it, rather than as a typo or a key that "belongs elsewhere" at the same path.
     fn other_variants_key(&self, d: Diagnostic, path: &[String], kind: &str, tags: &[&str], variants: &[&J]) -> Diagnostic {
         let here = show(path);
-        let Some(key) = d.path.as_deref().and_then(|p| p.strip_prefix(here.as_str())).and_then(|k| k.strip_prefix('.')) else { return d };
+        let Some(key) = d.path.as_deref().and_then(|p| p.strip_prefix(here.as_str())).and_then(|k| k.strip_prefix('.')).map(str::to_string) else { return d };
         if !d.message.starts_with("unknown field `") || key.contains(['.', '[']) {
             return d;
         }
-        let owners: Vec<&str> = tags.iter().zip(variants).filter(|(_, v)| v.get("properties").is_some_and(|p| p.get(key).is_some())).map(|(t, _)| *t).collect();
+        let owners: Vec<&str> = tags.iter().zip(variants).filter(|(_, v)| v.get("properties").is_some_and(|p| p.get(&key).is_some())).map(|(t, _)| *t).collect();
         if owners.is_empty() {
             return d;
         }
