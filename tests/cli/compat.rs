@@ -82,7 +82,9 @@ fn a_version_1_run_directory_is_compared_and_resumed() {
 #[test]
 fn a_reopened_run_is_planned_with_the_learner_temperature_it_recorded() {
     let cx = TestContext::new();
-    let spec = cx.write("spec.yaml", &format!("{}sampling: {{temperature: 0.7}}\n", crate::common::MINIMAL));
+    // `log.root` is relative to the current directory: absolute here, inside the test's own.
+    let root = cx.path().join("runs");
+    let spec = cx.write("spec.yaml", &format!("{}sampling: {{temperature: 0.7}}\nlog: {{root: '{}'}}\n", crate::common::MINIMAL, root.display()));
     let fresh = rlx::plan::plan(&spec, &[]).unwrap();
     assert!((fresh.grpo.learner_temperature - 0.7).abs() < 1e-6, "a new run scores at the sampling temperature");
     let dir = fresh.run_dir();

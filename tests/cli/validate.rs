@@ -195,7 +195,7 @@ fn a_key_of_another_backend_is_named_as_such_with_the_way_to_drop_it() {
         "{}",
         r.stderr
     );
-    assert!(r.stderr.lines().any(|l| l.contains("-->") && l.contains("experiments/quickstart.yaml:13:")), "located in the file: {}", r.stderr);
+    assert!(r.stderr.lines().any(|l| l.contains("-->") && l.contains("experiments/quickstart.yaml:21:3")), "located in the file: {}", r.stderr);
     assert!(r.stderr.lines().any(|l| l.contains("help:") && l.contains("`~backend.max_tokens_per_microbatch`")), "{}", r.stderr);
     assert!(!r.stderr.contains("belongs elsewhere"), "{}", r.stderr);
     // Dropped with `~`: that problem is gone (what is left is what Tinker itself refuses).
