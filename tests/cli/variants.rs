@@ -16,14 +16,14 @@ use crate::common::{TestContext, jsonl, only_run, repo};
 use crate::fakes::{Recorder, Scripted};
 
 /// Answers a problem of the training file right on even samples and wrong on odd ones when its
-/// line number is a multiple of 3 ([`informative`]), and wrong on every sample otherwise: two
+/// line number is a multiple of 3 ([`is_informative`]), and wrong on every sample otherwise: two
 /// groups in three are degenerate (all fail). With `mix_format`, wrong answers on odd samples
 /// come without a code block (a format error): an all-wrong group's rewards then differ by the
 /// format coefficient. The sampler logs the problem of every request, in order (`asked`).
 fn scripted(cx: &TestContext, mix_format: bool) -> Arc<Scripted> {
     Arc::new(Scripted::new(cx, false, move |p, c| {
         let (i, k) = (c.problem, c.sample);
-        let right = informative(i) && k % 2 == 0;
+        let right = is_informative(i) && k % 2 == 0;
         let body = if right { p.rows[i].solution.clone() } else { "def nothing():\n    return None".to_string() };
         let text = if !right && mix_format && k % 2 == 1 { "I cannot solve this.".to_string() } else { format!("```python\n{body}\n```") };
         (text, StopReason::Stop)
@@ -31,7 +31,7 @@ fn scripted(cx: &TestContext, mix_format: bool) -> Arc<Scripted> {
 }
 
 /// Whether the scripted sampler answers problem `i` right on some samples.
-fn informative(i: usize) -> bool {
+fn is_informative(i: usize) -> bool {
     i.is_multiple_of(3)
 }
 
@@ -140,7 +140,7 @@ async fn dynamic_sampling_refills_until_full_and_resumes_exactly() {
     for m in &metrics {
         let (mut have, mut taken, mut want, mut rounds) = (0, 0, 3, 0);
         while want > 0 {
-            have += asked[at..at + want].iter().filter(|&&i| informative(i)).count();
+            have += asked[at..at + want].iter().filter(|&&i| is_informative(i)).count();
             (at, taken, rounds) = (at + want, taken + want, rounds + 1);
             // Past 30 set aside (10 rounds' worth of 3) whatever comes counts.
             want = if taken - have >= 30 { 3usize.saturating_sub(taken) } else { 3 - have };
@@ -207,7 +207,7 @@ async fn dynamic_sampling_stops_at_its_cap() {
         }
         assert_eq!(metric(m, "train/datums"), informative * 4, "{m}");
         let drawn = metric(m, "train/problems_drawn");
-        assert_eq!(asked[at..at + drawn].iter().filter(|&&i| informative(i)).count(), informative);
+        assert_eq!(asked[at..at + drawn].iter().filter(|&&i| is_informative(i)).count(), informative);
         at += drawn;
     }
     assert!(capped >= 1, "no step reached the cap: {metrics:?}");
@@ -245,7 +245,7 @@ async fn dynamic_sampling_filters_on_correctness_not_on_shaped_rewards() {
             assert_eq!(*trainer.datums.lock().unwrap(), vec![12, 12, 12], "{filter}");
             for r in rollouts.iter().filter(|r| !r["skipped"].as_bool().unwrap()) {
                 let i = sampler_index(&r["problem_id"]);
-                assert!(informative(i), "{filter}: trained an all-wrong group: {r}");
+                assert!(is_informative(i), "{filter}: trained an all-wrong group: {r}");
             }
         } else {
             assert_eq!(discarded, 0, "{filter}: every group's rewards differ");
@@ -618,7 +618,7 @@ async fn dynamic_sampling_with_a_python_reward() {
     let mut at = 0;
     for m in &metrics {
         let drawn = metric(m, "train/problems_drawn");
-        let informative = asked[at..at + drawn].iter().filter(|&&i| informative(i)).count();
+        let informative = asked[at..at + drawn].iter().filter(|&&i| is_informative(i)).count();
         assert_eq!((informative, metric(m, "train/groups") - metric(m, "train/groups_discarded")), (3, 3), "{m}");
         at += drawn;
         let right = m["train/correct_mean"].as_f64().unwrap();
