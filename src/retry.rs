@@ -1,9 +1,9 @@
 //! The one retry policy: capped exponential backoff with jitter, within a budget of retries and
-//! of time, for whatever the caller says is retryable. Every remote call rlx makes (Tinker,
-//! OpenAI-compatible servers, Sandbox Fusion, MLflow), sandbox infrastructure errors and the
-//! Python reward's sandbox retry through [`run`] (Tinker's futures are *polled*, not retried: a
-//! long poll answered `try_again` is progress, not a failure), so they back off the same way and
-//! a change to how rlx retries is made once.
+//! of time, for whatever the caller says is retryable. Every remote call rlx makes (Tinker's
+//! submissions and the polling of its futures, OpenAI-compatible servers, Sandbox Fusion,
+//! MLflow), sandbox infrastructure errors and the Python reward's sandbox retry through [`run`],
+//! so they back off the same way and a change to how rlx retries is made once. A poll answered
+//! "not yet" is progress, not a failure ([`Attempt::Again`]): only failures in a row count.
 //!
 //! What is retryable stays with each caller (an HTTP 429 or 5xx, a refused connection after the
 //! first contact, a sandbox infrastructure error): only it knows its protocol. Jitter takes up to
@@ -58,6 +58,10 @@ pub(crate) enum Attempt<T, E> {
     /// It was told to wait (Tinker's 402, billing): try again after this pause, which counts
     /// neither as a retry nor against the time budget; the caller bounds how long it holds.
     Hold(E, Duration),
+    /// It made progress without a value yet (a long poll answered "not done yet"): try again
+    /// after this pause, with the count of retries and the time budget started over, since only
+    /// failures in a row spend them.
+    Again(Duration),
 }
 
 /// Why [`run`] stopped without a value.
@@ -65,7 +69,7 @@ pub(crate) enum Attempt<T, E> {
 pub(crate) struct GaveUp<E> {
     /// The last attempt's error.
     pub(crate) last: E,
-    /// Attempts made, the first included.
+    /// Attempts made since the last progress ([`Attempt::Again`]), the first included.
     pub(crate) attempts: u32,
     /// Whether the error was retryable and the budget ran out (rather than a [`Attempt::Fail`]).
     pub(crate) exhausted: bool,
@@ -102,6 +106,13 @@ where
                 tokio::time::sleep(pause).await;
                 // Not spent: a failure after the hold ends gets the whole budget.
                 start += pause;
+            }
+            Attempt::Again(pause) => {
+                i = 0;
+                start = Instant::now();
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
             }
         }
     }
@@ -188,5 +199,29 @@ mod tests {
         })
         .await;
         assert_eq!(ok.unwrap(), 5, "the retry after 90 ms of holds is within a 50 ms budget");
+    }
+
+    #[tokio::test]
+    async fn progress_starts_the_count_of_retries_over() {
+        // Two retries allowed: three failures in a row give up, but a progress between them
+        // (a poll answered "not done yet") starts the count again.
+        let twice = Policy::counted(2, Duration::ZERO, Duration::ZERO);
+        let script = ["down", "down", "progress", "down", "down", "done"];
+        let n = Cell::new(0usize);
+        let ok = run(&twice, "t", |_| {
+            let k = n.get();
+            n.set(k + 1);
+            async move {
+                match script[k] {
+                    "progress" => Attempt::Again(Duration::ZERO),
+                    "done" => Attempt::Done(k),
+                    e => Attempt::Retry(e, None),
+                }
+            }
+        })
+        .await;
+        assert_eq!(ok.unwrap(), 5);
+        let e = run(&twice, "t", |_| async { Attempt::<(), _>::Retry("down", None) }).await.unwrap_err();
+        assert_eq!((e.attempts, e.exhausted), (3, true));
     }
 }

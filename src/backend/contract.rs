@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::{Sampler, Trainer};
+use super::traits::{Sampler, Trainer};
 use crate::seam::{AdamParams, Datum, LossFn, LossFnInputs, SampleRequest, SampledSequence, SamplingParams, Stop, StopReason};
 
 /// A broken clause of the contract.
@@ -23,7 +23,7 @@ pub enum Violation {
         clause: &'static str,
         /// The backend's error.
         #[source]
-        source: super::Error,
+        source: super::error::Error,
     },
     /// The backend answered, wrongly.
     #[error("{clause}: {detail}")]
@@ -56,7 +56,7 @@ trait Clause<T> {
     fn clause(self, clause: &'static str) -> Result<T, Violation>;
 }
 
-impl<T> Clause<T> for super::Result<T> {
+impl<T> Clause<T> for super::error::Result<T> {
     fn clause(self, clause: &'static str) -> Result<T, Violation> {
         self.map_err(|source| Violation::Failed { clause, source })
     }

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::Error;
+use super::error::Error;
 use crate::prompt::chat::ChatTemplateChoice;
 use crate::prompt::model_files::ModelPrompt;
 use crate::seam::ModelSource;

@@ -6,7 +6,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{Error, Policy, Result, local, openai, tinker};
+use super::error::{Error, Result};
+use super::traits::Policy;
+use super::local;
+use super::openai;
+use super::tinker;
 use crate::prompt::chat::ChatTemplateChoice;
 use crate::seam::{Finetune, ModelSource};
 

@@ -212,8 +212,8 @@ fn check_batch(cx: &mut Ctx<'_>, spec: &Spec) {
 #[allow(clippy::neg_cmp_op_on_partial_ord)]
 fn check_ranges(cx: &mut Ctx<'_>, spec: &Spec) {
     let o = &spec.optimizer;
-    if !(o.learning_rate > 0.0) {
-        cx.err("optimizer.learning_rate", format!("`optimizer.learning_rate` must be > 0, found {}", o.learning_rate));
+    if let Err(reason) = crate::seam::AdamParams::check_learning_rate(o.learning_rate, crate::seam::LearningRateRule::Run) {
+        cx.err("optimizer.learning_rate", format!("`optimizer.learning_rate` {reason}"));
     }
     for (key, v) in [("optimizer.beta1", o.beta1), ("optimizer.beta2", o.beta2)] {
         if v >= 1.0 {

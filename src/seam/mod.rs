@@ -197,6 +197,38 @@ impl Default for AdamParams {
     }
 }
 
+/// Which learning rates are legal where: two rules on purpose, kept side by side here so that
+/// they are read (and changed) together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LearningRateRule {
+    /// One optimizer step (`optim_step`, every backend, and `rlx serve` for its clients): finite
+    /// and >= 0. A step at 0 is legal: a client that schedules its rate (Tinker's cookbook)
+    /// may warm up from 0 or decay to it, and Tinker accepts it.
+    Step,
+    /// A run's `optimizer.learning_rate`: finite and > 0. rlx holds a run's rate constant, so a
+    /// spec at 0 would train nothing; that is a mistake to report before the run starts, not a
+    /// schedule's endpoint.
+    Run,
+}
+
+impl AdamParams {
+    /// Checks `learning_rate` against `rule`.
+    ///
+    /// # Errors
+    /// What is wrong, worded to follow the parameter's name ("must be > 0, found 0").
+    pub fn check_learning_rate(learning_rate: f64, rule: LearningRateRule) -> Result<(), String> {
+        let lr = learning_rate;
+        match rule {
+            LearningRateRule::Step if !(lr.is_finite() && lr >= 0.0) => Err(format!("must be finite and >= 0, found {lr}")),
+            LearningRateRule::Run if lr.is_infinite() => Err(format!("must be finite, found {lr}")),
+            // `!(lr > 0.0)` rather than `lr <= 0.0`: NaN must fail too.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
+            LearningRateRule::Run if !(lr > 0.0) => Err(format!("must be > 0, found {lr}")),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Which projections get LoRA adapters, and their size (Tinker's `lora_config`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LoraConfig {
@@ -366,3 +398,21 @@ impl std::fmt::Display for StateRef {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::{AdamParams, LearningRateRule};
+
+    #[test]
+    fn a_step_may_have_learning_rate_zero_and_a_run_may_not() {
+        let check = |lr: f64, rule| AdamParams::check_learning_rate(lr, rule);
+        for lr in [1e-4, 1.0] {
+            assert_eq!((check(lr, LearningRateRule::Step), check(lr, LearningRateRule::Run)), (Ok(()), Ok(())));
+        }
+        assert_eq!(check(0.0, LearningRateRule::Step), Ok(()));
+        assert_eq!(check(0.0, LearningRateRule::Run), Err("must be > 0, found 0".to_string()));
+        assert_eq!(check(-1.0, LearningRateRule::Run), Err("must be > 0, found -1".to_string()));
+        for lr in [-1e-9, f64::NAN, f64::INFINITY] {
+            assert!(check(lr, LearningRateRule::Step).is_err() && check(lr, LearningRateRule::Run).is_err(), "{lr}");
+        }
+    }
+}

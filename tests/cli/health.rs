@@ -6,16 +6,16 @@
 
 use std::io::BufRead as _;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use rlx::backend::{Pending, Policy, Sampler, Trainer};
+use rlx::backend::Policy;
 use rlx::engine::{self, PolicySource};
-use rlx::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, LossStats, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef, StopReason};
+use rlx::seam::{LossStats, StopReason};
 use serde_json::Value;
 
 use crate::common::{TestContext, jsonl, repo, sandbox_server};
-use crate::fakes::{Problems, States};
+use crate::fakes::{Problems, Recorder, Reported, Scripted};
 
 /// What a scripted completion is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,62 +39,32 @@ enum Answer {
 /// Decides each completion from (training step, is-eval, problem index, sample index).
 type Script = dyn Fn(usize, bool, usize, usize) -> Answer + Send + Sync;
 
-struct Scripted {
-    /// The training file's problems, then the eval file's.
-    problems: Problems,
-    script: Box<Script>,
-    /// The greedy eval's script (temperature 0), when it differs from `script`'s eval answers.
-    greedy: Option<Box<Script>>,
-    /// Each sampled token's log-probability by step (the sampler's entropy estimate).
-    logprob: fn(usize) -> f32,
-    /// Training sample calls so far: the step being sampled (one call per step at this size).
-    steps: AtomicUsize,
+/// A sampler answering `script`, or `greedy` for a greedy eval when given, with each token's
+/// log-probability `logprob(step)`, on the training file's problems, then the eval file's.
+fn scripted_with(cx: &TestContext, script: Box<Script>, greedy: Option<Box<Script>>, logprob: fn(usize) -> f32) -> Arc<Scripted> {
+    let sampler = Scripted::new(cx, true, move |p, c| {
+        let script = match &greedy {
+            Some(g) if c.greedy => g,
+            _ => &script,
+        };
+        completion(p, c.problem, script(c.step, c.eval, c.problem, c.sample))
+    });
+    Arc::new(sampler.logprob(logprob))
 }
 
-impl Scripted {
-    fn new(cx: &TestContext, script: Box<Script>) -> Arc<Self> {
-        Self::build(cx, script, None, |_| -0.5)
-    }
-
-    fn build(cx: &TestContext, script: Box<Script>, greedy: Option<Box<Script>>, logprob: fn(usize) -> f32) -> Arc<Self> {
-        Arc::new(Scripted { problems: Problems::load(cx, true), script, greedy, logprob, steps: AtomicUsize::new(0) })
-    }
-
-    fn completion(&self, i: usize, answer: Answer) -> (String, StopReason) {
-        match answer {
-            Answer::Right => (format!("```python\n{}\n```", self.problems.rows[i].solution), StopReason::Stop),
-            Answer::Wrong => ("```python\ndef nothing():\n    return None\n```".into(), StopReason::Stop),
-            Answer::NoCode => ("I would write a function.".into(), StopReason::Stop),
-            Answer::Loop => ("```python\nwhile True:\n    pass\n```".into(), StopReason::Stop),
-            Answer::Truncated => ("```python\ndef nothing():\n    return None\n```".into(), StopReason::Length),
-            Answer::InfraFail => ("```python\n# INFRA-FAIL\ndef nothing():\n    return None\n```".into(), StopReason::Stop),
-            Answer::Short => ("```python\n1\n```".into(), StopReason::Stop),
-        }
-    }
+fn scripted(cx: &TestContext, script: Box<Script>) -> Arc<Scripted> {
+    scripted_with(cx, script, None, |_| -0.5)
 }
 
-impl Sampler for Scripted {
-    fn sample(&self, requests: Vec<SampleRequest>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
-        let idx: Vec<usize> = requests.iter().map(|r| self.problems.index(&r.prompt)).collect();
-        let eval = idx.iter().all(|&i| self.problems.rows[i].eval);
-        let step = if eval { self.steps.load(Ordering::SeqCst).saturating_sub(1) } else { self.steps.fetch_add(1, Ordering::SeqCst) };
-        let out = requests
-            .iter()
-            .zip(&idx)
-            .map(|(r, &i)| {
-                (0..r.num_samples)
-                    .map(|k| {
-                        let script = match &self.greedy {
-                            Some(g) if eval && r.params(params).temperature == 0.0 => g,
-                            _ => &self.script,
-                        };
-                        let (text, stop_reason) = self.completion(i, script(step, eval, i, k));
-                        self.problems.sequence(&text, stop_reason, (self.logprob)(step))
-                    })
-                    .collect()
-            })
-            .collect();
-        Box::pin(async move { Ok(out) })
+fn completion(p: &Problems, i: usize, answer: Answer) -> (String, StopReason) {
+    match answer {
+        Answer::Right => (format!("```python\n{}\n```", p.rows[i].solution), StopReason::Stop),
+        Answer::Wrong => ("```python\ndef nothing():\n    return None\n```".into(), StopReason::Stop),
+        Answer::NoCode => ("I would write a function.".into(), StopReason::Stop),
+        Answer::Loop => ("```python\nwhile True:\n    pass\n```".into(), StopReason::Stop),
+        Answer::Truncated => ("```python\ndef nothing():\n    return None\n```".into(), StopReason::Length),
+        Answer::InfraFail => ("```python\n# INFRA-FAIL\ndef nothing():\n    return None\n```".into(), StopReason::Stop),
+        Answer::Short => ("```python\n1\n```".into(), StopReason::Stop),
     }
 }
 
@@ -102,44 +72,15 @@ impl Sampler for Scripted {
 /// optimizer step.
 type Numbers = dyn Fn(usize) -> (f64, f64, f64, f64) + Send + Sync;
 
-/// A trainer that trains nothing and reports scripted numbers; keeps states by name.
-struct Recorder {
-    sampler: Arc<Scripted>,
-    numbers: Box<Numbers>,
-    calls: AtomicUsize,
-    states: States,
-}
-
-impl Trainer for Recorder {
-    // A remote service: the engine streams groups k steps deep.
-    fn runs_elsewhere(&self) -> bool {
-        true
-    }
-    fn forward_backward(&self, data: Vec<Datum>, _loss: LossFn) -> Pending<ForwardBackwardOutput> {
-        let (loss, _, kl, ratio) = (self.numbers)(self.calls.load(Ordering::SeqCst));
-        let outputs = data.iter().map(|d| rlx::seam::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
-        // One ratio for every token: outside PPO's [0.8, 1.2] all of them clip.
+/// A remote trainer that trains nothing and reports `numbers`: one ratio for every token
+/// (outside PPO's [0.8, 1.2] all of them clip), and no gradient norm where it is negative.
+fn recorder(sampler: Arc<Scripted>, numbers: Box<Numbers>) -> Arc<Recorder> {
+    Arc::new(Recorder::new(sampler).remote().numbers(move |n| {
+        let (loss, grad_norm, kl, ratio) = numbers(n);
         let clip_fraction = if (0.8..=1.2).contains(&ratio) { 0.0 } else { 1.0 };
         let stats = LossStats { tokens: 10, ratio_mean: ratio, ratio_max: ratio, kl_sample_train: kl, clip_fraction, ..LossStats::default() };
-        Box::pin(async move { Ok(ForwardBackwardOutput { loss, outputs, stats }) })
-    }
-    fn optim_step(&self, _adam: AdamParams) -> Pending<OptimStepOutput> {
-        let n = self.calls.fetch_add(1, Ordering::SeqCst);
-        // A negative scripted norm: the backend reports none.
-        let (_, grad_norm, _, _) = (self.numbers)(n);
-        let grad_norm = (grad_norm >= 0.0).then_some(grad_norm);
-        Box::pin(async move { Ok(OptimStepOutput { grad_norm, clipped: false, step: n as u64 + 1, metrics: Default::default() }) })
-    }
-    fn save_state(&self, name: &str) -> Pending<StateRef> {
-        self.states.save(name, 0)
-    }
-    fn load_state(&self, state: &StateRef) -> Pending<()> {
-        self.states.load(state).1
-    }
-    fn sampler(&self) -> Pending<Arc<dyn Sampler>> {
-        let s: Arc<dyn Sampler> = self.sampler.clone();
-        Box::pin(async move { Ok(s) })
-    }
+        Reported { loss, stats, grad_norm: (grad_norm >= 0.0).then_some(grad_norm) }
+    }))
 }
 
 /// The numbers of a calm run: loss 1, gradient norm 1, no divergence, ratio 1.
@@ -213,9 +154,7 @@ impl Ran {
 }
 
 async fn run(cx: &TestContext, plan: &rlx::plan::Plan, script: Box<Script>, numbers: Box<Numbers>) -> Ran {
-    let sampler = Scripted::new(cx, script);
-    let trainer = Arc::new(Recorder { sampler, numbers, calls: AtomicUsize::new(0), states: States::default() });
-    run_on(plan, trainer).await
+    run_on(plan, recorder(scripted(cx, script), numbers)).await
 }
 
 async fn run_on(plan: &rlx::plan::Plan, trainer: Arc<Recorder>) -> Ran {
@@ -239,8 +178,8 @@ async fn run_on(plan: &rlx::plan::Plan, trainer: Arc<Recorder>) -> Ran {
 async fn reward_flat_at_zero_and_degenerate_groups_fire_and_a_stop_resumes() {
     let cx = TestContext::new();
     let p = plan(&cx, 5, "reward_flat_zero: {steps: 3, action: stop}, groups_degenerate: {steps: 2}", "");
-    let sampler = Scripted::new(&cx, Box::new(|_, _, _, _| Answer::Wrong));
-    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
+    let sampler = scripted(&cx, Box::new(|_, _, _, _| Answer::Wrong));
+    let trainer = recorder(sampler, Box::new(calm));
     let ran = run_on(&p, trainer.clone()).await;
     let (e, line) = ran.fired("groups_degenerate");
     assert_eq!(e["step"], 1, "two degenerate steps: 0 and 1");
@@ -453,8 +392,8 @@ async fn a_model_getting_worse_fires_greedy_below_baseline_and_coverage_collapse
     };
     let greedy = |step: usize, _: bool, _: usize, _: usize| if step == 0 { Answer::Right } else { Answer::Wrong };
     let p = eval_plan(&cx, "");
-    let sampler = Scripted::build(&cx, Box::new(sampled), Some(Box::new(greedy)), |_| -0.5);
-    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
+    let sampler = scripted_with(&cx, Box::new(sampled), Some(Box::new(greedy)), |_| -0.5);
+    let trainer = recorder(sampler, Box::new(calm));
     let ran = run_on(&p, trainer).await;
     assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
     // Both protocols recorded: metrics, and per-problem records tagged by protocol.
@@ -508,8 +447,8 @@ async fn entropy_and_completion_length_collapsing_fire() {
     // Two steps of full answers at 1 nat per token, then one-line answers at 0.1.
     let script = |step: usize, eval: bool, i: usize, k: usize| if step < 2 { half(step, eval, i, k) } else { Answer::Short };
     let p = plan(&cx, 4, "window: 2", "");
-    let sampler = Scripted::build(&cx, Box::new(script), None, |step| if step < 2 { -1.0 } else { -0.1 });
-    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
+    let sampler = scripted_with(&cx, Box::new(script), None, |step| if step < 2 { -1.0 } else { -0.1 });
+    let trainer = recorder(sampler, Box::new(calm));
     let ran = run_on(&p, trainer).await;
     assert!(ran.outcome.is_ok(), "{:?}", ran.outcome);
     let (e, line) = ran.fired("entropy_collapse");
@@ -521,8 +460,8 @@ async fn entropy_and_completion_length_collapsing_fire() {
     // `action: off` silences them.
     let cx = TestContext::new();
     let p = plan(&cx, 4, "window: 2, entropy_collapse: {fraction: 0.25, action: off}, length_collapse: {fraction: 0.5, action: off}", "");
-    let sampler = Scripted::build(&cx, Box::new(script), None, |step| if step < 2 { -1.0 } else { -0.1 });
-    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
+    let sampler = scripted_with(&cx, Box::new(script), None, |step| if step < 2 { -1.0 } else { -0.1 });
+    let trainer = recorder(sampler, Box::new(calm));
     let ran = run_on(&p, trainer).await;
     ran.not_fired("entropy_collapse");
     ran.not_fired("length_collapse");
@@ -538,8 +477,8 @@ async fn a_fusion_sandbox_with_nothing_listening_stops_the_run_before_sampling()
     let cx = TestContext::new();
     let url = format!("http://127.0.0.1:{}", closed_port());
     let p = plan(&cx, 2, "", &format!("sandbox: {{kind: fusion, url: {url}}}"));
-    let sampler = Scripted::new(&cx, Box::new(|_, _, _, _| Answer::Right));
-    let trainer = Arc::new(Recorder { sampler: sampler.clone(), numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
+    let sampler = scripted(&cx, Box::new(|_, _, _, _| Answer::Right));
+    let trainer = recorder(sampler.clone(), Box::new(calm));
     let ran = run_on(&p, trainer).await;
     let err = ran.outcome.expect_err("no sandbox, no run");
     let mut chain = err.to_string();
@@ -563,8 +502,8 @@ async fn a_sandbox_that_dies_mid_run_stops_the_run_at_that_step() {
     let (server, url) = sandbox_server();
     let p = plan(&cx, 4, "", &format!("sandbox: {{kind: fusion, url: {url}}}\nrollout: {{infra_retries: 1}}"));
     let half = |_: usize, _: bool, _: usize, k: usize| if k.is_multiple_of(2) { Answer::Right } else { Answer::Wrong };
-    let sampler = Scripted::new(&cx, Box::new(half));
-    let trainer = Arc::new(Recorder { sampler, numbers: Box::new(calm), calls: AtomicUsize::new(0), states: States::default() });
+    let sampler = scripted(&cx, Box::new(half));
+    let trainer = recorder(sampler, Box::new(calm));
     let server = Mutex::new(Some(server));
     let sink = move |e: engine::Event| {
         if let engine::Event::Step { step: 0, .. } = e

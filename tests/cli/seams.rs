@@ -4,132 +4,26 @@
 //! local backend, keeps requests in flight concurrently (observed overlap, not timing), records
 //! remote state references, and evaluates with a sampler alone.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use rlx::backend::{Pending, Policy, Sampler, Trainer};
-use rlx::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, LossStats, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef, StopReason};
+use rlx::backend::Policy;
+use rlx::seam::StopReason;
 use rlx::engine::{self, PolicySource};
 use serde_json::Value;
 
 use crate::common::{TestContext, repo};
-use crate::fakes::{Problems, States};
-
-/// Counts requests in flight and remembers the most seen at once.
-#[derive(Default)]
-struct InFlight {
-    now: AtomicUsize,
-    max: AtomicUsize,
-}
-
-impl InFlight {
-    fn enter(&self) {
-        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.max.fetch_max(n, Ordering::SeqCst);
-    }
-    fn leave(&self) {
-        self.now.fetch_sub(1, Ordering::SeqCst);
-    }
-    fn max(&self) -> usize {
-        self.max.load(Ordering::SeqCst)
-    }
-}
+use crate::fakes::{Recorder, Scripted};
 
 /// Samples the reference solution of the problem a prompt asks for when `seed + k` is even, a
-/// wrong function otherwise.
-struct Scripted {
-    problems: Problems,
-    in_flight: Arc<InFlight>,
-    calls: Arc<AtomicUsize>,
-}
-
-impl Scripted {
-    fn answer(&self, prompt: &[u32], seed: u64, k: usize) -> SampledSequence {
-        let code = &self.problems.rows[self.problems.index(prompt)].solution;
-        let body = if (seed + k as u64).is_multiple_of(2) { code.clone() } else { "def nothing():\n    return None".to_string() };
-        self.problems.sequence(&format!("```python\n{body}\n```"), StopReason::Stop, -0.5)
-    }
-}
-
-impl Sampler for Scripted {
-    fn sample(&self, requests: Vec<SampleRequest>, _params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
-        // Submitted now: counted as in flight until the reply is ready.
-        self.in_flight.enter();
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let out: Vec<Vec<SampledSequence>> = requests.iter().map(|r| (0..r.num_samples).map(|k| self.answer(&r.prompt, r.seed.unwrap(), k)).collect()).collect();
-        let in_flight = self.in_flight.clone();
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            in_flight.leave();
-            Ok(out)
-        })
-    }
-    fn max_in_flight(&self) -> usize {
-        4
-    }
-}
-
-/// Records every request; states are `scripted://` names mapping to the step count.
-struct Recorder {
-    sampler: Arc<Scripted>,
-    in_flight: Arc<InFlight>,
-    log: Mutex<Vec<String>>,
-    steps: Mutex<u64>,
-    states: States,
-}
-
-impl Recorder {
-    fn new(sampler: Arc<Scripted>) -> Arc<Self> {
-        Arc::new(Recorder { sampler, in_flight: Arc::default(), log: Mutex::default(), steps: Mutex::default(), states: States::default() })
-    }
-}
-
-impl Trainer for Recorder {
-    fn forward_backward(&self, data: Vec<Datum>, loss: LossFn) -> Pending<ForwardBackwardOutput> {
-        self.in_flight.enter();
-        self.log.lock().unwrap().push(format!("forward_backward {} {}", data.len(), loss.name()));
-        let in_flight = self.in_flight.clone();
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            in_flight.leave();
-            let outputs = data.iter().map(|d| rlx::seam::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
-            Ok(ForwardBackwardOutput { loss: 1.0, outputs, stats: LossStats::default() })
-        })
-    }
-    fn optim_step(&self, adam: AdamParams) -> Pending<OptimStepOutput> {
-        self.in_flight.enter();
-        self.log.lock().unwrap().push(format!("optim_step {}", adam.learning_rate));
-        let step = {
-            let mut s = self.steps.lock().unwrap();
-            *s += 1;
-            *s
-        };
-        let in_flight = self.in_flight.clone();
-        Box::pin(async move {
-            in_flight.leave();
-            Ok(OptimStepOutput { grad_norm: Some(0.5), clipped: false, step, metrics: Default::default() })
-        })
-    }
-    fn save_state(&self, name: &str) -> Pending<StateRef> {
-        self.log.lock().unwrap().push(format!("save_state {name}"));
-        self.states.save(name, *self.steps.lock().unwrap())
-    }
-    fn load_state(&self, state: &StateRef) -> Pending<()> {
-        self.log.lock().unwrap().push(format!("load_state {state}"));
-        let (found, reply) = self.states.load(state);
-        if let Some(s) = found {
-            *self.steps.lock().unwrap() = s;
-        }
-        reply
-    }
-    fn sampler(&self) -> Pending<Arc<dyn Sampler>> {
-        let s: Arc<dyn Sampler> = self.sampler.clone();
-        Box::pin(async move { Ok(s) })
-    }
-}
-
+/// wrong function otherwise; 4 calls in flight.
 fn scripted(cx: &TestContext) -> Arc<Scripted> {
-    Arc::new(Scripted { problems: Problems::load(cx, true), in_flight: Arc::default(), calls: Arc::default() })
+    let sampler = Scripted::new(cx, true, |p, c| {
+        let right = (c.seed.unwrap() + c.sample as u64).is_multiple_of(2);
+        let body = if right { p.rows[c.problem].solution.clone() } else { "def nothing():\n    return None".to_string() };
+        (format!("```python\n{body}\n```"), StopReason::Stop)
+    });
+    Arc::new(sampler.max_in_flight(4))
 }
 
 /// The test spec; `eval_limit` caps the eval problems (40 in the file), `schedule` adds keys to
@@ -172,7 +66,7 @@ async fn the_engine_drives_any_backend_with_requests_in_flight() {
     // No baseline eval, 8 eval problems at the end: the eval path has its own test below.
     let plan = plan(&cx, 2, 8, "save_every: 1, eval_at_start: false");
     let sampler = scripted(&cx);
-    let trainer = Recorder::new(sampler.clone());
+    let trainer = Arc::new(Recorder::new(sampler.clone()));
     let outcome = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::StopSignal::default(), &()).await.unwrap();
     assert_eq!(outcome, engine::RunOutcome::Finished { steps: 2 });
 
@@ -209,7 +103,7 @@ async fn a_run_resumes_from_a_remote_state_reference() {
     crate::engine::tiny_model(&cx.path().join("tiny"));
     let plan = plan(&cx, 2, 4, "save_every: 0, eval_at_start: false");
     let sampler = scripted(&cx);
-    let trainer = Recorder::new(sampler);
+    let trainer = Arc::new(Recorder::new(sampler));
     let stop = engine::StopSignal::default();
     let on_step = {
         let stop = stop.clone();

@@ -5,100 +5,34 @@
 //! variants on (GSPO, token-mean aggregation, overlong penalty and masking, the KL penalty),
 //! validation refusals, and the KL reference on Tinker through `rlx serve`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use rlx::backend::{Pending, Policy, Sampler, Trainer};
+use rlx::backend::Policy;
 use rlx::engine::{self, PolicySource};
-use rlx::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, LossStats, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef, StopReason};
+use rlx::seam::{AdamParams, Datum, LossFn, SamplingParams, StopReason};
 use serde_json::Value;
 
 use crate::common::{TestContext, jsonl, only_run, repo};
-use crate::fakes::{Problems, States};
+use crate::fakes::{Recorder, Scripted};
 
 /// Answers a problem of the training file right on even samples and wrong on odd ones when its
-/// line number is a multiple of 3, and wrong on every sample otherwise: two groups in three are
-/// degenerate (all fail). Logs the problem of every request, in order.
-struct Scripted {
-    /// The training file's problems.
-    problems: Problems,
-    asked: Mutex<Vec<usize>>,
-    /// Wrong answers on odd samples come without a code block (a format error): an all-wrong
-    /// group's rewards then differ by the format coefficient.
-    mix_format: bool,
+/// line number is a multiple of 3 ([`is_informative`]), and wrong on every sample otherwise: two
+/// groups in three are degenerate (all fail). With `mix_format`, wrong answers on odd samples
+/// come without a code block (a format error): an all-wrong group's rewards then differ by the
+/// format coefficient. The sampler logs the problem of every request, in order (`asked`).
+fn scripted(cx: &TestContext, mix_format: bool) -> Arc<Scripted> {
+    Arc::new(Scripted::new(cx, false, move |p, c| {
+        let (i, k) = (c.problem, c.sample);
+        let right = is_informative(i) && k % 2 == 0;
+        let body = if right { p.rows[i].solution.clone() } else { "def nothing():\n    return None".to_string() };
+        let text = if !right && mix_format && k % 2 == 1 { "I cannot solve this.".to_string() } else { format!("```python\n{body}\n```") };
+        (text, StopReason::Stop)
+    }))
 }
 
-impl Scripted {
-    fn new(cx: &TestContext) -> Arc<Self> {
-        Self::with_format_mix(cx, false)
-    }
-
-    /// With `mix_format`, wrong answers on odd samples lack a code block.
-    fn with_format_mix(cx: &TestContext, mix_format: bool) -> Arc<Self> {
-        Arc::new(Scripted { problems: Problems::load(cx, false), asked: Mutex::default(), mix_format })
-    }
-
-    fn informative(i: usize) -> bool {
-        i.is_multiple_of(3)
-    }
-}
-
-impl Sampler for Scripted {
-    fn sample(&self, requests: Vec<SampleRequest>, _params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
-        let mut out = vec![];
-        for r in &requests {
-            let i = self.problems.index(&r.prompt);
-            self.asked.lock().unwrap().push(i);
-            let group = (0..r.num_samples)
-                .map(|k| {
-                    let right = Self::informative(i) && k % 2 == 0;
-                    let body = if right { self.problems.rows[i].solution.clone() } else { "def nothing():\n    return None".to_string() };
-                    let text = if !right && self.mix_format && k % 2 == 1 { "I cannot solve this.".to_string() } else { format!("```python\n{body}\n```") };
-                    self.problems.sequence(&text, StopReason::Stop, -0.5)
-                })
-                .collect();
-            out.push(group);
-        }
-        Box::pin(async move { Ok(out) })
-    }
-}
-
-/// Each datum's (sampler log-probabilities, advantages) as one `forward_backward` received them.
-type Received = Vec<(Vec<f32>, Vec<f32>)>;
-
-/// A trainer that trains nothing: counts datums per `forward_backward`, keeps states by name.
-struct Recorder {
-    sampler: Arc<Scripted>,
-    datums: Mutex<Vec<usize>>,
-    /// Per `forward_backward`, each datum's (sampler log-probabilities, advantages).
-    inputs: Mutex<Vec<Received>>,
-    states: States,
-}
-
-impl Trainer for Recorder {
-    // A remote service: the engine streams groups k steps deep.
-    fn runs_elsewhere(&self) -> bool {
-        true
-    }
-    fn forward_backward(&self, data: Vec<Datum>, _loss: LossFn) -> Pending<ForwardBackwardOutput> {
-        self.datums.lock().unwrap().push(data.len());
-        let inputs = data.iter().map(|d| (d.loss_fn_inputs.logprobs.clone().unwrap(), d.loss_fn_inputs.advantages.clone().unwrap())).collect();
-        self.inputs.lock().unwrap().push(inputs);
-        let outputs = data.iter().map(|d| rlx::seam::DatumOutput { logprobs: vec![-0.5; d.model_input.len()] }).collect();
-        Box::pin(async move { Ok(ForwardBackwardOutput { loss: 1.0, outputs, stats: LossStats::default() }) })
-    }
-    fn optim_step(&self, _adam: AdamParams) -> Pending<OptimStepOutput> {
-        Box::pin(async move { Ok(OptimStepOutput { grad_norm: Some(0.5), clipped: false, step: 1, metrics: Default::default() }) })
-    }
-    fn save_state(&self, name: &str) -> Pending<StateRef> {
-        self.states.save(name, 0)
-    }
-    fn load_state(&self, state: &StateRef) -> Pending<()> {
-        self.states.load(state).1
-    }
-    fn sampler(&self) -> Pending<Arc<dyn Sampler>> {
-        let s: Arc<dyn Sampler> = self.sampler.clone();
-        Box::pin(async move { Ok(s) })
-    }
+/// Whether the scripted sampler answers problem `i` right on some samples.
+fn is_informative(i: usize) -> bool {
+    i.is_multiple_of(3)
 }
 
 fn dynamic_plan(cx: &TestContext, max_extra_rounds: u32) -> rlx::plan::Plan {
@@ -140,12 +74,12 @@ schedule: {{max_steps: 3, eval_every: 0, save_every: 1, eval_at_start: false}}",
 /// Runs `plan` to the end on a fresh scripted backend, stopping once after `stop_after` steps
 /// when given (then resuming on a new backend, as a restarted process would).
 async fn run(cx: &TestContext, plan: &rlx::plan::Plan, stop_after: Option<u32>) -> (Arc<Recorder>, Vec<usize>) {
-    run_on(Scripted::new(cx), plan, stop_after).await
+    run_on(scripted(cx, false), plan, stop_after).await
 }
 
 /// [`run`] on the scripted sampler given.
 async fn run_on(sampler: Arc<Scripted>, plan: &rlx::plan::Plan, stop_after: Option<u32>) -> (Arc<Recorder>, Vec<usize>) {
-    let trainer = Arc::new(Recorder { sampler: sampler.clone(), datums: Mutex::default(), inputs: Mutex::default(), states: States::default() });
+    let trainer = Arc::new(Recorder::new(sampler.clone()).remote());
     let mut asked = vec![];
     if let Some(n) = stop_after {
         let stop = engine::StopSignal::default();
@@ -206,7 +140,7 @@ async fn dynamic_sampling_refills_until_full_and_resumes_exactly() {
     for m in &metrics {
         let (mut have, mut taken, mut want, mut rounds) = (0, 0, 3, 0);
         while want > 0 {
-            have += asked[at..at + want].iter().filter(|&&i| Scripted::informative(i)).count();
+            have += asked[at..at + want].iter().filter(|&&i| is_informative(i)).count();
             (at, taken, rounds) = (at + want, taken + want, rounds + 1);
             // Past 30 set aside (10 rounds' worth of 3) whatever comes counts.
             want = if taken - have >= 30 { 3usize.saturating_sub(taken) } else { 3 - have };
@@ -273,7 +207,7 @@ async fn dynamic_sampling_stops_at_its_cap() {
         }
         assert_eq!(metric(m, "train/datums"), informative * 4, "{m}");
         let drawn = metric(m, "train/problems_drawn");
-        assert_eq!(asked[at..at + drawn].iter().filter(|&&i| Scripted::informative(i)).count(), informative);
+        assert_eq!(asked[at..at + drawn].iter().filter(|&&i| is_informative(i)).count(), informative);
         at += drawn;
     }
     assert!(capped >= 1, "no step reached the cap: {metrics:?}");
@@ -294,7 +228,7 @@ async fn dynamic_sampling_filters_on_correctness_not_on_shaped_rewards() {
             .replace("format_coef: 0}", "format_coef: 0.1}");
         let spec = cx.write("spec.yaml", &text);
         let plan = rlx::plan::plan(&spec, &[]).unwrap();
-        let sampler = Scripted::with_format_mix(&cx, true);
+        let sampler = scripted(&cx, true);
         let (trainer, asked) = run_on(sampler, &plan, None).await;
         let dir = path.join(&plan.run_id);
         let metrics = jsonl(&dir.join("metrics.jsonl"));
@@ -311,7 +245,7 @@ async fn dynamic_sampling_filters_on_correctness_not_on_shaped_rewards() {
             assert_eq!(*trainer.datums.lock().unwrap(), vec![12, 12, 12], "{filter}");
             for r in rollouts.iter().filter(|r| !r["skipped"].as_bool().unwrap()) {
                 let i = sampler_index(&r["problem_id"]);
-                assert!(Scripted::informative(i), "{filter}: trained an all-wrong group: {r}");
+                assert!(is_informative(i), "{filter}: trained an all-wrong group: {r}");
             }
         } else {
             assert_eq!(discarded, 0, "{filter}: every group's rewards differ");
@@ -684,7 +618,7 @@ async fn dynamic_sampling_with_a_python_reward() {
     let mut at = 0;
     for m in &metrics {
         let drawn = metric(m, "train/problems_drawn");
-        let informative = asked[at..at + drawn].iter().filter(|&&i| Scripted::informative(i)).count();
+        let informative = asked[at..at + drawn].iter().filter(|&&i| is_informative(i)).count();
         assert_eq!((informative, metric(m, "train/groups") - metric(m, "train/groups_discarded")), (3, 3), "{m}");
         at += drawn;
         let right = m["train/correct_mean"].as_f64().unwrap();

@@ -10,7 +10,8 @@ use super::model::Tuning;
 use super::sampler::LocalSampler;
 use super::trainer::{LocalTrainer, TrainerOptions};
 use super::worker::Worker;
-use crate::backend::{Error, Pending, Policy, Result, Sampler, Trainer};
+use crate::backend::error::{Error, Result};
+use crate::backend::traits::{Pending, Policy, Sampler, Trainer};
 use crate::seam::{AdamParams, Datum, Finetune, ForwardBackwardOutput, LossFn, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef};
 
 /// Settings of the local backend that are not part of the spec's model or optimizer.
@@ -22,7 +23,7 @@ pub struct Options {
     /// Largest padded micro-batch (`batch × seq` tokens) per forward/backward pass.
     pub max_tokens_per_microbatch: usize,
     /// The weights sampler snapshots decode with.
-    pub sample_weights: super::SampleWeights,
+    pub sample_weights: super::quant::SampleWeights,
     /// The temperature the trainer scores log-probabilities at.
     pub learner_temperature: f32,
     /// Seed for new LoRA adapters.

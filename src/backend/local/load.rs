@@ -23,7 +23,7 @@ use candle_core::{DType, Device, Tensor};
 use rlx_kernels::{GgmlType, QMatrix};
 
 use super::model::{Arch, Config};
-use crate::backend::{Error, Result};
+use crate::backend::error::{Error, Result};
 
 /// A model read from disk. Its chat template and special tokens are prompting's business:
 /// [`crate::prompt::model_files`] reads them (from the same files, with the same functions).

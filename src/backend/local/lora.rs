@@ -8,7 +8,7 @@
 use candle_core::{DType, Device, Tensor, Var};
 
 use crate::rng::SplitMix64 as Rng;
-use crate::backend::Result;
+use crate::backend::error::Result;
 
 pub use crate::seam::LoraConfig;
 

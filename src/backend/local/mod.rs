@@ -19,6 +19,7 @@
 //! Threading ([`cpu`] sets candle's pools up at start-up): the trainer lives on its own thread, each sampler snapshot on another;
 //! candle parallelises each matmul over the cores itself (rayon).
 
+mod candle_error;
 pub mod cpu;
 pub(crate) mod decode;
 pub(crate) mod frozen;
@@ -44,14 +45,6 @@ pub use load::{Loaded, load};
 pub use lora::LoraConfig;
 pub use model::{Arch, Config, Model, Tuning};
 pub use quant::SampleWeights;
-
-/// Tensor failures become the seam's error with the candle error as its cause (`causes` still
-/// finds it there to word it).
-impl From<candle_core::Error> for crate::backend::Error {
-    fn from(e: candle_core::Error) -> Self {
-        crate::backend::Error::Tensor(Box::new(e))
-    }
-}
 pub use sampler::LocalSampler;
 pub use trainer::{LocalTrainer, TrainerOptions};
 

@@ -32,7 +32,7 @@ use candle_core::{D, DType, Device, Module, Tensor, Var};
 use super::lora::{Lora, LoraConfig};
 use super::quant::QMatrix;
 use crate::rng::SplitMix64 as Rng;
-use crate::backend::{Error, Result};
+use crate::backend::error::{Error, Result};
 
 /// The model family, from `config.json`'s `model_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -8,8 +8,8 @@
 
 use candle_core::{CpuStorage, InplaceOp1, Layout, Tensor, Var};
 
-use crate::backend::{Error, Result};
-use crate::seam::AdamParams;
+use crate::backend::error::{Error, Result};
+use crate::seam::{AdamParams, LearningRateRule};
 
 /// Optimizer state for a fixed list of parameters.
 #[derive(Debug, Clone)]
@@ -53,7 +53,10 @@ impl AdamW {
     /// [`Error::InvalidArgument`] for negative or non-finite values, or betas outside [0, 1).
     pub(crate) fn check(p: &AdamParams) -> Result<()> {
         let bad = |what, reason: String| Err(Error::InvalidArgument { what, reason });
-        for (name, x) in [("learning_rate", p.learning_rate), ("eps", p.eps), ("weight_decay", p.weight_decay), ("grad_clip_norm", p.grad_clip_norm)] {
+        if let Err(reason) = AdamParams::check_learning_rate(p.learning_rate, LearningRateRule::Step) {
+            return bad("adam_params", format!("`learning_rate` {reason}"));
+        }
+        for (name, x) in [("eps", p.eps), ("weight_decay", p.weight_decay), ("grad_clip_norm", p.grad_clip_norm)] {
             if !x.is_finite() || x < 0.0 {
                 return bad("adam_params", format!("`{name}` must be finite and >= 0, found {x}"));
             }
@@ -228,5 +231,18 @@ mod tests {
             let want = p0 * (1.0 - 0.1 * 0.5) - 0.1 * gc / (gc.abs() + 1e-8);
             assert!((got[i] - want).abs() < 1e-12, "{} vs {}", got[i], want);
         }
+    }
+    #[test]
+    fn a_step_at_learning_rate_zero_is_taken_and_changes_nothing() {
+        // A client's schedule may warm up from 0 (the step rule); a negative rate is refused.
+        let p = Var::from_slice(&[1.0f64, -2.0], 2, &Device::Cpu).unwrap();
+        let g = Tensor::from_slice(&[3.0f64, 4.0], 2, &Device::Cpu).unwrap();
+        let mut opt = AdamW::new(std::slice::from_ref(&p)).unwrap();
+        let zero = AdamParams { learning_rate: 0.0, weight_decay: 0.5, ..AdamParams::default() };
+        opt.step(std::slice::from_ref(&p), std::slice::from_ref(&g), &zero).unwrap();
+        assert_eq!(p.as_tensor().to_vec1::<f64>().unwrap(), [1.0, -2.0]);
+        let negative = AdamParams { learning_rate: -1e-4, ..AdamParams::default() };
+        let e = opt.step(std::slice::from_ref(&p), &[g], &negative).unwrap_err().to_string();
+        assert!(e.contains("`learning_rate` must be finite and >= 0, found -0.0001"), "{e}");
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use candle_core::{DType, Tensor};
 pub use rlx_kernels::QMatrix;
 
-use crate::backend::Result;
+use crate::backend::error::Result;
 
 /// Which weights the sampler multiplies by.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

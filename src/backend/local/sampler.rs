@@ -33,7 +33,7 @@ use super::decode::{self, Decoder};
 use super::pick::pick;
 use super::model::{KvCache, Model};
 use crate::rng::SplitMix64 as Rng;
-use crate::backend::{Error, Result};
+use crate::backend::error::{Error, Result};
 use crate::seam::{SampleRequest, SampledSequence, SamplingParams, Stop, StopReason};
 
 /// Samples from a fixed snapshot of a [`Model`].

@@ -15,7 +15,7 @@ use candle_core::{Tensor, Var};
 use super::model::Config;
 use super::optim::AdamW;
 use super::options::TrainerOptions;
-use crate::backend::{Error, Result};
+use crate::backend::error::{Error, Result};
 
 /// Bumped when the layout changes.
 const FORMAT_VERSION: u32 = 1;

@@ -23,7 +23,7 @@ use super::quant::{self, SampleWeights};
 use super::sampler::LocalSampler;
 use super::state;
 use super::train_pass;
-use crate::backend::{Error, Result};
+use crate::backend::error::{Error, Result};
 use crate::seam::{AdamParams, Datum, DatumOutput, ForwardBackwardOutput, KlLoss, LossFn, OptimStepOutput};
 use super::loss_tensor::{self as loss, KlTensors, TokenInputs};
 

@@ -9,7 +9,8 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
 
-use crate::backend::{Error, Pending, Result};
+use crate::backend::error::{Error, Result};
+use crate::backend::traits::Pending;
 
 type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
 

@@ -14,7 +14,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use super::{Config, Error};
+use super::config::Config;
+use super::error::Error;
 use crate::retry;
 
 /// Longest back-off between two attempts.

@@ -15,15 +15,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::backend::{ChatRequest, Pending, Sampler};
+use crate::backend::traits::{ChatRequest, Pending, Sampler};
 use crate::seam::{SampleRequest, SampledSequence, SamplingParams, Stop};
 use crate::prompt::{Message, Tokenizer};
-use super::{Api, PromptEncoding};
 
 use super::client::Client;
 use super::tokens::Vocab;
 use super::wire::{self, Dialect, Prompt, Reported};
-use super::{Config, Error};
+use super::config::{Api, Config, PromptEncoding};
+use super::error::Error;
 
 /// Tokens and requests so far (per-request token accounting, summed).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -125,7 +125,7 @@ impl OpenaiSampler {
                 let mut seqs = Vec::with_capacity(jobs.len());
                 for job in jobs {
                     let seq = match job {
-                        Spawned::Task(t) => t.await.map_err(|e| crate::backend::Error::Gone { what: "OpenAI request task", reason: e.to_string() })??,
+                        Spawned::Task(t) => t.await.map_err(|e| crate::backend::error::Error::Gone { what: "OpenAI request task", reason: e.to_string() })??,
                         Spawned::Lazy(f) => f.await?,
                     };
                     seqs.push(seq);

@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::prompt::Tokenizer;
 
-use super::Error;
+use super::error::Error;
 use super::wire::Reported;
 
 /// Our tokenizer, with the reverse map from a token's text to its id built on first use.

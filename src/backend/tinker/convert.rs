@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use prost::Message;
 
-use super::Error;
+use super::error::Error;
 use super::future::Payload;
 use crate::seam;
-use crate::backend;
+use crate::backend::error as backend;
 use crate::seam::{Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SampledSequence};
 use crate::tinker::{convert, proto, wire};
 

@@ -1,15 +1,19 @@
 //! Waiting for a Tinker future (SDK 0.38.0): `retrieve_future` is polled until
 //! the result is there. The server long-polls (about 30 s) and answers `try_again` while the
 //! request waits or runs, so `try_again`, 408 and 5xx are re-polled at once; 429 and connection
-//! errors back off; a bare 400 is re-polled three times; 402 pauses; 410 means the future is
-//! gone and the request must be submitted again (the caller decides whether it can be).
+//! errors back off through the one retry policy ([`crate::retry`], the client's
+//! [`RetryPolicy`](super::http::RetryPolicy)); a bare 400 is re-polled three times; 402 holds as
+//! a submission's does; 410 means the future is gone and the request must be submitted again
+//! (the caller decides whether it can be).
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::Error;
-use super::http::{Body, Client};
+use super::error::Error;
+use super::http::{Body, Client, Failed};
+use crate::retry;
 use crate::tinker::{RequestType, content_type, header, wire};
 
 /// The result encoding a request type returns.
@@ -33,100 +37,140 @@ pub(crate) enum Payload {
 /// Polls until the future `request_id` finishes. `kind` is the SDK's request type name
 /// (`ForwardBackward`, `Sample`, ...), sent as `X-Tinker-Request-Type`.
 ///
+/// The loop is [`retry::run`] with the client's policy: an answer that is progress (`try_again`,
+/// 408, 5xx, one of three bare 400s) polls again and starts the policy's count and time budget
+/// over; connection errors and 429s back off through it; a 402 holds as a submission's does.
+///
 /// # Errors
 /// [`Error::RequestFailed`] when the request itself failed (final), [`Error::Expired`] on 410,
 /// [`Error::GaveUp`] when the service cannot be reached for the policy's budget, and
 /// [`Error::Status`]/[`Error::Protocol`] for answers outside the protocol.
 pub(crate) async fn retrieve(client: &Client, request_id: &str, kind: RequestType, accept: Accept) -> Result<Payload, Error> {
-    const PATH: &str = "/api/v1/retrieve_future";
-    let policy = &client.policy;
-    let mut allow_metadata_only = true;
-    let mut iteration = 0u64;
-    // Backs off connection errors and 429s; reset by any other HTTP answer, as the SDK does.
-    let mut backoff = 0u32;
-    let mut bare_400s = 0;
-    let mut last_answer = Instant::now();
-    let mut billing_since: Option<Instant> = None;
-    let mut paused_warned = false;
-    // The SDK's HTTP layer sends one on every POST, polls included.
-    let key = super::http::idempotency_key();
-    loop {
+    let poll = Poll {
+        client,
+        request_id,
+        kind,
+        accept,
+        // The SDK's HTTP layer sends one on every POST, polls included.
+        key: super::http::idempotency_key(),
+        state: Mutex::new(PollState { iteration: 0, allow_metadata_only: true, bare_400s: 0, paused_warned: false, billing_since: None, last_answer: Instant::now() }),
+    };
+    let label = format!("{PATH} ({request_id})");
+    let poll = &poll;
+    let outcome = retry::run(&client.policy.backoff_policy(), &label, |_| async move { poll.once().await }).await;
+    outcome.map_err(|g| match g.last {
+        Failed::Fatal(e) => e,
+        Failed::Transient(last) => Error::GaveUp { path: label.clone(), after: poll.state().last_answer.elapsed(), last },
+    })
+}
+
+const PATH: &str = "/api/v1/retrieve_future";
+
+/// One future being polled.
+struct Poll<'a> {
+    client: &'a Client,
+    request_id: &'a str,
+    kind: RequestType,
+    accept: Accept,
+    key: String,
+    /// Locked only between awaits (a poll's future must be `Send`).
+    state: Mutex<PollState>,
+}
+
+/// What the polls of one future have learned so far.
+struct PollState {
+    /// Polls sent (`X-Tinker-Request-Iteration`).
+    iteration: u64,
+    /// Cleared when the server says the result is too large to inline.
+    allow_metadata_only: bool,
+    bare_400s: u32,
+    paused_warned: bool,
+    /// When the current run of 402s began; any other answer ends it.
+    billing_since: Option<Instant>,
+    last_answer: Instant,
+}
+
+impl Poll<'_> {
+    fn state(&self) -> std::sync::MutexGuard<'_, PollState> {
+        self.state.lock().expect("never poisoned")
+    }
+
+    /// One `retrieve_future` request and what it comes to.
+    async fn once(&self) -> retry::Attempt<Payload, Failed> {
+        let request_id = self.request_id;
+        let (iteration, allow_metadata_only) = {
+            let mut s = self.state();
+            s.iteration += 1;
+            (s.iteration - 1, s.allow_metadata_only)
+        };
         let ask = wire::FutureRetrieveRequest { request_id: request_id.to_string(), allow_metadata_only };
         let body = Body::json(&ask);
-        let mut extra = vec![(header::REQUEST_ITERATION, iteration.to_string()), (header::REQUEST_TYPE, kind.to_string()), (header::IDEMPOTENCY_KEY, key.clone())];
-        if accept == Accept::Proto {
+        let mut extra = vec![(header::REQUEST_ITERATION, iteration.to_string()), (header::REQUEST_TYPE, self.kind.to_string()), (header::IDEMPOTENCY_KEY, self.key.clone())];
+        if self.accept == Accept::Proto {
             extra.push(("accept", content_type::PROTOBUF.to_string()));
         }
-        iteration += 1;
         // Above the server's ~30 s long poll, as the SDK's 45 s.
-        let resp = match client.send_once(PATH, Some(&body), &extra, Duration::from_secs(45)).await {
+        let resp = match self.client.send_once(PATH, Some(&body), &extra, Duration::from_secs(45)).await {
             Ok(r) => r,
-            Err(e) => {
-                let reason = super::causes(&e);
-                wait(policy.backoff(backoff), last_answer, policy.budget, request_id, &reason).await?;
-                backoff += 1;
-                continue;
-            }
+            Err(e) => return retry::Attempt::Retry(Failed::Transient(super::http::causes(&e)), None),
         };
-        last_answer = Instant::now();
         let status = resp.status().as_u16();
-        if status != 429 {
-            backoff = 0;
+        {
+            let mut s = self.state();
+            s.last_answer = Instant::now();
+            if status != 402 {
+                s.billing_since = None;
+            }
         }
-        if status != 402 {
-            billing_since = None;
-        }
+        let fatal = |e: Error| retry::Attempt::Fail(Failed::Fatal(e));
         match status {
             200 => {
                 let is_proto = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|c| c.contains("application/x-protobuf"));
                 let bytes = match resp.bytes().await {
                     Ok(b) => b,
                     // Polling is idempotent: a cut-off answer is simply asked for again.
-                    Err(_) => continue,
+                    Err(_) => return retry::Attempt::Again(Duration::ZERO),
                 };
                 if is_proto {
-                    return Ok(Payload::Proto(bytes));
+                    return retry::Attempt::Done(Payload::Proto(bytes));
                 }
-                let v: Value = super::http::parse_json(PATH, &bytes)?;
+                let v: Value = match super::http::parse_json(PATH, &bytes) {
+                    Ok(v) => v,
+                    Err(e) => return fatal(e),
+                };
                 match answer(v) {
                     Answer::TryAgain(t) => {
-                        if t.queue_state != wire::QueueState::Active && !paused_warned {
-                            paused_warned = true;
+                        let mut s = self.state();
+                        if t.queue_state != wire::QueueState::Active && !s.paused_warned {
+                            s.paused_warned = true;
                             let why = t.queue_state_reason.unwrap_or_else(|| format!("{:?}", t.queue_state));
                             tracing::warn!(request_id, state = ?t.queue_state, "Tinker paused this request: {why}");
                         }
+                        retry::Attempt::Again(Duration::ZERO)
                     }
-                    Answer::MetadataOnly => allow_metadata_only = false,
-                    Answer::Failed { category, message } => return Err(Error::RequestFailed { request_id: request_id.to_string(), category, message }),
+                    Answer::MetadataOnly => {
+                        self.state().allow_metadata_only = false;
+                        retry::Attempt::Again(Duration::ZERO)
+                    }
+                    Answer::Failed { category, message } => fatal(Error::RequestFailed { request_id: request_id.to_string(), category, message }),
                     // Servers on the older wire (SkyRL, verl_tinker, TuFT) answer JSON whatever
                     // `Accept` says; the callers read either.
-                    Answer::Done(v) => return Ok(Payload::Json(v)),
+                    Answer::Done(v) => retry::Attempt::Done(Payload::Json(v)),
                 }
             }
-            408 | 500.. => {
-                // The SDK re-polls at once; a short pause keeps a failing proxy from being
-                // hammered in a tight loop.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            429 => {
-                let d = Duration::from_secs(1u64 << backoff.min(5)).min(Duration::from_secs(30));
-                tokio::time::sleep(d).await;
-                backoff += 1;
-            }
-            402 => {
-                let since = *billing_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= policy.billing_budget {
-                    return Err(Error::Billing { path: PATH.into(), waited: since.elapsed() });
-                }
-                tokio::time::sleep(policy.billing_pause).await;
-            }
-            410 => return Err(Error::Expired { request_id: request_id.to_string() }),
-            400 if bare_400s < 3 => {
-                bare_400s += 1;
+            // The SDK re-polls at once; a short pause keeps a failing proxy from being hammered
+            // in a tight loop.
+            408 | 500.. => retry::Attempt::Again(Duration::from_millis(50)),
+            429 => retry::Attempt::Retry(Failed::Transient("HTTP 429".into()), None),
+            402 => self.client.policy.billing(&mut self.state().billing_since, PATH),
+            410 => fatal(Error::Expired { request_id: request_id.to_string() }),
+            400 if self.state().bare_400s < 3 => {
+                self.state().bare_400s += 1;
+                retry::Attempt::Again(Duration::ZERO)
             }
             _ => {
                 let text = resp.text().await.unwrap_or_default();
-                return Err(Error::Status { path: format!("{PATH} ({request_id})"), status, body: super::http::detail(&text) });
+                fatal(Error::Status { path: format!("{PATH} ({request_id})"), status, body: super::http::detail(&text) })
             }
         }
     }
@@ -169,16 +213,6 @@ fn answer(v: Value) -> Answer {
         return Answer::Failed { category, message };
     }
     Answer::Done(v)
-}
-
-/// Sleeps `delay` unless that would pass `budget` since the last HTTP answer.
-async fn wait(delay: Duration, last_answer: Instant, budget: Duration, request_id: &str, reason: &str) -> Result<(), Error> {
-    if last_answer.elapsed() + delay > budget {
-        return Err(Error::GaveUp { path: format!("/api/v1/retrieve_future ({request_id})"), after: last_answer.elapsed(), last: reason.to_string() });
-    }
-    tracing::debug!(request_id, ?delay, reason, "Tinker unreachable while polling; retrying");
-    tokio::time::sleep(delay).await;
-    Ok(())
 }
 
 /// Polls a future whose result is JSON and parses it as `T`.

@@ -3,7 +3,8 @@
 //! with capped exponential back-off (or the server's `Retry-After`) for up to five minutes; 402
 //! (billing) pauses 5 s at a time for up to an hour, without spending the five minutes (a
 //! failure after the hold gets them whole); the server's `x-should-retry` overrides the
-//! decision. Polling a future has its own policy ([`super::future`]).
+//! decision. Polling a future ([`super::future`]) goes through the same policy and the same 402
+//! hold ([`RetryPolicy::billing`]), with its own reading of the answers.
 //!
 //! Every retry of one submission reuses its `X-Idempotency-Key` and its body — a training
 //! request keeps its `seq_id` — so a request that reached the server before the connection
@@ -21,7 +22,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::Error;
+use super::error::Error;
 use crate::retry;
 use crate::tinker::{SDK_VERSION, header};
 
@@ -62,6 +63,18 @@ impl RetryPolicy {
     /// The wait before retry `attempt`: `min(base · 2^attempt, max)`, less up to 25 % jitter.
     pub fn backoff(&self, attempt: u32) -> Duration {
         self.backoff_policy().delay(attempt)
+    }
+
+    /// The one 402 (billing) rule of submissions and polls: pause `billing_pause` and try
+    /// again, until 402s in a row (the first at `*since`, which any other answer clears) have
+    /// lasted `billing_budget`; then [`Error::Billing`] for `path`.
+    pub(super) fn billing<T>(&self, since: &mut Option<Instant>, path: &str) -> retry::Attempt<T, Failed> {
+        let first = *since.get_or_insert_with(Instant::now);
+        if first.elapsed() >= self.billing_budget {
+            return retry::Attempt::Fail(Failed::Fatal(Error::Billing { path: path.to_string(), waited: first.elapsed() }));
+        }
+        tracing::warn!(path, "Tinker answered 402 (billing); pausing before retrying");
+        retry::Attempt::Hold(Failed::Transient("HTTP 402 (billing)".into()), self.billing_pause)
     }
 }
 
@@ -138,7 +151,7 @@ impl Client {
             .timeout(Duration::from_secs(60))
             .read_timeout(Duration::from_secs(60))
             .build()
-            .map_err(|e| Error::Connect { url: base_url.to_string(), reason: super::causes(&e) })?;
+            .map_err(|e| Error::Connect { url: base_url.to_string(), reason: causes(&e) })?;
         Ok(Client { http, base: base_url.trim_end_matches('/').to_string(), key, api_key: api_key.to_string(), policy })
     }
 
@@ -275,7 +288,7 @@ impl Client {
         };
         // The body was cut off: the request may have run; resending with the same key is what
         // makes that safe.
-        let take = |resp: reqwest::Response| async move { resp.bytes().await.map_err(|e| format!("reply cut off: {}", super::causes(&e))) };
+        let take = |resp: reqwest::Response| async move { resp.bytes().await.map_err(|e| format!("reply cut off: {}", causes(&e))) };
         self.retry_loop(path, contact, send, take).await
     }
 
@@ -306,19 +319,12 @@ impl Client {
                 // A refused connection or a failed lookup at the first request is a setting to fix;
                 // a timeout may be an outage and is retried.
                 Err(e) if contact == Contact::First && attempt == 0 && e.is_connect() && !e.is_timeout() => {
-                    return retry::Attempt::Fail(Failed::Fatal(Error::Unreachable { url: self.base.clone(), reason: super::causes(&e) }));
+                    return retry::Attempt::Fail(Failed::Fatal(Error::Unreachable { url: self.base.clone(), reason: causes(&e) }));
                 }
-                Err(e) => Verdict::Retry { after: None, reason: super::causes(&e) },
+                Err(e) => Verdict::Retry { after: None, reason: causes(&e) },
             };
             match verdict {
-                Verdict::Billing => {
-                    let since = *billing_since.lock().expect("never poisoned").get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.policy.billing_budget {
-                        return retry::Attempt::Fail(Failed::Fatal(Error::Billing { path: label.to_string(), waited: since.elapsed() }));
-                    }
-                    tracing::warn!(path = label, "Tinker answered 402 (billing); pausing before retrying");
-                    retry::Attempt::Hold(Failed::Transient("HTTP 402 (billing)".into()), self.policy.billing_pause)
-                }
+                Verdict::Billing => self.policy.billing(&mut billing_since.lock().expect("never poisoned"), label),
                 Verdict::Retry { after, reason } => {
                     *billing_since.lock().expect("never poisoned") = None;
                     retry::Attempt::Retry(Failed::Transient(reason), after)
@@ -334,8 +340,9 @@ impl Client {
     }
 }
 
-/// Why an attempt of [`Client::retry_loop`] failed: for good, or in a way worth retrying.
-enum Failed {
+/// Why an attempt of [`Client::retry_loop`] or of a poll failed: for good, or in a way worth
+/// retrying.
+pub(super) enum Failed {
     Fatal(Error),
     Transient(String),
 }
@@ -369,7 +376,7 @@ async fn stream_to(mut resp: reqwest::Response, dest: PathBuf, label: String) ->
                 written += chunk.len() as u64;
             }
             Ok(None) => break,
-            Err(e) => return Err(format!("download cut off after {written} bytes: {}", super::causes(&e))),
+            Err(e) => return Err(format!("download cut off after {written} bytes: {}", causes(&e))),
         }
     }
     if let Err(e) = file.flush().await {
@@ -443,6 +450,12 @@ pub(super) fn detail(text: &str) -> String {
 
 pub(super) fn parse_json<T: DeserializeOwned>(path: &str, bytes: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(bytes).map_err(|e| Error::Protocol { path: path.to_string(), reason: format!("{e}; body: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(300)])) })
+}
+
+/// The cause chain of an HTTP client error in one line (reqwest hides the useful part, such as
+/// "connection refused", in its sources).
+pub(crate) fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    crate::causes::causes(e).join(": ")
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::Error;
+use super::error::Error;
 use super::http::{Body, Client};
 use super::profile::Profile;
 use crate::tinker::SDK_VERSION;
@@ -98,7 +98,7 @@ impl Session {
         let body = finish_body(reason, detail);
         let path = format!("/api/v1/sessions/{}/finish", self.id);
         if let Err(e) = self.client.send_once(&path, Some(&body), &[], Duration::from_secs(10)).await {
-            tracing::debug!(session = %self.id, "finishing the Tinker session failed: {}", super::causes(&e));
+            tracing::debug!(session = %self.id, "finishing the Tinker session failed: {}", super::http::causes(&e));
         }
     }
 }
@@ -182,7 +182,7 @@ async fn heartbeat(client: Client, session_id: String) {
                     warned = true;
                     let why = match other {
                         Ok(r) => format!("HTTP {}", r.status()),
-                        Err(e) => super::causes(&e),
+                        Err(e) => super::http::causes(&e),
                     };
                     tracing::warn!(session = %session_id, "Tinker heartbeats have failed for two minutes ({why}); the service may end the session");
                 }

@@ -23,8 +23,10 @@ use super::http::Body;
 use super::profile::{Profile, Wire};
 use super::sampler::{SamplerOptions, TinkerSampler};
 use super::session::Session;
-use super::{Error as TinkerError, convert};
-use crate::backend::{Error, Pending, Result, Sampler, Trainer};
+use super::convert;
+use super::error::Error as TinkerError;
+use crate::backend::error::{Error, Result};
+use crate::backend::traits::{Pending, Sampler, Trainer};
 use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, StateRef};
 use crate::tinker::RequestType;
 use crate::tinker::wire::{self, literal};
@@ -230,7 +232,7 @@ impl Submitter {
             // Tinker names a `gspo` loss without defining it (reference/tinker-protocol.md §5.3);
             // sending rlx's GSPO under that name would train on an objective nobody checked.
             let reason = format!("Tinker does not define rlx's `{}` loss; use `ppo` (with clip-higher) on Tinker", loss.name());
-            let _ = reply.send(Err(crate::backend::Error::InvalidArgument { what: "loss_fn", reason }));
+            let _ = reply.send(Err(Error::InvalidArgument { what: "loss_fn", reason }));
             return;
         }
         if !self.profile.supports_loss(loss.name()) {

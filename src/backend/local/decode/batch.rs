@@ -39,7 +39,7 @@ use super::cache::{Shape, Slot};
 use super::forward::{Row, Scratch};
 use super::weights::Decoder;
 use crate::backend::local::pick::pick;
-use crate::backend::Result;
+use crate::backend::error::Result;
 use crate::rng::SplitMix64 as Rng;
 use crate::seam::{SampleRequest, SampledSequence, SamplingParams, StopReason};
 

@@ -5,7 +5,7 @@
 //! (a batch of short and long prompts does not pay for the longest in every slot). A slot's
 //! buffer is reused by the next sequence when large enough.
 
-use crate::backend::local::Config;
+use crate::backend::local::model::Config;
 
 /// Cache geometry shared by every slot of a model.
 #[derive(Debug, Clone, Copy)]

@@ -12,7 +12,7 @@ use rlx_kernels::{Acts, Team, rows};
 use super::cache::{Shape, Slot};
 use super::resize;
 use super::weights::{Block, Decoder, LoraScratch, Norm};
-use crate::backend::{Error, Result};
+use crate::backend::error::{Error, Result};
 
 /// A token at a position of a cache slot.
 #[derive(Debug, Clone, Copy)]

@@ -7,9 +7,9 @@ use candle_core::{DType, Tensor};
 use rlx_kernels::{Acts, QMatrix, Team, rows};
 
 use super::resize;
-use crate::backend::Result;
+use crate::backend::error::Result;
 use crate::backend::local::model::{Linear, Model, RmsNorm};
-use crate::backend::local::Config;
+use crate::backend::local::model::Config;
 
 /// A low-rank adapter `(α/r) · x Aᵀ Bᵀ`, kept apart from the base weight so that the base stays
 /// in its file's blocks. Both factors are in Q8_0 too (B's rank padded with zeros to a block):
