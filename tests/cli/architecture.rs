@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 /// Layers, lowest first. A module may use modules of strictly lower layers.
 const LAYERS: &[&[&str]] = &[
+    &["switches"],
     &["spec", "calendar", "alloc", "causes", "hub", "rng", "quantile", "retry", "http_server", "dotenv"],
     &["rl"],
     &["seam"],
