@@ -415,7 +415,6 @@ const KNOWN_PARENT_CYCLES: &[&[&str]] = &[
     &["data", "data::formats"],
     &["sandbox", "sandbox::cwsandbox", "sandbox::cwsandbox::client", "sandbox::cwsandbox::server", "sandbox::fusion", "sandbox::harness", "sandbox::lang", "sandbox::local", "sandbox::remote"],
     &["plan", "plan::check", "plan::hash", "plan::resolve"],
-    &["health", "health::signals"],
     &["export", "export::card", "export::gguf", "export::hf", "export::locate", "export::merge", "export::peft", "export::staging"],
     &["runlog::sinks", "runlog::sinks::mlflow", "runlog::sinks::tensorboard", "runlog::sinks::wandb"],
     &[
