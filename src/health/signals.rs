@@ -14,7 +14,7 @@ use crate::runlog::metrics::{sandbox, train};
 
 use super::evals;
 use super::history::{Evidence, Seen};
-use super::steps::{collapse, exploding, format_falling, streak, window_mean};
+use super::steps::{collapse, exploding, format_falling, streak, window_above};
 use super::text::{fmt, pct};
 
 /// When a signal is checked.
@@ -148,9 +148,7 @@ pub(crate) const SIGNALS: &[Signal] = &[
         Reads::Step,
         &["rate"],
         |s| {
-            window_mean(s, train::TRUNCATED_RATE)
-                .filter(|&m| m > s.t("rate"))
-                .map(|m| format!("{} of completions cut off by max_tokens over the last {} steps (threshold {})", pct(m), s.window, pct(s.t("rate"))).into())
+            window_above(s, train::TRUNCATED_RATE).map(|m| format!("{} of completions cut off by max_tokens over the last {} steps (threshold {})", pct(m), s.window, pct(s.t("rate"))).into())
         },
         "completions hit sampling.max_tokens: raise it, or shape length (grpo.overlong)",
     ),
@@ -159,9 +157,7 @@ pub(crate) const SIGNALS: &[Signal] = &[
         Reads::Step,
         &["rate"],
         |s| {
-            window_mean(s, train::KL_SAMPLE_TRAIN)
-                .filter(|&m| m > s.t("rate"))
-                .map(|m| format!("train/kl_sample_train {} nats/token over the last {} steps (threshold {})", fmt(m), s.window, s.t("rate")).into())
+            window_above(s, train::KL_SAMPLE_TRAIN).map(|m| format!("train/kl_sample_train {} nats/token over the last {} steps (threshold {})", fmt(m), s.window, s.t("rate")).into())
         },
         "sampler and learner disagree: try backend.sample_weights: f32 to rule out quantization, and check grpo.max_steps_off_policy",
     ),
@@ -170,9 +166,7 @@ pub(crate) const SIGNALS: &[Signal] = &[
         Reads::Step,
         &["rate"],
         |s| {
-            window_mean(s, train::CLIP_FRACTION)
-                .filter(|&m| m > s.t("rate"))
-                .map(|m| format!("train/clip_fraction {} of action tokens over the last {} steps (threshold {})", pct(m), s.window, pct(s.t("rate"))).into())
+            window_above(s, train::CLIP_FRACTION).map(|m| format!("train/clip_fraction {} of action tokens over the last {} steps (threshold {})", pct(m), s.window, pct(s.t("rate"))).into())
         },
         "most tokens take the clipped, gradient-free branch, so only the rest train (GSPO at a narrow band trains positive-advantage sequences only): let the learner score at the sampling temperature (grpo.learner_temperature), sample with backend.sample_weights: f32, or widen the clip band",
     ),
@@ -219,6 +213,7 @@ mod tests {
 
     use super::*;
     use crate::health::Monitor;
+    use crate::health::steps::window_mean;
     use crate::health::settings::{Setting, Settings};
     use crate::spec::health::{Action, Health};
 

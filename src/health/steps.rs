@@ -27,6 +27,11 @@ pub(crate) fn window_mean(s: &Seen<'_>, name: &str) -> Option<f64> {
     Some(xs.iter().sum::<f64>() / xs.len() as f64)
 }
 
+/// The mean of `name` over the last `window` steps when it is above the setting's `rate`.
+pub(crate) fn window_above(s: &Seen<'_>, name: &str) -> Option<f64> {
+    window_mean(s, name).filter(|&m| m > s.t("rate"))
+}
+
 /// `name`'s mean over the last `window` steps below `fraction` of its mean over the first
 /// `window` (the two windows apart: at least 2·window steps with the metric).
 pub(crate) fn collapse(s: &Seen<'_>, name: &str) -> Option<String> {
