@@ -9,6 +9,10 @@
 //! works on runs older than the signals). [`smoke`] holds the reference's smoke-test
 //! expectations, scaled to a run's length.
 //!
+//! The signals are one table (`signals.rs`, a row each); the monitor checks its rows in order
+//! against the section's settings (`settings.rs`) over what it has seen (`history.rs`). Children
+//! name each other, never this file, so that the module has no import cycle.
+//!
 //! Why signals fire once per episode rather than at every step they hold: a run flat at zero
 //! for 200 steps would print 196 identical lines; once the condition is false again the signal
 //! re-arms.
