@@ -54,7 +54,7 @@ static INSTALLED: AtomicPtr<ReuseLarge> = AtomicPtr::new(std::ptr::null_mut());
 /// `global` is the `#[global_allocator]` static, which [`release`] empties; `RLX_ALLOC=keep`
 /// keeps what it holds across steps instead (faster by the re-faults, for more peak memory).
 pub fn configure(global: &'static ReuseLarge) {
-    match std::env::var_os("RLX_ALLOC") {
+    match crate::switches::ALLOC.var_os() {
         Some(v) if v == "system" => {
             BYPASS.store(true, Ordering::Relaxed);
             return;

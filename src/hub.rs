@@ -63,7 +63,7 @@ impl Options {
             .unwrap_or_else(|| hf_home.join("hub"));
         // huggingface_hub's `_is_true`: 1, ON, YES, TRUE in any case; anything else (`0`) is off.
         let truthy = |k: &str| set(k).is_some_and(|v| ["1", "on", "yes", "true"].contains(&v.trim().to_ascii_lowercase().as_str()));
-        let offline = truthy("HF_HUB_OFFLINE") || truthy("RLX_OFFLINE") || (kind == RepoKind::Dataset && truthy("HF_DATASETS_OFFLINE"));
+        let offline = truthy("HF_HUB_OFFLINE") || truthy(crate::switches::OFFLINE.name) || (kind == RepoKind::Dataset && truthy("HF_DATASETS_OFFLINE"));
         let token = set("HF_TOKEN").or_else(|| {
             let file = set("HF_TOKEN_PATH").map(PathBuf::from).unwrap_or_else(|| hf_home.join("token"));
             std::fs::read_to_string(file).ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty())

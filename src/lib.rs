@@ -32,6 +32,8 @@
 //! - [`sweep_slurm`]: `rlx sweep --launcher slurm`: a sweep as a Slurm job array, and its status.
 //! - `export`: `rlx export`: checkpoints as Hugging Face directories, PEFT adapters, GGUF.
 //! - [`cli`]: the command line; the only module that prints.
+//! - [`switches`]: the `RLX_*` environment variables, one row each; those that change results
+//!   are recorded in `provenance.json`.
 //! - [`alloc`]: the process allocator (large freed blocks reused instead of unmapped).
 //! - [`serve`]: `rlx serve`, Tinker's REST protocol over the embedded trainer.
 //! - [`tinker`]: Tinker's wire protocol (JSON bodies, protobuf messages, conversions), shared by
@@ -58,6 +60,7 @@ pub mod prompt;
 pub(crate) mod rl;
 pub mod runlog;
 pub mod sandbox;
+pub mod switches;
 pub mod seam;
 pub(crate) mod serve;
 pub mod spec;

@@ -16,7 +16,7 @@ use crate::seam::ModelSource;
 
 /// rlx's model cache: `$RLX_MODEL_CACHE`, else `~/.cache/rlx/models`.
 pub(crate) fn cache_dir() -> PathBuf {
-    std::env::var_os("RLX_MODEL_CACHE")
+    crate::switches::MODEL_CACHE.var_os()
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rlx/models"))
 }

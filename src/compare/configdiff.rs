@@ -45,13 +45,25 @@ fn walk(v: &Value, prefix: String, out: &mut BTreeMap<String, String>) {
     }
 }
 
+/// The prefix of an environment switch's key in a run's config: `env.RLX_TRAIN_PACK`.
+pub(crate) const ENV: &str = "env.";
+
+/// Adds the environment switches `provenance.json` recorded (those that change results, with
+/// their values in force: `crate::switches`) to a flattened config as `env.<NAME>`, so two runs
+/// that differ only in `RLX_TRAIN_PACK` differ as a config key does: in the diff, and as arms.
+pub(crate) fn add_switches(config: &mut BTreeMap<String, String>, switches: &BTreeMap<String, String>) {
+    config.extend(switches.iter().map(|(k, v)| (format!("{ENV}{k}"), v.clone())));
+}
+
 /// The keys (outside [`is_hidden`]) whose value differs between any two of `configs`, in key
-/// order; a key one config lacks counts as differing.
+/// order; a key one config lacks counts as differing, except a switch (`env.*`): a run older
+/// than their record did not say, which is not a difference.
 pub(crate) fn differing<'a>(configs: impl IntoIterator<Item = &'a BTreeMap<String, String>>) -> Vec<String> {
     let configs: Vec<&BTreeMap<String, String>> = configs.into_iter().collect();
     let keys: BTreeSet<&String> = configs.iter().flat_map(|c| c.keys()).collect();
     keys.into_iter()
         .filter(|k| !is_hidden(k))
+        .filter(|k| !k.starts_with(ENV) || configs.iter().all(|c| c.contains_key(*k)))
         .filter(|k| {
             let first = configs.first().and_then(|c| c.get(*k));
             configs.iter().any(|c| c.get(*k) != first)
@@ -162,6 +174,20 @@ mod tests {
         assert_eq!(label_name("optimizer.learning_rate"), "lr");
         assert_eq!(label_name("optimizer.beta1"), "beta1");
         assert_eq!(label_name("data.eval.0.format"), "format");
+    }
+
+    #[test]
+    fn a_recorded_switch_is_a_config_key_and_an_unrecorded_one_no_difference() {
+        let config = |pack: Option<&str>| {
+            let mut c = flatten(&json!({"seed": 0, "optimizer": {"learning_rate": 3e-4}}));
+            add_switches(&mut c, &pack.map(|p| [("RLX_TRAIN_PACK".to_string(), p.to_string()), ("RLX_ALLOC".to_string(), "x".to_string())].into()).unwrap_or_default());
+            c
+        };
+        let (on, off, old) = (config(Some("on")), config(Some("off")), config(None));
+        assert_eq!(on["env.RLX_TRAIN_PACK"], "on");
+        assert_eq!(differing([&on, &off]), ["env.RLX_TRAIN_PACK"]);
+        assert_eq!(label_name("env.RLX_TRAIN_PACK"), "RLX_TRAIN_PACK");
+        assert!(differing([&on, &old]).is_empty(), "a run older than the record said nothing");
     }
 
     #[test]

@@ -187,7 +187,7 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
     let dir = RunDir::open(path).map_err(err)?;
     let status = dir.status().map_err(err)?.expect("open checked status.json");
     let mut notes = vec![];
-    let config = match dir.read_json::<serde_json::Value>(files::RESOLVED).map_err(err)? {
+    let mut config = match dir.read_json::<serde_json::Value>(files::RESOLVED).map_err(err)? {
         // Read as the current version, so that runs written before the plan module (version 1:
         // defaults left `null`) compare equal to today's runs of the same configuration.
         Some(v) => match crate::plan::record::upgrade(v.clone()) {
@@ -207,6 +207,9 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
         Err(crate::runlog::Error::Missing { .. }) => None,
         Err(e) => return Err(err(e)),
     };
+    if let Some(p) = &provenance {
+        super::configdiff::add_switches(&mut config, &p.switches);
+    }
     let eval_fingerprint = provenance.as_ref().and_then(|p| p.data.as_ref()).map(|d| d.eval.fingerprint.clone());
     let hashes = provenance.as_ref().map(file_hashes).unwrap_or_default();
     let events = dir.events().map_err(err)?;

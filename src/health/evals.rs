@@ -1,40 +1,59 @@
-//! The signals checked after an eval that read more than pass@1: greedy pass@1 against the
-//! first eval's, problem by problem (exact McNemar), and pass@k at the largest k against
-//! pass@1 (coverage).
-
-use std::collections::BTreeMap;
+//! The checks after an eval: train reward rising while eval pass@1 stays flat (with leads),
+//! greedy pass@1 against the first eval's, problem by problem (exact McNemar), and pass@k at
+//! the largest k against pass@1 (coverage).
 
 use crate::rl::signif::mcnemar;
-use crate::runlog::metrics::eval as names;
-use crate::spec::health::Health;
+use crate::runlog::metrics::{eval as names, train};
 
-/// An eval's step and each problem's greedy pass/fail.
-pub(super) type Outcomes = (i64, BTreeMap<String, bool>);
-
-/// An eval's step and metrics.
-pub(super) type EvalLine = (i64, BTreeMap<String, f64>);
-
-/// A rate as a percentage, `37.5%` (as the other signals print it; this file names no sibling,
-/// so that `health`'s parent–child import cycle does not grow).
-fn pct(x: f64) -> String {
-    format!("{:.1}%", 100.0 * x)
-}
-
-/// A p-value as `compare` prints it: 3 decimals, or scientific below 0.001.
-pub(crate) fn p_text(p: f64) -> String {
-    if p < 0.001 { format!("{p:.1e}") } else { format!("{p:.3}") }
-}
+use super::history::{Evidence, Seen};
+use super::text::{fmt, p_text, pct};
 
 /// How the first eval is named: `the baseline` (−1) or `step N`.
 fn first_name(step: i64) -> String {
     if step < 0 { "the baseline".to_owned() } else { format!("step {step}") }
 }
 
+/// Train reward's window mean rose by `reward_rise` from the first steps to the last while
+/// eval pass@1 gained less than `eval_gain` over the first eval. Leads: rollouts rewarded
+/// without passing, else the problems whose pass rate rose most.
+pub(crate) fn reward_without_eval_gain(s: &Seen<'_>) -> Option<Evidence> {
+    let h = s.history;
+    let (&(first_step, first), &(_, now)) = (h.evals.first()?, h.evals.last()?);
+    if h.evals.len() < 2 {
+        return None;
+    }
+    let rewards: Vec<(i64, f64)> = h.steps.iter().filter_map(|p| Some((p.step, p.get(train::REWARD_MEAN)?))).collect();
+    let w = (s.window as usize).min(rewards.len() / 2);
+    if w == 0 {
+        return None;
+    }
+    let mean = |xs: &[(i64, f64)]| xs.iter().map(|x| x.1).sum::<f64>() / xs.len() as f64;
+    let (early, late) = (&rewards[..w], &rewards[rewards.len() - w..]);
+    let rise = mean(late) - mean(early);
+    let gain = now - first;
+    if rise < s.t("reward_rise") || gain >= s.t("eval_gain") {
+        return None;
+    }
+    let text = format!(
+        "train/reward_mean rose {} (steps {}–{}: {} → steps {}–{}: {}) while eval pass@1 went {} → {} since {}",
+        fmt(rise),
+        early[0].0,
+        early[w - 1].0,
+        fmt(mean(early)),
+        late[0].0,
+        late[w - 1].0,
+        fmt(mean(late)),
+        pct(first),
+        pct(now),
+        first_name(first_step),
+    );
+    Some(Evidence { text, leads: h.leads.list(early[0].0, late[0].0) })
+}
+
 /// Greedy pass@1 fell from the first eval's beyond noise: on the problems both evaluated, more
-/// lost than gained, with exact McNemar p below `greedy_below_baseline.p`. Leads: the problems
-/// lost.
-pub(super) fn greedy_below(cfg: &Health, first: Option<&Outcomes>, now: Option<&Outcomes>) -> Option<(String, Vec<String>)> {
-    let ((fs, first), (ns, now)) = (first?, now?);
+/// lost than gained, with exact McNemar p below `p`. Leads: the problems lost.
+pub(crate) fn greedy_below(s: &Seen<'_>) -> Option<Evidence> {
+    let ((fs, first), (ns, now)) = (s.history.greedy_first.as_ref()?, s.history.greedy_now.as_ref()?);
     if fs == ns {
         return None;
     }
@@ -42,28 +61,29 @@ pub(super) fn greedy_below(cfg: &Health, first: Option<&Outcomes>, now: Option<&
     let gained = shared.iter().filter(|(_, was, is)| *is && !*was).count() as u64;
     let lost: Vec<&String> = shared.iter().filter(|(_, was, is)| *was && !*is).map(|(id, _, _)| *id).collect();
     let m = mcnemar(gained, lost.len() as u64);
-    if (lost.len() as u64) <= gained || m.p >= cfg.greedy_below_baseline.p {
+    let threshold = s.t("p");
+    if (lost.len() as u64) <= gained || m.p >= threshold {
         return None;
     }
     let n = shared.len().max(1) as f64;
     let rate = |pass: usize| pct(pass as f64 / n);
-    let evidence = format!(
-        "greedy pass@1 {} at {} → {} at step {ns} on {} problems: {} lost, {gained} gained (exact McNemar p = {}, threshold {})",
+    let text = format!(
+        "greedy pass@1 {} at {} → {} at step {ns} on {} problems: {} lost, {gained} gained (exact McNemar p = {}, threshold {threshold})",
         rate(shared.iter().filter(|s| s.1).count()),
         first_name(*fs),
         rate(shared.iter().filter(|s| s.2).count()),
         shared.len(),
         lost.len(),
         p_text(m.p),
-        cfg.greedy_below_baseline.p
     );
     let leads = lost.iter().take(5).map(|id| format!("eval problem {id}: passed greedily at {}, fails at step {ns}", first_name(*fs))).collect();
-    Some((evidence, leads))
+    Some(Evidence { text, leads })
 }
 
-/// pass@k at the largest k (> 1) fell by more than `coverage_collapse.drop` from the first
-/// eval's while pass@1 rose.
-pub(super) fn coverage(cfg: &Health, evals: &[EvalLine]) -> Option<String> {
+/// pass@k at the largest k (> 1) fell by more than `drop` from the first eval's while pass@1
+/// rose.
+pub(crate) fn coverage(s: &Seen<'_>) -> Option<String> {
+    let evals = &s.history.eval_metrics;
     let ((fs, first), (ns, now)) = (evals.first()?, evals.last()?);
     if fs == ns {
         return None;
@@ -72,13 +92,14 @@ pub(super) fn coverage(cfg: &Health, evals: &[EvalLine]) -> Option<String> {
     let (big, one) = (names::pass_at(k), names::pass_at(1));
     let (was, is) = (*first.get(&big)?, *now.get(&big)?);
     let (was1, is1) = (*first.get(&one)?, *now.get(&one)?);
-    (was - is > cfg.coverage_collapse.drop && is1 > was1).then(|| {
+    let drop = s.t("drop");
+    (was - is > drop && is1 > was1).then(|| {
         format!(
             "eval pass@{k} fell {} → {} since {} (more than {}) while pass@1 rose {} → {}: fewer problems solved by any of {k} samples",
             pct(was),
             pct(is),
             first_name(*fs),
-            pct(cfg.coverage_collapse.drop),
+            pct(drop),
             pct(was1),
             pct(is1)
         )

@@ -9,62 +9,40 @@
 //! works on runs older than the signals). [`smoke`] holds the reference's smoke-test
 //! expectations, scaled to a run's length.
 //!
+//! The signals are one table (`signals.rs`, a row each); the monitor checks its rows in order
+//! against the section's settings (`settings.rs`) over what it has seen (`history.rs`). Children
+//! name each other, never this file, so that the module has no import cycle.
+//!
 //! Why signals fire once per episode rather than at every step they hold: a run flat at zero
 //! for 200 steps would print 196 identical lines; once the condition is false again the signal
 //! re-arms.
 
 pub mod doctor;
 mod evals;
+mod history;
 mod leads;
+mod settings;
 mod signals;
 pub mod smoke;
+mod steps;
+mod text;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use signals::Signal;
+pub use signals::{Reads, Signal};
 
 use crate::runlog::metrics::eval as eval_names;
 use crate::runlog::{EvalResultRecord, EventRecord, RolloutRecord};
 use crate::spec::health::{Action, Health};
 
-/// One step's metrics.
-#[derive(Debug, Clone)]
-pub(crate) struct Point {
-    step: i64,
-    metrics: BTreeMap<String, f64>,
-}
-
-impl Point {
-    fn get(&self, name: &str) -> Option<f64> {
-        self.metrics.get(name).copied()
-    }
-}
-
-/// What the monitor has seen.
-#[derive(Debug, Default)]
-pub(crate) struct History {
-    steps: Vec<Point>,
-    /// `(step, eval/pass@1)` of each eval, the baseline (−1) first when there is one.
-    evals: Vec<(i64, f64)>,
-    /// Each eval's metrics, in order (pass@k at every k for coverage).
-    eval_metrics: Vec<evals::EvalLine>,
-    /// Each problem's greedy pass/fail at the first eval with greedy results, and at the latest.
-    greedy_first: Option<evals::Outcomes>,
-    greedy_now: Option<evals::Outcomes>,
-    leads: leads::Leads,
-}
-
-impl History {
-    fn last(&self) -> Option<&Point> {
-        self.steps.last()
-    }
-}
+use history::{Evidence, History, Point, Seen};
+use settings::Settings;
 
 /// A signal that fired.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Firing {
-    /// Which.
-    pub signal: Signal,
+    /// Which: its row of the table.
+    pub signal: &'static Signal,
     /// The step after which it fired (−1: the baseline eval).
     pub step: i64,
     /// What was seen, with numbers.
@@ -104,16 +82,35 @@ impl Firing {
 /// Checks the signals as a run's steps and evals arrive.
 #[derive(Debug)]
 pub struct Monitor {
-    cfg: Health,
+    settings: Settings,
+    /// The rows checked: the table's (a test adds its own).
+    signals: Vec<&'static Signal>,
     history: History,
     /// Signals whose condition held at the last check: they do not fire again until it fails.
-    holding: BTreeSet<Signal>,
+    holding: BTreeSet<&'static str>,
 }
 
 impl Monitor {
     /// A monitor with the spec's `diagnostics:` section.
     pub fn new(cfg: Health) -> Monitor {
-        Monitor { cfg, history: History::default(), holding: BTreeSet::new() }
+        Monitor::with(Settings::of(&cfg), signals::SIGNALS.iter().collect())
+    }
+
+    /// A monitor of `signals` with `settings`. A row whose setting is missing, or lacks a
+    /// threshold the row names, is not checked (a test keeps the table's rows and the spec's
+    /// keys together, so only a test's row can lack one).
+    fn with(settings: Settings, signals: Vec<&'static Signal>) -> Monitor {
+        let signals = signals
+            .into_iter()
+            .filter(|s| {
+                let ok = settings.get(s.name()).is_some_and(|set| s.thresholds.iter().all(|t| set.get(t).is_some()));
+                if !ok {
+                    tracing::warn!(signal = s.name(), "the diagnostics section has no setting with the thresholds {:?}: not checked", s.thresholds);
+                }
+                ok
+            })
+            .collect();
+        Monitor { settings, signals, history: History::default(), holding: BTreeSet::new() }
     }
 
     /// After step `step` with its metrics line (an eval's metrics in it are read by
@@ -121,15 +118,7 @@ impl Monitor {
     pub fn step<'r>(&mut self, step: u32, metrics: &BTreeMap<String, f64>, rollouts: impl IntoIterator<Item = &'r RolloutRecord>) -> Vec<Firing> {
         self.history.steps.push(Point { step: i64::from(step), metrics: metrics.clone() });
         self.history.leads.add(step, rollouts);
-        let mut out = vec![];
-        for signal in Signal::STEP {
-            let evidence = match signal.action(&self.cfg) {
-                Action::Off => None,
-                _ => signal.check_step(&self.cfg, &self.history),
-            };
-            self.fire(signal, i64::from(step), evidence.map(|e| (e, vec![])), &mut out);
-        }
-        out
+        self.check(Reads::Step, i64::from(step))
     }
 
     /// After the eval at `step` (−1: the baseline) with its metrics and per-problem records.
@@ -144,69 +133,33 @@ impl Monitor {
             }
             self.history.greedy_now = Some((step, greedy));
         }
-        let mut out = vec![];
-        for signal in Signal::EVAL {
-            let evidence = match signal.action(&self.cfg) {
-                Action::Off => None,
-                _ => match signal {
-                    Signal::RewardWithoutEvalGain => self.reward_without_eval_gain(),
-                    Signal::GreedyBelowBaseline => evals::greedy_below(&self.cfg, self.history.greedy_first.as_ref(), self.history.greedy_now.as_ref()),
-                    _ => evals::coverage(&self.cfg, &self.history.eval_metrics).map(|e| (e, vec![])),
-                },
-            };
-            self.fire(signal, step, evidence, &mut out);
-        }
-        out
+        self.check(Reads::Eval, step)
     }
 
-    fn fire(&mut self, signal: Signal, step: i64, evidence: Option<(String, Vec<String>)>, out: &mut Vec<Firing>) {
-        match evidence {
-            Some((evidence, leads)) => {
-                if self.holding.insert(signal) {
-                    out.push(Firing { signal, step, evidence, action: signal.action(&self.cfg), leads });
+    /// Checks the rows that read `reads`, in table order, after `step`.
+    fn check(&mut self, reads: Reads, step: i64) -> Vec<Firing> {
+        let mut out = vec![];
+        for &signal in &self.signals {
+            if signal.reads != reads {
+                continue;
+            }
+            let Some(setting) = self.settings.get(signal.name()) else { continue };
+            let evidence = match setting.action {
+                Action::Off => None,
+                _ => (signal.check)(&Seen { history: &self.history, window: self.settings.window, setting }),
+            };
+            match evidence {
+                Some(Evidence { text, leads }) => {
+                    if self.holding.insert(signal.name()) {
+                        out.push(Firing { signal, step, evidence: text, action: setting.action, leads });
+                    }
+                }
+                None => {
+                    self.holding.remove(signal.name());
                 }
             }
-            None => {
-                self.holding.remove(&signal);
-            }
         }
-    }
-
-    /// Train reward's window mean rose by `reward_rise` from the first steps to the last while
-    /// eval pass@1 gained less than `eval_gain` over the first eval.
-    fn reward_without_eval_gain(&self) -> Option<(String, Vec<String>)> {
-        let cfg = &self.cfg.reward_without_eval_gain;
-        let h = &self.history;
-        let (&(first_step, first), &(_, now)) = (h.evals.first()?, h.evals.last()?);
-        if h.evals.len() < 2 {
-            return None;
-        }
-        let rewards: Vec<(i64, f64)> = h.steps.iter().filter_map(|p| Some((p.step, p.get(crate::runlog::metrics::train::REWARD_MEAN)?))).collect();
-        let w = (self.cfg.window as usize).min(rewards.len() / 2);
-        if w == 0 {
-            return None;
-        }
-        let mean = |xs: &[(i64, f64)]| xs.iter().map(|x| x.1).sum::<f64>() / xs.len() as f64;
-        let (early, late) = (&rewards[..w], &rewards[rewards.len() - w..]);
-        let rise = mean(late) - mean(early);
-        let gain = now - first;
-        if rise < cfg.reward_rise || gain >= cfg.eval_gain {
-            return None;
-        }
-        let first_name = if first_step < 0 { "the baseline".to_owned() } else { format!("step {first_step}") };
-        let evidence = format!(
-            "train/reward_mean rose {} (steps {}–{}: {} → steps {}–{}: {}) while eval pass@1 went {} → {} since {first_name}",
-            signals::fmt(rise),
-            early[0].0,
-            early[w - 1].0,
-            signals::fmt(mean(early)),
-            late[0].0,
-            late[w - 1].0,
-            signals::fmt(mean(late)),
-            signals::pct(first),
-            signals::pct(now),
-        );
-        Some((evidence, h.leads.list(early[0].0, late[0].0)))
+        out
     }
 }
 

@@ -17,8 +17,7 @@ use crate::rl::signif::{mcnemar, sign_flip};
 use crate::runlog::metrics::{eval, train};
 use crate::runlog::{EvalResultRecord, MetricsLine};
 
-use super::evals::p_text;
-use super::signals::{fmt, pct};
+use super::text::{fmt, p_text, pct};
 
 /// One expectation and what the run showed.
 #[derive(Debug, Clone, PartialEq)]

@@ -58,6 +58,10 @@ pub struct Provenance {
     /// grades, rewards and advantages, no training and no checkpoints. Absent when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dry_run: bool,
+    /// The value in force of each environment switch that changes results (`RLX_TRAIN_PACK`,
+    /// ...: [`crate::switches`]), set or default. Absent in runs older than the record.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub switches: std::collections::BTreeMap<String, String>,
 }
 
 /// Git state.
@@ -207,6 +211,7 @@ impl Provenance {
             prompt_tokens: None,
             sandbox: None,
             dry_run: spec.schedule.dry_run,
+            switches: crate::switches::recorded(),
         }
     }
 }

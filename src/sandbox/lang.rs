@@ -31,7 +31,7 @@ use crate::spec::types::Language;
 const SEARCH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 fn search_path() -> String {
-    std::env::var("RLX_TOOLCHAIN_PATH").ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| SEARCH.to_owned())
+    crate::switches::TOOLCHAIN_PATH.var().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| SEARCH.to_owned())
 }
 
 /// The name of the built program in the working directory.

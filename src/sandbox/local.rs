@@ -344,7 +344,7 @@ impl Worker {
 
 async fn resolve_python() -> Result<PathBuf, Error> {
     // Resolve shims (pyenv's costs ~150 ms per start) to the interpreter itself, once.
-    let python = std::env::var_os("RLX_PYTHON").unwrap_or_else(|| "python3".into());
+    let python = crate::switches::PYTHON.var_os().unwrap_or_else(|| "python3".into());
     let out = Command::new(&python)
         .args(["-I", "-c", "import sys; print(sys.executable)"])
         .stdin(Stdio::null())

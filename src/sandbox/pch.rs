@@ -50,10 +50,10 @@ fn states() -> &'static Mutex<HashMap<PathBuf, State>> {
 /// must be absolute and outside the directories the sandbox binds or builds itself (`/tmp`,
 /// `/usr`, ...), since the workers bind it read-only at the same path.
 pub fn root() -> Option<PathBuf> {
-    if std::env::var("RLX_PCH").is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "off" | "false" | "no")) {
+    if crate::switches::PCH.var().is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "off" | "false" | "no")) {
         return None;
     }
-    let dir = match std::env::var_os("RLX_PCH_DIR").filter(|d| !d.is_empty()) {
+    let dir = match crate::switches::PCH_DIR.var_os().filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty())?).join(".cache/rlx/pch"),
     };

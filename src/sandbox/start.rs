@@ -138,7 +138,7 @@ pub(crate) fn degradation_warning(p: &Protection) -> Option<String> {
 
 /// Whether `RLX_SANDBOX_NAMESPACES` asks for no namespaces (`0`, `off`, `no`, `false`).
 fn namespaces_disabled(var: impl Fn(&str) -> Option<String>) -> bool {
-    var("RLX_SANDBOX_NAMESPACES").is_some_and(|v| ["0", "off", "no", "false"].contains(&v.trim().to_ascii_lowercase().as_str()))
+    var(crate::switches::SANDBOX_NAMESPACES.name).is_some_and(|v| ["0", "off", "no", "false"].contains(&v.trim().to_ascii_lowercase().as_str()))
 }
 
 #[cfg(test)]

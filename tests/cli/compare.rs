@@ -701,3 +701,38 @@ fn three_real_runs_from_two_clones() {
     let _ = std::fs::create_dir_all(repo().join("target"));
     let _ = std::fs::copy(one.path().join("clones.html"), repo().join("target/compare-clones.html"));
 }
+
+/// Two real runs of the tiny model, one under `RLX_TRAIN_PACK=off`: `provenance.json` records
+/// the switch in force in each (`on` by default), and `rlx compare` shows it as the one config
+/// difference, so the two runs are two arms instead of one arm's replicates.
+#[test]
+fn an_environment_switch_that_changes_results_is_recorded_and_compared() {
+    let cx = TestContext::new();
+    crate::engine::tiny_model(&cx.path().join("tiny"));
+    cx.write("spec.yaml", &crate::engine::spec_with(1, 1, "").replace("eval_every: 2", "eval_every: 1"));
+    for (name, pack) in [("name=pack-on", None), ("name=pack-off", Some("off"))] {
+        let mut c = cx.rlx();
+        c.args(["run", "spec.yaml", name]);
+        if let Some(v) = pack {
+            c.env("RLX_TRAIN_PACK", v);
+        }
+        let r = crate::common::Run::from(c.output().unwrap());
+        assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    }
+    let runs = runs_in(&cx);
+    assert_eq!(runs.len(), 2);
+    let switches = |run: &str| {
+        let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(cx.path().join(run).join("provenance.json")).unwrap()).unwrap();
+        p["switches"].clone()
+    };
+    let (on, off) = if runs[0].contains("pack-on") { (&runs[0], &runs[1]) } else { (&runs[1], &runs[0]) };
+    assert_eq!(switches(on)["RLX_TRAIN_PACK"], "on", "{}", switches(on));
+    assert_eq!(switches(off)["RLX_TRAIN_PACK"], "off", "{}", switches(off));
+    for key in ["RLX_TRAIN_PASS", "RLX_ALLOC", "RLX_ISA"] {
+        assert_eq!(switches(on)[key], switches(off)[key], "{key}");
+    }
+    let r = cx.run(&["compare", on, off]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("rlx compare: 2 runs → 2 arms (differ in: env.RLX_TRAIN_PACK)"), "{}", r.stdout);
+    assert!(r.stdout.contains("`RLX_TRAIN_PACK=off`") && r.stdout.contains("`RLX_TRAIN_PACK=on`"), "the arms are named by the switch: {}", r.stdout);
+}

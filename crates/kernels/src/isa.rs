@@ -5,6 +5,9 @@
 
 use std::sync::OnceLock;
 
+/// The environment variable that caps the level (rlx lists it with its other switches).
+pub const SWITCH: &str = "RLX_ISA";
+
 /// A level of SIMD support, in increasing order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
@@ -37,7 +40,7 @@ impl Isa {
 pub fn current() -> Isa {
     static LEVEL: OnceLock<Isa> = OnceLock::new();
     *LEVEL.get_or_init(|| {
-        let cap = match std::env::var("RLX_ISA").ok().as_deref() {
+        let cap = match std::env::var(SWITCH).ok().as_deref() {
             Some("scalar") => Isa::Scalar,
             Some("avx2") => Isa::Avx2,
             _ => Isa::Avx512,

@@ -235,7 +235,7 @@ impl LocalTrainer {
     /// Whether forward/backward run through [`train_pass`] (f32, unless `RLX_TRAIN_PASS=autograd`)
     /// rather than candle's autograd (f64 gradient checks, and a reference to compare against).
     fn hand_written_pass(&self) -> bool {
-        self.vars[0].dtype() == DType::F32 && !matches!(std::env::var("RLX_TRAIN_PASS").as_deref(), Ok("autograd"))
+        self.vars[0].dtype() == DType::F32 && !matches!(crate::switches::TRAIN_PASS.var().as_deref(), Some("autograd"))
     }
 
     /// Validated `data` in micro-batches, packed as `sharing` allows (`None`: plain rows).
@@ -271,7 +271,7 @@ impl LocalTrainer {
 
 /// Prompt packing unless `RLX_TRAIN_PACK` is `off` (or `0`, `false`).
 fn packing_from_env() -> bool {
-    !matches!(std::env::var("RLX_TRAIN_PACK").as_deref(), Ok("off" | "0" | "false"))
+    !matches!(crate::switches::TRAIN_PACK.var().as_deref(), Some("off" | "0" | "false"))
 }
 
 /// `logits / temperature` (the distribution the policy samples at that temperature).

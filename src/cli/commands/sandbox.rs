@@ -126,10 +126,10 @@ async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Opti
 /// stays `PENDING`, `inf` for never) is how the tests reach a service whose sandboxes are slow
 /// to start or never do.
 fn cwsandbox_options() -> anyhow::Result<crate::sandbox::cwsandbox::server::ServeOptions> {
-    let Ok(v) = std::env::var("RLX_CWSANDBOX_PENDING_S") else { return Ok(Default::default()) };
+    let Some(v) = crate::switches::CWSANDBOX_PENDING_S.var() else { return Ok(Default::default()) };
     let secs: f64 = v.trim().parse().ok().filter(|s: &f64| *s >= 0.0).ok_or_else(|| crate::cli::UserError::msg(format!("`RLX_CWSANDBOX_PENDING_S` must be a number of seconds or `inf`, found `{v}`")))?;
     let pending = if secs.is_finite() { Duration::from_secs_f64(secs) } else { Duration::MAX };
-    printer::warning(&format!("RLX_CWSANDBOX_PENDING_S is set: new sandboxes stay PENDING for {v} s (a test setting)"), &[]);
+    printer::warning(&format!("{} is set: new sandboxes stay PENDING for {v} s (a test setting)", crate::switches::CWSANDBOX_PENDING_S.name), &[]);
     Ok(crate::sandbox::cwsandbox::server::ServeOptions { pending: Some(pending) })
 }
 

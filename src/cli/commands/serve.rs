@@ -40,7 +40,7 @@ pub struct ServeArgs {
     #[arg(long = "fault", value_name = "NAME=VALUE")]
     pub faults: Vec<String>,
     /// Require this `X-API-Key` on every request (`RLX_SERVE_API_KEY`).
-    #[arg(long, env = "RLX_SERVE_API_KEY", hide_env_values = true)]
+    #[arg(long, env = crate::switches::SERVE_API_KEY.name, hide_env_values = true)]
     pub api_key: Option<String>,
     /// Threads for candle's CPU kernels [default: all cores].
     #[arg(long)]
@@ -56,7 +56,7 @@ pub struct ServeArgs {
 /// Runs `rlx serve`.
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<u8> {
     let mut faults = Faults::default();
-    let from_env = std::env::var("RLX_SERVE_FAULTS").unwrap_or_default();
+    let from_env = crate::switches::SERVE_FAULTS.var().unwrap_or_default();
     for spec in from_env.split(',').map(str::trim).filter(|s| !s.is_empty()).chain(args.faults.iter().map(String::as_str)) {
         if let Err(e) = faults.apply(spec) {
             printer::error_message(&e.to_string(), &[]);
