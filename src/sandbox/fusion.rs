@@ -35,7 +35,9 @@ use super::harness;
 use super::local::parse_tests;
 use super::compare::check_output;
 use super::lang::Compiled;
-use super::{Error, GradeOptions, Grader, TestResult, TestStatus, Verdict, clip_start};
+use super::error::Error;
+use super::limits::GradeOptions;
+use super::verdict::{Grader, TestResult, TestStatus, Verdict, clip_start};
 use crate::data::{IoCase, Problem, Tests};
 use crate::spec::types::Language;
 
@@ -52,10 +54,13 @@ pub struct FusionConfig {
     pub backoff: Duration,
     /// Connect timeout.
     pub connect_timeout: Duration,
+    /// Sent as `X-API-Key` when set (a keyed `rlx sandbox serve`).
+    pub api_key: Option<String>,
 }
 
 impl FusionConfig {
-    /// Defaults for `url`: 4 in flight, 3 retries from 200 ms, 5 s to connect.
+    /// Defaults for `url`: 4 in flight, 3 retries from 200 ms, 5 s to connect, the key in
+    /// `RLX_SANDBOX_API_KEY` (the variable `rlx sandbox serve --api-key` reads too) when set.
     pub fn new(url: &str) -> Self {
         FusionConfig {
             url: url.to_owned(),
@@ -63,6 +68,7 @@ impl FusionConfig {
             retries: 3,
             backoff: Duration::from_millis(200),
             connect_timeout: Duration::from_secs(5),
+            api_key: std::env::var("RLX_SANDBOX_API_KEY").ok().filter(|k| !k.trim().is_empty()),
         }
     }
 }
@@ -155,8 +161,11 @@ impl FusionClient {
     }
 
     async fn attempt(&self, body: Bytes, timeout: Duration) -> Result<Value, Attempt> {
-        let req = Request::post(self.uri.clone())
-            .header("content-type", "application/json")
+        let mut req = Request::post(self.uri.clone()).header("content-type", "application/json");
+        if let Some(key) = &self.config.api_key {
+            req = req.header("x-api-key", key.as_str());
+        }
+        let req = req
             .body(Full::new(body))
             .expect("static request parts are valid");
         let exchange = async {

@@ -10,7 +10,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{AnyGrader, Error, GradeOptions, Grader, Progress, Submission, Verdict, VerdictStatus, extract_code_in};
+use super::any::AnyGrader;
+use super::error::Error;
+use super::extract::extract_code_in;
+use super::limits::GradeOptions;
+use super::verdict::{Grader, Progress, Submission, Verdict, VerdictStatus};
 use crate::data::Problem;
 use crate::retry;
 
@@ -55,7 +59,9 @@ async fn grade_with_backoff<G: Grader>(grader: &G, problem: &Problem, submission
         let t = Instant::now();
         let verdict = grader.grade(problem, code, opts).await;
         let latency_ms = t.elapsed().as_secs_f64() * 1e3;
-        if verdict.status != VerdictStatus::InfraError {
+        // A problem at fault (a checker that loops forever) fails the same way every time:
+        // retrying it cost 3 × 5 s of backoff per completion for nothing.
+        if verdict.status != VerdictStatus::InfraError || verdict.problem_fault {
             return retry::Attempt::Done(Graded { verdict, code: Some(code.clone()), latency_ms, infra_errors: i });
         }
         tracing::warn!(problem = %problem.id, attempt = i + 1, error = ?verdict.error, "sandbox infrastructure error");
@@ -157,7 +163,7 @@ mod tests {
             if n < self.failures {
                 Verdict::infra_error(&problem.id, 1, &std::io::Error::other("worker died"))
             } else {
-                Verdict::from_tests(&problem.id, 1, vec![super::super::TestResult { status: super::super::TestStatus::Passed, time_ms: 1, got: None, error: None }])
+                Verdict::from_tests(&problem.id, 1, vec![crate::sandbox::verdict::TestResult { status: crate::sandbox::verdict::TestStatus::Passed, time_ms: 1, got: None, error: None }])
             }
         }
     }

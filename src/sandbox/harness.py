@@ -581,7 +581,8 @@ def handle(job):
                 if read_expected(job) is False:
                     kill_zygote()
                     sys.exit(0)
-                return {"error": checker}
+                # The problem's fault: grading again gives the same answer (rlx does not retry).
+                return {"error": checker, "problem_fault": True}
         compiled = None
         if job.get("lang"):
             compiled = build(job, wd, uid, gid, chown)
@@ -597,7 +598,7 @@ def handle(job):
         if checker is not None and "error" not in reply:
             failed = run_checks(job, wd, reply, checker)
             if failed:
-                reply = {"error": failed}
+                reply = failed
         if compiled is not None:
             reply["compile"] = compiled
         if job.get("fetch_files") and "error" not in reply:
@@ -759,7 +760,9 @@ def build_checker(job, wd, uid, gid, chown):
 def run_checks(job, wd, reply, binary):
     """Judge the tests that ran cleanly with the checker program, one isolated run per test,
     in a directory made now (the submission is dead: nothing of it can touch the checker or its
-    files). Updates `reply` in place; returns a message when the checker itself failed."""
+    files). Updates `reply` in place; returns the error reply when the checker itself failed:
+    with `problem_fault` when the checker program did (ran past its time limit, crashed, exited
+    3), which is the problem's fault and must not be retried as the sandbox's would be."""
     ck = job["checker_prog"]
     tests = reply["tests"]
     d = None
@@ -791,7 +794,7 @@ def run_checks(job, wd, reply, binary):
                 "tests": [{"stdin": ""}], "timeout_s": timeout, "deadline_s": timeout + 5.0, "limits": ck["limits"]}
         r = supervise(cjob, d)
         if "error" in r:
-            return r["error"]
+            return {"error": r["error"]}
         c = r["tests"][0]
         said = (_text(c, "stderr") + _text(c, "stdout")).strip()
         code = c.get("exit")
@@ -805,7 +808,7 @@ def run_checks(job, wd, reply, binary):
                 t["error"] = _clip("checker: " + said)
         else:
             how = "exit %s" % code if c["status"] == "ran" and code is not None else c["status"] if not c.get("signal") else "signal %s" % c["signal"]
-            return "the problem's checker program failed on test %d (%s): %s" % (i + 1, how, _clip(said))
+            return {"error": "the problem's checker program failed on test %d (%s): %s" % (i + 1, how, _clip(said)), "problem_fault": True}
         if job.get("fail_fast") and t["status"] != "passed":
             del tests[n + 1:]
             break

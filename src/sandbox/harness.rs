@@ -7,7 +7,7 @@
 
 use serde_json::{Value, json};
 
-use super::{GradeOptions, Limits};
+use super::limits::{GradeOptions, Limits};
 use crate::data::{Problem, Tests};
 use crate::spec::types::Checker;
 

@@ -8,10 +8,14 @@
 //! the sandbox like any submission: a compiler reading `#include "/proc/self/environ"` or
 //! looping in templates is contained as a program would be.
 //!
-//! Built programs are cached by the SHA-256 of (language, compiler, flags, source): a group of
+//! Built programs are cached by the SHA-256 of (language, compiler, flags, source, the compile
+//! step's limits): a group of
 //! identical completions, or Sandbox Fusion clients that send one request per test (verl),
 //! compile once. Only sources graded alone are cached (a `/run_code` request with files is not:
-//! `#include "data.txt"` would put one request's file into another's program).
+//! `#include "data.txt"` would put one request's file into another's program). A cache hit
+//! answers without compiling, so its time tells a client that this exact source was compiled
+//! before on this server: a side channel docs/sandbox.md describes and accepts (padding would
+//! cancel the cache that makes groups of identical completions cheap).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -22,7 +26,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::harness::limits_json;
-use super::{Error, Limits};
+use super::error::Error;
+use super::limits::Limits;
 use crate::spec::types::Language;
 
 /// Where compilers are looked for: what the sandbox's workers have on `PATH`, inside the
@@ -94,7 +99,7 @@ pub fn warm_toolchains(languages: impl IntoIterator<Item = Language>) {
 pub(crate) struct Build {
     /// The `lang` object of the harness job.
     pub job: Value,
-    /// SHA-256 of language, compiler, flags and source.
+    /// SHA-256 of language, compiler, flags, source and the compile step's limits.
     pub key: [u8; 32],
     /// Wall-clock limit of the compile step.
     pub timeout: Duration,
@@ -127,14 +132,19 @@ fn build_as(language: Language, code: &str, flags: Option<&[String]>, limits: &L
     }
     argv.extend(["-o".into(), binary.into(), source.into()]);
     argv.extend(tc.link_flags.iter().map(|s| (*s).to_owned()));
+    let memory_mb = if limits.memory_mb == 0 { 0 } else { limits.memory_mb.max(COMPILE_MEMORY_MB) };
+    let compile_limits = Limits { memory_mb, output_bytes: 1 << 20, ..limits.clone() };
     let mut h = Sha256::new();
     let joined = argv.join("\0");
-    for part in [language.name(), joined.as_str(), code] {
+    // The compile step's limits are part of the key: a compile that failed under a small memory
+    // or time limit must not answer for the same source asked with a larger one (the cache of
+    // failures used to ignore them).
+    let compile_limits_json = limits_json(&compile_limits).to_string();
+    let timeout = format!("{}", limits.compile_timeout.as_secs_f64());
+    for part in [language.name(), joined.as_str(), code, compile_limits_json.as_str(), timeout.as_str()] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
     }
-    let memory_mb = if limits.memory_mb == 0 { 0 } else { limits.memory_mb.max(COMPILE_MEMORY_MB) };
-    let compile_limits = Limits { memory_mb, output_bytes: 1 << 20, ..limits.clone() };
     let job = json!({
         "source": source,
         "binary": binary,
@@ -291,6 +301,26 @@ mod tests {
         let argv: Vec<&str> = a.job["compile"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
         assert!(argv[0].ends_with("/g++") && argv[1..].starts_with(&["-O2", "-std=c++17", "-o", "main", "main.cpp"]), "{argv:?}");
         assert!(build(Language::Python, "print(1)", None, &l, None).unwrap().is_none());
+    }
+
+    /// A compile refused under small limits must not answer for the same source asked with
+    /// larger ones: the compile step's memory and time limits are in the key (issue 51), and
+    /// limits that give the compile step the same limits share it.
+    #[test]
+    #[allow(clippy::print_stderr)] // the skip notice is meant to be seen in test output
+    fn the_key_covers_the_compile_limits() {
+        if compiler(Language::Cpp).ok().flatten().is_none() {
+            eprintln!("SKIPPED: no g++");
+            return;
+        }
+        let key = |l: &Limits| build(Language::Cpp, "int main(){}", None, l, None).unwrap().unwrap().key;
+        let base = Limits::default();
+        let more_memory = Limits { memory_mb: COMPILE_MEMORY_MB * 2, ..base.clone() };
+        let more_time = Limits { compile_timeout: base.compile_timeout * 3, ..base.clone() };
+        assert_ne!(key(&base), key(&more_memory));
+        assert_ne!(key(&base), key(&more_time));
+        // Below the compile step's floor, a program's memory limit does not change the compile.
+        assert_eq!(key(&base), key(&Limits { memory_mb: 256, ..base.clone() }));
     }
 
     #[test]

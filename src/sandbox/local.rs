@@ -47,7 +47,10 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use super::admission::Admission;
 use super::harness;
 use super::lang::{self, Build, Compiled};
-use super::{Error, ExecOutput, ExecRequest, ExecStatus, GradeOptions, Grader, Protection, Sandbox, TestResult, TestStatus, Verdict};
+use super::error::Error;
+use super::exec::{ExecOutput, ExecRequest, ExecStatus, Protection, Sandbox};
+use super::limits::{GradeOptions, Limits};
+use super::verdict::{Grader, TestResult, TestStatus, Verdict};
 use crate::data::Problem;
 
 /// Configuration of the local sandbox.
@@ -231,7 +234,7 @@ impl LocalSandbox {
     /// # Errors
     /// [`Error::Toolchain`] when the compiler is missing.
     pub fn compile_argv(&self, language: crate::spec::types::Language, flags: Option<&[String]>) -> Result<Option<Vec<String>>, Error> {
-        let b = lang::build(language, "", flags, &super::Limits::default(), self.inner.pch.as_deref())?;
+        let b = lang::build(language, "", flags, &Limits::default(), self.inner.pch.as_deref())?;
         Ok(b.map(|b| b.job["compile"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect()))
     }
 
@@ -572,6 +575,7 @@ impl Grader for LocalSandbox {
             Ok(mut reply) => {
                 let compiled = self.take_compiled(&mut reply, key);
                 match (parse_tests(&reply), compiled) {
+                    (Err(e), _) if reply["problem_fault"] == true => Verdict::problem_at_fault(&problem.id, total, &Error::Rejected(e)),
                     (Ok(_), Some(c)) if !c.ok() => Verdict::compile_error(&problem.id, total, c, opts.fail_fast),
                     (Ok(tests), compiled) => Verdict { compile: compiled, ..Verdict::from_tests(&problem.id, total, tests) },
                     (Err(e), _) => Verdict::infra_error(&problem.id, total, &Error::Rejected(e)),

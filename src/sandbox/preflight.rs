@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use super::{AnyGrader, Error, GradeOptions, Grader, Limits, VerdictStatus};
+use super::any::AnyGrader;
+use super::error::Error;
+use super::limits::{GradeOptions, Limits};
+use super::verdict::{Grader, VerdictStatus};
 use crate::data::{IoCase, Problem, Tests};
 
 /// How long the whole check may take: a cold Python start plus one test, with margin.

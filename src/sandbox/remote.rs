@@ -34,7 +34,10 @@ use tokio::sync::Semaphore;
 
 use super::fusion::{new_nonce, parse_verdict_line};
 use super::local::parse_tests;
-use super::{Error, GradeOptions, Grader, Verdict, harness};
+use super::error::Error;
+use super::harness;
+use super::limits::GradeOptions;
+use super::verdict::{Grader, Verdict};
 use crate::data::Problem;
 use crate::spec::types::Language;
 

@@ -20,7 +20,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{Error, ExecRequest, ExecStatus, Limits, Sandbox};
+use super::error::Error;
+use super::exec::{ExecOutput, ExecRequest, ExecStatus, Sandbox};
+use super::limits::Limits;
 pub use crate::rl::reward::Custom;
 
 /// The driver's Python source.
@@ -196,7 +198,7 @@ impl RewardFn {
     }
 
     /// One sandbox run of the driver over the calls `ids` of `calls`.
-    async fn run_batch<S: Sandbox>(&self, sandbox: &S, problem: &Value, calls: &[Call], ids: &[usize]) -> Result<super::ExecOutput, Error> {
+    async fn run_batch<S: Sandbox>(&self, sandbox: &S, problem: &Value, calls: &[Call], ids: &[usize]) -> Result<ExecOutput, Error> {
         let t = self.timeout.as_secs_f64();
         let batch: Vec<Value> = ids.iter().map(|&k| json!({"id": k, "completion": calls[k].completion, "code": calls[k].code, "verdict": calls[k].verdict})).collect();
         let stdin = json!({

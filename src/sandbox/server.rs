@@ -14,6 +14,12 @@
 //! everything at once); stdout/stderr are read while the program runs and capped instead of being
 //! silently cut at ~200 KB or deadlocking; non-UTF-8 output is decoded lossily (U+FFFD) instead
 //! of being replaced by a `[DecodeError]` message; files must stay inside the working directory.
+//!
+//! Limits ([`ServerConfig`]): a request asking for more memory, time or files than the server's
+//! caps gets HTTP 422 naming the field and the cap (Sandbox Fusion takes any value; a memory
+//! limit of 9.3e15 MiB used to overflow into a `SandboxError`, which clients retry). The API key,
+//! when the server has one, is checked before the body is read, and the body's size before it is
+//! buffered (HTTP 413).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -23,7 +29,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
@@ -31,7 +37,9 @@ use tokio::net::TcpListener;
 
 use super::local::LocalSandbox;
 use super::lang::Compiled;
-use super::{ExecRequest, ExecStatus, Limits, Sandbox};
+use super::exec::{ExecRequest, ExecStatus, Sandbox};
+use super::limits::Limits;
+use crate::http_server::{self, ApiKey, BodyError};
 use crate::spec::types::Language;
 
 /// Languages in Sandbox Fusion's `RunCodeRequest.language` Literal.
@@ -41,25 +49,76 @@ const FUSION_LANGUAGES: &[&str] = &[
     "python_gpu", "lean", "swift", "racket",
 ];
 
-/// Largest request body accepted (files travel base64-encoded inside it).
-const MAX_BODY: usize = 64 << 20;
+/// Who may use the server and what a request may ask for. The defaults are safe for a server
+/// shared by several trainers: every cap is above what rlx's own clients send for the problems
+/// they grade (a row's memory limit, LiveCodeBench's 6 s per test times its tests).
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The key clients must send (`X-API-Key` or `Authorization: Bearer`); `None`: none (a
+    /// loopback server). An empty key is refused by [`serve_with`].
+    pub api_key: Option<String>,
+    /// Largest `memory_limit_MB` a request may ask for; a request without one gets
+    /// [`Limits::default`]'s.
+    pub max_memory_mb: u64,
+    /// Longest `run_timeout` a request may ask for.
+    pub max_run_timeout: Duration,
+    /// Longest `compile_timeout` a request may ask for.
+    pub max_compile_timeout: Duration,
+    /// Most entries in `files`, and in `fetch_files`.
+    pub max_files: usize,
+    /// Largest request body (files travel base64-encoded inside it), bytes.
+    pub max_body: usize,
+    /// Connections open at once.
+    pub max_connections: usize,
+}
 
-/// Serve until `shutdown` resolves, then let the runs being answered finish (up to their own
-/// time limit, which the worker pool enforces). In-flight runs are bounded by the sandbox's
-/// worker pool.
+impl Default for ServerConfig {
+    /// No key; 4 GiB; 15 minutes to run and 10 to compile; 1000 files; 64 MiB of body; 256
+    /// connections.
+    fn default() -> Self {
+        ServerConfig {
+            api_key: None,
+            max_memory_mb: 4096,
+            max_run_timeout: Duration::from_secs(900),
+            max_compile_timeout: Duration::from_secs(600),
+            max_files: 1000,
+            max_body: 64 << 20,
+            max_connections: http_server::DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// How long shutdown waits for runs in flight before cutting them (a run asking for its whole
+/// cap is cut; waiting 25 minutes for Ctrl-C to finish would be worse).
+const DRAIN: Duration = Duration::from_secs(120);
+
+/// [`serve_with`] with [`ServerConfig::default`].
 ///
 /// # Errors
 /// Only a failing `accept` that is not transient.
 pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-    let handler = move |req| {
-        let sandbox = sandbox.clone();
-        async move { Ok::<_, Infallible>(route(req, &sandbox).await) }
-    };
-    crate::http_server::serve(listener, handler, shutdown, DRAIN).await
+    serve_with(listener, sandbox, ServerConfig::default(), shutdown).await
 }
 
-/// How long shutdown waits for runs in flight: above the longest run a request may ask for.
-const DRAIN: Duration = Duration::from_secs(120);
+/// Serve until `shutdown` resolves, then let the runs being answered finish (up to two
+/// minutes). In-flight runs are bounded by the sandbox's worker pool.
+///
+/// # Errors
+/// An empty `api_key` (`InvalidInput`: an empty key would be no key), or a failing `accept` that
+/// is not transient.
+pub async fn serve_with(listener: TcpListener, sandbox: LocalSandbox, config: ServerConfig, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    let key = config.api_key.clone().map(ApiKey::new).transpose().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let options = http_server::ServeOptions {
+        max_connections: config.max_connections,
+        ..http_server::ServeOptions::new(DRAIN)
+    };
+    let shared = std::sync::Arc::new((sandbox, config, key));
+    let handler = move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(route(req, &shared.0, &shared.1, shared.2.as_ref()).await) }
+    };
+    http_server::serve_with(listener, handler, shutdown, options).await
+}
 
 fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
     Response::builder()
@@ -69,15 +128,21 @@ fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
         .expect("static response parts are valid")
 }
 
-async fn route(req: Request<Incoming>, sandbox: &LocalSandbox) -> Response<Full<Bytes>> {
+async fn route(req: Request<Incoming>, sandbox: &LocalSandbox, config: &ServerConfig, key: Option<&ApiKey>) -> Response<Full<Bytes>> {
+    // The key first, before anything else is read or answered.
+    if !http_server::authorized(key, req.headers()) {
+        return json_response(StatusCode::UNAUTHORIZED, &json!({"detail": "missing or wrong API key (`X-API-Key` or `Authorization: Bearer`)"}));
+    }
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/v1/ping") => json_response(StatusCode::OK, &json!("pong")),
         (&Method::POST, "/run_code") => {
-            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                Ok(b) => b.to_bytes(),
-                Err(e) => return unprocessable(vec![detail(&["body"], &format!("cannot read body: {e}"), "value_error")]),
+            let (parts, body) = req.into_parts();
+            let body = match http_server::read_body(body, &parts.headers, config.max_body).await {
+                Ok(b) => b,
+                Err(e @ BodyError::TooLarge { .. }) => return json_response(StatusCode::PAYLOAD_TOO_LARGE, &json!({"detail": e.to_string()})),
+                Err(e) => return unprocessable(vec![detail(&["body"], &e.to_string(), "value_error")]),
             };
-            match parse_request(&body) {
+            match parse_request(&body).and_then(|r| within_caps(r, config)) {
                 Ok(r) => json_response(StatusCode::OK, &run_code(r, sandbox).await),
                 Err(details) => unprocessable(details),
             }
@@ -185,6 +250,35 @@ pub fn parse_request(body: &[u8]) -> Result<RunCodeRequest, Vec<Value>> {
         return Err(errs);
     }
     Ok(RunCodeRequest { code, language, compile_timeout, run_timeout, memory_limit_mb, stdin, files, fetch_files })
+}
+
+/// The request when it asks for no more than `config` allows; otherwise one `detail` per field
+/// past its cap (HTTP 422: the client's request is at fault, so it must not be retried as a
+/// `SandboxError` would be).
+///
+/// # Errors
+/// The pydantic-style `detail` entries.
+pub fn within_caps(r: RunCodeRequest, config: &ServerConfig) -> Result<RunCodeRequest, Vec<Value>> {
+    let mut errs = Vec::new();
+    let mut over = |field: &str, cap: String, kind: &str| errs.push(detail(&["body", field], &format!("Input should be less than or equal to {cap} (this server's cap)"), kind));
+    // ≤ 0 asks for the default; anything above the cap (9.3e15 included) is refused, so the
+    // MiB → bytes conversion downstream can no longer overflow.
+    if r.memory_limit_mb > 0 && (r.memory_limit_mb as u64) > config.max_memory_mb {
+        over("memory_limit_MB", config.max_memory_mb.to_string(), "less_than_equal");
+    }
+    if r.run_timeout > config.max_run_timeout.as_secs_f64() {
+        over("run_timeout", config.max_run_timeout.as_secs_f64().to_string(), "less_than_equal");
+    }
+    if r.compile_timeout > config.max_compile_timeout.as_secs_f64() {
+        over("compile_timeout", config.max_compile_timeout.as_secs_f64().to_string(), "less_than_equal");
+    }
+    if r.files.len() > config.max_files {
+        over("files", format!("{} entries", config.max_files), "too_long");
+    }
+    if r.fetch_files.len() > config.max_files {
+        over("fetch_files", format!("{} entries", config.max_files), "too_long");
+    }
+    if errs.is_empty() { Ok(r) } else { Err(errs) }
 }
 
 /// The Sandbox Fusion languages this server runs.

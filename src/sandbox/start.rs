@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 
 use super::fusion::{FusionClient, FusionConfig};
 use super::local::{LocalConfig, LocalSandbox};
-use super::{AnyGrader, Error, Protection};
+use super::any::AnyGrader;
+use super::error::Error;
+use super::exec::Protection;
 use crate::spec::types::{Sandbox as SandboxSpec, SandboxKind};
 
 /// Requests in flight to Sandbox Fusion when the spec sets no `sandbox.concurrency`.

@@ -46,8 +46,8 @@ pub(crate) struct Options {
     pub record: Option<PathBuf>,
     /// Injected faults.
     pub faults: faults::Faults,
-    /// Required `X-API-Key`, if any.
-    pub api_key: Option<String>,
+    /// Required `X-API-Key` (or `Authorization: Bearer`), if any.
+    pub api_key: Option<crate::http_server::ApiKey>,
     /// Threads for candle's kernels.
     pub threads: Option<usize>,
     /// How long `retrieve_future` holds a poll before answering `try_again` (below the SDK's
@@ -69,8 +69,8 @@ pub(crate) struct State {
     pub faults: faults::Injector,
     /// The request record.
     pub record: Option<record::Recorder>,
-    /// Required `X-API-Key`.
-    pub api_key: Option<String>,
+    /// Required `X-API-Key` (or `Authorization: Bearer`).
+    pub api_key: Option<crate::http_server::ApiKey>,
     /// `retrieve_future` hold time.
     pub long_poll: Duration,
     /// Signed download URLs issued.

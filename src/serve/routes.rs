@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use prost::Message as _;
@@ -75,10 +75,11 @@ impl std::error::Error for Dropped {}
 async fn handle(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Dropped> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
-    let body = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(b) => Ok(b.to_bytes()),
-        Err(e) => Err(format!("cannot read the request body: {e}")),
-    };
+    // A signed download URL is its own credential (the SDK fetches it without a key).
+    let allowed = path.starts_with(signed::PREFIX) || crate::http_server::authorized(state.api_key.as_ref(), &parts.headers);
+    // The key before the body: a client without it must not make the server buffer anything
+    // (reading first let unauthenticated requests hold 256 MiB each).
+    let body = if allowed { crate::http_server::read_body(body, &parts.headers, MAX_BODY).await } else { Ok(Bytes::new()) };
     let latency = state.faults.faults().latency;
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
@@ -109,14 +110,11 @@ async fn handle(state: &Arc<State>, req: Request<Incoming>) -> Result<Response<F
         Fault::Status { code, after: false } => Some(Reply::error(StatusCode::from_u16(code).expect("5xx"), "server error (injected fault)")),
         Fault::Drop { after: false } => None,
         _ => {
-            // A signed download URL is its own credential (the SDK fetches it without a key).
-            let signed = path.starts_with(signed::PREFIX);
-            let reply = match (&state.api_key, &body) {
-                (Some(key), _) if !signed && parts.headers.get(header::API_KEY).and_then(|v| v.to_str().ok()) != Some(key.as_str()) => {
-                    Reply::error(StatusCode::UNAUTHORIZED, "missing or wrong `X-API-Key` (this server was started with an API key)")
-                }
-                (_, Err(e)) => bad(e.clone()),
-                (_, Ok(b)) => route(state, &parts.method, &path, &parts.headers, b).await,
+            let reply = match &body {
+                _ if !allowed => Reply::error(StatusCode::UNAUTHORIZED, "missing or wrong `X-API-Key` (this server was started with an API key)"),
+                Err(e @ crate::http_server::BodyError::TooLarge { .. }) => Reply::error(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+                Err(e) => bad(e.to_string()),
+                Ok(b) => route(state, &parts.method, &path, &parts.headers, b).await,
             };
             match fault {
                 Fault::Status { code, after: true } => Some(Reply { status: StatusCode::from_u16(code).expect("5xx"), body: Body::Json(error_body("server error (injected fault)")), duplicate: reply.duplicate }),

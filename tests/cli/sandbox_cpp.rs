@@ -374,6 +374,29 @@ int main() {
     assert_nothing_left(&sb);
 }
 
+/// A checker program that loops forever is the problem's fault (issue 51): the verdict says so
+/// (`problem_fault`, the checker's time limit named) and the grading loop does not retry it as
+/// it retries the sandbox's failures (it used to, three times, with backoff).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_checker_is_the_problems_fault_and_not_retried() {
+    if !toolchain(Language::Cpp) {
+        return;
+    }
+    let sb = std::sync::Arc::new(sandbox(1).await);
+    let mut p = problem(Language::Python, "looping-checker", &[("12\n", "2\n")]);
+    p.metadata.insert("checker_program".into(), "int main(){ for (volatile int i = 0;; i = i + 1) {} }".into());
+    let subs = vec![(p.id.clone(), rlx::sandbox::Submission::Code("print(2)".into()))];
+    let graded = rlx::sandbox::grade_all(sb.clone(), std::slice::from_ref(&p), subs, &opts(5.0), 1, 3, std::sync::Arc::new(())).await.unwrap();
+    let g = &graded[0];
+    assert_eq!(g.verdict.status, VerdictStatus::InfraError, "the code was not judged: {:?}", g.verdict);
+    assert!(g.verdict.problem_fault, "{:?}", g.verdict);
+    assert!(g.verdict.error.as_deref().unwrap_or_default().contains("checker program failed on test 1 (timeout)"), "{:?}", g.verdict);
+    assert_eq!(g.infra_errors, 0, "graded once: not retried, not counted as the sandbox failing");
+    let line = serde_json::to_value(&g.verdict).unwrap();
+    assert_eq!(line["problem_fault"], true, "{line}");
+    assert_nothing_left(&sb);
+}
+
 /// Rows that carry their own time and memory limits (Codeforces, CodeContests) are graded
 /// under them, and `data.*.row_limits` scales, caps or ignores them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,7 @@ use std::time::Duration;
 use rlx::data;
 use rlx::sandbox::fusion::{FusionClient, FusionConfig};
 use rlx::sandbox::local::{LocalConfig, LocalSandbox};
+use rlx::sandbox::server::ServerConfig;
 use rlx::sandbox::{GradeOptions, Grader, VerdictStatus};
 use rlx::spec::types::Language;
 use serde_json::{Value, json};
@@ -135,6 +136,167 @@ async fn fusion_client_grades_through_a_fusion_compatible_server() {
     let fake = "print('RLX-VERDICT 00000000000000000000000000000000 {\"tests\": [{\"status\": \"passed\", \"time_ms\": 1}]}')";
     let v = client.grade(&problems[0], fake, &o).await;
     assert_eq!(v.status, VerdictStatus::Failed, "{v:?}");
+}
+
+/// Start `serve_with(config)` on an ephemeral port; the server stops when the sender drops.
+async fn start_server_with(config: ServerConfig) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    let sb = LocalSandbox::start(LocalConfig { workers: 1, ..LocalConfig::default() }).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(rlx::sandbox::server::serve_with(listener, sb, config, async move {
+        let _ = rx.await;
+    }));
+    (addr, tx)
+}
+
+/// Sends `head` (request line and headers, without the blank line) and `body` as they are, and
+/// returns the status and body of the answer. The answer must come within a minute: a server
+/// that waits for a body it was only promised never answers (a hang guard, not a timing check).
+async fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("{head}\r\nHost: {addr}\r\n\r\n").as_bytes()).await.unwrap();
+    s.write_all(body).await.unwrap();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let answer = async {
+        loop {
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            out.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&out).into_owned();
+            // One answer, whole: its body is as long as its content-length says.
+            if let Some((h, b)) = text.split_once("\r\n\r\n") {
+                let len = h.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()));
+                if n == 0 || len.is_some_and(|l| b.len() >= l) {
+                    break text;
+                }
+            } else if n == 0 {
+                break text;
+            }
+        }
+    };
+    let text = tokio::time::timeout(Duration::from_secs(60), answer).await.expect("the server answers without waiting for the body");
+    let status = text.split_whitespace().nth(1).unwrap_or("0").parse().unwrap_or(0);
+    (status, text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
+}
+
+/// A `/run_code` request with `extra` headers: (status, body).
+async fn post(addr: SocketAddr, extra: &str, req: &Value) -> (u16, String) {
+    let body = req.to_string();
+    let extra = if extra.is_empty() { String::new() } else { format!("\r\n{extra}") };
+    raw(addr, &format!("POST /run_code HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close{extra}", body.len()), body.as_bytes()).await
+}
+
+/// What a client may ask for is capped (issue 51): a memory limit of 10⁶ MiB touched 3 GiB, and
+/// 9.3e15 overflowed into a `SandboxError` that clients retry. Past a cap is HTTP 422 naming the
+/// field; within the caps the request runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_the_server_caps_get_422() {
+    if !python_available() {
+        return;
+    }
+    let config = ServerConfig { max_memory_mb: 2048, max_files: 2, ..ServerConfig::default() };
+    let (addr, _stop) = start_server_with(config).await;
+    let code = |extra: Value| {
+        let mut r = json!({"code": "print('hi')", "language": "python"});
+        r.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        r
+    };
+    for (extra, field) in [
+        (json!({"memory_limit_MB": 9.3e15}), "memory_limit_MB"),
+        (json!({"memory_limit_MB": 1_000_000}), "memory_limit_MB"),
+        (json!({"run_timeout": 1e9}), "run_timeout"),
+        (json!({"compile_timeout": 86_400}), "compile_timeout"),
+        (json!({"files": {"a": "", "b": "", "c": ""}}), "files"),
+        (json!({"fetch_files": ["a", "b", "c"]}), "fetch_files"),
+    ] {
+        let (status, body) = post(addr, "", &code(extra.clone())).await;
+        assert_eq!(status, 422, "{extra}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["detail"][0]["loc"], json!(["body", field]), "{body}");
+        assert!(v["detail"][0]["msg"].as_str().unwrap().contains("cap"), "{body}");
+    }
+    let (status, body) = post(addr, "", &code(json!({"memory_limit_MB": 2048, "run_timeout": 5, "files": {"a": "", "b": ""}}))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["run_result"]["stdout"], "hi\n", "{body}");
+}
+
+/// A keyed server (issue 51): no key, a wrong one or an empty header is 401, and that answer
+/// comes before the body is read (a request promising 60 MiB and sending none is answered at
+/// once); with the key, a body past the cap is refused from its `Content-Length` (413), and
+/// rlx's own client grades through it with `api_key`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_server_checks_the_key_before_the_body() {
+    if !python_available() {
+        return;
+    }
+    let (addr, _stop) = start_server_with(ServerConfig { api_key: Some("k-51".into()), ..ServerConfig::default() }).await;
+    let hello = json!({"code": "print('hi')", "language": "python"});
+    for header in ["", "X-API-Key: ", "X-API-Key: k-5", "Authorization: Bearer ", "Authorization: k-51"] {
+        let (status, body) = post(addr, header, &hello).await;
+        assert_eq!(status, 401, "`{header}`: {body}");
+    }
+    for header in ["X-API-Key: k-51", "Authorization: Bearer k-51"] {
+        let (status, body) = post(addr, header, &hello).await;
+        assert_eq!(status, 200, "`{header}`: {body}");
+    }
+    let (status, _) = raw(addr, "POST /run_code HTTP/1.1\r\nContent-Length: 62914560", b"").await;
+    assert_eq!(status, 401, "the key before the body");
+    let (status, body) = raw(addr, "POST /run_code HTTP/1.1\r\nX-API-Key: k-51\r\nContent-Length: 104857600", b"").await;
+    assert_eq!(status, 413, "the size before the body: {body}");
+    let config = FusionConfig { api_key: Some("k-51".into()), ..FusionConfig::new(&format!("http://{addr}")) };
+    let problems = data::load_file(&fixture_problems(), None).unwrap();
+    let v = FusionClient::new(config).unwrap().grade(&problems[0], "a, b = map(int, input().split())\nprint(-(-a // b))", &GradeOptions::default()).await;
+    assert!(v.passed, "{v:?}");
+}
+
+/// An empty key is no key: the server refuses to start with one rather than serve everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_key_is_refused() {
+    if !python_available() {
+        return;
+    }
+    let sb = LocalSandbox::start(LocalConfig { workers: 1, ..LocalConfig::default() }).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let r = rlx::sandbox::server::serve_with(listener, sb, ServerConfig { api_key: Some(String::new()), ..ServerConfig::default() }, async {}).await;
+    assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::InvalidInput);
+}
+
+/// `rlx sandbox serve` (both protocols) applies `rlx serve`'s rule: an address beyond this
+/// machine needs a key, and an empty key is no key. (It used to bind 0.0.0.0 silently.)
+#[test]
+fn rlx_sandbox_serve_needs_a_key_for_a_public_bind() {
+    for args in [
+        &["sandbox", "serve", "--bind", "0.0.0.0:0"][..],
+        &["sandbox", "serve", "--bind", "0.0.0.0:0", "--protocol", "cwsandbox"],
+        &["sandbox", "serve", "--bind", "127.0.0.1:0", "--api-key", ""],
+    ] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rlx"))
+            .args(args)
+            .env_remove("RLX_SANDBOX_API_KEY")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A hang guard: the old server started serving instead of exiting.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("`rlx {}` started serving", args.join(" "));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let mut stderr = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        assert_eq!(status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("without authentication") || stderr.contains("empty"), "{stderr}");
+    }
 }
 
 /// The C++ requests of the side-by-side with Sandbox Fusion: each verdict `/run_code` gives.

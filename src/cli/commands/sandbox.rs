@@ -16,6 +16,8 @@ use clap::Subcommand;
 use crate::quantile::quantile_sorted;
 use crate::cli::{exit, printer};
 use crate::data::{IoCase, Problem, Tests};
+use crate::http_server::ApiKey;
+use crate::sandbox::server::ServerConfig;
 use crate::sandbox::local::LocalConfig;
 use crate::sandbox::proc_tree;
 use crate::sandbox::{ExecRequest, GradeOptions, Grader as _, Limits, Sandbox as _, VerdictStatus};
@@ -25,9 +27,19 @@ use crate::sandbox::{ExecRequest, GradeOptions, Grader as _, Limits, Sandbox as 
 pub enum SandboxCommand {
     /// Serve Sandbox Fusion's API (`POST /run_code` for python, `GET /v1/ping`) on the local sandbox.
     Serve {
-        /// Address to listen on.
+        /// Address to listen on. Addresses other than loopback need `--api-key`.
         #[arg(long, default_value = "127.0.0.1:8080")]
         bind: SocketAddr,
+        /// Require this key on every request, as `X-API-Key` or `Authorization: Bearer`
+        /// (`RLX_SANDBOX_API_KEY`; rlx's Sandbox Fusion client sends that variable's value).
+        #[arg(long, env = "RLX_SANDBOX_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// Largest `memory_limit_MB` a request may ask for (more: HTTP 422).
+        #[arg(long, default_value_t = 4096)]
+        max_memory_mb: u64,
+        /// Longest `run_timeout` a request may ask for, in seconds (more: HTTP 422).
+        #[arg(long, default_value_t = 900.0)]
+        max_run_timeout_s: f64,
         /// Programs using the CPU at once [default: cores].
         #[arg(long)]
         concurrency: Option<usize>,
@@ -72,7 +84,10 @@ pub(crate) fn run(cmd: SandboxCommand) -> anyhow::Result<u8> {
     let runtime = super::runtime()?;
     runtime.block_on(async {
         match cmd {
-            SandboxCommand::Serve { bind, concurrency, max_in_flight, strict, protocol } => serve(bind, concurrency, max_in_flight, strict, protocol).await,
+            SandboxCommand::Serve { bind, api_key, max_memory_mb, max_run_timeout_s, concurrency, max_in_flight, strict, protocol } => {
+                let Some(caps) = server_config(bind, api_key, max_memory_mb, max_run_timeout_s, protocol) else { return Ok(exit::USAGE) };
+                serve(bind, caps, concurrency, max_in_flight, strict, protocol).await
+            }
             SandboxCommand::Bench { workers, requests, inflight } => bench(workers, requests, &inflight).await,
         }
     })
@@ -87,7 +102,34 @@ async fn start_local(config: LocalConfig) -> anyhow::Result<crate::sandbox::loca
     Ok(started.grader)
 }
 
-async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Option<usize>, strict: bool, protocol: Protocol) -> anyhow::Result<u8> {
+/// The server's key and caps, checked before anything starts: an empty key, a public bind
+/// without a key or a cap that is not a positive number is a usage error (printed; `None`).
+fn server_config(bind: SocketAddr, api_key: Option<String>, max_memory_mb: u64, max_run_timeout_s: f64, protocol: Protocol) -> Option<ServerConfig> {
+    let key = match api_key.clone().map(ApiKey::new).transpose() {
+        Ok(k) => k,
+        Err(e) => {
+            printer::error_message(&format!("`--api-key`: {e}"), &["pass a non-empty key, or none to bind 127.0.0.1 only".into()]);
+            return None;
+        }
+    };
+    if let Err(e) = crate::http_server::check_bind(bind, key.as_ref()) {
+        printer::error_message(&e.to_string(), &[e.hint()]);
+        return None;
+    }
+    if key.is_some() && protocol == Protocol::Cwsandbox {
+        // Until the CoreWeave-protocol server checks keys, taking one would promise what it
+        // does not do.
+        printer::error_message("`--api-key` is not checked by `--protocol cwsandbox` yet", &["bind 127.0.0.1 without a key".into()]);
+        return None;
+    }
+    if !(max_run_timeout_s > 0.0 && max_run_timeout_s.is_finite()) || max_memory_mb == 0 {
+        printer::error_message(&format!("`--max-run-timeout-s {max_run_timeout_s}` and `--max-memory-mb {max_memory_mb}` must be positive"), &[]);
+        return None;
+    }
+    Some(ServerConfig { api_key, max_memory_mb, max_run_timeout: Duration::from_secs_f64(max_run_timeout_s), ..ServerConfig::default() })
+}
+
+async fn serve(bind: SocketAddr, caps: ServerConfig, concurrency: Option<usize>, max_in_flight: Option<usize>, strict: bool, protocol: Protocol) -> anyhow::Result<u8> {
     let mut config = LocalConfig { strict, max_in_flight, ..LocalConfig::default() };
     if let Some(c) = concurrency {
         config.workers = c;
@@ -112,7 +154,7 @@ async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Opti
         let _ = tokio::signal::ctrl_c().await;
     };
     match protocol {
-        Protocol::Fusion => crate::sandbox::server::serve(listener, sandbox, shutdown).await.context("server failed")?,
+        Protocol::Fusion => crate::sandbox::server::serve_with(listener, sandbox, caps, shutdown).await.context("server failed")?,
         Protocol::Cwsandbox => {
             let options = cwsandbox_options()?;
             let stats = crate::sandbox::cwsandbox::server::serve(listener, sandbox, options, shutdown).await.context("server failed")?;

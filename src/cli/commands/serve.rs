@@ -63,11 +63,15 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<u8> {
             return Ok(exit::USAGE);
         }
     }
-    if !args.bind.ip().is_loopback() && args.api_key.is_none() {
-        printer::error_message(
-            &format!("binding `{}` exposes the trainer beyond this machine without authentication", args.bind),
-            &["pass `--api-key KEY` (clients send it as `X-API-Key`), or bind 127.0.0.1".into()],
-        );
+    let api_key = match args.api_key.map(crate::http_server::ApiKey::new).transpose() {
+        Ok(k) => k,
+        Err(e) => {
+            printer::error_message(&format!("`--api-key`: {e}"), &["pass a non-empty key, or none to bind 127.0.0.1 only".into()]);
+            return Ok(exit::USAGE);
+        }
+    };
+    if let Err(e) = crate::http_server::check_bind(args.bind, api_key.as_ref()) {
+        printer::error_message(&e.to_string(), &[e.hint()]);
         return Ok(exit::USAGE);
     }
     if !(args.long_poll_s > 0.0 && args.long_poll_s < 45.0) {
@@ -84,7 +88,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<u8> {
         state_dir: args.state_dir,
         record: args.record,
         faults,
-        api_key: args.api_key,
+        api_key,
         threads: args.threads,
         long_poll: Duration::from_secs_f64(args.long_poll_s),
         signed_url_ttl: Duration::from_secs(args.signed_url_ttl_s),

@@ -20,7 +20,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use super::grpc::{self, Deframer};
 use super::wire::{self, State};
 use crate::retry::{self, Attempt};
-use crate::sandbox::Error;
+use crate::sandbox::error::Error;
 use crate::sandbox::remote::{CreateSpec, Executed, RemoteSandboxes};
 
 /// The official client's default endpoint.

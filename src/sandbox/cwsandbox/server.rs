@@ -38,7 +38,8 @@ use tokio::task::JoinSet;
 use super::grpc::{self, Deframer};
 use super::wire::{self, State};
 use crate::sandbox::local::LocalSandbox;
-use crate::sandbox::{ExecRequest, ExecStatus, Limits, Sandbox as _};
+use crate::sandbox::exec::{ExecRequest, ExecStatus, Sandbox as _};
+use crate::sandbox::limits::Limits;
 
 /// The program each exec runs inside the embedded sandbox.
 const LAUNCHER: &str = include_str!("launcher.py");
