@@ -108,9 +108,7 @@ async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Opti
             &[format!("install numpy for `{}`, or point RLX_PYTHON at an interpreter that has it", sandbox.python().display())],
         );
     }
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    let shutdown = crate::cli::signals::shutdown()?;
     match protocol {
         Protocol::Fusion => crate::sandbox::server::serve(listener, sandbox, shutdown).await.context("server failed")?,
         Protocol::Cwsandbox => {
