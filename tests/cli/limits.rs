@@ -198,6 +198,46 @@ fn exit_within(child: &mut Child, limit: Duration, what: &str) -> std::process::
     }
 }
 
+/// A template of a million loop iterations (under the fuel limit, about 0.1 s a render): setup
+/// renders every training problem to count its tokens, for minutes over 2,000 problems unless
+/// it heeds the stop request between renders.
+const SLOW: &str = "{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}{{ problem.statement }}\n";
+
+/// The status file of the one run under `cx`'s `runs/`, once it exists.
+fn status_file(cx: &TestContext) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(cx.path().join("runs")).ok()?.flatten().map(|e| e.path().join("status.json")).find(|p| p.exists())
+}
+
+#[test]
+fn sigterm_stops_a_sweep_and_its_running_member_at_a_checkpoint() {
+    if !crate::common::python_available() {
+        return;
+    }
+    let cx = TestContext::new();
+    let tmp = tempfile::tempdir().unwrap();
+    cx.write("spec.yaml", &tiny_run(&cx, SLOW, 2000));
+    let mut sweep = rlx_with_tmp(&cx, tmp.path()).args(["sweep", "spec.yaml", "seed=1,2"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let stderr = sweep.stderr.take().unwrap();
+    let lines = std::thread::spawn(move || std::io::BufReader::new(stderr).lines().map_while(Result::ok).collect::<Vec<_>>());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while status_file(&cx).is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    sigterm(&sweep);
+    let status = exit_within(&mut sweep, Duration::from_secs(60), "rlx sweep");
+    let lines = lines.join().unwrap().join("\n");
+    assert_eq!(status.code(), Some(130), "{lines}");
+    assert!(lines.contains("interrupted"), "{lines}");
+    // The member got the request (it did not run on alone) and stopped as a run does; the second
+    // never started.
+    let runs: Vec<_> = std::fs::read_dir(cx.path().join("runs")).unwrap().flatten().filter(|e| e.path().join("status.json").exists()).collect();
+    assert_eq!(runs.len(), 1, "{lines}");
+    let recorded: Value = serde_json::from_slice(&std::fs::read(runs[0].path().join("status.json")).unwrap()).unwrap();
+    assert_eq!(recorded["state"], "interrupted", "{lines}");
+    assert!(sandbox_dirs(tmp.path()).is_empty(), "{:?}", sandbox_dirs(tmp.path()));
+}
+
 #[test]
 fn sigterm_mid_render_stops_a_run_as_interrupted() {
     if !crate::common::python_available() {
@@ -205,17 +245,13 @@ fn sigterm_mid_render_stops_a_run_as_interrupted() {
     }
     let cx = TestContext::new();
     let tmp = tempfile::tempdir().unwrap();
-    // Each render runs about 4 million instructions (under the limit) and there are 2,000
-    // problems: setup renders them all to count their tokens, for minutes without the fix.
-    let slow = "{% for i in range(1300000) %}{% endfor %}{{ problem.statement }}\n";
-    let spec = tiny_run(&cx, slow, 2000);
+    let spec = tiny_run(&cx, SLOW, 2000);
     cx.write("spec.yaml", &spec);
     let mut child = rlx_with_tmp(&cx, tmp.path()).args(["run", "spec.yaml"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
     let lines = std::thread::spawn(move || std::io::BufReader::new(stderr).lines().map_while(Result::ok).collect::<Vec<_>>());
     let deadline = Instant::now() + Duration::from_secs(120);
-    let status_file = || std::fs::read_dir(cx.path().join("runs")).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| e.path().join("status.json"));
-    while !status_file().is_some_and(|p| p.exists()) && Instant::now() < deadline {
+    while status_file(&cx).is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     // Into the rendering (the model is tiny and loads in well under this).
