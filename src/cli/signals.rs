@@ -13,7 +13,9 @@
 
 use anyhow::Context as _;
 
-use super::{exit, printer};
+/// `cli::exit::INTERRUPTED`, written out: this module names nothing of `cli` (it would join the
+/// parent↔child cycle the architecture test tolerates for the commands and the printer only).
+const INTERRUPTED: i32 = 130;
 
 /// Calls `handler` with 0 for the first SIGINT or SIGTERM, 1 for the second, and so on, on a
 /// thread of its own. Returns once the signals are caught.
@@ -68,14 +70,14 @@ pub(crate) fn on_stop(first: impl FnOnce() + Send + 'static) -> anyhow::Result<(
 }
 
 /// The policy of servers: a future that completes on the first signal (the server stops
-/// accepting and drains); the second quits at once.
+/// accepting and drains), after `notice` (what to tell the user); the second quits at once.
 ///
 /// # Errors
 /// As [`on_signals`].
-pub(crate) fn shutdown() -> anyhow::Result<impl Future<Output = ()> + Send + 'static> {
+pub(crate) fn shutdown(notice: impl FnOnce() + Send + 'static) -> anyhow::Result<impl Future<Output = ()> + Send + 'static> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     on_stop(move || {
-        printer::status("stopping (again to quit now)…");
+        notice();
         let _ = tx.send(());
     })?;
     Ok(async move {
@@ -87,5 +89,5 @@ pub(crate) fn shutdown() -> anyhow::Result<impl Future<Output = ()> + Send + 'st
 /// will: destructors do not run on `exit`).
 pub(crate) fn quit_now() -> ! {
     crate::sandbox::local::remove_temp_dirs();
-    std::process::exit(i32::from(exit::INTERRUPTED))
+    std::process::exit(INTERRUPTED)
 }

@@ -108,7 +108,7 @@ async fn serve(bind: SocketAddr, concurrency: Option<usize>, max_in_flight: Opti
             &[format!("install numpy for `{}`, or point RLX_PYTHON at an interpreter that has it", sandbox.python().display())],
         );
     }
-    let shutdown = crate::cli::signals::shutdown()?;
+    let shutdown = crate::cli::signals::shutdown(|| printer::status("stopping (again to quit now)…"))?;
     match protocol {
         Protocol::Fusion => crate::sandbox::server::serve(listener, sandbox, shutdown).await.context("server failed")?,
         Protocol::Cwsandbox => {

@@ -99,7 +99,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<u8> {
         if state.faults.faults().any() {
             printer::warning(&format!("fault injection is on: {:?}", state.faults.faults()), &[]);
         }
-        let shutdown = crate::cli::signals::shutdown()?;
+        let shutdown = crate::cli::signals::shutdown(|| printer::status("stopping (again to quit now)…"))?;
         crate::serve::serve(listener, state, shutdown).await.context("server failed")?;
         Ok(exit::OK)
     })
