@@ -208,6 +208,23 @@ fn status_file(cx: &TestContext) -> Option<std::path::PathBuf> {
     std::fs::read_dir(cx.path().join("runs")).ok()?.flatten().map(|e| e.path().join("status.json")).find(|p| p.exists())
 }
 
+/// Starts `rlx ARGS` in `cx` with a temp directory of its own, sends it SIGTERM once a run has
+/// written its status and had three seconds to get into its rendering, and waits (at most a
+/// minute) for it to exit: its exit code and stderr.
+fn sigterm_once_a_run_started(cx: &TestContext, tmp: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let mut child = rlx_with_tmp(cx, tmp).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let lines = std::thread::spawn(move || std::io::BufReader::new(stderr).lines().map_while(Result::ok).collect::<Vec<_>>());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while status_file(cx).is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    sigterm(&child);
+    let status = exit_within(&mut child, Duration::from_secs(60), args[0]);
+    (status.code(), lines.join().unwrap().join("\n"))
+}
+
 #[test]
 fn sigterm_stops_a_sweep_and_its_running_member_at_a_checkpoint() {
     if !crate::common::python_available() {
@@ -216,18 +233,8 @@ fn sigterm_stops_a_sweep_and_its_running_member_at_a_checkpoint() {
     let cx = TestContext::new();
     let tmp = tempfile::tempdir().unwrap();
     cx.write("spec.yaml", &tiny_run(&cx, SLOW, 2000));
-    let mut sweep = rlx_with_tmp(&cx, tmp.path()).args(["sweep", "spec.yaml", "seed=1,2"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let stderr = sweep.stderr.take().unwrap();
-    let lines = std::thread::spawn(move || std::io::BufReader::new(stderr).lines().map_while(Result::ok).collect::<Vec<_>>());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while status_file(&cx).is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_secs(3));
-    sigterm(&sweep);
-    let status = exit_within(&mut sweep, Duration::from_secs(60), "rlx sweep");
-    let lines = lines.join().unwrap().join("\n");
-    assert_eq!(status.code(), Some(130), "{lines}");
+    let (code, lines) = sigterm_once_a_run_started(&cx, tmp.path(), &["sweep", "spec.yaml", "seed=1,2"]);
+    assert_eq!(code, Some(130), "{lines}");
     assert!(lines.contains("interrupted"), "{lines}");
     // The member got the request (it did not run on alone) and stopped as a run does; the second
     // never started.
@@ -245,21 +252,9 @@ fn sigterm_mid_render_stops_a_run_as_interrupted() {
     }
     let cx = TestContext::new();
     let tmp = tempfile::tempdir().unwrap();
-    let spec = tiny_run(&cx, SLOW, 2000);
-    cx.write("spec.yaml", &spec);
-    let mut child = rlx_with_tmp(&cx, tmp.path()).args(["run", "spec.yaml"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let lines = std::thread::spawn(move || std::io::BufReader::new(stderr).lines().map_while(Result::ok).collect::<Vec<_>>());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while status_file(&cx).is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Into the rendering (the model is tiny and loads in well under this).
-    std::thread::sleep(Duration::from_secs(3));
-    sigterm(&child);
-    let status = exit_within(&mut child, Duration::from_secs(60), "rlx run");
-    let lines = lines.join().unwrap().join("\n");
-    assert_eq!(status.code(), Some(130), "{lines}");
+    cx.write("spec.yaml", &tiny_run(&cx, SLOW, 2000));
+    let (code, lines) = sigterm_once_a_run_started(&cx, tmp.path(), &["run", "spec.yaml"]);
+    assert_eq!(code, Some(130), "{lines}");
     let dir = only_run(&cx);
     let recorded: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
     assert_eq!(recorded["state"], "interrupted", "{lines}");
@@ -274,16 +269,7 @@ fn sigterm_stops_the_sandbox_server_and_removes_its_directories() {
     }
     let cx = TestContext::new();
     let tmp = tempfile::tempdir().unwrap();
-    let mut server = rlx_with_tmp(&cx, tmp.path())
-        .args(["sandbox", "serve", "--bind", "127.0.0.1:0", "--concurrency", "1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = server.stderr.take().unwrap();
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("rlx sandbox listening on ")), "the server starts");
-    std::thread::spawn(move || lines.for_each(drop));
+    let (mut server, _url) = crate::common::sandbox_server_with(&mut rlx_with_tmp(&cx, tmp.path()));
     assert_eq!(sandbox_dirs(tmp.path()).len(), 1, "the server's sandbox directory");
     sigterm(&server);
     let status = exit_within(&mut server, Duration::from_secs(60), "rlx sandbox serve");
