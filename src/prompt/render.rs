@@ -227,6 +227,20 @@ mod tests {
     }
 
     #[test]
+    fn shipped_templates_use_a_sliver_of_the_fuel() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");
+        let feedback = json!({"status": "wrong_answer", "input": "1 2", "expected": "3", "got": "4", "error": "Traceback"});
+        let ctx = json!({"problem": problem_context(&mbpp()), "vars": {}, "feedback": feedback, "attempt": 2, "max_attempts": 3});
+        for f in ["mbpp_user.j2", "lcb_user.j2", "lcb_system.j2", "feedback.j2"] {
+            let env = hf_environment();
+            let text = std::fs::read_to_string(root.join(f)).unwrap();
+            let captured = env.template_from_str(&text).unwrap().render_captured(minijinja::Value::from(minijinja::value::Serde(&ctx))).unwrap();
+            let (consumed, _) = captured.state().fuel_levels().unwrap();
+            assert!(consumed > 0 && consumed < FUEL / 1000, "{f}: {consumed}");
+        }
+    }
+
+    #[test]
     fn vars_and_missing_feedback() {
         let t = PromptTemplates::from_sources(&[("system", "You write {{ vars.lang }}."), ("user", "{{ problem.statement }}")], json!({"lang": "Python"})).unwrap();
         let m = t.messages(&mbpp()).unwrap();
