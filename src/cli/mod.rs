@@ -11,6 +11,7 @@ pub(crate) mod commands;
 pub(crate) mod diagnostics;
 pub(crate) mod printer;
 pub(crate) mod progress;
+pub(crate) mod signals;
 
 /// Exit codes, documented in `rlx --help`, and which one an error gets.
 pub(crate) mod exit {

@@ -30,6 +30,9 @@ pub(crate) async fn sample(sampler: &dyn Sampler, slots: &[(u64, u64)], step: u3
     let n_problems = cfg.train.len() as u64;
     let mut prompts = Vec::with_capacity(slots.len());
     for &(slot, seed) in slots {
+        if cx.stop.requested() {
+            return Ok(None);
+        }
         let problem = cfg.train[(slot % n_problems) as usize].clone();
         let rendered = cx.prompting.first_turn(&problem)?;
         prompts.push((problem, rendered, seed));

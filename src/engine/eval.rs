@@ -133,6 +133,9 @@ async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, par
     let labels = eval.labels();
     let mut prompts = vec![];
     for (i, p) in eval.problems.iter().enumerate() {
+        if cx.stop.requested() {
+            return Ok(None);
+        }
         // Eval seeds do not depend on the step, so differences between evals are the weights'.
         prompts.push((p.clone(), cx.prompting.first_turn(p)?, problems::derive_seed(plan.seed ^ 0xE7A1, -1, i as u64)));
     }

@@ -76,7 +76,7 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &StopSignal, sink: &dy
 }
 
 async fn run_in(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &StopSignal, sink: &dyn EventSink, sinks: &mut Sinks) -> Result<RunOutcome, Error> {
-    let setup = set_up(plan, policy, dir, sink).await?;
+    let setup = set_up(plan, policy, dir, stop, sink).await?;
     let result = run_set_up(plan, &setup, dir, stop, sink, sinks).await;
     // Sandboxes a remote pool keeps for reuse are stopped on every way out.
     setup.grader.close().await;

@@ -9,7 +9,7 @@ use crate::plan::Plan;
 use crate::runlog::{Data, DataSet, EventRecord, JsonlWriter, PromptTokens, RunDir, files};
 use crate::seam::{self, SamplingParams, StateRef, Stop as StopCond};
 
-use super::control::PolicySource;
+use super::control::{PolicySource, StopSignal};
 use super::error::Error;
 use super::eval;
 use super::event::{Event, EventSink};
@@ -50,7 +50,7 @@ pub(crate) struct Setup {
 /// Opens the policy, loads problems and prompts, starts the sandbox: what must work before the
 /// first sample. The policy comes first: a backend this build cannot use, or a model that is not
 /// there, stops the run before anything else is loaded.
-pub(crate) async fn set_up(plan: &Plan, policy: PolicySource, dir: &RunDir, sink: &dyn EventSink) -> Result<Setup, Error> {
+pub(crate) async fn set_up(plan: &Plan, policy: PolicySource, dir: &RunDir, stop: &StopSignal, sink: &dyn EventSink) -> Result<Setup, Error> {
     warn_tempered_importance_sampling(plan, sink);
     let policy = match policy {
         PolicySource::Given(p) => p,
@@ -82,7 +82,7 @@ pub(crate) async fn set_up(plan: &Plan, policy: PolicySource, dir: &RunDir, sink
         let plan = plan.clone();
         Arc::new(tokio::task::spawn_blocking(move || prompting::Prompting::load(&plan)).await??)
     };
-    record_prompt_tokens(dir, &prompting, &train)?;
+    record_prompt_tokens(dir, &prompting, &train, stop)?;
 
     let (grader, mut protection) = grading::Sandboxes::start(plan, sink).await?;
     let python = match pyreward::PythonRewards::start(plan, &grader, sink).await? {
@@ -140,10 +140,15 @@ fn warn_tempered_importance_sampling(plan: &Plan, sink: &dyn EventSink) {
     }
 }
 
-/// Prompt lengths over every training problem, as `rlx render` reports them.
-fn record_prompt_tokens(dir: &RunDir, prompting: &prompting::Prompting, train: &[Arc<crate::data::Problem>]) -> Result<(), Error> {
+/// Prompt lengths over every training problem, as `rlx render` reports them. A stop request
+/// ends it unrecorded (rendering every problem can take minutes; the run then stops before its
+/// first step).
+fn record_prompt_tokens(dir: &RunDir, prompting: &prompting::Prompting, train: &[Arc<crate::data::Problem>], stop: &StopSignal) -> Result<(), Error> {
     let mut lens = Vec::with_capacity(train.len());
     for p in train {
+        if stop.requested() {
+            return Ok(());
+        }
         lens.push(prompting.first_turn(p)?.tokens.len());
     }
     let mean = lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64;

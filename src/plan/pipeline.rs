@@ -23,7 +23,7 @@ use crate::spec::types::Spec;
 /// # Errors
 /// [`Error::Read`] when the file cannot be read; [`Error::Invalid`] with every problem found.
 pub fn plan(path: &Path, overrides: &[Override]) -> Result<Plan, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
+    let text = crate::spec::source::read_spec(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
     plan_text(path, text, overrides)
 }
 
@@ -100,7 +100,7 @@ fn semantic_despite_schema_errors(tree: &Node, schema_diags: &[Diagnostic]) -> V
 /// Parses the located tree of a spec file after overrides, without checking it (for sweeps,
 /// which need to know what a key holds before forming the grid).
 pub fn tree(path: &Path) -> Result<Node, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
+    let text = crate::spec::source::read_spec(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
     let source = Source::file(path, text);
     node::parse(&source).map_err(|d| Error::Invalid { path: path.to_path_buf(), diagnostics: Diagnostics(d) })
 }

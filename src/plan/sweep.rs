@@ -112,7 +112,7 @@ pub(crate) fn expand(spec_path: &Path, args: &[SweepArg]) -> Result<Sweep, Error
 /// [`Error::Read`] for the spec file; [`Error::Invalid`] with every distinct problem across points.
 pub(crate) fn from_points(spec_path: &Path, axes: Vec<AxisRecord>, fixed: &[Override], points: Vec<(Vec<Override>, BTreeMap<String, String>)>) -> Result<Sweep, Error> {
     let invalid = |d: Vec<Diagnostic>| Error::Invalid { path: spec_path.to_path_buf(), diagnostics: Diagnostics(d) };
-    let text = std::fs::read_to_string(spec_path).map_err(|source| Error::Read { path: spec_path.to_path_buf(), source })?;
+    let text = crate::spec::source::read_spec(spec_path).map_err(|source| Error::Read { path: spec_path.to_path_buf(), source })?;
     let mut members = vec![];
     let mut diags: Vec<Diagnostic> = vec![];
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();

@@ -138,7 +138,14 @@ impl ChatTemplate {
                     pad_token => special.pad_token.clone(),
                     unk_token => special.unk_token.clone(),
                 };
-                tmpl.render(ctx).map_err(|e| Error::Template { what: "rendering the chat template".into(), source: e })
+                tmpl.render(ctx).map_err(|e| {
+                    let what = if e.kind() == minijinja::ErrorKind::OutOfFuel {
+                        format!("the chat template ran {} instructions without finishing, the most one render may run", super::limits::FUEL)
+                    } else {
+                        "rendering the chat template".into()
+                    };
+                    Error::Template { what, source: e }
+                })
             }
         }
     }
@@ -184,6 +191,8 @@ fn render_qwen3_5(messages: &[Message], add_generation_prompt: bool) -> String {
 /// The Jinja environment of HF chat templates (see the module docs).
 pub fn hf_environment() -> minijinja::Environment<'static> {
     let mut env = minijinja::Environment::new();
+    // Every render, prompt and chat template alike, stops at the same instruction budget.
+    env.set_fuel(Some(super::limits::FUEL));
     let syntax = minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build();
     env.set_syntax(syntax.expect("default delimiters are valid"));
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);

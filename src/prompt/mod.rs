@@ -7,9 +7,11 @@
 //! - [`model_files`]: tokenizer, chat template and special tokens from a model's files (HF
 //!   directory or GGUF metadata, never the weights); [`model_files::load`] is the one loader.
 //! - [`gguf`]: the GGUF side of that (the tokenizer rebuilt from `tokenizer.ggml.*`).
+//! - [`limits`]: what one render may cost (instructions, output bytes).
 
 pub mod chat;
 pub(crate) mod gguf;
+pub mod limits;
 pub mod model_files;
 pub(crate) mod render;
 pub(crate) mod tokenizer;

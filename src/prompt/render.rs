@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::Error;
 use super::chat::{Message, hf_environment};
+use super::limits::{Bounded, FUEL, MAX_RENDERED_BYTES};
 use crate::data::{Problem, Tests};
 
 /// How many tests a prompt may show (`problem.tests_preview`): MBPP shows its asserts, which
@@ -22,6 +23,8 @@ pub struct PromptTemplates {
     has_system: bool,
     has_feedback: bool,
     vars: Value,
+    /// What messages call each template (`system` → `template `prompts/sys.j2``).
+    names: Vec<(String, String)>,
 }
 
 impl PromptTemplates {
@@ -34,6 +37,7 @@ impl PromptTemplates {
         let mut env = hf_environment();
         let mut has_system = false;
         let mut has_feedback = false;
+        let mut names = vec![];
         for (role, path, text) in templates {
             let name = match role {
                 "prompt.system" => {
@@ -49,8 +53,9 @@ impl PromptTemplates {
             };
             env.add_template_owned(name.to_string(), text.to_string())
                 .map_err(|e| Error::Template { what: format!("template `{}`", path.display()), source: e })?;
+            names.push((name.to_string(), format!("the {name} template `{}`", path.display())));
         }
-        Ok(PromptTemplates { env, has_system, has_feedback, vars })
+        Ok(PromptTemplates { env, has_system, has_feedback, vars, names })
     }
 
     /// Templates from text, for tests and tools: `(role, source)` with roles `system`, `user`,
@@ -64,15 +69,47 @@ impl PromptTemplates {
             env.add_template_owned(role.to_string(), src.to_string()).map_err(|e| Error::Template { what: format!("template `{role}`"), source: e })?;
         }
         let has = |r: &str| sources.iter().any(|(role, _)| *role == r);
-        Ok(PromptTemplates { has_system: has("system"), has_feedback: has("feedback"), env, vars })
+        let names = sources.iter().map(|(role, _)| (role.to_string(), format!("the {role} template"))).collect();
+        Ok(PromptTemplates { has_system: has("system"), has_feedback: has("feedback"), env, vars, names })
     }
 
+    /// Renders one template within [`super::limits`]: past either limit, an error that names
+    /// the template and the limit.
     fn render(&self, name: &str, ctx: Value) -> Result<String, Error> {
-        let t = self.env.get_template(name).map_err(|e| Error::Template { what: format!("template `{name}`"), source: e })?;
-        let text = t
-            .render(minijinja::Value::from(minijinja::value::Serde(ctx)))
-            .map_err(|e| Error::Template { what: format!("rendering the {name} template"), source: e })?;
+        let what = self.names.iter().find(|(n, _)| n == name).map_or_else(|| format!("the {name} template"), |(_, w)| w.clone());
+        let t = self.env.get_template(name).map_err(|e| Error::Template { what: what.clone(), source: e })?;
+        let mut out = Bounded::new(MAX_RENDERED_BYTES);
+        let rendered = t.render_captured_to(minijinja::Value::from(minijinja::value::Serde(ctx)), &mut out);
+        if let Err(e) = rendered {
+            let what = if out.overflowed() {
+                format!("{what} wrote more than {MAX_RENDERED_BYTES} bytes (1 MiB), the most a rendered prompt may hold")
+            } else if e.kind() == minijinja::ErrorKind::OutOfFuel {
+                format!("{what} ran {FUEL} instructions without finishing, the most one render may run (a loop that does not end?)")
+            } else {
+                format!("rendering {what}")
+            };
+            return Err(Error::Template { what, source: e });
+        }
+        let text = String::from_utf8(out.into_inner()).map_err(|e| Error::Template {
+            what: format!("rendering {what}"),
+            source: minijinja::Error::new(minijinja::ErrorKind::BadSerialization, e.to_string()),
+        })?;
         Ok(text.trim_end_matches(['\n', '\r']).to_string())
+    }
+
+    /// Renders every template once for `problem` (the feedback template with a sample failed
+    /// attempt): what `rlx validate` does so that a template that cannot finish, or fails on
+    /// real data, is caught before a run.
+    ///
+    /// # Errors
+    /// [`Error::Template`], as a run would meet it.
+    pub fn render_once(&self, problem: &Problem, max_attempts: u32) -> Result<(), Error> {
+        self.messages(problem)?;
+        if self.has_feedback {
+            let sample = json!({"status": "wrong_answer", "input": "1\n", "expected": "2\n", "got": "3\n", "error": null});
+            self.feedback(problem, &sample, 2, max_attempts.max(2))?;
+        }
+        Ok(())
     }
 
     /// The first turn for a problem: optional system message, then the user message.
@@ -171,6 +208,36 @@ mod tests {
         let m = t.messages(&functional).unwrap();
         assert!(m[0].content.contains("```python\nclass Solution:\n    def f(self, x):\n```"), "{}", m[0].content);
         assert!(!m[0].content.contains("standard input"));
+    }
+
+    #[test]
+    fn a_template_that_does_not_finish_or_writes_too_much_stops_with_the_limit_named() {
+        let endless = "{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}{% endfor %}";
+        let t = PromptTemplates::from_sources(&[("user", endless)], json!({})).unwrap();
+        let e = t.messages(&mbpp()).unwrap_err().to_string();
+        assert!(e.contains("the user template ran 5000000 instructions without finishing"), "{e}");
+        let bomb = "{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}";
+        let t = PromptTemplates::from_sources(&[("system", bomb), ("user", "hi")], json!({})).unwrap();
+        let e = t.messages(&mbpp()).unwrap_err().to_string();
+        assert!(e.contains("the system template wrote more than 1048576 bytes (1 MiB)"), "{e}");
+        // Just under the cap renders.
+        let fits = format!("{{{{ 'x' * {} }}}}", MAX_RENDERED_BYTES);
+        let t = PromptTemplates::from_sources(&[("user", &fits)], json!({})).unwrap();
+        assert_eq!(t.messages(&mbpp()).unwrap()[0].content.len(), MAX_RENDERED_BYTES);
+    }
+
+    #[test]
+    fn shipped_templates_use_a_sliver_of_the_fuel() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");
+        let feedback = json!({"status": "wrong_answer", "input": "1 2", "expected": "3", "got": "4", "error": "Traceback"});
+        let ctx = json!({"problem": problem_context(&mbpp()), "vars": {}, "feedback": feedback, "attempt": 2, "max_attempts": 3});
+        for f in ["mbpp_user.j2", "lcb_user.j2", "lcb_system.j2", "feedback.j2"] {
+            let env = hf_environment();
+            let text = std::fs::read_to_string(root.join(f)).unwrap();
+            let captured = env.template_from_str(&text).unwrap().render_captured(minijinja::Value::from(minijinja::value::Serde(&ctx))).unwrap();
+            let (consumed, _) = captured.state().fuel_levels().unwrap();
+            assert!(consumed > 0 && consumed < FUEL / 1000, "{f}: {consumed}");
+        }
     }
 
     #[test]

@@ -142,6 +142,22 @@ impl Drop for Inner {
     }
 }
 
+/// The start of this process's sandbox directories' names in the temp directory.
+fn temp_prefix() -> String {
+    format!("rlx-sandbox-{}-", std::process::id())
+}
+
+/// Removes this process's sandbox directories, for an exit that skips destructors (a second
+/// SIGINT or SIGTERM quits at once).
+pub fn remove_temp_dirs() {
+    let prefix = temp_prefix();
+    for entry in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
+        if entry.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 impl LocalSandbox {
     /// Start the workers and probe the isolation they achieved.
     ///
@@ -155,7 +171,7 @@ impl LocalSandbox {
         };
         static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("rlx-sandbox-{}-{n}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("{}{n}", temp_prefix()));
         let io = |path: &Path| {
             let path = path.display().to_string();
             move |source| Error::Io { path, source }

@@ -12,6 +12,13 @@
 //! Plain scalars are typed with the YAML 1.2 core schema (`yes`/`no` stay strings, `1e-5` is a
 //! float); quoted scalars are always strings. Anchors, aliases and `<<` merge keys are supported.
 //! Duplicate keys are an error rather than last-one-wins, since that silently drops a value.
+//!
+//! Aliases are expanded as they are read (the schema check and overrides walk a plain tree), so
+//! a few hundred bytes of nested anchors (a "billion laughs") would become gigabytes before
+//! any check could refuse them. The parse counts the values of the tree it builds, aliases
+//! counted at their expanded size before they are copied, and stops at [`MAX_NODES`], pointing
+//! at the value or alias that crosses it. Refusing aliases outright was the alternative; specs use
+//! them for shared settings (`<<: *defaults`), which stay far below the limit.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,6 +27,12 @@ use saphyr_parser::{Event, Parser, ScalarStyle};
 
 use super::diagnostic::Diagnostic;
 use super::source::{Source, Span};
+
+/// The most values (scalars, keys, lists and mappings, aliases counted as what they expand to)
+/// one parse builds: 100,000. A real spec has a few hundred; each value costs about 100 bytes
+/// here and several times that in the copies checking makes, so this bounds a spec's tree at tens
+/// of megabytes, whatever its aliases do.
+pub const MAX_NODES: usize = 100_000;
 
 /// A YAML value.
 #[derive(Debug, Clone)]
@@ -182,13 +195,16 @@ pub fn parse_range(source: &Arc<Source>, range: std::ops::Range<usize>) -> Resul
         anchors: HashMap::new(),
         root: None,
         docs: 0,
+        nodes: 0,
         diags: vec![],
     };
     for item in Parser::new_from_str(text) {
         match item {
             Ok((event, span)) => {
                 let range = b.byte(span.start.index())..b.byte(span.end.index());
-                b.event(event, range);
+                if let Err(over) = b.event(event, range) {
+                    return Err(vec![*over]);
+                }
             }
             Err(e) => {
                 let at = b.byte(e.marker().index());
@@ -212,20 +228,28 @@ fn char_offsets(text: &str, base: usize) -> Vec<usize> {
     text.char_indices().map(|(i, _)| base + i).chain(std::iter::once(base + text.len())).collect()
 }
 
+/// A collection being read; `counted` is the builder's value count when it started, so its own
+/// size (for an anchor on it) is the difference at its end.
 enum Frame {
-    Seq { items: Vec<Node>, start: usize, anchor: usize },
-    Map { entries: Vec<Entry>, key: Option<(String, Span)>, start: usize, anchor: usize },
+    Seq { items: Vec<Node>, start: usize, anchor: usize, counted: usize },
+    Map { entries: Vec<Entry>, key: Option<(String, Span)>, start: usize, anchor: usize, counted: usize },
 }
 
 struct Builder<'a> {
     source: &'a Arc<Source>,
     offsets: Vec<usize>,
     stack: Vec<Frame>,
-    anchors: HashMap<usize, Node>,
+    /// Each anchored node with the number of values it holds (itself included).
+    anchors: HashMap<usize, (Node, usize)>,
     root: Option<Node>,
     docs: usize,
+    /// Values built so far, aliases counted expanded (see [`MAX_NODES`]).
+    nodes: usize,
     diags: Vec<Diagnostic>,
 }
+
+/// The parse stops at once: the tree would grow past [`MAX_NODES`].
+type OverBudget = Box<Diagnostic>;
 
 impl Builder<'_> {
     fn byte(&self, char_index: usize) -> usize {
@@ -236,7 +260,34 @@ impl Builder<'_> {
         Span::new(self.source, range)
     }
 
-    fn event(&mut self, event: Event<'_>, range: std::ops::Range<usize>) {
+    /// Counts `n` more values; past [`MAX_NODES`], the error that stops the parse, at `range`.
+    fn count(&mut self, n: usize, range: &std::ops::Range<usize>, alias: bool) -> Result<(), OverBudget> {
+        self.nodes = self.nodes.saturating_add(n);
+        if self.nodes <= MAX_NODES {
+            return Ok(());
+        }
+        let (message, label) = if alias {
+            (format!("this alias expands the spec past {MAX_NODES} values, the most a spec may hold"), format!("expands to {n} values"))
+        } else {
+            (format!("the spec holds more than {MAX_NODES} values, the most a spec may hold"), "the limit is reached here".to_string())
+        };
+        let end = range.end.max(range.start);
+        Err(Box::new(
+            Diagnostic::new(message, Some(self.span(range.start..end)))
+                .label(label)
+                .hint("a spec's aliases and lists must stay small: put large data in a data file (`data.train`), not in the spec"),
+        ))
+    }
+
+    fn event(&mut self, event: Event<'_>, range: std::ops::Range<usize>) -> Result<(), OverBudget> {
+        match event {
+            Event::Scalar(..) | Event::SequenceStart(..) | Event::MappingStart(..) => self.count(1, &range, false)?,
+            Event::Alias(id) => {
+                let size = self.anchors.get(&id).map_or(0, |(_, size)| *size);
+                self.count(size, &range, true)?;
+            }
+            _ => {}
+        }
         match event {
             Event::DocumentStart(_) => {
                 self.docs += 1;
@@ -254,17 +305,17 @@ impl Builder<'_> {
                 // A scalar in key position stays text, whatever it looks like.
                 if let Some(Frame::Map { key: key @ None, .. }) = self.stack.last_mut() {
                     *key = Some((text.into_owned(), span));
-                    return;
+                    return Ok(());
                 }
                 let node = Node { value, span };
                 if anchor > 0 {
-                    self.anchors.insert(anchor, node.clone());
+                    self.anchors.insert(anchor, (node.clone(), 1));
                 }
                 self.push(node);
             }
             Event::Alias(id) => {
                 let span = self.span(range);
-                match self.anchors.get(&id).cloned() {
+                match self.anchors.get(&id).map(|(node, _)| node.clone()) {
                     Some(node) => self.push_or_key(node, span),
                     None => self.diags.push(Diagnostic::new("alias to an unknown anchor", Some(span))),
                 }
@@ -273,31 +324,34 @@ impl Builder<'_> {
                 if self.key_expected() {
                     self.complex_key(range.clone());
                 }
-                self.stack.push(Frame::Seq { items: vec![], start: range.start, anchor });
+                let counted = self.nodes - 1;
+                self.stack.push(Frame::Seq { items: vec![], start: range.start, anchor, counted });
             }
             Event::MappingStart(anchor, _) => {
                 if self.key_expected() {
                     self.complex_key(range.clone());
                 }
-                self.stack.push(Frame::Map { entries: vec![], key: None, start: range.start, anchor });
+                let counted = self.nodes - 1;
+                self.stack.push(Frame::Map { entries: vec![], key: None, start: range.start, anchor, counted });
             }
             Event::SequenceEnd => {
-                if let Some(Frame::Seq { items, start, anchor }) = self.stack.pop() {
+                if let Some(Frame::Seq { items, start, anchor, counted }) = self.stack.pop() {
                     let end = range.end.max(start);
                     let node = Node { value: Value::Seq(items), span: self.span(start..end) };
-                    self.finish_collection(node, anchor);
+                    self.finish_collection(node, anchor, self.nodes - counted);
                 }
             }
             Event::MappingEnd => {
-                if let Some(Frame::Map { entries, start, anchor, .. }) = self.stack.pop() {
+                if let Some(Frame::Map { entries, start, anchor, counted, .. }) = self.stack.pop() {
                     let end = range.end.max(start);
                     let entries = self.merge_keys(entries);
                     let node = Node { value: Value::Map(entries), span: self.span(start..end) };
-                    self.finish_collection(node, anchor);
+                    self.finish_collection(node, anchor, self.nodes - counted);
                 }
             }
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {}
         }
+        Ok(())
     }
 
     fn key_expected(&self) -> bool {
@@ -309,9 +363,9 @@ impl Builder<'_> {
         self.diags.push(Diagnostic::new("mapping keys must be plain text, not lists or mappings", Some(span)));
     }
 
-    fn finish_collection(&mut self, node: Node, anchor: usize) {
+    fn finish_collection(&mut self, node: Node, anchor: usize, size: usize) {
         if anchor > 0 {
-            self.anchors.insert(anchor, node.clone());
+            self.anchors.insert(anchor, (node.clone(), size));
         }
         // A collection that was a (rejected) complex key leaves the parent awaiting a key; give it
         // a placeholder so the parse can go on and report later problems too.
@@ -519,6 +573,34 @@ mod tests {
         assert!(matches!(n.get(&["other", "x"]).unwrap().value, Value::Int(1)));
         assert!(matches!(n.get(&["other", "y"]).unwrap().value, Value::Int(3)));
         assert!(matches!(n.get(&["z", "y"]).unwrap().value, Value::Int(2)));
+    }
+
+    #[test]
+    fn an_alias_bomb_stops_at_the_alias_that_crosses_the_limit() {
+        // Nine aliases of the level above per level: 9^7 leaves if expanded.
+        let mut text = String::from("a: &a [x, x, x, x, x, x, x, x, x]\n");
+        for (prev, name) in ["a", "b", "c", "d", "e", "f"].iter().zip(["b", "c", "d", "e", "f", "g"]) {
+            let refs = vec![format!("*{prev}"); 9].join(", ");
+            text.push_str(&format!("{name}: &{name} [{refs}]\n"));
+        }
+        let errs = parse_str(&text).unwrap_err();
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].message.contains("alias expands the spec past 100000 values"), "{}", errs[0].message);
+        // `e` holds 66,430 values: the first alias of it on line 6 crosses the limit.
+        assert!(errs[0].span.as_ref().unwrap().location().starts_with("t.yaml:6:"), "{:?}", errs[0].span);
+        // The levels below the limit parse, aliases expanded.
+        let small: String = text.lines().take(3).map(|l| format!("{l}\n")).collect();
+        let n = parse_str(&small).unwrap();
+        assert!(matches!(n.get(&["c", "8", "8", "8"]).unwrap().value, Value::Str(ref s) if s == "x"));
+    }
+
+    #[test]
+    fn a_spec_of_too_many_values_is_refused_without_aliases() {
+        let text = format!("stop: [{}]\n", vec!["s"; MAX_NODES].join(", "));
+        let errs = parse_str(&text).unwrap_err();
+        assert!(errs[0].message.contains("holds more than 100000 values"), "{}", errs[0].message);
+        let fits = format!("stop: [{}]\n", vec!["s"; MAX_NODES - 3].join(", "));
+        assert!(parse_str(&fits).is_ok());
     }
 
     #[test]

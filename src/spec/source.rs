@@ -5,6 +5,7 @@
 //! [`Source`] by `Arc`, so diagnostics are self-contained and can be rendered long after parsing.
 
 use std::fmt;
+use std::io::Read as _;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -43,6 +44,37 @@ impl Source {
         let col = before[line_start..].chars().count() + 1;
         (line, col)
     }
+}
+
+/// The largest spec file rlx reads: 4 MiB. A real spec is a few kilobytes (the largest shipped
+/// one is under 4 KB); past this, parsing and checking a file costs far more memory than its size
+/// (a 40 MB list of stop strings took 3.3 GB), so the file is refused before it is read.
+pub const MAX_SPEC_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads a spec file, refusing one larger than [`MAX_SPEC_BYTES`] (checked on its size before
+/// reading, and again while reading, for a pipe or a file that grows).
+///
+/// # Errors
+/// The file cannot be read, is not UTF-8, or is too large (`ErrorKind::FileTooLarge`, with a
+/// message naming the limit).
+pub fn read_spec(path: &Path) -> std::io::Result<String> {
+    let file = std::fs::File::open(path)?;
+    let too_large = |size: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("the file holds {size} bytes; a spec may hold at most {MAX_SPEC_BYTES} bytes (4 MiB)"),
+        )
+    };
+    let len = file.metadata()?.len();
+    if len > MAX_SPEC_BYTES {
+        return Err(too_large(&len.to_string()));
+    }
+    let mut text = String::new();
+    file.take(MAX_SPEC_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_SPEC_BYTES {
+        return Err(too_large("more than"));
+    }
+    Ok(text)
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
@@ -97,5 +129,18 @@ mod tests {
         // `é` is two bytes but one column.
         assert_eq!(s.line_col(7), (2, 4));
         assert_eq!(Span::new(&s, 3..5).location(), "a.yaml:2:1");
+    }
+
+    #[test]
+    fn read_spec_refuses_files_past_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("ok.yaml");
+        std::fs::write(&ok, "a".repeat(MAX_SPEC_BYTES as usize)).unwrap();
+        assert_eq!(read_spec(&ok).unwrap().len() as u64, MAX_SPEC_BYTES);
+        let big = dir.path().join("big.yaml");
+        std::fs::write(&big, "a".repeat(MAX_SPEC_BYTES as usize + 1)).unwrap();
+        let e = read_spec(&big).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::FileTooLarge);
+        assert!(e.to_string().contains("at most 4194304 bytes (4 MiB)"), "{e}");
     }
 }

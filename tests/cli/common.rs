@@ -226,7 +226,12 @@ fn python_env_installs_a_set_once_and_reuses_it() {
 /// `rlx sandbox serve` on a free port with 2 workers: the process and its URL. Its stderr is
 /// drained in a thread so that it never blocks on a full pipe.
 pub(crate) fn sandbox_server() -> (Child, String) {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_rlx"))
+    sandbox_server_with(&mut Command::new(env!("CARGO_BIN_EXE_rlx")))
+}
+
+/// [`sandbox_server`] started from `cmd` (an environment of the caller's: its `TMPDIR`).
+pub(crate) fn sandbox_server_with(cmd: &mut Command) -> (Child, String) {
+    let mut server = cmd
         .args(["sandbox", "serve", "--bind", "127.0.0.1:0", "--concurrency", "2"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

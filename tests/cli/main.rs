@@ -19,6 +19,9 @@
 //!   and `rlx eval` of checkpoints; bad input.
 //! - `grade`: `rlx grade` and `rlx sandbox serve` through the binary.
 //! - `grammar`: property tests: override and sweep grammars never panic.
+//! - `limits`: bounded input through the binary: an alias bomb and a 40 MB spec fail fast within
+//!   a memory bound, templates that do not finish or write too much, SIGTERM mid-render and to
+//!   `rlx sandbox serve` (nothing left in the temp directory).
 //! - `messages`: errors (`error:`/`Caused by:`/`help:`), exit codes 2 and 3, no backtraces,
 //!   sandbox warnings, a closed stdout.
 //! - `pyreward`: Python rewards with real reward files in the real sandbox: components, a
@@ -85,6 +88,7 @@ mod grade;
 mod grammar;
 mod lcb_v6;
 mod health;
+mod limits;
 mod messages;
 mod pyreward;
 mod registry;

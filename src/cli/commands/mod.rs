@@ -104,7 +104,7 @@ impl RecordedSpec {
             all.push(overrides::parse(o).map_err(|d| anyhow::anyhow!("recorded override `{o}` is invalid: {}", spec::Diagnostics(d)))?);
         }
         let spec_file = rd.file(crate::runlog::files::SPEC);
-        let text = std::fs::read_to_string(&spec_file).context("cannot read the run's spec.yaml")?;
+        let text = crate::spec::source::read_spec(&spec_file).context("cannot read the run's spec.yaml")?;
         let path = Some(prov.spec_path.as_str()).filter(|p| !p.is_empty()).map(std::path::PathBuf::from).unwrap_or(spec_file);
         Ok(RecordedSpec { path, text, overrides: all })
     }

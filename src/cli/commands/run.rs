@@ -98,25 +98,14 @@ pub(super) fn execute(plan: &crate::plan::Plan) -> anyhow::Result<Result<engine:
     let rt = super::runtime()?;
     let stop = engine::StopSignal::default();
     let console = Console::new();
+    // First SIGINT/SIGTERM: finish or abandon the step, checkpoint, exit 130.
+    // Second: exit at once (the last checkpoint still resumes).
+    let signals = stop.clone();
+    crate::cli::signals::on_stop(move || {
+        printer::status("stopping after the current step (again to quit now)…");
+        signals.request();
+    })?;
     Ok(rt.block_on(async {
-        let signals = stop.clone();
-        tokio::spawn(async move {
-            // First SIGINT/SIGTERM: finish or abandon the step, checkpoint, exit 130.
-            // Second: exit at once (the last checkpoint still resumes).
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            for n in 0.. {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {},
-                    Some(()) = async { match term.as_mut() { Some(t) => t.recv().await, None => std::future::pending().await } } => {},
-                }
-                if n == 0 {
-                    printer::status("stopping after the current step (again to quit now)…");
-                    signals.request();
-                } else {
-                    std::process::exit(i32::from(exit::INTERRUPTED));
-                }
-            }
-        });
         engine::run(plan, engine::PolicySource::Open, &stop, &console).await
     }))
 }

@@ -150,9 +150,7 @@ async fn serve(bind: SocketAddr, caps: ServerConfig, concurrency: Option<usize>,
             &[format!("install numpy for `{}`, or point RLX_PYTHON at an interpreter that has it", sandbox.python().display())],
         );
     }
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    let shutdown = crate::cli::signals::shutdown(|| printer::status("stopping (again to quit now)…"))?;
     match protocol {
         Protocol::Fusion => crate::sandbox::server::serve_with(listener, sandbox, caps, shutdown).await.context("server failed")?,
         Protocol::Cwsandbox => {

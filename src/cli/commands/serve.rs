@@ -103,9 +103,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<u8> {
         if state.faults.faults().any() {
             printer::warning(&format!("fault injection is on: {:?}", state.faults.faults()), &[]);
         }
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
-        };
+        let shutdown = crate::cli::signals::shutdown(|| printer::status("stopping (again to quit now)…"))?;
         crate::serve::serve(listener, state, shutdown).await.context("server failed")?;
         Ok(exit::OK)
     })

@@ -216,9 +216,11 @@ fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel
     }
     let queue = Arc::new(Mutex::new(queue));
     let failures = Arc::new(Mutex::new(0usize));
+    let members = Members::default();
+    members.pass_signals_on()?;
     std::thread::scope(|scope| {
         for _ in 0..max_parallel.max(1) {
-            let (queue, record, failures, exe, dir) = (queue.clone(), record.clone(), failures.clone(), exe.clone(), &dir);
+            let (queue, record, failures, exe, dir, members) = (queue.clone(), record.clone(), failures.clone(), exe.clone(), &dir, &members);
             scope.spawn(move || {
                 loop {
                     let Some(i) = queue.lock().expect("queue").pop_front() else { break };
@@ -236,8 +238,7 @@ fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel
                             }
                         }
                     }
-                    printer::status(format!("▶ {}", m.plan.run_id));
-                    let status = cmd.status();
+                    let Some(status) = members.run(&mut cmd, &m.plan.run_id) else { break };
                     let (state, code) = match &status {
                         Ok(s) if s.success() => ("finished".to_string(), s.code()),
                         Ok(s) => (format!("failed (exit {})", s.code().map_or("signal".into(), |c| c.to_string())), s.code()),
@@ -257,6 +258,10 @@ fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel
         }
     });
     let failed = *failures.lock().expect("failures");
+    if members.stopping() {
+        printer::status(format!("sweep {} interrupted; `rlx sweep` again resumes its runs; record in {}", sw.id, dir.record_path().display()));
+        return Ok(exit::INTERRUPTED);
+    }
     printer::status(format!(
         "sweep {}: {} run(s), {} failed; record in {}",
         sw.id,
@@ -265,4 +270,63 @@ fn execute(sw: &Sweep, spec_path: &Path, states: &[(String, bool)], max_parallel
         dir.record_path().display()
     ));
     Ok(if failed == 0 { exit::OK } else { exit::GATE })
+}
+
+/// The member processes running now, and whether the sweep is stopping.
+///
+/// Members run in process groups of their own, so a terminal's Ctrl-C reaches the sweep alone
+/// and the sweep passes each member exactly one stop request per signal it gets: SIGINT and
+/// SIGTERM alike (a SIGTERM to the sweep used to leave its runs going on their own).
+#[derive(Clone, Default)]
+struct Members {
+    running: Arc<Mutex<Vec<u32>>>,
+    stopping: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Members {
+    /// First signal: no new member starts and each running one gets SIGTERM (it checkpoints and
+    /// exits 130). Second: each gets another (it quits at once) and so does the sweep.
+    fn pass_signals_on(&self) -> anyhow::Result<()> {
+        let this = self.clone();
+        crate::cli::signals::on_signals(move |n| {
+            if n == 0 {
+                printer::status("stopping: each run checkpoints and stops (again to quit now)…");
+            }
+            this.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+            for pid in this.running.lock().expect("members").iter() {
+                // SAFETY: kill(2) on a child this sweep started and has not yet waited for.
+                unsafe { libc::kill(*pid as libc::pid_t, libc::SIGTERM) };
+            }
+            if n > 0 {
+                crate::cli::signals::quit_now();
+            }
+        })
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Runs one member to its end; `None` when the sweep is stopping and it was not started.
+    fn run(&self, cmd: &mut Command, run_id: &str) -> Option<std::io::Result<std::process::ExitStatus>> {
+        use std::os::unix::process::CommandExt as _;
+        let mut child = {
+            // Held while starting, so a signal either comes before (nothing starts) or sees it.
+            let mut running = self.running.lock().expect("members");
+            if self.stopping() {
+                return None;
+            }
+            printer::status(format!("▶ {run_id}"));
+            match cmd.process_group(0).spawn() {
+                Ok(child) => {
+                    running.push(child.id());
+                    child
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        };
+        let status = child.wait();
+        self.running.lock().expect("members").retain(|p| *p != child.id());
+        Some(status)
+    }
 }

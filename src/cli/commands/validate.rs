@@ -23,6 +23,11 @@ pub(super) fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
     for s in &specs {
         match plan::plan(Path::new(s), &ovs) {
             Ok(plan) => {
+                let rendered = render_templates_once(&plan);
+                if rendered != exit::OK {
+                    code = code.max(rendered);
+                    continue;
+                }
                 printer::status(format!("ok: `{s}` is valid (run `{}`)", plan.run_id));
                 if plan.python_reward.is_some() {
                     code = code.max(sample_python_reward(&plan)?);
@@ -42,6 +47,26 @@ pub(super) fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(code)
+}
+
+/// Renders the spec's prompt templates once on its first training problem, within the render
+/// limits (`prompt::limits`): a template that cannot finish, writes too much or fails on real
+/// data shows here rather than in the run. Exit code 2 when it fails; data that cannot be loaded
+/// is left to the run to report (validating a spec does not require its data), and `hf://` data
+/// is read from the cache only (validating downloads nothing).
+fn render_templates_once(plan: &Plan) -> u8 {
+    let mut options = crate::data::source::Options::from_env();
+    options.hf.offline = true;
+    let Ok(dataset) = crate::data::load_data(&plan.data, plan.seed, &options) else { return exit::OK };
+    let Some(problem) = dataset.train.problems.first().or(dataset.eval.problems.first()) else { return exit::OK };
+    let rendered = plan.prompt_templates().and_then(|t| t.render_once(problem, plan.rollout.max_attempts));
+    match rendered {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            printer::error_chain(&e, &[format!("`rlx validate` renders each template once, on problem `{}`", problem.id)]);
+            exit::USAGE
+        }
+    }
 }
 
 /// Calls the spec's Python reward once on a sample (the first training problem, a trivial
