@@ -67,6 +67,21 @@ impl Drop for CwServer {
     }
 }
 
+/// Runs `tests/fixtures/cwsandbox/SCRIPT` with the official client against `server`; the JSON
+/// line it printed last.
+fn run_script(python: &Path, server: &CwServer, script: &str) -> serde_json::Value {
+    let out = Command::new(python)
+        .arg(repo().join("tests/fixtures/cwsandbox").join(script))
+        .env("CWSANDBOX_BASE_URL", &server.url)
+        .env("CWSANDBOX_API_KEY", "rlx-test-key")
+        .env_remove("WANDB_API_KEY")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the client script failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
 /// The official client: create (`Sandbox.run` with an image and tags), exec a program (exit
 /// codes, stdout, stderr), write files and run a program reading them, read back a file the
 /// program wrote, a command past its timeout (`SandboxTimeoutError`, the sandbox still usable),
@@ -75,16 +90,7 @@ impl Drop for CwServer {
 fn the_official_client_drives_rlx_sandbox_serve() {
     let Some(python) = sdk_python() else { return };
     let server = CwServer::start();
-    let out = Command::new(&python)
-        .arg(repo().join("tests/fixtures/cwsandbox/drive.py"))
-        .env("CWSANDBOX_BASE_URL", &server.url)
-        .env("CWSANDBOX_API_KEY", "rlx-test-key")
-        .env_remove("WANDB_API_KEY")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "the client script failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let seen: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let seen = run_script(&python, &server, "drive.py");
     assert!(seen["id"].as_str().unwrap().starts_with("rlx-"), "{seen}");
     assert_eq!(seen["read"], "written by the program");
     assert_eq!(seen["timeout"], "SandboxTimeoutError");
@@ -442,16 +448,7 @@ fn a_server_that_goes_away_stops_the_run_naming_it_and_the_resume_finishes() {
 fn the_official_client_sees_one_filesystem_across_programs_shells_and_files() {
     let Some(python) = sdk_python() else { return };
     let server = CwServer::start();
-    let out = Command::new(&python)
-        .arg(repo().join("tests/fixtures/cwsandbox/container.py"))
-        .env("CWSANDBOX_BASE_URL", &server.url)
-        .env("CWSANDBOX_API_KEY", "rlx-test-key")
-        .env_remove("WANDB_API_KEY")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "the client script failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let seen: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let seen = run_script(&python, &server, "container.py");
     assert_eq!(seen["program"], json!([0, "['data.txt']\n", ""]), "{seen}");
     assert_eq!(seen["shell"], json!([0, "HELLO\n", ""]), "{seen}");
     assert_eq!(seen["both"], "HELLOhello");

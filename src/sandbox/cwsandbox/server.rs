@@ -158,6 +158,17 @@ impl Default for ServerLimits {
     }
 }
 
+impl ServerLimits {
+    /// The lifetime granted for `max_lifetime_seconds`: the default for none (0 or less), at
+    /// most the maximum.
+    fn lifetime(&self, asked_s: i32) -> Duration {
+        match u64::try_from(asked_s) {
+            Ok(s) if s > 0 => Duration::from_secs(s).min(self.max_lifetime),
+            _ => self.default_lifetime,
+        }
+    }
+}
+
 /// How the server behaves beyond the protocol.
 #[derive(Debug, Clone, Default)]
 pub struct ServeOptions {
@@ -390,8 +401,7 @@ impl Service {
             return Err(Status::new(grpc::INVALID_ARGUMENT, format!("{memory_mb} MiB of memory asked; this server grants at most {} MiB", limits.max_memory_mb)));
         }
         let cwd = if container.working_dir.trim_matches('/').is_empty() { "/".to_owned() } else { normalize(&container.working_dir)? };
-        let asked = Duration::from_secs(u64::try_from(spec.max_lifetime_seconds).unwrap_or(0));
-        let lifetime = if asked.is_zero() { limits.default_lifetime } else { asked.min(limits.max_lifetime) };
+        let lifetime = limits.lifetime(spec.max_lifetime_seconds);
         let id = random_id()?;
         proto.sandbox_id.clone_from(&id);
         let now = wire::Timestamp::now();
@@ -704,5 +714,14 @@ mod tests {
         assert_eq!(parse_quantity_mib("512Mi"), Some(512));
         assert_eq!(parse_quantity_mib("1G"), Some(954));
         assert_eq!(parse_quantity_mib("lots"), None);
+    }
+
+    #[test]
+    fn a_sandbox_always_has_a_bounded_lifetime() {
+        let l = ServerLimits::default();
+        assert_eq!(l.lifetime(0), Duration::from_secs(3600));
+        assert_eq!(l.lifetime(-5), Duration::from_secs(3600));
+        assert_eq!(l.lifetime(60), Duration::from_secs(60));
+        assert_eq!(l.lifetime(i32::MAX), Duration::from_secs(24 * 3600));
     }
 }
