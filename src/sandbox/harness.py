@@ -371,11 +371,12 @@ def _write_file(path, text):
         f.write(text)
 
 
-def build_root(root, extra_ro, optional_ro=(), notes=None):
+def build_root(root, extra_ro, optional_ro=(), notes=None, roots=None):
     """Mount a tmpfs at `root`, bind the system directories read-only into it, chroot there.
     `optional_ro` (rlx's precompiled headers) are bound read-only too when they can be; one
     that cannot is left out with a note (its compiles then run without it, as g++ skips an
-    include directory it does not find)."""
+    include directory it does not find). `roots` (a host directory): the persistent roots of
+    `rlx sandbox serve --protocol cwsandbox`, bound writable at ROOTS (see `enter_root`)."""
     for d in extra_ro:
         if d == WORKDIR or d.startswith(WORKDIR + "/") or WORKDIR.startswith(d + "/") or d == "/tmp":
             raise OSError(errno.EINVAL, f"the Python installation at {d} overlaps the sandbox working directory {WORKDIR}; install it (or the virtualenv) elsewhere")
@@ -391,6 +392,7 @@ def build_root(root, extra_ro, optional_ro=(), notes=None):
     for d in ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc"] + extra_ro:
         if not os.path.lexists(d):
             continue
+        SYSTEM_RO.append(d)
         target = root + d
         if os.path.islink(d) and d in ("/lib", "/lib64", "/lib32", "/bin", "/sbin"):
             os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -409,6 +411,13 @@ def build_root(root, extra_ro, optional_ro=(), notes=None):
         open(root + "/dev/" + dev, "w").close()
         mount("/dev/" + dev, root + "/dev/" + dev, None, MS_BIND)
     os.mkdir(root + WORKDIR, 0o755)
+    if roots:
+        os.mkdir(root + ROOTS, 0o700)
+        mount(roots, root + ROOTS, None, MS_BIND)
+        try:
+            mount(None, root + ROOTS, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+        except OSError:
+            pass  # best effort: in a user namespace the host mount's locked flags may refuse it
     mount(None, root + "/tmp", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chroot(root)
@@ -437,6 +446,77 @@ def bind_optional(root, d, notes):
 
 WORKDIR = "/tmp/work"
 MNT_DETACH = 2
+# Where a worker of a sandbox with persistent roots (`roots` in its configuration) sees the host
+# directory that holds them, one directory per CoreWeave-protocol sandbox.
+ROOTS = "/tmp/roots"
+# The directories `build_root` bound read-only (or linked): what every persistent root shows.
+SYSTEM_RO = []
+
+
+def enter_root(top, owner):
+    """Make the persistent root `top` (a directory under ROOTS) a container's root view for one
+    job: the system directories and the Python installation bound read-only at their paths, the
+    /dev nodes bound, everything else the sandbox's own, writable and kept between jobs. The
+    program's process chroots into it (`program_main`). Returns the mounts to undo.
+
+    Why bind mounts into a writable directory rather than an overlayfs over the read-only root:
+    the root view here is itself a stack of bind mounts, which an overlay's lower layer does not
+    cross (it would show empty /usr), and an overlay in a user namespace needs kernel 5.11. Why
+    every path component is checked: the directory is the sandbox's own, and a link planted by
+    an earlier command must not redirect a mount (commands of one sandbox never run at once, so
+    nothing changes it while this runs). `owner` (uid, gid): as root, the whole tree is handed
+    to the slot's uid first, since the sandbox's commands may run on any slot."""
+    if os.path.islink(top) or not os.path.isdir(top):
+        raise OSError(errno.ENOENT, "the sandbox's filesystem is gone")
+    if owner:
+        os.lchown(top, *owner)
+        for d, dirs, files in os.walk(top):
+            for n in dirs + files:
+                os.lchown(os.path.join(d, n), *owner)
+    mounts = []
+    try:
+        for d in SYSTEM_RO:
+            target = top + d
+            if os.path.islink(d):
+                if not os.path.lexists(target):
+                    os.symlink(os.readlink(d), target)
+                continue
+            _plain_dirs(top, d)
+            mount(d, target, None, MS_BIND | MS_REC)
+            mounts.append(target)
+            mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        _plain_dirs(top, "/dev")
+        for dev in ["null", "zero", "urandom", "random"]:
+            target = top + "/dev/" + dev
+            if not os.path.lexists(target):
+                os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666))
+            elif os.path.islink(target) or not os.path.isfile(target):
+                raise OSError(errno.EEXIST, f"/dev/{dev} in the sandbox is not a plain file")
+            mount("/dev/" + dev, target, None, MS_BIND)
+            mounts.append(target)
+    except BaseException:
+        leave_root(mounts)
+        raise
+    return mounts
+
+
+def _plain_dirs(top, d):
+    """Create `d` under `top`, refusing any component that is a link or not a directory."""
+    p = top
+    for part in d.strip("/").split("/"):
+        p += "/" + part
+        if not os.path.lexists(p):
+            os.mkdir(p, 0o755)
+        elif os.path.islink(p) or not os.path.isdir(p):
+            raise OSError(errno.ENOTDIR, f"{p[len(top):]} in the sandbox is not a directory: the system directories cannot be shown there")
+
+
+def leave_root(mounts):
+    for m in reversed(mounts):
+        try:
+            umount(m)
+        except OSError:
+            pass
 
 
 def umount(path):
@@ -504,7 +584,7 @@ def setup(cfg):
         prot["network_namespace"] = True
         try:
             extra = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)})
-            build_root(cfg["root_dir"], extra, cfg.get("ro_dirs") or [], prot["notes"])
+            build_root(cfg["root_dir"], extra, cfg.get("ro_dirs") or [], prot["notes"], cfg.get("roots"))
             prot["mount_namespace"] = True
         except OSError as e:
             prot["notes"].append(f"read-only root could not be built: {e.strerror or e}")
@@ -549,8 +629,19 @@ def handle(job):
     else:
         wd = os.path.join(tmp_root(), "s%d" % SEQ[0])
         os.mkdir(wd, 0o700)
+    rooted = []
     try:
         chown = os.geteuid() == 0 and not PROTECTION.get("user_namespace")
+        if CFG.get("roots"):
+            # A worker of persistent roots runs nothing outside one (it sees them all at ROOTS).
+            name = job.get("root")
+            if not private or not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+                if read_expected(job) is False:
+                    kill_zygote()
+                    sys.exit(0)
+                return {"error": "a job of a sandbox with persistent roots needs a root and the mount namespace"}
+            job["root"] = ROOTS + "/" + name
+            rooted = enter_root(job["root"], (uid, gid) if chown else None)
         if chown and not private:
             os.chown(wd, uid, gid)
         for rel, data in (job.get("files") or {}).items():
@@ -605,6 +696,7 @@ def handle(job):
             reply["files"] = fetch_files(wd, job["fetch_files"])
         return reply
     finally:
+        leave_root(rooted)
         if private:
             umount(wd)
         else:
@@ -1508,6 +1600,10 @@ def program_main(job_r, in_pidns, out_w, err_w, ctl_w, ack_r):
         os._exit(0)
     try:
         os.chdir(job["wd"])
+        if job.get("root"):
+            # A persistent root (see `enter_root`): the program's whole filesystem.
+            os.chroot(job["root"])
+            os.chdir(job.get("cwd") or "/")
         prepare_program(job, in_pidns)
         ready = {"ready": True}
     except BaseException as e:
@@ -1770,9 +1866,12 @@ def run_main(code_text, g):
 
 def run_script(code_text, job):
     """`python main.py` semantics for /run_code: __main__, sys.argv, exit codes, tracebacks."""
-    path = os.path.join(os.getcwd(), "main.py")
-    with open(path, "w") as f:
-        f.write(code_text)
+    # In a persistent root the code stays in memory: the root's files are the client's.
+    in_root = bool(job.get("root"))
+    path = "/rlx-launcher.py" if in_root else os.path.join(os.getcwd(), "main.py")
+    if not in_root:
+        with open(path, "w") as f:
+            f.write(code_text)
     sys.argv = [path]
     sys.path[0] = os.getcwd()
     mod = types.ModuleType("__main__")

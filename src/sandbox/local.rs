@@ -68,6 +68,11 @@ pub struct LocalConfig {
     /// Use namespaces when the kernel allows them (default). Off only to exercise the degraded
     /// mode (tests) or where namespaces misbehave; the loss is reported in [`Protection`].
     pub namespaces: bool,
+    /// Persistent writable roots (the CoreWeave-protocol server's containers): every job runs
+    /// in a root of its own kept between jobs ([`LocalSandbox::run_in_root`]), and no job runs
+    /// outside one. Needs the mount namespace. Off for graders, which keep a fresh working
+    /// directory per submission.
+    pub persistent_roots: bool,
 }
 
 impl Default for LocalConfig {
@@ -78,6 +83,7 @@ impl Default for LocalConfig {
             python: None,
             strict: false,
             namespaces: true,
+            persistent_roots: false,
         }
     }
 }
@@ -119,6 +125,8 @@ struct Spawner {
     namespaces: bool,
     /// Host directories bound read-only at the same path in the workers' root.
     ro_dirs: Vec<PathBuf>,
+    /// The host directory of the persistent roots (`LocalConfig::persistent_roots`).
+    roots: Option<PathBuf>,
 }
 
 struct Worker {
@@ -190,7 +198,15 @@ impl LocalSandbox {
         let first = NEXT_SLOT.fetch_add(slots as u32, std::sync::atomic::Ordering::Relaxed) % 65_536;
         let uid_base = 1_000_000 + (std::process::id() % 10_000) * 65_536 + first;
         let pch = super::pch::root().filter(|r| make_pch_root(r));
-        let spawner = Spawner { python, dir, uid_base, namespaces: config.namespaces, ro_dirs: pch.iter().cloned().collect() };
+        let roots = if config.persistent_roots {
+            let roots = dir.join("roots");
+            std::fs::create_dir_all(&roots).map_err(io(&roots))?;
+            set_mode(&roots, 0o700).map_err(io(&roots))?;
+            Some(roots)
+        } else {
+            None
+        };
+        let spawner = Spawner { python, dir, uid_base, namespaces: config.namespaces, ro_dirs: pch.iter().cloned().collect(), roots };
         let mut inner = Inner {
             slots: Vec::new(),
             admission: admission.clone(),
@@ -231,6 +247,27 @@ impl LocalSandbox {
     /// The isolation in force (the same for every worker).
     pub fn protection(&self) -> &Protection {
         &self.inner.protection
+    }
+
+    /// The host directory that holds the persistent roots, one directory per root: `None`
+    /// unless [`LocalConfig::persistent_roots`] was asked for and the workers have the mount
+    /// namespace that shows them.
+    pub fn roots_dir(&self) -> Option<&Path> {
+        self.inner.spawner.roots.as_deref().filter(|_| self.inner.protection.mount_namespace)
+    }
+
+    /// Runs `req` in the persistent root `root` (a directory name under [`Self::roots_dir`],
+    /// which the caller creates) with `cwd` as its working directory: absolute paths are the
+    /// root's, whatever the program or its shell opens, and what it writes stays for the next
+    /// job of the same root. The caller must not run two jobs of one root at once.
+    ///
+    /// # Errors
+    /// As [`Sandbox::run`]; [`Error::Rejected`] without persistent roots.
+    pub async fn run_in_root(&self, req: ExecRequest, root: &str, cwd: &str) -> Result<ExecOutput, Error> {
+        if self.roots_dir().is_none() {
+            return Err(Error::Rejected("this sandbox has no persistent roots".into()));
+        }
+        self.exec(req, Some((root, cwd))).await
     }
 
     /// The Python interpreter the workers run.
@@ -414,6 +451,7 @@ async fn spawn_worker(inner: &Spawner, slot: usize) -> Result<(Worker, Protectio
         "tmp_mb": 512,
         "namespaces": inner.namespaces,
         "ro_dirs": inner.ro_dirs,
+        "roots": inner.roots,
     });
     let mut cmd = Command::new(&inner.python);
     cmd.arg("-I")
@@ -605,10 +643,21 @@ impl Grader for LocalSandbox {
 
 impl Sandbox for LocalSandbox {
     async fn run(&self, req: ExecRequest) -> Result<ExecOutput, Error> {
+        self.exec(req, None).await
+    }
+}
+
+impl LocalSandbox {
+    /// [`Sandbox::run`], in a persistent root (`(name, working directory)`) when given.
+    async fn exec(&self, req: ExecRequest, root: Option<(&str, &str)>) -> Result<ExecOutput, Error> {
         // Only a program without files may share a built program with another (see `lang`).
-        let cacheable = req.files.is_empty();
+        let cacheable = req.files.is_empty() && root.is_none();
         let (names, mut files): (Vec<String>, Vec<Vec<u8>>) = req.files.into_iter().unzip();
         let mut job = harness::run_job(&req.code, req.stdin.as_deref(), &names, &req.fetch_files, &req.limits);
+        if let Some((name, cwd)) = root {
+            job["root"] = name.into();
+            job["cwd"] = cwd.into();
+        }
         let build = lang::build(req.language, &req.code, None, &req.limits, self.inner.pch.as_deref())?;
         if let Some(c) = self.failed_before(build.as_ref().filter(|_| cacheable)) {
             return Ok(ExecOutput { status: ExecStatus::Exited(0), stdout: vec![], stderr: vec![], stderr_truncated: false, time: Duration::ZERO, files: BTreeMap::new(), compile: Some(c) });

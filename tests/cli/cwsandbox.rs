@@ -67,6 +67,21 @@ impl Drop for CwServer {
     }
 }
 
+/// Runs `tests/fixtures/cwsandbox/SCRIPT` with the official client against `server`; the JSON
+/// line it printed last.
+fn run_script(python: &Path, server: &CwServer, script: &str) -> serde_json::Value {
+    let out = Command::new(python)
+        .arg(repo().join("tests/fixtures/cwsandbox").join(script))
+        .env("CWSANDBOX_BASE_URL", &server.url)
+        .env("CWSANDBOX_API_KEY", "rlx-test-key")
+        .env_remove("WANDB_API_KEY")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the client script failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
 /// The official client: create (`Sandbox.run` with an image and tags), exec a program (exit
 /// codes, stdout, stderr), write files and run a program reading them, read back a file the
 /// program wrote, a command past its timeout (`SandboxTimeoutError`, the sandbox still usable),
@@ -75,16 +90,7 @@ impl Drop for CwServer {
 fn the_official_client_drives_rlx_sandbox_serve() {
     let Some(python) = sdk_python() else { return };
     let server = CwServer::start();
-    let out = Command::new(&python)
-        .arg(repo().join("tests/fixtures/cwsandbox/drive.py"))
-        .env("CWSANDBOX_BASE_URL", &server.url)
-        .env("CWSANDBOX_API_KEY", "rlx-test-key")
-        .env_remove("WANDB_API_KEY")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "the client script failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let seen: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let seen = run_script(&python, &server, "drive.py");
     assert!(seen["id"].as_str().unwrap().starts_with("rlx-"), "{seen}");
     assert_eq!(seen["read"], "written by the program");
     assert_eq!(seen["timeout"], "SandboxTimeoutError");
@@ -431,4 +437,147 @@ fn a_server_that_goes_away_stops_the_run_naming_it_and_the_resume_finishes() {
     let closing = server.stop();
     eprintln!("lifecycle (outage and resume, per worker): {closing}");
     assert!(closing.contains(" 0 alive,"), "{closing}");
+}
+
+/// The official client, on a sandbox that must behave like a container: a file written at
+/// `/tmp/data.txt` is read there by a Python program, which writes `/work/out.txt`; a shell
+/// reads both and writes `/tmp/both.txt` and `/tmp/x.txt` (on 44267e1: `FileNotFoundError`, then
+/// "Read-only file system"); `read_file` returns what they wrote; the system directories stay
+/// read-only; an image other than the server's Python is refused at creation, naming it.
+#[test]
+fn the_official_client_sees_one_filesystem_across_programs_shells_and_files() {
+    let Some(python) = sdk_python() else { return };
+    let server = CwServer::start();
+    let seen = run_script(&python, &server, "container.py");
+    assert_eq!(seen["program"], json!([0, "['data.txt']\n", ""]), "{seen}");
+    assert_eq!(seen["shell"], json!([0, "HELLO\n", ""]), "{seen}");
+    assert_eq!(seen["both"], "HELLOhello");
+    assert_eq!(seen["x"], "hi\n");
+    assert_ne!(seen["read_only"][0], 0, "{seen}");
+    assert!(seen["read_only"][1].as_str().unwrap().contains("Read-only file system"), "{seen}");
+    let node = seen["node"].as_str().unwrap();
+    assert!(node.contains("node:20") && node.contains("cannot be provided") && node.contains("python:3.11"), "{node}");
+    let closing = server.stop();
+    assert!(closing.contains("1 sandboxes created, 0 alive"), "{closing}");
+}
+
+/// An in-process server over a sandbox with persistent roots, with `options`; dropped, it stops.
+struct InProcess {
+    rt: tokio::runtime::Runtime,
+    url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    roots: PathBuf,
+}
+
+impl InProcess {
+    fn start(options: rlx::sandbox::cwsandbox::server::ServeOptions) -> InProcess {
+        use rlx::sandbox::local::{LocalConfig, LocalSandbox};
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (url, roots) = rt.block_on(async {
+            let sandbox = LocalSandbox::start(LocalConfig { workers: 1, persistent_roots: true, ..LocalConfig::default() }).await.expect("sandbox starts");
+            let roots = sandbox.roots_dir().expect("persistent roots need the mount namespace").to_path_buf();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            tokio::spawn(rlx::sandbox::cwsandbox::server::serve(listener, sandbox, options, async {
+                let _ = stopped.await;
+            }));
+            (url, roots)
+        });
+        InProcess { rt, url, stop: Some(stop), roots }
+    }
+
+    fn client(&self, key: &str) -> rlx::sandbox::cwsandbox::client::CwClient {
+        let auth = rlx::sandbox::cwsandbox::client::credentials(|k| (k == "CWSANDBOX_API_KEY").then(|| key.to_owned())).unwrap();
+        rlx::sandbox::cwsandbox::client::CwClient::new(&self.url, auth).unwrap()
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        let _ = self.stop.take().map(|s| s.send(()));
+    }
+}
+
+fn create_spec(image: &str) -> rlx::sandbox::remote::CreateSpec {
+    use std::time::Duration;
+    rlx::sandbox::remote::CreateSpec {
+        image: image.into(),
+        tags: vec!["rlx".into()],
+        cpu: None,
+        memory_mb: 512,
+        max_lifetime: Duration::from_secs(600),
+        ready_timeout: Duration::from_secs(10),
+    }
+}
+
+/// Two clients of one server, with different keys: the second cannot get, list, exec in, read,
+/// write or delete the first's sandbox (each `NOT_FOUND`, as for a sandbox that does not exist;
+/// on 44267e1 it read the victim's `expected.json`); ids are random, not a sequence.
+#[test]
+fn a_client_cannot_reach_another_clients_sandbox() {
+    use rlx::sandbox::remote::RemoteSandboxes as _;
+    let server = InProcess::start(Default::default());
+    let (victim, attacker) = (server.client("victim-key"), server.client("attacker-key"));
+    let rt = &server.rt;
+    let id = rt.block_on(victim.create(&create_spec("python:3.11"))).unwrap();
+    let other = rt.block_on(victim.create(&create_spec("python:3.11"))).unwrap();
+    for i in [&id, &other] {
+        assert!(i.len() == 20 && i.starts_with("rlx-") && i[4..].chars().all(|c| c.is_ascii_hexdigit()), "{i}");
+    }
+    assert_ne!(id[..12], other[..12], "ids share a prefix: {id} {other}");
+    rt.block_on(victim.write_file(&id, "/tmp/expected.json", b"[42]".to_vec())).unwrap();
+    let argv = |s: &str| vec!["python".to_owned(), "-c".to_owned(), s.to_owned()];
+    let timeout = std::time::Duration::from_secs(20);
+    let not_found = |r: Result<String, rlx::sandbox::Error>| {
+        let e = r.expect_err("the attacker reached the victim's sandbox").to_string();
+        assert!(e.contains("NOT_FOUND"), "{e}");
+    };
+    not_found(rt.block_on(attacker.read_file(&id, "/tmp/expected.json")).map(|b| String::from_utf8_lossy(&b).into_owned()));
+    not_found(rt.block_on(attacker.exec(&id, &argv("print(open('/tmp/expected.json').read())"), timeout)).map(|e| String::from_utf8_lossy(&e.stdout).into_owned()));
+    not_found(rt.block_on(attacker.write_file(&id, "/tmp/expected.json", b"[0]".to_vec())).map(|()| String::new()));
+    assert_eq!(rt.block_on(attacker.list_tagged("rlx")).unwrap(), Vec::<String>::new());
+    // `stop` takes a missing sandbox as stopped; the victim's must still be there, untouched.
+    rt.block_on(attacker.stop(&id)).unwrap();
+    let mut mine = rt.block_on(victim.list_tagged("rlx")).unwrap();
+    mine.sort();
+    let mut want = vec![id.clone(), other.clone()];
+    want.sort();
+    assert_eq!(mine, want);
+    let out = rt.block_on(victim.exec(&id, &argv("print(open('/tmp/expected.json').read())"), timeout)).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[42]\n", "{}", String::from_utf8_lossy(&out.stderr));
+    // The files are on disk under the sandbox's root, and go with it.
+    assert_eq!(std::fs::read(server.roots.join(&id).join("tmp/expected.json")).unwrap(), b"[42]");
+    rt.block_on(victim.stop(&id)).unwrap();
+    assert!(!server.roots.join(&id).exists(), "the stopped sandbox's files are still on disk");
+}
+
+/// With a server key, a request without it (or with another) is `UNAUTHENTICATED`; the caps on
+/// live sandboxes per key, on a sandbox's files (written, or left by a command, which ends the
+/// sandbox) and the image refusal each answer with a status naming the limit.
+#[test]
+fn the_server_key_and_the_caps_hold() {
+    use rlx::sandbox::cwsandbox::server::{ServeOptions, ServerLimits};
+    use rlx::sandbox::remote::RemoteSandboxes as _;
+    let limits = ServerLimits { per_key: 2, disk_bytes: 1 << 20, files: 50, ..ServerLimits::default() };
+    let key = rlx::sandbox::cwsandbox::access::ApiKey::new("server-key").unwrap();
+    let server = InProcess::start(ServeOptions { api_key: Some(key), limits, ..Default::default() });
+    let rt = &server.rt;
+    let e = rt.block_on(server.client("wrong-key").create(&create_spec("python:3.11"))).unwrap_err().to_string();
+    assert!(e.contains("UNAUTHENTICATED"), "{e}");
+    let client = server.client("server-key");
+    let e = rt.block_on(client.create(&create_spec("rust:1.80"))).unwrap_err().to_string();
+    assert!(e.contains("INVALID_ARGUMENT") && e.contains("rust:1.80") && e.contains("cannot be provided"), "{e}");
+    let a = rt.block_on(client.create(&create_spec("python:3.11"))).unwrap();
+    let _b = rt.block_on(client.create(&create_spec("python"))).unwrap();
+    let e = rt.block_on(client.create(&create_spec("python:3.11"))).unwrap_err().to_string();
+    assert!(e.contains("RESOURCE_EXHAUSTED") && e.contains("per key"), "{e}");
+    let e = rt.block_on(client.write_file(&a, "/tmp/big", vec![b'x'; 2 << 20])).unwrap_err().to_string();
+    assert!(e.contains("RESOURCE_EXHAUSTED") && e.contains("1048576 bytes"), "{e}");
+    rt.block_on(client.write_file(&a, "/tmp/small", vec![b'x'; 1000])).unwrap();
+    let fill = "for i in range(3):\n    open(f'/tmp/f{i}', 'wb').write(b'x' * 600_000)\n";
+    let e = rt.block_on(client.exec(&a, &["python".to_owned(), "-c".to_owned(), fill.to_owned()], std::time::Duration::from_secs(20))).unwrap_err().to_string();
+    assert!(e.contains("RESOURCE_EXHAUSTED") && e.contains("was ended"), "{e}");
+    assert!(!server.roots.join(&a).exists(), "the ended sandbox's files are still on disk");
+    assert_eq!(rt.block_on(client.list_tagged("rlx")).unwrap().len(), 1);
 }

@@ -130,7 +130,8 @@ fn server_config(bind: SocketAddr, api_key: Option<String>, max_memory_mb: u64, 
 }
 
 async fn serve(bind: SocketAddr, caps: ServerConfig, concurrency: Option<usize>, max_in_flight: Option<usize>, strict: bool, protocol: Protocol) -> anyhow::Result<u8> {
-    let mut config = LocalConfig { strict, max_in_flight, ..LocalConfig::default() };
+    // The CoreWeave protocol's sandboxes are containers: a writable root each, kept between calls.
+    let mut config = LocalConfig { strict, max_in_flight, persistent_roots: protocol == Protocol::Cwsandbox, ..LocalConfig::default() };
     if let Some(c) = concurrency {
         config.workers = c;
     }
@@ -170,7 +171,7 @@ fn cwsandbox_options() -> anyhow::Result<crate::sandbox::cwsandbox::server::Serv
     let secs: f64 = v.trim().parse().ok().filter(|s: &f64| *s >= 0.0).ok_or_else(|| crate::cli::UserError::msg(format!("`RLX_CWSANDBOX_PENDING_S` must be a number of seconds or `inf`, found `{v}`")))?;
     let pending = if secs.is_finite() { Duration::from_secs_f64(secs) } else { Duration::MAX };
     printer::warning(&format!("{} is set: new sandboxes stay PENDING for {v} s (a test setting)", crate::switches::CWSANDBOX_PENDING_S.name), &[]);
-    Ok(crate::sandbox::cwsandbox::server::ServeOptions { pending: Some(pending) })
+    Ok(crate::sandbox::cwsandbox::server::ServeOptions { pending: Some(pending), ..Default::default() })
 }
 
 /// The LCB-10 benchmark problem: `n` then `n` integers; print their sum and their max.

@@ -29,6 +29,8 @@ pub(crate) const UNIMPLEMENTED: u32 = 12;
 pub(crate) const INTERNAL: u32 = 13;
 /// `UNAVAILABLE`.
 pub(crate) const UNAVAILABLE: u32 = 14;
+/// `UNAUTHENTICATED`.
+pub(crate) const UNAUTHENTICATED: u32 = 16;
 
 /// The name of a status code, for messages.
 pub(crate) fn code_name(code: u32) -> &'static str {
@@ -49,7 +51,7 @@ pub(crate) fn code_name(code: u32) -> &'static str {
         INTERNAL => "INTERNAL",
         UNAVAILABLE => "UNAVAILABLE",
         15 => "DATA_LOSS",
-        16 => "UNAUTHENTICATED",
+        UNAUTHENTICATED => "UNAUTHENTICATED",
         _ => "UNKNOWN",
     }
 }

@@ -1,22 +1,32 @@
 //! `rlx sandbox serve --protocol cwsandbox`: the CoreWeave Sandbox gRPC service
 //! (`coreweave.sandbox.v1.SandboxService`) over plaintext HTTP/2, backed by the embedded sandbox.
 //!
-//! What a sandbox is here: a record (id, spec, tags, state) and a filesystem held by the server.
-//! Nothing runs between calls: each `Exec`/`StreamExec` is one isolated run of the embedded
-//! sandbox (its namespaces, read-only root, limits) that gets the sandbox's files, runs the
-//! command, and returns the files as the command left them. An image is not pulled: every image
-//! runs on the server's Python interpreter and host toolchain (`python`/`python3` are that
-//! interpreter); absolute paths live under the run's working directory, and arguments that
-//! name them are rewritten (`launcher.py`). `CreateSandbox` answers `RUNNING` at once, unless
-//! [`ServeOptions::pending`] (the test-only `RLX_CWSANDBOX_PENDING_S`) holds new sandboxes in
-//! `PENDING` a while.
+//! What a sandbox is here: a record (id, spec, tags, state, owner) and a directory on disk, its
+//! persistent root ([`super::rootfs`]). Each `Exec`/`StreamExec` is one isolated run of the
+//! embedded sandbox (its namespaces, limits) chrooted into that root, where the host's system
+//! directories and Python are bound read-only and everything else is the sandbox's own, writable
+//! and kept for its lifetime: a file written at `/tmp/data.txt` by `WriteFile`, a program or a
+//! shell is there, at that path, for every later command and for `ReadFile`, as in a container.
+//! Commands of one sandbox run one at a time; processes a command leaves in the background end
+//! with it. An image is not pulled: every sandbox runs on the server's Python (`python`,
+//! `python3` and shells find that interpreter first), and an image that is not that Python is
+//! refused at creation ([`super::access::check_image`]). `CreateSandbox` answers `RUNNING` at
+//! once, unless [`ServeOptions::pending`] (the test-only `RLX_CWSANDBOX_PENDING_S`) holds new
+//! sandboxes in `PENDING` a while.
+//!
+//! Clients are kept apart: a sandbox belongs to the credential that created it, and any other
+//! gets `NOT_FOUND` for it on every call (list included); ids are random. With
+//! [`ServeOptions::api_key`], a request without that key gets `UNAUTHENTICATED` before its body
+//! is read. [`ServerLimits`] caps live sandboxes (per credential and in all), their lifetime,
+//! memory, files and streamed stdin.
 //! Calls the protocol has and rlx does not serve (templates, snapshots, logs, the direct data
 //! plane's `ConnectSandbox`) answer `UNIMPLEMENTED`, which the official client takes as "use the
-//! gateway". No authentication: the server binds loopback by default.
+//! gateway".
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,10 +45,12 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::access::{self, ApiKey};
 use super::grpc::{self, Deframer};
+use super::rootfs::{FsError, RootFs};
 use super::wire::{self, State};
 use crate::sandbox::local::LocalSandbox;
-use crate::sandbox::exec::{ExecRequest, ExecStatus, Sandbox as _};
+use crate::sandbox::exec::{ExecRequest, ExecStatus};
 use crate::sandbox::limits::Limits;
 
 /// The program each exec runs inside the embedded sandbox.
@@ -57,24 +69,33 @@ const MAX_REQUEST: usize = 100 << 20;
 /// A gRPC status to answer with.
 #[derive(Debug)]
 pub(crate) struct Status {
-    code: u32,
-    message: String,
+    pub(crate) code: u32,
+    pub(crate) message: String,
 }
 
 impl Status {
-    fn new(code: u32, message: impl Into<String>) -> Status {
+    pub(crate) fn new(code: u32, message: impl Into<String>) -> Status {
         Status { code, message: message.into() }
     }
 }
 
-/// One sandbox: its record and its files (absolute path → bytes).
+/// One sandbox: its record, its owner and its files.
 struct Held {
     proto: wire::Sandbox,
-    files: BTreeMap<String, Vec<u8>>,
+    /// The principal that created it ([`access::principal`]).
+    owner: Vec<u8>,
+    fs: Arc<RootFs>,
     memory_mb: u64,
-    expires: Option<Instant>,
+    /// The image's environment (`environment_variables`), under each call's own.
+    env: BTreeMap<String, String>,
+    /// Where commands start (the container's `working_dir`, else `/`).
+    cwd: String,
+    expires: Instant,
     /// When a `PENDING` sandbox becomes `RUNNING` (`None`: never, or already running).
     ready_at: Option<Instant>,
+    /// Held by the command running: one at a time, so that nothing of the sandbox's changes its
+    /// root while the next command's view of it is set up (`enter_root` in harness.py).
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Held {
@@ -92,15 +113,75 @@ impl Held {
     fn running(&self) -> bool {
         self.proto.status.as_ref().is_some_and(|s| s.state == State::Running as i32)
     }
+
+    fn owned_by(&self, who: &[u8]) -> bool {
+        access::ct_eq(&self.owner, who)
+    }
+}
+
+/// What a client may ask of the server: past these, a call fails (`RESOURCE_EXHAUSTED` for what
+/// is full, `INVALID_ARGUMENT` for what may never be asked).
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    /// Live sandboxes per credential.
+    pub per_key: usize,
+    /// Live sandboxes in all.
+    pub total: usize,
+    /// The lifetime of a sandbox created without one.
+    pub default_lifetime: Duration,
+    /// The longest lifetime granted (a longer one is cut to this, as `effective_max_lifetime_seconds`
+    /// reports).
+    pub max_lifetime: Duration,
+    /// The most memory a sandbox may ask for, in MiB.
+    pub max_memory_mb: u64,
+    /// Bytes of files per sandbox.
+    pub disk_bytes: u64,
+    /// Files, folders and links per sandbox.
+    pub files: u64,
+    /// Bytes of stdin one `StreamExec` may send.
+    pub stdin_bytes: usize,
+}
+
+impl Default for ServerLimits {
+    /// 64 sandboxes per credential (twice a grader's default `max_alive`), 256 in all; an hour
+    /// by default, a day at most; 8 GiB of memory; 1 GiB in 10 000 files each; 16 MiB of stdin.
+    fn default() -> Self {
+        ServerLimits {
+            per_key: 64,
+            total: 256,
+            default_lifetime: Duration::from_secs(3600),
+            max_lifetime: Duration::from_secs(24 * 3600),
+            max_memory_mb: 8192,
+            disk_bytes: 1 << 30,
+            files: 10_000,
+            stdin_bytes: 16 << 20,
+        }
+    }
+}
+
+impl ServerLimits {
+    /// The lifetime granted for `max_lifetime_seconds`: the default for none (0 or less), at
+    /// most the maximum.
+    fn lifetime(&self, asked_s: i32) -> Duration {
+        match u64::try_from(asked_s) {
+            Ok(s) if s > 0 => Duration::from_secs(s).min(self.max_lifetime),
+            _ => self.default_lifetime,
+        }
+    }
 }
 
 /// How the server behaves beyond the protocol.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ServeOptions {
     /// Test-only: a new sandbox stays `PENDING` this long before it is `RUNNING` (`Duration::MAX`:
     /// never), as a hosted service's cold start would, so that clients' readiness timeouts can
     /// be tested. `None`: `RUNNING` at once.
     pub pending: Option<Duration>,
+    /// The key every request must carry (`authorization: Bearer KEY`); `None`: any credential,
+    /// each its own principal (for a loopback bind).
+    pub api_key: Option<ApiKey>,
+    /// Caps on what clients may ask.
+    pub limits: ServerLimits,
 }
 
 /// The service's state.
@@ -108,14 +189,16 @@ pub(crate) struct Service {
     sandbox: LocalSandbox,
     held: std::sync::Mutex<HashMap<String, Held>>,
     counter: AtomicU64,
-    /// Deleted sandboxes, most recent last, kept for `GetSandbox` (the official client polls for
-    /// the terminal state after a stop) but not listed.
-    ended: std::sync::Mutex<std::collections::VecDeque<wire::Sandbox>>,
-    /// Part of every id, so ids of a restarted server do not repeat.
-    epoch: u32,
+    /// Ended sandboxes with their owners, most recent last, kept for `GetSandbox` (the official
+    /// client polls for the terminal state after a stop) but not listed.
+    ended: std::sync::Mutex<std::collections::VecDeque<(Vec<u8>, wire::Sandbox)>>,
     options: ServeOptions,
     /// Most sandboxes held at once.
     peak: std::sync::atomic::AtomicUsize,
+    /// Where the sandboxes' roots live ([`LocalSandbox::roots_dir`]).
+    roots: PathBuf,
+    /// The server's Python (`3.11.7`), the one image it provides.
+    python_version: String,
 }
 
 /// The response body: frames pushed by a task (streaming) or queued at once (unary).
@@ -173,20 +256,32 @@ pub struct Stats {
 }
 
 /// Serves until `shutdown` resolves; connections still open then are closed after the execs in
-/// flight on them end (at most ten seconds).
+/// flight on them end (at most ten seconds). Every sandbox's files are removed by then.
 ///
 /// # Errors
-/// A failing `accept` that is not transient.
+/// A sandbox without persistent roots (started without [`crate::sandbox::local::LocalConfig::persistent_roots`],
+/// or without the mount namespace that shows them); a Python whose version cannot be read; a
+/// failing `accept` that is not transient.
 pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, options: ServeOptions, shutdown: impl Future<Output = ()>) -> std::io::Result<Stats> {
+    let roots = sandbox.roots_dir().map(std::path::Path::to_path_buf).ok_or_else(|| {
+        std::io::Error::other("the CoreWeave protocol needs a sandbox with persistent roots, which need the mount namespace (see `rlx sandbox check`)")
+    })?;
+    let version = tokio::process::Command::new(sandbox.python()).args(["-I", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"]).output().await?;
+    let python_version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    if python_version.is_empty() {
+        return Err(std::io::Error::other(format!("cannot read the version of {}", sandbox.python().display())));
+    }
     let svc = Arc::new(Service {
         sandbox,
         held: std::sync::Mutex::new(HashMap::new()),
         counter: AtomicU64::new(0),
         ended: std::sync::Mutex::default(),
-        epoch: wire::Timestamp::now().nanos as u32 ^ std::process::id(),
         options,
         peak: std::sync::atomic::AtomicUsize::new(0),
+        roots,
+        python_version,
     });
+    // TODO(integration): `crate::http_server::serve_with` (h/sandbox) replaces this loop.
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -212,7 +307,8 @@ pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, options: ServeO
     if tokio::time::timeout(Duration::from_secs(10), async { while connections.join_next().await.is_some() {} }).await.is_err() {
         connections.shutdown().await;
     }
-    Ok(Stats { created: svc.counter.load(Ordering::Relaxed), alive: svc.lock().len(), peak: svc.peak.load(Ordering::Relaxed) })
+    let alive = std::mem::take(&mut *svc.lock());
+    Ok(Stats { created: svc.counter.load(Ordering::Relaxed), alive: alive.len(), peak: svc.peak.load(Ordering::Relaxed) })
 }
 
 async fn unary<Req: Message + Default>(req: Request<Incoming>) -> Result<Req, Status> {
@@ -227,22 +323,34 @@ fn deadline(req: &Request<Incoming>) -> Duration {
     req.headers().get("grpc-timeout").and_then(|v| v.to_str().ok()).and_then(grpc::parse_timeout).unwrap_or(DEFAULT_EXEC_TIMEOUT)
 }
 
+/// A random sandbox id: `rlx-` and 64 bits from the OS, so no client can guess another's.
+fn random_id() -> Result<String, Status> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).map_err(|e| Status::new(grpc::INTERNAL, format!("no randomness for an id: {e}")))?;
+    Ok(format!("rlx-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>()))
+}
+
 impl Service {
     async fn route(self: Arc<Self>, req: Request<Incoming>) -> Response<ChannelBody> {
         let method = req.uri().path().strip_prefix(wire::SERVICE).unwrap_or("").to_owned();
+        // The key before the body: an unauthenticated client costs no buffering.
+        let who = match access::principal(req.headers(), self.options.api_key.as_ref()) {
+            Ok(w) => w,
+            Err(s) => return reply::<wire::WriteFileResponse>(Err(s)),
+        };
         self.reap_expired();
         match method.as_str() {
-            "CreateSandbox" => reply(async { self.create(unary(req).await?) }.await),
-            "GetSandbox" => reply(async { self.get(&unary::<wire::GetSandboxRequest>(req).await?.sandbox_id) }.await),
-            "ListSandboxes" => reply(async { Ok(self.list(&unary(req).await?)) }.await),
-            "DeleteSandbox" => reply(async { self.delete(&unary(req).await?) }.await),
-            "WriteFile" => reply(async { self.write_file(unary(req).await?) }.await),
-            "ReadFile" => reply(async { self.read_file(&unary(req).await?) }.await),
+            "CreateSandbox" => reply(async { self.create(who, unary(req).await?) }.await),
+            "GetSandbox" => reply(async { self.get(&who, &unary::<wire::GetSandboxRequest>(req).await?.sandbox_id) }.await),
+            "ListSandboxes" => reply(async { Ok(self.list(&who, &unary(req).await?)) }.await),
+            "DeleteSandbox" => reply(async { self.delete(&who, &unary(req).await?) }.await),
+            "WriteFile" => reply(async { self.write_file(&who, unary(req).await?).await }.await),
+            "ReadFile" => reply(async { self.read_file(&who, &unary(req).await?).await }.await),
             "Exec" => {
                 let timeout = deadline(&req);
-                reply(async { self.exec(unary(req).await?, timeout).await }.await)
+                reply(async { self.exec(&who, unary(req).await?, timeout).await }.await)
             }
-            "StreamExec" => self.stream_exec(req),
+            "StreamExec" => self.stream_exec(who, req),
             _ => reply::<wire::WriteFileResponse>(Err(Status::new(grpc::UNIMPLEMENTED, format!("`{}` is not served by rlx sandbox serve", req.uri().path())))),
         }
     }
@@ -251,19 +359,51 @@ impl Service {
         self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Sandboxes past their `max_lifetime_seconds` end as the real service ends them.
+    /// Ends sandboxes past their lifetime, as the real service ends them (their files go).
     fn reap_expired(&self) {
         let now = Instant::now();
-        self.lock().retain(|_, h| h.expires.is_none_or(|e| e > now));
+        let expired: Vec<String> = self.lock().iter().filter(|(_, h)| h.expires <= now).map(|(id, _)| id.clone()).collect();
+        for id in expired {
+            self.end(&id, "its max lifetime passed");
+        }
     }
 
-    fn create(&self, req: wire::CreateSandboxRequest) -> Result<wire::Sandbox, Status> {
+    /// Removes sandbox `id` (its files with it) and remembers it as ended.
+    fn end(&self, id: &str, reason: &str) -> Option<wire::Sandbox> {
+        let mut h = self.lock().remove(id)?;
+        let status = h.proto.status.get_or_insert_with(Default::default);
+        status.state = State::Terminated as i32;
+        status.end_time = Some(wire::Timestamp::now());
+        reason.clone_into(&mut status.state_reason);
+        tracing::debug!(sandbox = %id, reason, "sandbox ended");
+        let mut ended = self.ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if ended.len() >= ENDED_KEPT {
+            ended.pop_front();
+        }
+        ended.push_back((h.owner.clone(), h.proto.clone()));
+        Some(h.proto)
+    }
+
+    /// Runs `f` on sandbox `id` if `who` owns it; `NOT_FOUND` otherwise, whether it exists or not.
+    fn with_held<T>(&self, who: &[u8], id: &str, f: impl FnOnce(&mut Held) -> T) -> Result<T, Status> {
+        let mut held = self.lock();
+        let h = held.get_mut(id).filter(|h| h.owned_by(who)).ok_or_else(|| not_found(id))?;
+        Ok(f(h))
+    }
+
+    fn create(&self, who: Vec<u8>, req: wire::CreateSandboxRequest) -> Result<wire::Sandbox, Status> {
+        let limits = self.options.limits;
         let mut proto = req.sandbox.unwrap_or_default();
         let spec = proto.spec.get_or_insert_with(Default::default);
-        let memory_mb = spec.containers.first().and_then(container_memory_mb).unwrap_or(Limits::default().memory_mb);
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let id = format!("rlx-{:08x}-{n:06}", self.epoch);
-        let lifetime = spec.max_lifetime_seconds;
+        let container = spec.containers.first().cloned().unwrap_or_default();
+        access::check_image(&container.image, &self.python_version)?;
+        let memory_mb = container_memory_mb(&container).unwrap_or(Limits::default().memory_mb);
+        if memory_mb > limits.max_memory_mb {
+            return Err(Status::new(grpc::INVALID_ARGUMENT, format!("{memory_mb} MiB of memory asked; this server grants at most {} MiB", limits.max_memory_mb)));
+        }
+        let cwd = if container.working_dir.trim_matches('/').is_empty() { "/".to_owned() } else { normalize(&container.working_dir)? };
+        let lifetime = limits.lifetime(spec.max_lifetime_seconds);
+        let id = random_id()?;
         proto.sandbox_id.clone_from(&id);
         let now = wire::Timestamp::now();
         let pending = self.options.pending.filter(|d| !d.is_zero());
@@ -271,35 +411,56 @@ impl Service {
             state: if pending.is_some() { State::Pending } else { State::Running } as i32,
             create_time: Some(now.clone()),
             start_time: pending.is_none().then_some(now),
-            effective_max_lifetime_seconds: lifetime,
+            effective_max_lifetime_seconds: i32::try_from(lifetime.as_secs()).unwrap_or(i32::MAX),
             ..Default::default()
         });
-        let expires = (lifetime > 0).then(|| Instant::now() + Duration::from_secs(lifetime as u64));
         let ready_at = pending.and_then(|d| Instant::now().checked_add(d));
-        tracing::debug!(sandbox = %id, tags = ?spec.tags, "sandbox created");
         let mut held = self.lock();
-        held.insert(id, Held { proto: proto.clone(), files: BTreeMap::new(), memory_mb, expires, ready_at });
+        let mine = held.values().filter(|h| h.owned_by(&who)).count();
+        if mine >= limits.per_key {
+            return Err(Status::new(grpc::RESOURCE_EXHAUSTED, format!("{mine} sandboxes of this API key are alive, the most this server allows per key; stop one first")));
+        }
+        if held.len() >= limits.total {
+            return Err(Status::new(grpc::RESOURCE_EXHAUSTED, format!("{} sandboxes are alive, the most this server holds; try again later", held.len())));
+        }
+        let fs = RootFs::create(&self.roots, &id, &cwd).map_err(|e| fs_status(e, &cwd))?;
+        tracing::debug!(sandbox = %id, tags = ?spec.tags, "sandbox created");
+        self.counter.fetch_add(1, Ordering::Relaxed);
+        let h = Held {
+            proto: proto.clone(),
+            owner: who,
+            fs: Arc::new(fs),
+            memory_mb,
+            env: container.environment_variables,
+            cwd,
+            expires: Instant::now() + lifetime,
+            ready_at,
+            turn: Arc::default(),
+        };
+        held.insert(id, h);
         self.peak.fetch_max(held.len(), Ordering::Relaxed);
         Ok(proto)
     }
 
-    fn get(&self, id: &str) -> Result<wire::Sandbox, Status> {
-        if let Some(h) = self.lock().get_mut(id) {
+    fn get(&self, who: &[u8], id: &str) -> Result<wire::Sandbox, Status> {
+        if let Ok(p) = self.with_held(who, id, |h| {
             h.promote();
-            return Ok(h.proto.clone());
+            h.proto.clone()
+        }) {
+            return Ok(p);
         }
         let ended = self.ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        ended.iter().rev().find(|s| s.sandbox_id == id).cloned().ok_or_else(|| not_found(id))
+        ended.iter().rev().find(|(o, s)| s.sandbox_id == id && access::ct_eq(o, who)).map(|(_, s)| s.clone()).ok_or_else(|| not_found(id))
     }
 
-    fn list(&self, req: &wire::ListSandboxesRequest) -> wire::ListSandboxesResponse {
+    fn list(&self, who: &[u8], req: &wire::ListSandboxesRequest) -> wire::ListSandboxesResponse {
         let mut held = self.lock();
         held.values_mut().for_each(Held::promote);
         let mut sandboxes: Vec<wire::Sandbox> = held
             .values()
             .filter(|h| {
                 let tags = h.proto.spec.as_ref().map(|s| s.tags.as_slice()).unwrap_or_default();
-                req.tags.iter().all(|t| tags.contains(t))
+                h.owned_by(who) && req.tags.iter().all(|t| tags.contains(t))
             })
             .map(|h| h.proto.clone())
             .collect();
@@ -307,43 +468,51 @@ impl Service {
         wire::ListSandboxesResponse { sandboxes, next_page_token: String::new() }
     }
 
-    fn delete(&self, req: &wire::DeleteSandboxRequest) -> Result<wire::DeleteSandboxResponse, Status> {
-        match self.lock().remove(&req.sandbox_id) {
-            Some(mut h) => {
-                let status = h.proto.status.get_or_insert_with(Default::default);
-                status.state = State::Terminated as i32;
-                status.end_time = Some(wire::Timestamp::now());
-                tracing::debug!(sandbox = %req.sandbox_id, "sandbox deleted");
-                let mut ended = self.ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if ended.len() >= ENDED_KEPT {
-                    ended.pop_front();
-                }
-                ended.push_back(h.proto.clone());
-                Ok(wire::DeleteSandboxResponse { sandbox: Some(h.proto) })
-            }
+    fn delete(&self, who: &[u8], req: &wire::DeleteSandboxRequest) -> Result<wire::DeleteSandboxResponse, Status> {
+        let mine = self.with_held(who, &req.sandbox_id, |_| ()).is_ok();
+        match mine.then(|| self.end(&req.sandbox_id, "deleted")).flatten() {
+            Some(sandbox) => Ok(wire::DeleteSandboxResponse { sandbox: Some(sandbox) }),
             None if req.allow_missing => Ok(wire::DeleteSandboxResponse { sandbox: None }),
             None => Err(not_found(&req.sandbox_id)),
         }
     }
 
-    fn write_file(&self, req: wire::WriteFileRequest) -> Result<wire::WriteFileResponse, Status> {
+    async fn write_file(&self, who: &[u8], req: wire::WriteFileRequest) -> Result<wire::WriteFileResponse, Status> {
         let path = normalize(&req.path)?;
-        let mut held = self.lock();
-        let h = held.get_mut(&req.sandbox_id).ok_or_else(|| not_found(&req.sandbox_id))?;
-        h.files.insert(path, req.content);
+        let fs = self.with_held(who, &req.sandbox_id, |h| h.fs.clone())?;
+        let limits = self.options.limits;
+        let len = req.content.len() as u64;
+        tokio::task::spawn_blocking(move || {
+            let used = fs.usage(limits.files);
+            if used.bytes + len > limits.disk_bytes || used.files + 1 > limits.files {
+                return Err(Status::new(
+                    grpc::RESOURCE_EXHAUSTED,
+                    format!("writing {len} bytes to `{path}` would pass the sandbox's cap of {} bytes in {} files (it holds {} bytes in {} entries)", limits.disk_bytes, limits.files, used.bytes, used.files),
+                ));
+            }
+            fs.write(&path, &req.content).map_err(|e| fs_status(e, &path))
+        })
+        .await
+        .map_err(|e| Status::new(grpc::INTERNAL, e.to_string()))??;
         Ok(wire::WriteFileResponse {})
     }
 
-    fn read_file(&self, req: &wire::ReadFileRequest) -> Result<wire::ReadFileResponse, Status> {
+    async fn read_file(&self, who: &[u8], req: &wire::ReadFileRequest) -> Result<wire::ReadFileResponse, Status> {
         let path = normalize(&req.path)?;
-        let held = self.lock();
-        let h = held.get(&req.sandbox_id).ok_or_else(|| not_found(&req.sandbox_id))?;
-        let content = h.files.get(&path).cloned().ok_or_else(|| Status::new(grpc::NOT_FOUND, format!("no file `{}` in sandbox `{}`", req.path, req.sandbox_id)))?;
+        let fs = self.with_held(who, &req.sandbox_id, |h| h.fs.clone())?;
+        let max = self.options.limits.disk_bytes.min(MAX_REQUEST as u64);
+        let (id, shown) = (req.sandbox_id.clone(), req.path.clone());
+        let content = tokio::task::spawn_blocking(move || match fs.read(&path, max) {
+            Err(FsError::Missing) => Err(Status::new(grpc::NOT_FOUND, format!("no file `{shown}` in sandbox `{id}`"))),
+            r => r.map_err(|e| fs_status(e, &path)),
+        })
+        .await
+        .map_err(|e| Status::new(grpc::INTERNAL, e.to_string()))??;
         Ok(wire::ReadFileResponse { content })
     }
 
-    async fn exec(&self, req: wire::ExecRequest, timeout: Duration) -> Result<wire::ExecResponse, Status> {
-        let out = self.run_command(&req.sandbox_id, req.command, req.env, None, timeout).await?;
+    async fn exec(&self, who: &[u8], req: wire::ExecRequest, timeout: Duration) -> Result<wire::ExecResponse, Status> {
+        let out = self.run_command(who, &req.sandbox_id, req.command, req.env, None, timeout).await?;
         let cap = if req.max_output_bytes > 0 { req.max_output_bytes as usize } else { usize::MAX };
         let (stdout_truncated, stderr_truncated) = (out.stdout.len() > cap || out.stdout_truncated, out.stderr.len() > cap);
         let clip = |mut v: Vec<u8>| {
@@ -355,14 +524,15 @@ impl Service {
 
     /// `StreamExec`: `ready` at once, stdin gathered until the client closes it, then the run,
     /// its output and its exit.
-    fn stream_exec(self: Arc<Self>, req: Request<Incoming>) -> Response<ChannelBody> {
+    fn stream_exec(self: Arc<Self>, who: Vec<u8>, req: Request<Incoming>) -> Response<ChannelBody> {
         let timeout = deadline(&req);
         let (tx, rx) = mpsc::channel(8);
         tokio::spawn(async move {
             let data = |m: wire::StreamResponse| Frame::data(grpc::frame(&wire::ExecStreamResponse { message: Some(m) }));
-            let status = match read_stream_request(req.into_body(), &tx, data(wire::StreamResponse::Ready(wire::ExecStreamReady { ready_time: Some(wire::Timestamp::now()) }))).await {
+            let ready = data(wire::StreamResponse::Ready(wire::ExecStreamReady { ready_time: Some(wire::Timestamp::now()) }));
+            let status = match read_stream_request(req.into_body(), &tx, ready, self.options.limits.stdin_bytes).await {
                 Err(s) => s,
-                Ok((init, stdin)) => match self.run_command(&init.sandbox_id, init.command, init.env, Some(stdin), timeout).await {
+                Ok((init, stdin)) => match self.run_command(&who, &init.sandbox_id, init.command, init.env, Some(stdin), timeout).await {
                     Err(s) => s,
                     Ok(out) => {
                         for (stream, bytes) in [(1, out.stdout), (2, out.stderr)] {
@@ -381,37 +551,38 @@ impl Service {
         streaming(rx)
     }
 
-    /// One command in the embedded sandbox with the sandbox's files; the files it leaves replace
-    /// them.
-    async fn run_command(&self, id: &str, argv: Vec<String>, env: BTreeMap<String, String>, stdin: Option<Vec<u8>>, timeout: Duration) -> Result<Output, Status> {
+    /// One command in the sandbox's root, after the one before it ended; a sandbox whose files
+    /// then pass its caps is ended (its files removed) and the call says why.
+    async fn run_command(&self, who: &[u8], id: &str, argv: Vec<String>, env: BTreeMap<String, String>, stdin: Option<Vec<u8>>, timeout: Duration) -> Result<Output, Status> {
         if argv.is_empty() {
             return Err(Status::new(grpc::INVALID_ARGUMENT, "the command is empty"));
         }
-        let (files, memory_mb) = {
-            let mut held = self.lock();
-            let h = held.get_mut(id).ok_or_else(|| not_found(id))?;
+        let turn = self.with_held(who, id, |h| {
             h.promote();
-            if !h.running() {
-                return Err(Status::new(grpc::FAILED_PRECONDITION, format!("sandbox `{id}` is not running yet")));
-            }
-            (h.files.clone(), h.memory_mb)
-        };
-        let files: BTreeMap<String, String> = files.into_iter().map(|(p, b)| (p, B64.encode(b))).collect();
-        let job = serde_json::json!({"argv": argv, "env": env, "files": files}).to_string().into_bytes();
+            h.running().then(|| h.turn.clone())
+        })?;
+        let turn = turn.ok_or_else(|| Status::new(grpc::FAILED_PRECONDITION, format!("sandbox `{id}` is not running yet")))?;
+        let _turn = turn.lock_owned().await;
+        // Looked up again: the sandbox may have ended while the command waited its turn.
+        let (fs, memory_mb, mut job_env, cwd) = self.with_held(who, id, |h| (h.fs.clone(), h.memory_mb, h.env.clone(), h.cwd.clone()))?;
+        job_env.extend(env);
+        let job = serde_json::json!({"argv": argv, "env": job_env}).to_string();
+        let limits = self.options.limits;
+        let fsize_mb = (limits.disk_bytes >> 20).clamp(1, Limits::default().fsize_mb);
         let req = ExecRequest {
-            code: LAUNCHER.into(),
+            code: format!("JOB = \"{}\"\n{LAUNCHER}", B64.encode(job)),
             stdin: stdin.map(|s| String::from_utf8_lossy(&s).into_owned()),
-            files: BTreeMap::from([("rlx-exec.json".to_owned(), job)]),
-            fetch_files: vec!["rlx-fs.json".into()],
-            limits: Limits { timeout, memory_mb, ..Limits::default() },
+            limits: Limits { timeout, memory_mb, fsize_mb, ..Limits::default() },
             ..ExecRequest::default()
         };
-        let out = self.sandbox.run(req).await.map_err(|e| Status::new(grpc::UNAVAILABLE, format!("the sandbox failed: {e}")))?;
-        if let Some(snapshot) = out.files.get("rlx-fs.json").and_then(|b| serde_json::from_slice::<BTreeMap<String, String>>(b).ok()) {
-            let files = snapshot.into_iter().filter_map(|(p, b)| Some((p, B64.decode(b).ok()?))).collect();
-            if let Some(h) = self.lock().get_mut(id) {
-                h.files = files;
-            }
+        let out = self.sandbox.run_in_root(req, id, &cwd).await.map_err(|e| Status::new(grpc::UNAVAILABLE, format!("the sandbox failed: {e}")))?;
+        let used = tokio::task::spawn_blocking(move || fs.usage(limits.files)).await.map_err(|e| Status::new(grpc::INTERNAL, e.to_string()))?;
+        if used.bytes > limits.disk_bytes || used.files > limits.files {
+            self.end(id, "its files passed the server's cap");
+            return Err(Status::new(
+                grpc::RESOURCE_EXHAUSTED,
+                format!("the command left more than the sandbox's cap of {} bytes in {} files ({} bytes, {} entries): sandbox `{id}` was ended", limits.disk_bytes, limits.files, used.bytes, used.files),
+            ));
         }
         let exit_code = match out.status {
             ExecStatus::TimedOut => return Err(Status::new(grpc::DEADLINE_EXCEEDED, format!("the command ran past its deadline of {:.1}s", timeout.as_secs_f64()))),
@@ -431,10 +602,10 @@ struct Output {
     stdout_truncated: bool,
 }
 
-/// Reads a `StreamExec` request stream: the `init`, then stdin until `close` or the end of the
-/// stream. `ready` is sent once `init` has arrived (the official client waits for it before
+/// Reads a `StreamExec` request stream: the `init`, then stdin (at most `max_stdin` bytes)
+/// until `close` or the end of the stream. `ready` is sent once `init` has arrived (the official client waits for it before
 /// sending stdin).
-async fn read_stream_request(mut body: Incoming, tx: &mpsc::Sender<Frame<Bytes>>, ready: Frame<Bytes>) -> Result<(wire::ExecStreamInit, Vec<u8>), Status> {
+async fn read_stream_request(mut body: Incoming, tx: &mpsc::Sender<Frame<Bytes>>, ready: Frame<Bytes>, max_stdin: usize) -> Result<(wire::ExecStreamInit, Vec<u8>), Status> {
     let mut d = Deframer::default();
     let mut init = None;
     let mut ready = Some(ready);
@@ -449,7 +620,12 @@ async fn read_stream_request(mut body: Incoming, tx: &mpsc::Sender<Frame<Bytes>>
                         let _ = tx.send(r).await;
                     }
                 }
-                (Some(wire::StreamRequest::Stdin(b)), true) => stdin.extend_from_slice(&b),
+                (Some(wire::StreamRequest::Stdin(b)), true) => {
+                    if stdin.len() + b.len() > max_stdin {
+                        return Err(Status::new(grpc::RESOURCE_EXHAUSTED, format!("more than {max_stdin} bytes of stdin")));
+                    }
+                    stdin.extend_from_slice(&b);
+                }
                 (Some(wire::StreamRequest::Close(_)), true) => return Ok((init.expect("checked"), stdin)),
                 (_, false) => return Err(Status::new(grpc::INVALID_ARGUMENT, "the first StreamExec message must be `init`")),
                 (_, true) => {}
@@ -466,6 +642,14 @@ async fn read_stream_request(mut body: Incoming, tx: &mpsc::Sender<Frame<Bytes>>
         }
     }
     init.map(|i| (i, stdin)).ok_or_else(|| Status::new(grpc::INVALID_ARGUMENT, "no `init` message"))
+}
+
+fn fs_status(e: FsError, path: &str) -> Status {
+    match e {
+        FsError::Missing => Status::new(grpc::NOT_FOUND, format!("`{path}`: a folder on the way does not exist")),
+        FsError::Invalid(m) => Status::new(grpc::INVALID_ARGUMENT, m),
+        FsError::Io(e) => Status::new(grpc::INTERNAL, format!("`{path}`: {e}")),
+    }
 }
 
 fn not_found(id: &str) -> Status {
@@ -531,5 +715,14 @@ mod tests {
         assert_eq!(parse_quantity_mib("512Mi"), Some(512));
         assert_eq!(parse_quantity_mib("1G"), Some(954));
         assert_eq!(parse_quantity_mib("lots"), None);
+    }
+
+    #[test]
+    fn a_sandbox_always_has_a_bounded_lifetime() {
+        let l = ServerLimits::default();
+        assert_eq!(l.lifetime(0), Duration::from_secs(3600));
+        assert_eq!(l.lifetime(-5), Duration::from_secs(3600));
+        assert_eq!(l.lifetime(60), Duration::from_secs(60));
+        assert_eq!(l.lifetime(i32::MAX), Duration::from_secs(24 * 3600));
     }
 }
