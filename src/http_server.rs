@@ -43,7 +43,6 @@ pub(crate) enum Http {
     /// HTTP/1.1 (Sandbox Fusion's API, Tinker's REST protocol).
     One,
     /// HTTP/2 over plaintext (h2c: the CoreWeave Sandbox gRPC service).
-    #[allow(dead_code, reason = "for the CoreWeave-protocol server, which moves onto this loop in its own change")]
     Two,
 }
 
@@ -202,7 +201,7 @@ fn is_transient(e: &std::io::Error) -> bool {
 /// An API key that a server requires: never empty (an empty `--api-key ""` would otherwise pass
 /// the public-bind rule while every request with an empty header matched it).
 #[derive(Clone)]
-pub(crate) struct ApiKey(String);
+pub struct ApiKey(String);
 
 impl std::fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -213,14 +212,14 @@ impl std::fmt::Debug for ApiKey {
 /// An API key that is empty or only whitespace.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("the API key is empty: an empty key is no key")]
-pub(crate) struct EmptyKey;
+pub struct EmptyKey;
 
 impl ApiKey {
     /// The key, refused when empty or only whitespace.
     ///
     /// # Errors
     /// [`EmptyKey`].
-    pub(crate) fn new(key: impl Into<String>) -> Result<ApiKey, EmptyKey> {
+    pub fn new(key: impl Into<String>) -> Result<ApiKey, EmptyKey> {
         let key = key.into();
         if key.trim().is_empty() { Err(EmptyKey) } else { Ok(ApiKey(key)) }
     }
@@ -229,7 +228,7 @@ impl ApiKey {
     /// sides are hashed and the digests compared without an early exit, so a client cannot find
     /// the key's length or a correct prefix by timing answers (`==` on strings stops at the
     /// first differing byte).
-    pub(crate) fn matches(&self, given: &[u8]) -> bool {
+    pub fn matches(&self, given: &[u8]) -> bool {
         let (a, b) = (Sha256::digest(self.0.as_bytes()), Sha256::digest(given));
         let diff = a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
         // `black_box` keeps the compiler from turning the fold back into an early exit.

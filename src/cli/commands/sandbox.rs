@@ -85,7 +85,7 @@ pub(crate) fn run(cmd: SandboxCommand) -> anyhow::Result<u8> {
     runtime.block_on(async {
         match cmd {
             SandboxCommand::Serve { bind, api_key, max_memory_mb, max_run_timeout_s, concurrency, max_in_flight, strict, protocol } => {
-                let Some(caps) = server_config(bind, api_key, max_memory_mb, max_run_timeout_s, protocol) else { return Ok(exit::USAGE) };
+                let Some(caps) = server_config(bind, api_key, max_memory_mb, max_run_timeout_s) else { return Ok(exit::USAGE) };
                 serve(bind, caps, concurrency, max_in_flight, strict, protocol).await
             }
             SandboxCommand::Bench { workers, requests, inflight } => bench(workers, requests, &inflight).await,
@@ -104,7 +104,7 @@ async fn start_local(config: LocalConfig) -> anyhow::Result<crate::sandbox::loca
 
 /// The server's key and caps, checked before anything starts: an empty key, a public bind
 /// without a key or a cap that is not a positive number is a usage error (printed; `None`).
-fn server_config(bind: SocketAddr, api_key: Option<String>, max_memory_mb: u64, max_run_timeout_s: f64, protocol: Protocol) -> Option<ServerConfig> {
+fn server_config(bind: SocketAddr, api_key: Option<String>, max_memory_mb: u64, max_run_timeout_s: f64) -> Option<ServerConfig> {
     let key = match api_key.clone().map(ApiKey::new).transpose() {
         Ok(k) => k,
         Err(e) => {
@@ -114,12 +114,6 @@ fn server_config(bind: SocketAddr, api_key: Option<String>, max_memory_mb: u64, 
     };
     if let Err(e) = crate::http_server::check_bind(bind, key.as_ref()) {
         printer::error_message(&e.to_string(), &[e.hint()]);
-        return None;
-    }
-    if key.is_some() && protocol == Protocol::Cwsandbox {
-        // Until the CoreWeave-protocol server checks keys, taking one would promise what it
-        // does not do.
-        printer::error_message("`--api-key` is not checked by `--protocol cwsandbox` yet", &["bind 127.0.0.1 without a key".into()]);
         return None;
     }
     if !(max_run_timeout_s > 0.0 && max_run_timeout_s.is_finite()) || max_memory_mb == 0 {
@@ -155,7 +149,11 @@ async fn serve(bind: SocketAddr, caps: ServerConfig, concurrency: Option<usize>,
     match protocol {
         Protocol::Fusion => crate::sandbox::server::serve_with(listener, sandbox, caps, shutdown).await.context("server failed")?,
         Protocol::Cwsandbox => {
-            let options = cwsandbox_options()?;
+            // The key was checked by `server_config`; the memory cap is the same flag for both protocols.
+            let key = caps.api_key.as_deref().and_then(|k| ApiKey::new(k).ok());
+            let mut options = cwsandbox_options()?;
+            options.api_key = key;
+            options.limits.max_memory_mb = caps.max_memory_mb;
             let stats = crate::sandbox::cwsandbox::server::serve(listener, sandbox, options, shutdown).await.context("server failed")?;
             printer::status(format!("rlx sandbox stopped: {} sandboxes created, {} alive, at most {} alive at once", stats.created, stats.alive, stats.peak));
         }

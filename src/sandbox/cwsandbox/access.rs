@@ -12,39 +12,9 @@ use hyper::HeaderMap;
 use super::grpc;
 use super::server::Status;
 
-/// The server's API key: never empty.
-///
-/// A stand-in with the signatures of `crate::http_server::ApiKey` (branch h/sandbox), which
-/// replaces it at integration: `new` refuses an empty or blank key, `matches` compares in
-/// constant time.
-#[derive(Clone)]
-pub struct ApiKey(Vec<u8>);
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(..)")
-    }
-}
-
-impl ApiKey {
-    /// A key; `Err` for an empty or all-blank one (an empty key is no key).
-    ///
-    /// # Errors
-    /// A message saying the key is empty.
-    pub fn new(key: impl Into<String>) -> Result<ApiKey, String> {
-        let key = key.into();
-        if key.trim().is_empty() {
-            return Err("the API key is empty: an empty key is no key".into());
-        }
-        Ok(ApiKey(key.into_bytes()))
-    }
-
-    /// Whether `given` is the key, in time independent of where they differ. An empty `given`
-    /// never matches.
-    pub fn matches(&self, given: &[u8]) -> bool {
-        !given.is_empty() && ct_eq(&self.0, given)
-    }
-}
+/// The server's API key: the one key type of every rlx server (never empty, compared in constant
+/// time), re-exported so a library user can start this server with a key.
+pub use crate::http_server::ApiKey;
 
 /// Equality that reads every byte of `a` whatever `b` holds: the time depends on `a`'s length
 /// only (the server's side), so a client learns nothing of where its guess went wrong.

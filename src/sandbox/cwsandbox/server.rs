@@ -39,11 +39,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt as _, Limited};
 use hyper::body::{Frame, Incoming};
 use hyper::{HeaderMap, Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use super::access::{self, ApiKey};
 use super::grpc::{self, Deframer};
@@ -281,32 +279,17 @@ pub async fn serve(listener: TcpListener, sandbox: LocalSandbox, options: ServeO
         roots,
         python_version,
     });
-    // TODO(integration): `crate::http_server::serve_with` (h/sandbox) replaces this loop.
-    let mut connections = JoinSet::new();
-    tokio::pin!(shutdown);
-    loop {
-        while connections.try_join_next().is_some() {}
-        let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::Interrupted) => continue,
-                Err(e) => return Err(e),
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
+    // The shared accept loop (connection limit, owned connection tasks, drain on shutdown) over
+    // HTTP/2: a gRPC client multiplexes its calls on one connection, so the limit counts clients.
+    let handle = {
         let svc = svc.clone();
-        connections.spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let svc = svc.clone();
-                async move { Ok::<_, Infallible>(svc.route(req).await) }
-            });
-            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), service).await;
-        });
-    }
-    if tokio::time::timeout(Duration::from_secs(10), async { while connections.join_next().await.is_some() {} }).await.is_err() {
-        connections.shutdown().await;
-    }
+        move |req| {
+            let svc = svc.clone();
+            async move { Ok::<_, Infallible>(svc.route(req).await) }
+        }
+    };
+    let options = crate::http_server::ServeOptions { drain: Duration::from_secs(10), max_connections: crate::http_server::DEFAULT_MAX_CONNECTIONS, http: crate::http_server::Http::Two };
+    crate::http_server::serve_with(listener, handle, shutdown, options).await?;
     let alive = std::mem::take(&mut *svc.lock());
     Ok(Stats { created: svc.counter.load(Ordering::Relaxed), alive: alive.len(), peak: svc.peak.load(Ordering::Relaxed) })
 }
