@@ -229,9 +229,11 @@ fn expand(text: &str) -> Vec<Vec<String>> {
     while let Some((i, c)) = chars.next() {
         if c.is_alphanumeric() || c == '_' {
             cur.push(c);
-        } else if text[i..].starts_with("::{") {
-            segs.push(std::mem::take(&mut cur));
-            let inner = &text[i + 3..];
+        } else if let Some(inner) = text[i..].strip_prefix("::{").or_else(|| text.strip_prefix('{').filter(|_| i == 0)) {
+            // `a::{…}`, or a group right after the path's first segment (`super::{a, b}`).
+            if !cur.is_empty() {
+                segs.push(std::mem::take(&mut cur));
+            }
             let mut depth = 1;
             let end = inner.char_indices().find(|&(_, ch)| {
                 depth += match ch {
@@ -258,12 +260,15 @@ fn expand(text: &str) -> Vec<Vec<String>> {
                 }
             }
             out.push(body[start..].trim().to_string());
+            // The group's prefix is named only by a `self` in it: `use super::{a, b};` names the
+            // siblings a and b, not the parent (each leaf that is an item resolves to its module).
+            let named = out.iter().any(|p| p == "self" || p.starts_with("self as "));
             return out
                 .into_iter()
-                .filter(|p| !p.is_empty() && p != "self")
+                .filter(|p| !p.is_empty() && p != "self" && !p.starts_with("self as "))
                 .flat_map(|p| expand(&p))
                 .map(|tail| segs.iter().cloned().chain(tail).collect())
-                .chain(std::iter::once(segs.clone()))
+                .chain(named.then(|| segs.clone()))
                 .collect();
         } else if text[i..].starts_with("::") {
             segs.push(std::mem::take(&mut cur));
@@ -461,8 +466,10 @@ fn the_ratchet_fails_on_a_new_parent_child_cycle() {
     w("tool/mod.rs", "mod part;\nmod run;\nmod types;\npub use run::run;\npub use types::Tool;\n");
     w("tool/types.rs", "pub struct Tool;\n");
     w("tool/part.rs", "use super::types::Tool;\npub(crate) fn go(_: Tool) {}\n");
-    w("tool/run.rs", "use super::part;\npub fn run() { part::go(super::types::Tool); }\n");
+    w("tool/run.rs", "use super::{part, types};\npub fn run() { part::go(types::Tool); }\n");
     assert_eq!(check(), Ok(()));
+    // A group of siblings names them, not the parent its prefix spells.
+    assert_eq!(graph(&[(dir.path().join("src"), "")]).edges["tool::run"], BTreeSet::from(["tool::part".to_string(), "tool::types".to_string()]));
     // A child names its parent's type; the parent calls the child.
     w("widget/mod.rs", "mod part;\npub struct Widget;\npub fn run() { part::go(Widget); }\n");
     w("widget/part.rs", "use super::Widget;\npub(crate) fn go(_: Widget) {}\n");
@@ -501,7 +508,8 @@ fn the_checker_finds_upward_imports_and_cycles() {
     let g = graph(&[(src.clone(), "")]);
     assert_eq!(g.upward, vec![("spec".to_string(), "plan".to_string())]);
     assert_eq!(cycles(&g.edges), vec![vec!["spec::a".to_string(), "spec::b".to_string()]]);
-    assert_eq!(expand("a::{b, c::{d, e}}; x"), vec![vec!["a", "b"], vec!["a", "c", "d"], vec!["a", "c", "e"], vec!["a", "c"], vec!["a"]]);
+    assert_eq!(expand("a::{b, c::{self, d, e}}; x"), vec![vec!["a", "b"], vec!["a", "c", "d"], vec!["a", "c", "e"], vec!["a", "c"]]);
+    assert_eq!(expand("{b, c::d};"), vec![vec!["b"], vec!["c", "d"]]);
 
     // A bare path through a sibling the file imported: `use super::c;` then `c::d::f()`.
     w("src/rl/mod.rs", "mod c;\nmod x;\n");
