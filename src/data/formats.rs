@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 use serde_json::{Map, Value};
 
-use super::{IoCase, Problem, Tests};
+use super::problem::{IoCase, META_CHECKER, META_CHECKER_PROGRAM, META_MEMORY_LIMIT, META_TIME_LIMIT, Problem, Tests};
 
 /// A supported dataset row format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,24 +160,24 @@ pub(crate) fn to_problem(row: &Row, format: Option<Format>, stem: &str, index: u
     }
     // A checker the row names (`exact`, `tokens`, `float`), or a checker program's C++ source
     // (`checker_program`, or a `checker` holding a program), which the embedded sandbox runs.
-    match row.get(super::META_CHECKER).and_then(Value::as_str) {
+    match row.get(META_CHECKER).and_then(Value::as_str) {
         Some(c) if crate::spec::types::Checker::parse(c).is_some() => {
-            metadata.insert(super::META_CHECKER.into(), c.into());
+            metadata.insert(META_CHECKER.into(), c.into());
         }
         Some(c) if c.contains("main(") => {
-            metadata.insert(super::META_CHECKER_PROGRAM.into(), c.into());
+            metadata.insert(META_CHECKER_PROGRAM.into(), c.into());
         }
         _ => {}
     }
-    if let Some(c) = row.get(super::META_CHECKER_PROGRAM).and_then(Value::as_str) {
-        metadata.insert(super::META_CHECKER_PROGRAM.into(), c.into());
+    if let Some(c) = row.get(META_CHECKER_PROGRAM).and_then(Value::as_str) {
+        metadata.insert(META_CHECKER_PROGRAM.into(), c.into());
     }
     // The row's own limits: the problem is graded under them, not the sandbox-wide ones.
     if let Some(t) = row_time_limit_s(row) {
-        metadata.insert(super::META_TIME_LIMIT.into(), t.into());
+        metadata.insert(META_TIME_LIMIT.into(), t.into());
     }
     if let Some(m) = row_memory_limit_mb(row) {
-        metadata.insert(super::META_MEMORY_LIMIT.into(), m.into());
+        metadata.insert(META_MEMORY_LIMIT.into(), m.into());
     }
     Ok(Problem { id, statement, starter_code, tests, metadata })
 }

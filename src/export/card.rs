@@ -7,7 +7,9 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::{Checkpoint, Dtype, Error, Format};
+use super::error::Error;
+use super::locate::Checkpoint;
+use super::types::{Dtype, Format};
 use crate::backend::local::model::Tuning;
 use crate::runlog::files;
 

@@ -20,7 +20,7 @@
 use std::path::{Component, Path};
 use std::time::{Duration, SystemTime};
 
-use super::Error;
+use super::error::Error;
 use crate::backend::tinker::http::{Body, Client, Verb};
 use crate::backend::tinker::{Error as TinkerError, Session, future};
 use crate::tinker::{self, CheckpointKind, RequestType, TinkerPath, wire};

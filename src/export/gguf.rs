@@ -21,7 +21,8 @@ use candle_core::{DType, Tensor};
 use serde_json::Value as Json;
 
 use super::merge::Merged;
-use super::{Dtype, Error};
+use super::error::Error;
+use super::types::Dtype;
 use crate::backend::local::load::gguf_name;
 use crate::backend::local::model::{Arch, Config};
 

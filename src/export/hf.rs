@@ -15,7 +15,8 @@ use candle_core::{DType, Tensor};
 use serde_json::{Value, json};
 
 use super::merge::Merged;
-use super::{Dtype, Error};
+use super::error::Error;
+use super::types::Dtype;
 
 /// Tokenizer and generation files of an HF base directory, copied when present.
 const COPIED: &[&str] = &[

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Error;
+use super::error::Error;
 use crate::runlog::metrics::eval;
 use crate::runlog::{CheckpointRecord, RunDir, files};
 
@@ -154,6 +154,19 @@ fn bare(path: &Path) -> Checkpoint {
     let recorded = run.as_ref().and_then(|r| r.checkpoints().ok()).and_then(|c| c.rows.into_iter().rev().find(|rec| rec.name == name)).map(|rec| rec.step);
     let step = recorded.or_else(|| name.strip_prefix("step-").and_then(|s| s.parse().ok()));
     Checkpoint { state: path.to_path_buf(), name, step, run }
+}
+
+/// The checkpoint `arg` names: a `tinker://` path as it is, else what [`locate`] finds
+/// (a run directory whose checkpoints are on Tinker gives their `tinker://` paths).
+///
+/// # Errors
+/// As [`locate`]; a `tinker://` string that is not a checkpoint path.
+pub(crate) fn locate_any(arg: &str) -> Result<Checkpoint, Error> {
+    if arg.starts_with("tinker://") {
+        let p = crate::tinker::TinkerPath::parse(arg).map_err(|e| Error::Usage(e.to_string()))?;
+        return Ok(Checkpoint { state: PathBuf::from(arg), name: p.name, step: None, run: None });
+    }
+    locate(arg)
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 
-use super::{Checkpoint, Error};
+use super::error::Error;
+use super::locate::Checkpoint;
 use crate::seam::LoraConfig;
 use crate::backend::local::model::{Config, Tuning};
 use crate::backend::local::state::{self, Header};

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::Error;
+use super::error::Error;
 use super::hf::{write_json, write_safetensors};
 use super::merge::Merged;
 

@@ -16,7 +16,11 @@ use std::path::{Path, PathBuf};
 use super::card::{self, Info};
 use super::download::{self, Fetched};
 use super::staging::Staging;
-use super::{Checkpoint, Dtype, Error, Format, Report, Request, merge};
+use super::error::Error;
+use super::local::{check_dtype, list, write_weights};
+use super::locate::Checkpoint;
+use super::merge;
+use super::types::{Dtype, Format, Report, Request};
 use crate::backend::local::model::Tuning;
 use crate::backend::tinker::http::Client;
 use crate::backend::tinker::Session;
@@ -34,7 +38,7 @@ const DOWNLOAD: &str = ".tinker-download";
 /// As [`super::export`], and the download's: a sampler path, an unknown checkpoint, an expired
 /// URL, a base model that cannot be found, the service's failures.
 pub(crate) async fn export(req: &Request, ck: Checkpoint, client: Client, base: Option<String>) -> Result<Report, Error> {
-    super::check_dtype(req, req.dtype.unwrap_or(Dtype::F32))?;
+    check_dtype(req, req.dtype.unwrap_or(Dtype::F32))?;
     let path = download::downloadable(&ck.state.to_string_lossy())?;
     let stage = Staging::begin(&req.out)?;
     let dir = stage.path().join(DOWNLOAD);
@@ -125,12 +129,12 @@ fn write(req: &Request, ck: Checkpoint, stage: Staging, fetched: &Fetched, base:
         };
         let dtype = req.dtype.unwrap_or(Dtype::F32);
         let info = Info::gather(&ck, &merged.tuning, &merged.base.display().to_string(), req.format, Some(dtype), false);
-        super::write_weights(stage.path(), &merged, req.format, false, dtype, &info)?;
+        write_weights(stage.path(), &merged, req.format, false, dtype, &info)?;
         std::fs::remove_dir_all(&dir).map_err(|source| Error::Io { action: "remove", path: dir.clone(), source })?;
         let base_path = (kind == Layout::Adapter).then_some(merged.base.as_path());
         card::write(stage.path(), &info, base_path)?;
     }
-    let files = super::list(stage.path())?;
+    let files = list(stage.path())?;
     let out = stage.commit()?;
     Ok(Report { checkpoint: ck, out, files })
 }

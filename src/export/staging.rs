@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Error;
+use super::error::Error;
 
 /// An output directory being written.
 #[derive(Debug)]

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli::{UserError, exit, printer};
+use crate::cli::error::UserError;
+use crate::cli::{exit, printer};
 use crate::health::doctor;
 
 /// `rlx doctor`.

@@ -17,7 +17,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use super::{report_plan_error, split_args};
+use super::common::{report_plan_error, split_args};
 use crate::cli::{exit, printer};
 use crate::engine;
 use crate::rl::passk::mean_and_ci95;

@@ -52,7 +52,7 @@ pub(super) fn plan(arg: &str, extra: &[String], user: Vec<overrides::Override>) 
         printer::status(format!("evaluating checkpoint {}{step} of `{}`", ck.name, run.path().display()));
         (run, Some(ck.state))
     };
-    let recorded = match super::RecordedSpec::of(&run) {
+    let recorded = match super::common::RecordedSpec::of(&run) {
         Ok(r) => r,
         Err(e) => {
             printer::error_chain(e.as_ref(), &[format!("`{}` is not a run that can be evaluated again", run.path().display())]);

@@ -89,7 +89,7 @@ pub(crate) fn run(args: ExportArgs) -> anyhow::Result<u8> {
                 return Ok(exit::USAGE);
             }
             match tinker_client(&ck) {
-                Ok(client) => super::runtime()?.block_on(export::export_remote(&req, ck, client, args.base)),
+                Ok(client) => super::common::runtime()?.block_on(export::export_remote(&req, ck, client, args.base)),
                 Err(e) => Err(export::Error::Tinker(e)),
             }
         }

@@ -17,7 +17,8 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
-use crate::cli::{UserError, exit, printer};
+use crate::cli::error::UserError;
+use crate::cli::{exit, printer};
 use crate::data::{self, Format};
 use crate::sandbox::{GradeOptions, Limits, Progress, Submission, Verdict, VerdictStatus, grade_all};
 use crate::spec::types::{Language, Rollout, Sandbox as SandboxSpec};
@@ -242,7 +243,7 @@ pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
         b
     };
     let progress: Arc<dyn Progress> = Arc::new(Bar(bar.clone()));
-    let runtime = super::runtime()?;
+    let runtime = super::common::runtime()?;
     let graded = runtime.block_on(async {
         let started = crate::sandbox::start(&sandbox).await.context("cannot start the sandbox")?;
         for w in &started.warnings {

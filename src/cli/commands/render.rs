@@ -4,9 +4,10 @@
 use std::path::Path;
 
 use anyhow::Context;
+use clap::Args;
 
-use super::{report_plan_error, split_args};
-use crate::cli::{RenderArgs, exit, printer};
+use super::common::{report_plan_error, split_args};
+use crate::cli::{exit, printer};
 use crate::engine::prompting::Prompting;
 
 pub(super) fn render(args: RenderArgs) -> anyhow::Result<u8> {
@@ -48,4 +49,18 @@ pub(super) fn render(args: RenderArgs) -> anyhow::Result<u8> {
         printer::out(format!("dataset          sha256:{}", &set.fingerprint[..16.min(set.fingerprint.len())]));
     }
     Ok(exit::OK)
+}
+
+/// `rlx render`.
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// The spec file, then `key=value` overrides.
+    #[arg(required = true, value_name = "SPEC [KEY=VALUE]...")]
+    pub args: Vec<String>,
+    /// How many problems to show (statistics cover all of them).
+    #[arg(long, default_value_t = 3)]
+    pub n: usize,
+    /// Render the evaluation problems instead of the training problems.
+    #[arg(long)]
+    pub eval: bool,
 }

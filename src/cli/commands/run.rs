@@ -1,12 +1,13 @@
 //! `rlx run SPEC [KEY=VALUE...] [--dry-run]` and `rlx run --resume RUN_DIR`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use clap::Args;
 
-use super::{report_plan_error, split_args};
+use super::common::{report_plan_error, split_args};
 use crate::cli::progress::Console;
-use crate::cli::{RunArgs, exit, printer};
+use crate::cli::{exit, printer};
 use crate::engine;
 use crate::runlog::RunDir;
 use crate::spec;
@@ -25,7 +26,7 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<u8> {
     let (spec_path, text, ovs) = match (&args.resume, specs.as_slice()) {
         (Some(dir), []) => {
             let rd = RunDir::open(dir).with_context(|| format!("cannot resume `{}`", dir.display()))?;
-            let recorded = super::RecordedSpec::of(&rd).with_context(|| format!("cannot resume `{}`", dir.display()))?;
+            let recorded = super::common::RecordedSpec::of(&rd).with_context(|| format!("cannot resume `{}`", dir.display()))?;
             resume_id = rd.status()?.map(|s| s.run_id);
             let mut all = recorded.overrides;
             all.extend(ovs);
@@ -95,7 +96,7 @@ fn require_toolchains(plan: &crate::plan::Plan) -> anyhow::Result<()> {
 /// The runtime cannot start (the engine's own errors are the inner result).
 pub(super) fn execute(plan: &crate::plan::Plan) -> anyhow::Result<Result<engine::RunOutcome, engine::Error>> {
     require_toolchains(plan)?;
-    let rt = super::runtime()?;
+    let rt = super::common::runtime()?;
     let stop = engine::StopSignal::default();
     let console = Console::new();
     // First SIGINT/SIGTERM: finish or abandon the step, checkpoint, exit 130.
@@ -108,4 +109,19 @@ pub(super) fn execute(plan: &crate::plan::Plan) -> anyhow::Result<Result<engine:
     Ok(rt.block_on(async {
         engine::run(plan, engine::PolicySource::Open, &stop, &console).await
     }))
+}
+
+/// `rlx run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The spec file, then `key=value` overrides.
+    #[arg(value_name = "SPEC [KEY=VALUE]...", required_unless_present = "resume")]
+    pub args: Vec<String>,
+    /// Continue the run in this directory from its last checkpoint.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub resume: Option<PathBuf>,
+    /// Sample, grade, score and compute advantages for every step, but train nothing and save
+    /// no checkpoint (`schedule.dry_run=true`; works on sampling-only backends).
+    #[arg(long)]
+    pub dry_run: bool,
 }

@@ -81,7 +81,7 @@ pub enum Protocol {
 
 /// Run `rlx sandbox ...`.
 pub(crate) fn run(cmd: SandboxCommand) -> anyhow::Result<u8> {
-    let runtime = super::runtime()?;
+    let runtime = super::common::runtime()?;
     runtime.block_on(async {
         match cmd {
             SandboxCommand::Serve { bind, api_key, max_memory_mb, max_run_timeout_s, concurrency, max_in_flight, strict, protocol } => {
@@ -166,7 +166,7 @@ async fn serve(bind: SocketAddr, caps: ServerConfig, concurrency: Option<usize>,
 /// to start or never do.
 fn cwsandbox_options() -> anyhow::Result<crate::sandbox::cwsandbox::server::ServeOptions> {
     let Some(v) = crate::switches::CWSANDBOX_PENDING_S.var() else { return Ok(Default::default()) };
-    let secs: f64 = v.trim().parse().ok().filter(|s: &f64| *s >= 0.0).ok_or_else(|| crate::cli::UserError::msg(format!("`RLX_CWSANDBOX_PENDING_S` must be a number of seconds or `inf`, found `{v}`")))?;
+    let secs: f64 = v.trim().parse().ok().filter(|s: &f64| *s >= 0.0).ok_or_else(|| crate::cli::error::UserError::msg(format!("`RLX_CWSANDBOX_PENDING_S` must be a number of seconds or `inf`, found `{v}`")))?;
     let pending = if secs.is_finite() { Duration::from_secs_f64(secs) } else { Duration::MAX };
     printer::warning(&format!("{} is set: new sandboxes stay PENDING for {v} s (a test setting)", crate::switches::CWSANDBOX_PENDING_S.name), &[]);
     Ok(crate::sandbox::cwsandbox::server::ServeOptions { pending: Some(pending), ..Default::default() })

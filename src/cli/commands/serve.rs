@@ -93,7 +93,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<u8> {
         long_poll: Duration::from_secs_f64(args.long_poll_s),
         signed_url_ttl: Duration::from_secs(args.signed_url_ttl_s),
     };
-    let runtime = super::runtime()?;
+    let runtime = super::common::runtime()?;
     runtime.block_on(async {
         let state = State::new(options).context("cannot start the server")?;
         let listener = tokio::net::TcpListener::bind(args.bind).await.with_context(|| format!("cannot listen on `{}`", args.bind))?;

@@ -6,8 +6,11 @@
 //! directory, and `--max-parallel` is a plain bound on child processes. With `--launcher slurm`
 //! the processes are Slurm's array tasks instead ([`slurm`]).
 
+mod args;
 mod slurm;
 mod status;
+
+pub(crate) use args::SweepArgs;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -16,8 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 
-use super::report_plan_error;
-use crate::cli::{LauncherArg, SweepArgs, SweepCommand, exit, printer};
+use super::common::report_plan_error;
+use args::{LauncherArg, SweepCommand};
+use crate::cli::{exit, printer};
 use crate::runlog::sweep::{SampleRecord, SweepDir, SweepRecord};
 use crate::runlog::{RunDir, State};
 use crate::spec::overrides::{self, SweepArg};

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::cli::{UserError, exit, printer};
+use crate::cli::error::UserError;
+use crate::cli::{exit, printer};
 use crate::runlog::sinks::{self, End, RunInfo, SinkConfig};
 use crate::runlog::{RunDir, State, files};
 use crate::spec::types::{MlflowSink, Sinks, TensorboardSink, WandbMode, WandbSink};
@@ -141,7 +142,7 @@ pub(crate) fn run(cmd: SyncCommand) -> anyhow::Result<u8> {
     {
         return Err(UserError::msg(format!("`--tracking-uri` must be an http(s) URL, found `{uri}`")));
     }
-    let rt = super::runtime()?;
+    let rt = super::common::runtime()?;
     let mut incomplete = 0;
     for path in dirs {
         let run = open(path)?;

@@ -2,8 +2,10 @@
 
 use std::path::Path;
 
-use super::{report_plan_error, split_args};
-use crate::cli::{ValidateArgs, exit, printer};
+use clap::Args;
+
+use super::common::{report_plan_error, split_args};
+use crate::cli::{exit, printer};
 use crate::engine;
 use crate::plan::{self, Plan, explain};
 use crate::rl::reward::Custom;
@@ -74,7 +76,7 @@ fn render_templates_once(plan: &Plan) -> u8 {
 /// mid-run. Exit code 2 when the call fails or a `weighted` term names a component the
 /// function did not return.
 fn sample_python_reward(plan: &Plan) -> anyhow::Result<u8> {
-    let sample = match super::runtime()?.block_on(engine::pyreward::sample_call(plan)) {
+    let sample = match super::common::runtime()?.block_on(engine::pyreward::sample_call(plan)) {
         Ok(Some(sample)) => sample,
         Ok(None) => return Ok(exit::OK),
         Err(e) => {
@@ -180,4 +182,24 @@ pub(super) fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+/// `rlx validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Spec files, then `key=value` overrides applied to each of them.
+    #[arg(required = true, value_name = "SPEC|KEY=VALUE")]
+    pub args: Vec<String>,
+    /// Also print the resolved plan: runs, steps, completions per step, token bounds.
+    #[arg(long)]
+    pub explain: bool,
+    /// With --explain: the expected pass rate p of a pilot, to estimate the share of groups with
+    /// no learning signal, p^G + (1-p)^G.
+    #[arg(long, value_name = "P", requires = "explain", value_parser = parse_probability)]
+    pub pilot_pass_rate: Option<f64>,
+}
+
+fn parse_probability(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if (0.0..=1.0).contains(&p) { Ok(p) } else { Err(format!("a pass rate is between 0 and 1, found {p}")) }
 }

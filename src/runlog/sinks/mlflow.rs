@@ -14,7 +14,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Cursor, End, Mirror, SinkError};
+use super::follow::Cursor;
+use super::mirror::{End, Mirror, SinkError};
 use crate::retry;
 use crate::runlog::MetricsLine;
 

@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
-use super::{Cursor, Mirror, SinkError};
+use super::follow::Cursor;
+use super::mirror::{Mirror, SinkError};
 use crate::runlog::MetricsLine;
 
 /// `tensorflow.Event`, the fields rlx writes.

@@ -24,7 +24,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use super::{Cursor, End, Mirror, SinkError};
+use super::follow::Cursor;
+use super::mirror::{End, Mirror, SinkError};
 use crate::runlog::MetricsLine;
 use crate::spec::types::{WandbMode, WandbSink};
 

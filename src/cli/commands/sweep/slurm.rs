@@ -6,7 +6,9 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use crate::cli::{SweepArgs, UserError, exit, printer};
+use super::args::SweepArgs;
+use crate::cli::error::UserError;
+use crate::cli::{exit, printer};
 use crate::runlog::sweep::{SampleRecord, SlurmJobRecord, SweepDir, SweepRecord};
 use crate::plan::sweep::Sweep;
 use crate::spec::types::SlurmLaunch;
