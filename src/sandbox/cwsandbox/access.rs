@@ -9,8 +9,7 @@
 
 use hyper::HeaderMap;
 
-use super::grpc;
-use super::server::Status;
+use super::grpc::{self, Status};
 
 /// The server's API key: the one key type of every rlx server (never empty, compared in constant
 /// time), re-exported so a library user can start this server with a key.

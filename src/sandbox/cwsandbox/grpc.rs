@@ -152,6 +152,19 @@ pub(crate) fn decode_message(m: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A gRPC status to answer with: a code of this module's table and a message for the client.
+#[derive(Debug)]
+pub(crate) struct Status {
+    pub(crate) code: u32,
+    pub(crate) message: String,
+}
+
+impl Status {
+    pub(crate) fn new(code: u32, message: impl Into<String>) -> Status {
+        Status { code, message: message.into() }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,7 +44,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::access::{self, ApiKey};
-use super::grpc::{self, Deframer};
+use super::grpc::{self, Deframer, Status};
 use super::rootfs::{FsError, RootFs};
 use super::wire::{self, State};
 use crate::sandbox::local::LocalSandbox;
@@ -63,19 +63,6 @@ const ENDED_KEPT: usize = 4096;
 
 /// Largest request accepted (files travel inside `WriteFile`).
 const MAX_REQUEST: usize = 100 << 20;
-
-/// A gRPC status to answer with.
-#[derive(Debug)]
-pub(crate) struct Status {
-    pub(crate) code: u32,
-    pub(crate) message: String,
-}
-
-impl Status {
-    pub(crate) fn new(code: u32, message: impl Into<String>) -> Status {
-        Status { code, message: message.into() }
-    }
-}
 
 /// One sandbox: its record, its owner and its files.
 struct Held {
