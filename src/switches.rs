@@ -89,13 +89,20 @@ pub const ISA: Switch = Switch {
 };
 /// `RLX_SERVE_API_KEY`.
 pub const SERVE_API_KEY: Switch = Switch::new("RLX_SERVE_API_KEY", "`rlx serve --api-key`: the `X-API-Key` every request must carry", "none", false);
+/// `RLX_SANDBOX_API_KEY`.
+pub const SANDBOX_API_KEY: Switch = Switch::new(
+    "RLX_SANDBOX_API_KEY",
+    "`rlx sandbox serve --api-key` (both protocols), and the `X-API-Key` rlx's Sandbox Fusion client sends",
+    "none",
+    false,
+);
 /// `RLX_SERVE_FAULTS`.
 pub const SERVE_FAULTS: Switch = Switch::new("RLX_SERVE_FAULTS", "`rlx serve --fault`s, comma-separated (client tests)", "none", false);
 /// `RLX_CWSANDBOX_PENDING_S`.
 pub const CWSANDBOX_PENDING_S: Switch = Switch::new("RLX_CWSANDBOX_PENDING_S", "test only: seconds a new sandbox of `rlx sandbox serve --protocol cwsandbox` stays `PENDING` (`inf`: never starts)", "starts at once", false);
 
 /// Every switch, in the order the docs list them.
-pub const ALL: [Switch; 14] = [PYTHON, SANDBOX_NAMESPACES, PCH, PCH_DIR, TOOLCHAIN_PATH, MODEL_CACHE, OFFLINE, TRAIN_PASS, TRAIN_PACK, ALLOC, ISA, SERVE_API_KEY, SERVE_FAULTS, CWSANDBOX_PENDING_S];
+pub const ALL: [Switch; 15] = [PYTHON, SANDBOX_NAMESPACES, PCH, PCH_DIR, TOOLCHAIN_PATH, MODEL_CACHE, OFFLINE, TRAIN_PASS, TRAIN_PACK, ALLOC, ISA, SANDBOX_API_KEY, SERVE_API_KEY, SERVE_FAULTS, CWSANDBOX_PENDING_S];
 
 /// What `provenance.json` records: each switch that changes results, with its value in force.
 pub fn recorded() -> BTreeMap<String, String> {

@@ -68,7 +68,7 @@ impl FusionConfig {
             retries: 3,
             backoff: Duration::from_millis(200),
             connect_timeout: Duration::from_secs(5),
-            api_key: std::env::var("RLX_SANDBOX_API_KEY").ok().filter(|k| !k.trim().is_empty()),
+            api_key: crate::switches::SANDBOX_API_KEY.var().filter(|k| !k.trim().is_empty()),
         }
     }
 }

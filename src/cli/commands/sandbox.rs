@@ -32,7 +32,7 @@ pub enum SandboxCommand {
         bind: SocketAddr,
         /// Require this key on every request, as `X-API-Key` or `Authorization: Bearer`
         /// (`RLX_SANDBOX_API_KEY`; rlx's Sandbox Fusion client sends that variable's value).
-        #[arg(long, env = "RLX_SANDBOX_API_KEY", hide_env_values = true)]
+        #[arg(long, env = crate::switches::SANDBOX_API_KEY.name, hide_env_values = true)]
         api_key: Option<String>,
         /// Largest `memory_limit_MB` a request may ask for (more: HTTP 422).
         #[arg(long, default_value_t = 4096)]
