@@ -4,7 +4,6 @@
 //! mid-render and `rlx sandbox serve` as SIGINT does, leaving no sandbox directory behind.
 
 use std::io::BufRead as _;
-use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,36 +26,44 @@ fn alias_bomb() -> String {
     text
 }
 
-/// Runs `cmd` with its address space capped at 2 GiB (so a regression fails here instead of
-/// taking the machine's memory): exit code, stderr and peak resident size in KiB.
+/// Starts `cmd`'s program from a small Python parent that caps its address space at 2 GiB (so a
+/// regression fails here instead of taking the machine's memory) and reports its peak resident
+/// size: exit code, stderr and peak resident size in KiB.
+///
+/// Why not `wait4(2)` on a child of the test process itself: Linux carries a process's peak
+/// resident size across `exec` (`signal->maxrss`), and a child forked from the test binary
+/// starts with the binary's peak, hundreds of MB when the whole suite runs in it. A child forked
+/// from a fresh Python starts with Python's few MB.
 fn run_bounded(cmd: &mut Command) -> (i32, String, i64) {
-    // SAFETY: setrlimit(2) in the forked child before exec; no allocation, no locks.
-    unsafe {
-        cmd.pre_exec(|| {
-            let cap = libc::rlimit { rlim_cur: 2 << 30, rlim_max: 2 << 30 };
-            if libc::setrlimit(libc::RLIMIT_AS, &cap) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+    const PARENT: &str = r#"
+import os, resource, sys
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+code = os.waitstatus_to_exitcode(status)
+print(code if code >= 0 else 128 - code, usage.ru_maxrss)
+"#;
+    let mut parent = Command::new("python3");
+    parent.args(["-c", PARENT]).arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => parent.env(k, v),
+            None => parent.env_remove(k),
+        };
     }
-    #[allow(clippy::zombie_processes)] // reaped by wait4(2) below, which also gives its rusage
-    let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut stderr = child.stderr.unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut stderr, &mut s).unwrap();
-        s
-    });
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is a valid out-parameter.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: wait4(2) on our own child, which nothing else waits for.
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(waited, pid);
-    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
-    (code, reader.join().unwrap(), usage.ru_maxrss)
+    if let Some(dir) = cmd.get_current_dir() {
+        parent.current_dir(dir);
+    }
+    let out = parent.stdin(Stdio::null()).output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let mut fields = report.split_whitespace().map(|f| f.parse::<i64>().unwrap_or_else(|_| panic!("the parent's report `{report}`: {stderr}")));
+    let (code, rss) = (fields.next().expect("an exit code"), fields.next().expect("a peak RSS"));
+    (code as i32, stderr, rss)
 }
 
 #[test]

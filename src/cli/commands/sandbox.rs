@@ -129,6 +129,9 @@ async fn serve(bind: SocketAddr, caps: ServerConfig, concurrency: Option<usize>,
     if let Some(c) = concurrency {
         config.workers = c;
     }
+    // Signals are caught before the sandbox's directories exist and before clients are told the
+    // address: a SIGTERM at any point after this drains and removes them, none kills the process.
+    let shutdown = crate::cli::signals::shutdown(|| printer::status("stopping (again to quit now)…"))?;
     let sandbox = start_local(config).await?;
     let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| format!("cannot listen on `{bind}`"))?;
     let addr = listener.local_addr()?;
@@ -145,7 +148,6 @@ async fn serve(bind: SocketAddr, caps: ServerConfig, concurrency: Option<usize>,
             &[format!("install numpy for `{}`, or point RLX_PYTHON at an interpreter that has it", sandbox.python().display())],
         );
     }
-    let shutdown = crate::cli::signals::shutdown(|| printer::status("stopping (again to quit now)…"))?;
     match protocol {
         Protocol::Fusion => crate::sandbox::server::serve_with(listener, sandbox, caps, shutdown).await.context("server failed")?,
         Protocol::Cwsandbox => {
