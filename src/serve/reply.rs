@@ -59,6 +59,11 @@ pub(super) fn bad(detail: impl Into<String>) -> Reply {
     Reply::error(StatusCode::BAD_REQUEST, detail)
 }
 
+/// 422: a well-formed request asking for more than the server gives one request.
+pub(super) fn unprocessable(detail: impl Into<String>) -> Reply {
+    Reply::error(StatusCode::UNPROCESSABLE_ENTITY, detail)
+}
+
 /// 404.
 pub(super) fn not_found(detail: impl Into<String>) -> Reply {
     Reply::error(StatusCode::NOT_FOUND, detail)

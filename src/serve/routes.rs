@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use super::State;
 use super::checkpoints;
 use super::faults::Fault;
-use super::reply::{Body, Handled, Reply, bad, error_body, model, not_found, parse};
+use super::reply::{Body, Handled, Reply, bad, error_body, model, not_found, parse, unprocessable};
 use super::signed;
 use super::futures::{FutureResult, Submitted};
 use super::models::{Meta, Start};
@@ -600,8 +600,29 @@ fn get_sampler(state: &Arc<State>, id: &str) -> Handled {
     Ok(Reply::json(&wire::GetSamplerResponse { sampler_id: id.to_string(), base_model: s.base_model, model_path: s.model_path }))
 }
 
+/// Samples one `asample` may ask for: far above a GRPO group or an eval's pass@k (tens), far
+/// below what would exhaust the server (each sample's id is allocated when the request is
+/// accepted, before anything is sampled: `num_samples: 10^12` used to take the process down).
+const MAX_SAMPLES_PER_REQUEST: u64 = 4096;
+
+/// Tokens one sample may ask for: the longest context of the models `rlx serve` loads.
+const MAX_TOKENS_PER_SAMPLE: u64 = 131_072;
+
+/// What one `asample` may ask for, checked before it is queued: 422 past a cap (the SDK does not
+/// retry it, as it would a 5xx).
+fn check_sample_caps(r: &wire::SampleRequest) -> Result<(), Reply> {
+    if r.num_samples > MAX_SAMPLES_PER_REQUEST {
+        return Err(unprocessable(format!("`num_samples` {} is past this server's cap of {MAX_SAMPLES_PER_REQUEST} per request", r.num_samples)));
+    }
+    if let Some(m) = r.sampling_params.max_tokens.filter(|&m| m > MAX_TOKENS_PER_SAMPLE) {
+        return Err(unprocessable(format!("`sampling_params.max_tokens` {m} is past this server's cap of {MAX_TOKENS_PER_SAMPLE}")));
+    }
+    Ok(())
+}
+
 fn asample(state: &Arc<State>, b: &[u8]) -> Handled {
     let r: wire::SampleRequest = parse(b, "asample")?;
+    check_sample_caps(&r)?;
     let sid = r.sampling_session_id.clone().ok_or_else(|| bad("`asample` needs `sampling_session_id` (session-less `base_model`/`model_path` addressing is not supported)"))?;
     let session = state.sessions.sampler(&sid).ok_or_else(|| not_found(format!("unknown sampling session `{sid}`")))?;
     if let Some(s) = tinker::session_of(&sid) {

@@ -141,8 +141,8 @@ impl Run {
     }
 }
 
-/// The Python interpreter of a cached virtualenv holding `requirements` (pinned pip
-/// requirement strings), created on first use under `~/.cache/rlx/venvs/` (or
+/// The Python interpreter of a cached virtualenv holding `requirements` (pinned pip arguments:
+/// requirement strings and build options), created on first use under `~/.cache/rlx/venvs/` (or
 /// `$RLX_TEST_VENVS`) so that tests and CI install each set once per machine. Returns `None`
 /// after a `SKIPPED` line only when the package registry cannot be reached; any other
 /// install failure fails the test, with pip's output.

@@ -347,7 +347,7 @@ fn smollm2_exports_match_transformers_and_llama_cpp() {
         assert!(t["chat"].as_str().unwrap().ends_with("<|im_start|>assistant\n"), "{t}");
     }
 
-    let Some(llama) = python_env("llama-cpp", &[crate::llama_cpp::LLAMA_CPP_PYTHON]) else { return };
+    let Some(llama) = python_env("llama-cpp", crate::llama_cpp::LLAMA_CPP_PYTHON) else { return };
     let prompt_json = serde_json::to_string(&ids).unwrap();
     for dtype in ["f32", "q8_0"] {
         let out = cx.path().join(format!("gguf-{dtype}"));

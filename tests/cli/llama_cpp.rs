@@ -22,8 +22,12 @@ use crate::common::{TestContext, jsonl, python_env, repo};
 
 use crate::trainer_smollm2::fetch;
 
-/// The pinned server package.
-pub(crate) const LLAMA_CPP_PYTHON: &str = "llama-cpp-python[server]==0.3.36";
+/// The pinned server package, built for any x86-64 with AVX2 rather than for this CPU
+/// (`GGML_NATIVE=OFF`): built natively on a CPU that lists AMX (a 2-vCPU Xeon, family 6 model
+/// 167), ggml's kernels died of a general protection fault at the first completion, so the
+/// server refused every request after listing its model. `--no-cache-dir`: pip's wheel cache is
+/// keyed by the package's version alone, so it would hand back the native build.
+pub(crate) const LLAMA_CPP_PYTHON: &[&str] = &["llama-cpp-python[server]==0.3.36", "--config-settings=cmake.define.GGML_NATIVE=OFF", "--no-cache-dir"];
 
 /// A running llama-cpp-python server, killed when dropped.
 pub(crate) struct LlamaServer {
@@ -52,7 +56,7 @@ pub(crate) fn start() -> Option<LlamaServer> {
             return None;
         }
     };
-    let python = python_env("llama-cpp", &[LLAMA_CPP_PYTHON])?;
+    let python = python_env("llama-cpp", LLAMA_CPP_PYTHON)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let log = tempfile::NamedTempFile::new().unwrap();
     let child = Command::new(&python)

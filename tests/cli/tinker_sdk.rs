@@ -329,7 +329,8 @@ fn a_public_bind_needs_an_api_key_which_is_then_checked() {
 /// empty `X-API-Key:` then got 200. The key is checked before the body is read: a request
 /// without it that promises 200 MiB and sends nothing is answered 401 at once (it used to be
 /// read first, up to 256 MiB a request), and one with the key that promises more than the cap
-/// is refused from its `Content-Length` (413).
+/// is refused from its `Content-Length` (413). A sample request past the server's caps on
+/// samples or tokens is 422, before its session is looked up.
 #[test]
 fn an_empty_key_is_no_key_and_the_key_comes_before_the_body() {
     let cx = TestContext::new();
@@ -355,4 +356,25 @@ fn an_empty_key_is_no_key_and_the_key_comes_before_the_body() {
     assert!(out.starts_with("HTTP/1.1 401"), "an empty header is no key: {out}");
     let out = ask("POST /api/v1/client/config HTTP/1.1\r\nX-API-Key: tml-secret\r\nContent-Length: 1073741824");
     assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+    // What one request may ask for: past a cap, 422 (which the SDK does not retry), before the
+    // request is queued or its session looked up.
+    let sample = |num_samples: u64, max_tokens: u64| -> String {
+        use std::io::{Read as _, Write as _};
+        let body = format!(
+            r#"{{"num_samples":{num_samples},"prompt":{{"chunks":[{{"tokens":[1,2,3],"type":"encoded_text"}}]}},"sampling_params":{{"max_tokens":{max_tokens},"temperature":1.0}},"sampling_session_id":"none:sample:0","type":"sample"}}"#
+        );
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+        let head = format!("POST /api/v1/asample HTTP/1.1\r\nHost: {addr}\r\nX-API-Key: tml-secret\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+        s.write_all(format!("{head}{body}").as_bytes()).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    let out = sample(1_000_000_000_000, 16);
+    assert!(out.starts_with("HTTP/1.1 422") && out.contains("num_samples"), "{out}");
+    let out = sample(2, 1_000_000_000);
+    assert!(out.starts_with("HTTP/1.1 422") && out.contains("max_tokens"), "{out}");
+    let out = sample(2, 16);
+    assert!(out.starts_with("HTTP/1.1 404"), "within the caps, the unknown session is what is wrong: {out}");
 }
