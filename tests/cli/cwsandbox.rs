@@ -581,3 +581,21 @@ fn the_server_key_and_the_caps_hold() {
     assert!(!server.roots.join(&a).exists(), "the ended sandbox's files are still on disk");
     assert_eq!(rt.block_on(client.list_tagged("rlx")).unwrap().len(), 1);
 }
+
+/// The cap on live sandboxes in all holds across credentials (each under its own per-key cap),
+/// and a stopped sandbox frees its place.
+#[test]
+fn the_servers_total_cap_holds_across_clients() {
+    use rlx::sandbox::cwsandbox::server::{ServeOptions, ServerLimits};
+    use rlx::sandbox::remote::RemoteSandboxes as _;
+    let server = InProcess::start(ServeOptions { limits: ServerLimits { per_key: 2, total: 3, ..ServerLimits::default() }, ..Default::default() });
+    let rt = &server.rt;
+    let (a, b, c) = (server.client("a-key"), server.client("b-key"), server.client("c-key"));
+    let first = rt.block_on(a.create(&create_spec("python"))).unwrap();
+    rt.block_on(a.create(&create_spec("python"))).unwrap();
+    rt.block_on(b.create(&create_spec("python"))).unwrap();
+    let e = rt.block_on(c.create(&create_spec("python"))).unwrap_err().to_string();
+    assert!(e.contains("RESOURCE_EXHAUSTED") && !e.contains("per key"), "a fourth sandbox on a server capped at three: {e}");
+    rt.block_on(a.stop(&first)).unwrap();
+    rt.block_on(c.create(&create_spec("python"))).expect("a stopped sandbox frees its place");
+}

@@ -17,6 +17,8 @@
 //! - `engine`: `rlx run` end to end on a tiny model: run directory, kill -9 and resume, SIGINT.
 //! - `export`: `rlx export` (Hugging Face directories loaded by transformers, PEFT adapters, GGUF)
 //!   and `rlx eval` of checkpoints; bad input.
+//! - `fakes`: the one scripted sampler (`Scripted`) and the one recording trainer (`Recorder`)
+//!   that `seams`, `health` and `variants` drive the engine with.
 //! - `grade`: `rlx grade` and `rlx sandbox serve` through the binary.
 //! - `grammar`: property tests: override and sweep grammars never panic.
 //! - `limits`: bounded input through the binary: an alias bomb and a 40 MB spec fail fast within
