@@ -229,11 +229,18 @@ impl ApiKey {
     /// the key's length or a correct prefix by timing answers (`==` on strings stops at the
     /// first differing byte).
     pub fn matches(&self, given: &[u8]) -> bool {
-        let (a, b) = (Sha256::digest(self.0.as_bytes()), Sha256::digest(given));
-        let diff = a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-        // `black_box` keeps the compiler from turning the fold back into an early exit.
-        std::hint::black_box(diff) == 0 && !given.is_empty()
+        same_secret(self.0.as_bytes(), given) && !given.is_empty()
     }
+}
+
+/// Whether two secrets (a key, a credential that owns something) are equal, in time that tells
+/// nothing of either: both are hashed (SHA-256) and the digests compared without an early exit
+/// (`==` on bytes stops at the first difference, and at a length mismatch).
+pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    let (a, b) = (Sha256::digest(a), Sha256::digest(b));
+    let diff = a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    // `black_box` keeps the compiler from turning the fold back into an early exit.
+    std::hint::black_box(diff) == 0
 }
 
 /// Whether `headers` carry `key` as `X-API-Key: KEY` or `Authorization: Bearer KEY`; with no

@@ -15,16 +15,6 @@ use super::grpc::{self, Status};
 /// time), re-exported so a library user can start this server with a key.
 pub use crate::http_server::ApiKey;
 
-/// Equality that reads every byte of `a` whatever `b` holds: the time depends on `a`'s length
-/// only (the server's side), so a client learns nothing of where its guess went wrong.
-pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = u8::from(a.len() != b.len());
-    for (i, x) in a.iter().enumerate() {
-        diff |= x ^ b.get(i).copied().unwrap_or(!x);
-    }
-    std::hint::black_box(diff) == 0
-}
-
 /// The credential a request carries: `authorization: Bearer K` (the official client with
 /// `CWSANDBOX_API_KEY`), `x-api-key: K`, or `x-wandb-api-key: K` (with `x-entity-id`).
 fn credential(headers: &HeaderMap) -> Option<(&'static str, Vec<u8>, Vec<u8>)> {
@@ -109,6 +99,6 @@ mod tests {
         let a = principal(&h(&[("authorization", "Bearer a")]), None).unwrap();
         let b = principal(&h(&[("authorization", "Bearer b")]), None).unwrap();
         assert_ne!(a, b);
-        assert!(ct_eq(&a, &a.clone()) && !ct_eq(&a, &b) && !ct_eq(b"", b"x"));
+        assert!(crate::http_server::same_secret(&a, &a.clone()) && !crate::http_server::same_secret(&a, &b));
     }
 }

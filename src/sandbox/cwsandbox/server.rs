@@ -100,7 +100,7 @@ impl Held {
     }
 
     fn owned_by(&self, who: &[u8]) -> bool {
-        access::ct_eq(&self.owner, who)
+        crate::http_server::same_secret(&self.owner, who)
     }
 }
 
@@ -420,7 +420,7 @@ impl Service {
             return Ok(p);
         }
         let ended = self.ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        ended.iter().rev().find(|(o, s)| s.sandbox_id == id && access::ct_eq(o, who)).map(|(_, s)| s.clone()).ok_or_else(|| not_found(id))
+        ended.iter().rev().find(|(o, s)| s.sandbox_id == id && crate::http_server::same_secret(o, who)).map(|(_, s)| s.clone()).ok_or_else(|| not_found(id))
     }
 
     fn list(&self, who: &[u8], req: &wire::ListSandboxesRequest) -> wire::ListSandboxesResponse {
