@@ -32,8 +32,8 @@ pub async fn run(plan: &Plan, policy: PolicySource, stop: &StopSignal, sink: &dy
     let _ = runlog::logfile::attach(&dir.file(files::LOG));
     // Trackers follow metrics.jsonl: the engine only pokes them after each line it writes and
     // passes their warnings on; none of them can stop or slow the run.
-    let info = RunInfo { run_id: plan.run_id.clone(), name: plan.name.clone(), config: crate::plan::record::to_json(plan) };
-    let mut sinks = Sinks::for_spec(&dir, &info, &plan.log.sinks);
+    let info = RunInfo { run_id: plan.run_id.clone(), config: crate::plan::record::to_json(plan) };
+    let mut sinks = Sinks::for_plan(&dir, &info, &plan.log.trackers);
     let result = run_in(plan, policy, &dir, stop, sink, &mut sinks).await;
     let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     let mut events = dir.jsonl(files::EVENTS)?;

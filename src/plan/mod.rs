@@ -9,6 +9,7 @@
 //! - [`pipeline`]: [`plan`] and [`plan_text`], the stages in order: semantic checks ([`check`]:
 //!   files, templates, cross-field rules), [`resolve`], [`hash`], and [`record::reopened`].
 //! - [`record`]: `resolved.json`, written from the plan, and the reader of older versions.
+//! - [`trackers`]: `log.sinks` resolved, for a plan and for `rlx sync`.
 //! - [`sweep`]: grids of plans; [`explain`]: what a plan will cost (`rlx validate --explain`).
 
 pub(crate) mod check;
@@ -18,8 +19,9 @@ mod pipeline;
 pub mod record;
 mod resolve;
 pub(crate) mod sweep;
+pub mod trackers;
 mod types;
 
 pub use hash::sha256_hex;
 pub use pipeline::{plan, plan_text, tree};
-pub use types::{EvalPlan, Error, GrpoPlan, ModelPlan, Plan, PythonReward, Template, Written};
+pub use types::{EvalPlan, Error, GrpoPlan, LogPlan, ModelPlan, Plan, PythonReward, Template, Written};

@@ -43,6 +43,15 @@ pub fn resolved_spec(plan: &Plan) -> Spec {
         // C defaults to `sampling.max_tokens`: the value the run divided by.
         *tokens = Some(plan.grpo.agg_constant);
     }
+    spec.sandbox.concurrency = plan.sandbox.concurrency;
+    // The trackers' names (not their servers or directories: a URL may carry credentials, a
+    // directory is this machine's), so that `rlx sync` finds the same W&B run and experiment.
+    if let (Some(w), Some(p)) = (&mut spec.log.sinks.wandb, &plan.log.trackers.wandb) {
+        (w.project, w.name) = (Some(p.project.clone()), Some(p.name.clone()));
+    }
+    if let (Some(m), Some(p)) = (&mut spec.log.sinks.mlflow, &plan.log.trackers.mlflow) {
+        m.experiment = Some(p.experiment.clone());
+    }
     if let Some(py) = &plan.python_reward {
         spec.reward.function = Some(py.function.clone());
         spec.reward.call_timeout_s = Some(py.call_timeout.as_secs_f64());

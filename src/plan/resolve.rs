@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::{EvalPlan, GrpoPlan, ModelPlan, Plan, PythonReward, Written};
+use super::{EvalPlan, GrpoPlan, LogPlan, ModelPlan, Plan, PythonReward, Written};
 use crate::backend::BackendChoice;
 use crate::backend::local::SampleWeights;
 use crate::backend::openai;
@@ -35,10 +35,12 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
     let eval = EvalPlan { k: spec.eval.k.clone(), samples: defaults::eval_samples(spec.eval.samples, &spec.eval.k), sampling: eval_sampling, greedy };
     let g = &spec.grpo;
     let o = &spec.optimizer;
+    let run_id = format!("{}-{hash}", spec.name);
+    let trackers = super::trackers::trackers(&spec.log.sinks, &spec.name, &run_id, &spec.log.root.join(&run_id), |k| std::env::var(k).ok());
     Ok(Plan {
         name: spec.name.clone(),
         seed: spec.seed,
-        run_id: format!("{}-{hash}", spec.name),
+        run_id,
         hash,
         model: model(&spec.model)?,
         backend: backend(spec),
@@ -68,7 +70,7 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
         rollout: spec.rollout.clone(),
         reward: spec.reward.clone(),
         python_reward: python_reward(&spec.reward, spec.sandbox.concurrency),
-        sandbox: spec.sandbox.clone(),
+        sandbox: sandbox(&spec.sandbox),
         adam: AdamParams {
             learning_rate: o.learning_rate,
             beta1: o.beta1,
@@ -79,11 +81,21 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
         },
         schedule: spec.schedule.clone(),
         eval,
-        log: spec.log.clone(),
+        log: LogPlan { root: spec.log.root.clone(), rollouts: spec.log.rollouts, trackers },
         sweep: spec.sweep.clone(),
         diagnostics: spec.diagnostics.clone(),
         written,
     })
+}
+
+/// The sandbox with Sandbox Fusion's pool size applied (the local pool's default, the cores, is
+/// the machine's and is counted where the pool starts).
+fn sandbox(s: &types::Sandbox) -> types::Sandbox {
+    let mut s = s.clone();
+    if s.kind == types::SandboxKind::Fusion {
+        s.concurrency.get_or_insert(defaults::FUSION_CONCURRENCY);
+    }
+    s
 }
 
 fn model(m: &types::Model) -> Result<ModelPlan, SourceError> {

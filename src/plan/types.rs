@@ -11,7 +11,8 @@ use crate::backend::{BackendChoice, OpenOptions};
 use crate::prompt::chat::ChatTemplateChoice;
 use crate::seam::{AdamParams, Finetune, LossFn, ModelSource, SamplingParams};
 use crate::spec::diagnostic::Diagnostics;
-use crate::spec::types::{Advantage, Data, DynamicSampling, Kl, Log, LossAgg, Overlong, Prompt, Reward, Rollout, Sandbox, Schedule, Spec};
+use super::trackers::Trackers;
+use crate::spec::types::{Advantage, Data, DynamicSampling, Kl, LossAgg, Overlong, Prompt, Reward, Rollout, RolloutLog, Sandbox, Schedule, Spec};
 
 /// Why a spec could not be planned.
 #[derive(Debug, thiserror::Error)]
@@ -92,13 +93,24 @@ pub struct Plan {
     /// Evaluation.
     pub eval: EvalPlan,
     /// Run directory root, rollout logging, trackers.
-    pub log: Log,
+    pub log: LogPlan,
     /// How `rlx sweep` launches the runs of this spec (local processes or Slurm).
     pub sweep: crate::spec::types::SweepLaunch,
     /// Run-health signals (`diagnostics:`), defaults filled in.
     pub diagnostics: crate::spec::health::Health,
     /// What the user wrote, for provenance and the run id.
     pub written: Written,
+}
+
+/// The `log` section, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogPlan {
+    /// Directory holding run directories.
+    pub root: PathBuf,
+    /// Which completions go to `rollouts.jsonl`.
+    pub rollouts: RolloutLog,
+    /// The trackers, each with its defaults applied.
+    pub trackers: Trackers,
 }
 
 /// The model section, resolved.

@@ -20,8 +20,6 @@ use super::error::Error;
 use super::exec::Protection;
 use crate::spec::types::{Sandbox as SandboxSpec, SandboxKind};
 
-/// Requests in flight to Sandbox Fusion when the spec sets no `sandbox.concurrency`.
-pub(crate) const FUSION_CONCURRENCY: usize = 32;
 
 /// A started sandbox, what protects the host, and what the user must be told.
 pub struct Started<G = AnyGrader> {
@@ -63,8 +61,13 @@ pub async fn start_for(spec: &SandboxSpec, run_id: Option<&str>) -> Result<Start
             Ok(Started { grader: AnyGrader::Local(s.grader), protection: s.protection, warnings: s.warnings })
         }
         SandboxKind::Fusion => {
-            let concurrency = spec.concurrency.map_or(FUSION_CONCURRENCY, |c| c as usize);
-            let client = FusionClient::new(FusionConfig { concurrency, ..FusionConfig::new(&spec.url) })?;
+            // The plan applies `sandbox.concurrency`'s default (`spec::defaults::FUSION_CONCURRENCY`);
+            // a spec built in code without one gets the client's own.
+            let mut config = FusionConfig::new(&spec.url);
+            if let Some(c) = spec.concurrency {
+                config.concurrency = c as usize;
+            }
+            let client = FusionClient::new(config)?;
             Ok(Started {
                 grader: AnyGrader::Fusion(Box::new(client)),
                 protection: json!({"kind": "fusion", "url": spec.url}),

@@ -13,6 +13,11 @@ pub const OPENAI_TIMEOUT_S: f64 = 300.0;
 /// `backend.max_retries` (openai).
 pub const OPENAI_MAX_RETRIES: u32 = 4;
 
+/// `sandbox.concurrency` for `kind: fusion`: requests in flight to Sandbox Fusion. (`kind:
+/// local` defaults to the machine's cores, which its pool counts when it starts: a property of
+/// the machine a run lands on, not of the experiment.)
+pub const FUSION_CONCURRENCY: u32 = 32;
+
 /// `reward.function`: the Python function a `python` reward calls.
 pub const REWARD_FUNCTION: &str = "reward";
 /// `reward.call_timeout_s`: seconds per call of the Python reward function.
@@ -67,6 +72,7 @@ mod tests {
             ("max_tokens_per_microbatch", MAX_TOKENS_PER_MICROBATCH.to_string()),
             ("max_in_flight", TINKER_MAX_IN_FLIGHT.to_string()),
             ("concurrency", OPENAI_CONCURRENCY.to_string()),
+            ("concurrency", FUSION_CONCURRENCY.to_string()),
             ("timeout_s", format!("{OPENAI_TIMEOUT_S}")),
             ("max_retries", OPENAI_MAX_RETRIES.to_string()),
             ("function", REWARD_FUNCTION.to_string()),

@@ -51,6 +51,31 @@ fn create_writes_the_self_describing_files() {
 }
 
 #[test]
+fn the_plan_applies_the_fusion_pool_and_the_tracker_names_and_resolved_json_records_them() {
+    let cx = TestContext::new();
+    let sets = ["sandbox.kind=fusion", "log.sinks.wandb.mode=offline", "log.sinks.mlflow.tracking_uri=http://127.0.0.1:9"];
+    let overrides: Vec<_> = sets.iter().map(|o| rlx::spec::overrides::parse(o).unwrap()).collect();
+    let mut p = rlx::plan::plan(&cx.path().join("spec.yaml"), &overrides).unwrap();
+    p.log.root = cx.path().join("runs");
+    assert_eq!(p.sandbox.concurrency, Some(32), "the plan, not the sandbox, applies the pool size");
+    let w = p.log.trackers.wandb.as_ref().expect("on");
+    assert_eq!((w.project.as_str(), w.name.as_str()), (p.name.as_str(), p.run_id.as_str()));
+    assert_eq!(p.log.trackers.mlflow.as_ref().expect("on").experiment, p.name);
+    assert!(p.log.trackers.tensorboard.is_none());
+    let dir = RunDir::create(&p).unwrap();
+    let resolved: serde_json::Value = dir.read_json(files::RESOLVED).unwrap().unwrap();
+    assert_eq!(resolved["sandbox"]["concurrency"], 32);
+    assert_eq!(resolved["log"]["sinks"]["wandb"]["project"], p.name.as_str());
+    assert_eq!(resolved["log"]["sinks"]["wandb"]["name"], p.run_id.as_str());
+    assert_eq!(resolved["log"]["sinks"]["mlflow"]["experiment"], p.name.as_str());
+    // A server URL may carry credentials: it stays what the spec wrote.
+    assert_eq!(resolved["log"]["sinks"]["mlflow"]["tracking_uri"], "http://127.0.0.1:9");
+    // The local pool's size is the machine's: not written.
+    let local = rlx::plan::plan(&cx.path().join("spec.yaml"), &[]).unwrap();
+    assert_eq!(local.sandbox.concurrency, None);
+}
+
+#[test]
 fn metrics_survive_a_torn_write() {
     let cx = TestContext::new();
     let dir = RunDir::create(&plan(&cx)).unwrap();

@@ -12,6 +12,7 @@ use clap::{Args, Subcommand};
 
 use crate::cli::error::UserError;
 use crate::cli::{exit, printer};
+use crate::plan::trackers::trackers;
 use crate::runlog::sinks::{self, End, RunInfo, SinkConfig};
 use crate::runlog::{RunDir, State, files};
 use crate::spec::types::{MlflowSink, Sinks, TensorboardSink, WandbMode, WandbSink};
@@ -77,6 +78,8 @@ pub struct MlflowArgs {
 struct Run {
     dir: RunDir,
     info: RunInfo,
+    /// The spec's `name` (the default W&B project and MLflow experiment).
+    name: String,
     sinks: Sinks,
     end: End,
 }
@@ -99,11 +102,18 @@ fn open(path: &Path) -> anyhow::Result<Run> {
         State::Interrupted => End::Interrupted,
         State::Failed | State::Running => End::Failed,
     };
-    Ok(Run { dir, info: RunInfo { run_id: status.run_id, name, config }, sinks, end })
+    Ok(Run { dir, info: RunInfo { run_id: status.run_id, config }, name, sinks, end })
 }
 
-/// The tracker's settings for one run: the run's own `log.sinks` entry, then the flags.
-fn config_for(cmd: &SyncCommand, s: &Sinks) -> SinkConfig {
+/// The tracker's settings for one run: the run's own `log.sinks` entry, then the flags, then
+/// the defaults a plan applies ([`crate::plan::trackers`]).
+fn config_for(cmd: &SyncCommand, run: &Run) -> SinkConfig {
+    let s = &run.sinks;
+    // `sinks` names exactly the subcommand's tracker, so `all` gives exactly one.
+    let only = |sinks: Sinks| {
+        let t = trackers(&sinks, &run.name, &run.info.run_id, run.dir.path(), |k| std::env::var(k).ok());
+        SinkConfig::all(&t).pop().expect("the subcommand's tracker is set")
+    };
     match cmd {
         SyncCommand::Wandb(a) => {
             let mut c: WandbSink = s.wandb.clone().unwrap_or_default();
@@ -113,18 +123,18 @@ fn config_for(cmd: &SyncCommand, s: &Sinks) -> SinkConfig {
             if let Some(m) = &a.mode {
                 c.mode = if m == "offline" { WandbMode::Offline } else { WandbMode::Online };
             }
-            SinkConfig::Wandb(c)
+            only(Sinks { wandb: Some(c), ..Sinks::default() })
         }
         SyncCommand::Tensorboard(a) => {
             let mut c: TensorboardSink = s.tensorboard.clone().unwrap_or_default();
             c.directory = a.dir.clone().or(c.directory);
-            SinkConfig::Tensorboard(c)
+            only(Sinks { tensorboard: Some(c), ..Sinks::default() })
         }
         SyncCommand::Mlflow(a) => {
             let mut c: MlflowSink = s.mlflow.clone().unwrap_or_default();
             c.tracking_uri = a.tracking_uri.clone().or(c.tracking_uri);
             c.experiment = a.experiment.clone().or(c.experiment);
-            SinkConfig::Mlflow(c)
+            only(Sinks { mlflow: Some(c), ..Sinks::default() })
         }
     }
 }
@@ -146,7 +156,7 @@ pub(crate) fn run(cmd: SyncCommand) -> anyhow::Result<u8> {
     let mut incomplete = 0;
     for path in dirs {
         let run = open(path)?;
-        let cfg = config_for(&cmd, &run.sinks);
+        let cfg = config_for(&cmd, &run);
         let (report, warnings) = rt.block_on(sinks::sync(&run.dir, &run.info, cfg, run.end));
         // The report repeats a tracker's last error; say it once.
         let last = report.as_ref().and_then(|r| r.error.clone());

@@ -13,22 +13,22 @@ use super::follow::{Cursor, Follower};
 use super::mirror::{End, Mirror, SinkError};
 use super::{mlflow, tensorboard, wandb};
 use crate::runlog::{MetricsLine, RunDir, files};
-use crate::spec::types::{MlflowSink, Sinks as SinkSpecs, TensorboardSink, WandbSink};
+use crate::plan::trackers::{MlflowPlan, TensorboardPlan, Trackers, WandbPlan};
 
-/// One tracker and its settings, as `log.sinks` (or `rlx sync`) gives it.
+/// One tracker and its settings, as the plan (or `rlx sync`) resolved them.
 #[derive(Debug, Clone)]
 pub(crate) enum SinkConfig {
     /// W&B.
-    Wandb(WandbSink),
+    Wandb(WandbPlan),
     /// TensorBoard.
-    Tensorboard(TensorboardSink),
+    Tensorboard(TensorboardPlan),
     /// MLflow.
-    Mlflow(MlflowSink),
+    Mlflow(MlflowPlan),
 }
 
 impl SinkConfig {
-    /// The configured trackers of a spec's `log.sinks`.
-    pub(crate) fn all(specs: &SinkSpecs) -> Vec<SinkConfig> {
+    /// The configured trackers.
+    pub(crate) fn all(specs: &Trackers) -> Vec<SinkConfig> {
         let mut out = vec![];
         out.extend(specs.wandb.clone().map(SinkConfig::Wandb));
         out.extend(specs.tensorboard.clone().map(SinkConfig::Tensorboard));
@@ -51,8 +51,6 @@ impl SinkConfig {
 pub(crate) struct RunInfo {
     /// The run id (`<name>-<hash>`).
     pub run_id: String,
-    /// The spec's `name` (the default W&B project and MLflow experiment).
-    pub name: String,
     /// The resolved spec, logged as config (W&B) and params (MLflow).
     pub config: serde_json::Value,
 }
@@ -158,8 +156,8 @@ impl Sinks {
         Sinks { tasks, warnings }
     }
 
-    /// The trackers of `log.sinks`, started (see [`Sinks::start`]).
-    pub(crate) fn for_spec(dir: &RunDir, run: &RunInfo, specs: &SinkSpecs) -> Sinks {
+    /// The planned trackers, started (see [`Sinks::start`]).
+    pub(crate) fn for_plan(dir: &RunDir, run: &RunInfo, specs: &Trackers) -> Sinks {
         Self::start(dir, run, SinkConfig::all(specs))
     }
 
@@ -182,25 +180,20 @@ impl Sinks {
         let cx = TaskCx { key, rx, started: started_tx, warnings: Arc::clone(warnings), _lock: lock, lazy };
         let (name, join) = match cfg {
             SinkConfig::Tensorboard(t) => {
-                let out = match &t.directory {
-                    Some(d) => d.join(&run.run_id),
-                    None => dir.path().to_path_buf(),
-                };
-                let m = tensorboard::TensorBoard::new(std::path::absolute(&out).unwrap_or(out), &saved);
+                let out = &t.directory;
+                let m = tensorboard::TensorBoard::new(std::path::absolute(out).unwrap_or_else(|_| out.clone()), &saved);
                 (m.name(), tokio::spawn(drive(m, follower, cx)))
             }
             SinkConfig::Mlflow(c) => {
-                let uri = c.tracking_uri.clone().or_else(|| std::env::var("MLFLOW_TRACKING_URI").ok().filter(|u| !u.is_empty()));
-                let Some(uri) = uri else {
+                let Some(uri) = &c.tracking_uri else {
                     return Err("MLflow: no tracking URI (set `log.sinks.mlflow.tracking_uri` or `MLFLOW_TRACKING_URI`); metrics are not mirrored to MLflow".into());
                 };
-                let experiment = c.experiment.clone().unwrap_or_else(|| run.name.clone());
-                let m = mlflow::Mlflow::new(&uri, &experiment, &run.run_id, &run.config, &saved);
+                let m = mlflow::Mlflow::new(uri, &c.experiment, &run.run_id, &run.config, &saved);
                 (m.name(), tokio::spawn(drive(m, follower, cx)))
             }
             SinkConfig::Wandb(c) => {
                 let run_dir = std::path::absolute(dir.path()).unwrap_or_else(|_| dir.path().to_path_buf());
-                let m = wandb::Wandb::new(c, &run.name, &run.run_id, run_dir, &sinks_dir, &saved);
+                let m = wandb::Wandb::new(c, &run.run_id, run_dir, &sinks_dir, &saved);
                 (m.name(), tokio::spawn(drive(m, follower, cx)))
             }
         };

@@ -27,7 +27,8 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use super::follow::Cursor;
 use super::mirror::{End, Mirror, SinkError};
 use crate::runlog::MetricsLine;
-use crate::spec::types::{WandbMode, WandbSink};
+use crate::plan::trackers::WandbPlan;
+use crate::spec::types::WandbMode;
 
 /// The helper's source.
 const HELPER: &str = include_str!("wandb_helper.py");
@@ -76,12 +77,12 @@ struct Helper {
 }
 
 impl Wandb {
-    /// A mirror with the spec's settings for rlx run `run_id` (spec `name`) in `run_dir`, keeping
-    /// its files in `sinks_dir`; `saved` is the tracker's saved state.
-    pub(crate) fn new(cfg: &WandbSink, name: &str, run_id: &str, run_dir: PathBuf, sinks_dir: &std::path::Path, saved: &Value) -> Wandb {
+    /// A mirror with the planned settings for rlx run `run_id` in `run_dir`, keeping its files in
+    /// `sinks_dir`; `saved` is the tracker's saved state.
+    pub(crate) fn new(cfg: &WandbPlan, run_id: &str, run_dir: PathBuf, sinks_dir: &std::path::Path, saved: &Value) -> Wandb {
         let (log_file, state_file, lock_file) = (sinks_dir.join("wandb.log"), sinks_dir.join("wandb.json"), sinks_dir.join("wandb.helper.lock"));
         let mut state: State = serde_json::from_value(saved.clone()).unwrap_or_default();
-        let project = cfg.project.clone().unwrap_or_else(|| name.to_string());
+        let project = cfg.project.clone();
         let moved = !state.id.is_empty() && (state.project != project || state.entity != cfg.entity);
         if moved || state.id.is_empty() {
             state = State { id: new_id(run_id), project: project.clone(), entity: cfg.entity.clone() };
@@ -92,13 +93,13 @@ impl Wandb {
             "id": state.id,
             "project": project,
             "entity": cfg.entity,
-            "name": cfg.name.clone().unwrap_or_else(|| run_id.to_string()),
+            "name": cfg.name,
             "tags": cfg.tags,
             "mode": match cfg.mode { WandbMode::Online => "online", WandbMode::Offline => "offline" },
             "state_file": state_file,
             "lock_file": lock_file,
         });
-        Wandb { python: cfg.python.clone().unwrap_or_else(|| "python3".into()), settings, log_file, state_file, lock_file, state, helper: None, ready: false, moved }
+        Wandb { python: cfg.python.clone(), settings, log_file, state_file, lock_file, state, helper: None, ready: false, moved }
     }
 
     /// The next event from the helper, within `limit`.

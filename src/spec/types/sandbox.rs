@@ -18,7 +18,7 @@ pub struct Sandbox {
     /// Sandbox Fusion endpoint. Default `http://localhost:8080/run_code`.
     #[serde(default = "default_fusion_url")]
     pub url: String,
-    /// Programs running at once. Default: the number of cores (local), 32 (fusion).
+    /// Programs running at once. For `fusion`, Default `32`; for `local`, the number of cores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub concurrency: Option<u32>,
