@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::error::{Error, Result};
-use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef};
+use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, LossFn, OptimStepOutput, SampleRequest, SampledSequence, SamplingParams, StateRef, TopK};
 
 /// A reply on its way: the request was submitted when the seam method returned; awaiting this
 /// gives its result. Dropping it does not cancel the request (the backend still runs it, in
@@ -43,6 +43,17 @@ pub trait Sampler: Send + Sync {
     fn prompt_logprobs(&self, prompt: Vec<u32>) -> Pending<Vec<f32>> {
         let _ = prompt;
         Box::pin(async { Err(Error::InvalidArgument { what: "prompt_logprobs", reason: "this backend cannot score prompts".into() }) })
+    }
+    /// Submits: the `k` most likely tokens at each prompt position given the ones before it,
+    /// with their log-probabilities, most likely first (Tinker's `topk_prompt_logprobs`, which
+    /// top-K distillation trains against); position 0 is empty. The default answers that the
+    /// backend cannot.
+    ///
+    /// # Errors
+    /// (In the reply.) As [`Sampler::prompt_logprobs`]; `k` of 0.
+    fn prompt_topk_logprobs(&self, prompt: Vec<u32>, k: usize) -> Pending<Vec<TopK>> {
+        let _ = (prompt, k);
+        Box::pin(async { Err(Error::InvalidArgument { what: "topk_prompt_logprobs", reason: "this backend cannot score prompts".into() }) })
     }
     /// Submits one batch of prompts given both as tokens and as the conversation they render.
     /// A backend that samples from messages (an OpenAI-compatible chat endpoint, which applies

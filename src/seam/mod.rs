@@ -341,6 +341,10 @@ pub struct SampledSequence {
     pub stop_reason: StopReason,
 }
 
+/// The most likely tokens at one position with their log-probabilities, most likely first
+/// (empty where a position is not scored: a prompt's first token).
+pub type TopK = Vec<(u32, f32)>;
+
 /// One prompt of a `Sampler::sample` call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampleRequest {

@@ -30,6 +30,8 @@ pub(crate) enum FutureResult {
         sequences: Vec<SampledSequence>,
         /// Per prompt token, NaN where not scored (position 0), when asked for.
         prompt_logprobs: Option<Vec<f32>>,
+        /// Per prompt token, the top-k tokens (empty where not scored), when asked for.
+        topk_prompt_logprobs: Option<Vec<crate::seam::TopK>>,
     },
     /// A failure, reported as HTTP 200 `{"error", "category"}`.
     Failed {

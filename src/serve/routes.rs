@@ -608,16 +608,60 @@ const MAX_SAMPLES_PER_REQUEST: u64 = 4096;
 /// Tokens one sample may ask for: the longest context of the models `rlx serve` loads.
 const MAX_TOKENS_PER_SAMPLE: u64 = 131_072;
 
+/// Top-k prompt log-probabilities one request may ask for per position: distillation uses tens
+/// (the cookbook's SDFT 20); the reply holds prompt length × k pairs, which a k near the
+/// vocabulary (49 152 for SmolLM2) would make gigabytes.
+const MAX_TOPK: u64 = 1024;
+
 /// What one `asample` may ask for, checked before it is queued: 422 past a cap (the SDK does not
 /// retry it, as it would a 5xx).
 fn check_sample_caps(r: &wire::SampleRequest) -> Result<(), Reply> {
     if r.num_samples > MAX_SAMPLES_PER_REQUEST {
         return Err(unprocessable(format!("`num_samples` {} is past this server's cap of {MAX_SAMPLES_PER_REQUEST} per request", r.num_samples)));
     }
+    if r.topk_prompt_logprobs > MAX_TOPK {
+        return Err(unprocessable(format!("`topk_prompt_logprobs` {} is past this server's cap of {MAX_TOPK}", r.topk_prompt_logprobs)));
+    }
     if let Some(m) = r.sampling_params.max_tokens.filter(|&m| m > MAX_TOKENS_PER_SAMPLE) {
         return Err(unprocessable(format!("`sampling_params.max_tokens` {m} is past this server's cap of {MAX_TOKENS_PER_SAMPLE}")));
     }
     Ok(())
+}
+
+/// What a sample request asked to know about its prompt.
+#[derive(Default)]
+struct PromptScores {
+    logprobs: Option<Vec<f32>>,
+    topk: Option<Vec<seam::TopK>>,
+}
+
+/// Submits the prompt scoring `r` asks for (`prompt_logprobs`, `topk_prompt_logprobs`), with
+/// `prompt_logprobs_last_n` applied to both: only the last N positions scored, the rest NaN or
+/// empty.
+fn score_prompt(sampler: &Arc<dyn backend::Sampler>, r: &wire::SampleRequest, prompt: &[u32]) -> backend::Pending<PromptScores> {
+    let logprobs = (r.prompt_logprobs == Some(true)).then(|| sampler.prompt_logprobs(prompt.to_vec()));
+    let topk = (r.topk_prompt_logprobs > 0).then(|| sampler.prompt_topk_logprobs(prompt.to_vec(), r.topk_prompt_logprobs as usize));
+    let last_n = r.prompt_logprobs_last_n.map(|n| n as usize);
+    Box::pin(async move {
+        let mut out = PromptScores::default();
+        if let Some(p) = logprobs {
+            out.logprobs = Some(p.await?);
+        }
+        if let Some(p) = topk {
+            out.topk = Some(p.await?);
+        }
+        if let Some(n) = last_n {
+            if let Some(lp) = out.logprobs.as_mut() {
+                let keep = lp.len().saturating_sub(n);
+                lp[..keep].fill(f32::NAN);
+            }
+            if let Some(tk) = out.topk.as_mut() {
+                let keep = tk.len().saturating_sub(n);
+                tk[..keep].iter_mut().for_each(Vec::clear);
+            }
+        }
+        Ok(out)
+    })
 }
 
 fn asample(state: &Arc<State>, b: &[u8]) -> Handled {
@@ -636,8 +680,8 @@ fn asample(state: &Arc<State>, b: &[u8]) -> Handled {
     let ids: Vec<String> = (0..n).map(|i| format!("{}:{i}", s.request_id())).collect();
     let reply = Reply::submitted(&s, wire::UntypedApiFuture { request_id: s.request_id().to_string(), model_id: None, sample_sequence_ids: Some(ids) });
     if let Submitted::New { completion, .. } = s {
-        let unsupported = if r.topk_prompt_logprobs > 0 || r.topk_sample_logprobs > 0 {
-            Some("top-k log-probabilities")
+        let unsupported = if r.topk_sample_logprobs > 0 {
+            Some("top-k log-probabilities of sampled tokens")
         } else if r.prompt_alt_tokens_k > 0 || r.target_prompt_logprobs.is_some() {
             Some("prompt alternatives and targets")
         } else {
@@ -650,23 +694,12 @@ fn asample(state: &Arc<State>, b: &[u8]) -> Handled {
             (Some(what), _) => completion.fail(ErrorCategory::User, format!("{what} is not supported by rlx serve")),
             (None, Err(e)) => completion.fail(ErrorCategory::User, e),
             (None, Ok((prompt, params))) => {
-                // Both submitted now, in order; `last_n` keeps the last N scores (the rest NaN).
-                let scored = (r.prompt_logprobs == Some(true)).then(|| session.sampler.prompt_logprobs(prompt.clone()));
-                let last_n = r.prompt_logprobs_last_n.map(|n| n as usize);
+                // Scores submitted first, then the sample, in order on the session's sampler.
+                let scores = score_prompt(&session.sampler, &r, &prompt);
                 let req = SampleRequest { prompt, num_samples: n as usize, seed: params.seed, greedy: false };
                 let sampled = session.sampler.sample(vec![req], &params);
-                let both: backend::Pending<(SampleReply, Option<Vec<f32>>)> = Box::pin(async move {
-                    let mut lp = match scored {
-                        Some(p) => Some(p.await?),
-                        None => None,
-                    };
-                    if let (Some(lp), Some(n)) = (lp.as_mut(), last_n) {
-                        let keep = lp.len().saturating_sub(n);
-                        lp[..keep].fill(f32::NAN);
-                    }
-                    Ok((sampled.await?, lp))
-                });
-                finish_with(completion, both, |(mut v, prompt_logprobs)| FutureResult::Sample { sequences: v.pop().unwrap_or_default(), prompt_logprobs });
+                let both: backend::Pending<(SampleReply, PromptScores)> = Box::pin(async move { Ok((sampled.await?, scores.await?)) });
+                finish_with(completion, both, |(mut v, scores)| FutureResult::Sample { sequences: v.pop().unwrap_or_default(), prompt_logprobs: scores.logprobs, topk_prompt_logprobs: scores.topk });
             }
         }
     }
@@ -690,12 +723,11 @@ async fn retrieve_future(state: &Arc<State>, headers: &HeaderMap, b: &[u8]) -> H
         FutureResult::Failed { error, category } => Reply::json(&wire::RequestFailedResponse { error: error.clone(), category: *category }),
         FutureResult::ForwardBackward(o) if proto => Reply { status: StatusCode::OK, body: Body::Proto(convert::forward_backward_output_to_proto(o).encode_to_vec()), duplicate: None },
         FutureResult::ForwardBackward(o) => Reply::json(&forward_backward_json(o)),
-        FutureResult::Sample { sequences, prompt_logprobs } if proto => {
-            Reply { status: StatusCode::OK, body: Body::Proto(convert::sample_response_to_proto(sequences, prompt_logprobs.as_deref()).encode_to_vec()), duplicate: None }
+        FutureResult::Sample { sequences, prompt_logprobs, topk_prompt_logprobs: topk } if proto => {
+            let body = convert::sample_response_to_proto(sequences, prompt_logprobs.as_deref(), topk.as_deref()).encode_to_vec();
+            Reply { status: StatusCode::OK, body: Body::Proto(body), duplicate: None }
         }
-        FutureResult::Sample { sequences, prompt_logprobs } => {
-            Reply::json(&sample_json(sequences, prompt_logprobs.as_deref()))
-        }
+        FutureResult::Sample { sequences, prompt_logprobs, topk_prompt_logprobs: topk } => Reply::json(&sample_json(sequences, prompt_logprobs.as_deref(), topk.as_deref())),
     })
 }
 
@@ -729,7 +761,7 @@ fn forward_backward_json(o: &seam::ForwardBackwardOutput) -> wire::ForwardBackwa
 }
 
 /// The JSON shape of a sample result.
-fn sample_json(sequences: &[seam::SampledSequence], prompt_logprobs: Option<&[f32]>) -> wire::SampleResponse {
+fn sample_json(sequences: &[seam::SampledSequence], prompt_logprobs: Option<&[f32]>, topk: Option<&[seam::TopK]>) -> wire::SampleResponse {
     let stop_reason = |r: seam::StopReason| match r {
         seam::StopReason::Stop => "stop",
         seam::StopReason::Length => "length",
@@ -739,5 +771,6 @@ fn sample_json(sequences: &[seam::SampledSequence], prompt_logprobs: Option<&[f3
         sequences: sequences.iter().map(|q| wire::SampledSequence { stop_reason: stop_reason(q.stop_reason).into(), tokens: q.tokens.clone(), logprobs: q.logprobs.clone() }).collect(),
         // JSON has no NaN: unscored positions are `null`, as in the legacy shape.
         prompt_logprobs: prompt_logprobs.map(|v| v.iter().map(|x| (!x.is_nan()).then_some(*x)).collect()),
+        topk_prompt_logprobs: topk.map(|rows| rows.iter().map(|row| (!row.is_empty()).then(|| row.clone())).collect()),
     }
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use super::proto::{self, DType};
 use super::wire;
 use crate::seam;
-use crate::seam::{Datum, DatumOutput, LossFn, LossFnInputs, SampledSequence, Stop, StopReason};
+use crate::seam::{Datum, DatumOutput, LossFn, LossFnInputs, SampledSequence, Stop, StopReason, TopK};
 
 /// A wire value rlx cannot use, with where it is.
 #[derive(Debug, thiserror::Error)]
@@ -390,7 +390,7 @@ pub(crate) fn sampling_params_to_wire(p: &seam::SamplingParams) -> Result<wire::
 }
 
 /// Sampled sequences as the protobuf `SampleResponse` (log-probabilities always present).
-pub(crate) fn sample_response_to_proto(seqs: &[SampledSequence], prompt_logprobs: Option<&[f32]>) -> proto::SampleResponse {
+pub(crate) fn sample_response_to_proto(seqs: &[SampledSequence], prompt_logprobs: Option<&[f32]>, topk: Option<&[TopK]>) -> proto::SampleResponse {
     proto::SampleResponse {
         sequences: seqs
             .iter()
@@ -405,11 +405,39 @@ pub(crate) fn sample_response_to_proto(seqs: &[SampledSequence], prompt_logprobs
             })
             .collect(),
         prompt_logprobs: prompt_logprobs.map(f32_bytes),
-        topk_prompt_logprobs: None,
+        topk_prompt_logprobs: topk.map(topk_to_proto),
         prompt_cache_hit_tokens: 0,
         target_prompt_logprobs: None,
         prompt_alt_tokens: None,
     }
+}
+
+/// Empty cells of a `TopkLogprobs` matrix (a row shorter than k, an unscored position).
+pub(crate) const TOPK_EMPTY: (u32, f32) = (0, -99999.0);
+
+/// Rows of top-k pairs as the row-major `length × k` matrix of the protobuf, `k` the longest
+/// row, short rows padded with [`TOPK_EMPTY`].
+fn topk_to_proto(rows: &[TopK]) -> proto::TopkLogprobs {
+    let k = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let cells = |r: &TopK| r.iter().copied().chain(std::iter::repeat(TOPK_EMPTY)).take(k).collect::<Vec<_>>();
+    let all: Vec<(u32, f32)> = rows.iter().flat_map(cells).collect();
+    let ids: Vec<u32> = all.iter().map(|c| c.0).collect();
+    let lps: Vec<f32> = all.iter().map(|c| c.1).collect();
+    proto::TopkLogprobs { token_ids: i32_bytes(&ids), logprobs: f32_bytes(&lps), k: k as u32, length: rows.len() as u32 }
+}
+
+/// A protobuf `TopkLogprobs` as rows of pairs, [`TOPK_EMPTY`] cells dropped.
+///
+/// # Errors
+/// Byte lengths that are not `length × k` cells.
+pub(crate) fn topk_from_proto(t: &proto::TopkLogprobs) -> Result<Vec<TopK>, String> {
+    let (n, k) = (t.length as usize, t.k as usize);
+    let ids = tokens_from_i32_bytes(&t.token_ids, "topk token_ids")?;
+    let lps = f32_from_bytes(&t.logprobs, "topk logprobs")?;
+    if ids.len() != n * k || lps.len() != n * k {
+        return Err(format!("`TopkLogprobs` of {n} × {k} has {} ids and {} log-probabilities", ids.len(), lps.len()));
+    }
+    Ok((0..n).map(|i| (i * k..(i + 1) * k).map(|j| (ids[j], lps[j])).filter(|&c| c != TOPK_EMPTY).collect()).collect())
 }
 
 /// A protobuf `SampleResponse`'s sequences as rlx's.
@@ -538,6 +566,16 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn topk_rows_survive_the_protobuf_matrix_with_short_rows_padded_and_unpadded() {
+        let rows: Vec<TopK> = vec![vec![], vec![(7, -0.1), (3, -2.5)], vec![(0, -0.7)]];
+        let p = topk_to_proto(&rows);
+        assert_eq!((p.length, p.k, p.token_ids.len(), p.logprobs.len()), (3, 2, 24, 24));
+        assert_eq!(topk_from_proto(&p).unwrap(), rows, "token 0 with a real score is kept; only the sentinel is dropped");
+        let cut = proto::TopkLogprobs { token_ids: p.token_ids[..20].to_vec(), ..p };
+        assert!(topk_from_proto(&cut).unwrap_err().contains("3 × 2"));
+    }
+
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
         (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
@@ -590,7 +628,7 @@ mod tests {
         let back = forward_backward_output_from_proto(&proto::ForwardBackwardOutput::decode(p.encode_to_vec().as_slice()).unwrap()).unwrap();
         assert_eq!(back, out);
         let seqs = vec![SampledSequence { tokens: vec![5, 6], logprobs: vec![-0.1, -0.2], stop_reason: StopReason::Stop }];
-        assert_eq!(sampled_sequences_from_proto(&sample_response_to_proto(&seqs, None)).unwrap(), seqs);
+        assert_eq!(sampled_sequences_from_proto(&sample_response_to_proto(&seqs, None, None)).unwrap(), seqs);
     }
 
     #[test]

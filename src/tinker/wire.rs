@@ -889,6 +889,10 @@ pub(crate) struct SampleResponse {
     /// Prompt log-probabilities when asked for; `null` where unscored (JSON has no NaN).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_logprobs: Option<Vec<Option<f32>>>,
+    /// Top-k prompt log-probabilities when asked for: per position `[[id, logprob], ...]`, most
+    /// likely first, `null` where unscored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_prompt_logprobs: Option<Vec<Option<crate::seam::TopK>>>,
 }
 
 /// `POST /api/v1/asample` (a future whose result is a protobuf `SampleResponse`).

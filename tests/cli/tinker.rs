@@ -86,6 +86,28 @@ pub(crate) fn options(url: &str, model: &Path) -> tinker::Options {
     }
 }
 
+/// Top-k prompt scores (`topk_prompt_logprobs`, what top-K distillation trains against) through
+/// the client and the protobuf reply: with k the whole vocabulary each row is the next-token
+/// distribution, most likely first, holding the prompt token's own score (`prompt_logprobs`);
+/// a smaller k is the head of each row.
+async fn check_topk_prompt_scores(sampler: &dyn rlx::backend::Sampler, vocab: usize) {
+    let prompt = vec![5u32, 6, 7, 8, 9];
+    let own = sampler.prompt_logprobs(prompt.clone()).await.expect("prompt_logprobs");
+    let whole = sampler.prompt_topk_logprobs(prompt.clone(), vocab).await.expect("topk_prompt_logprobs");
+    let head = sampler.prompt_topk_logprobs(prompt.clone(), 2).await.expect("topk_prompt_logprobs");
+    assert_eq!((whole.len(), whole[0].len(), head[0].len()), (prompt.len(), 0, 0), "one row per position, the first unscored");
+    for i in 1..prompt.len() {
+        let row = &whole[i];
+        assert_eq!(row.len(), vocab, "row {i}");
+        assert!(row.windows(2).all(|w| w[0].1 >= w[1].1), "row {i} is most likely first: {row:?}");
+        let mass: f64 = row.iter().map(|t| f64::from(t.1).exp()).sum();
+        assert!((mass - 1.0).abs() < 1e-3, "row {i} holds {mass}");
+        let mine = row.iter().find(|t| t.0 == prompt[i]).expect("every token is in a whole row").1;
+        assert!((mine - own[i]).abs() < 1e-4, "row {i}: {mine} in the top-k, {} alone", own[i]);
+        assert_eq!(head[i], row[..2], "row {i}: k = 2 is the head");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tinker_backend_meets_the_contract_through_rlx_serve() {
     let cx = TestContext::new();
@@ -98,6 +120,7 @@ async fn the_tinker_backend_meets_the_contract_through_rlx_serve() {
     let sampler = trainer.sampler().await.unwrap();
     check_sampler(&*sampler, &fixture).await.unwrap_or_else(|e| panic!("sampler: {e}: {:?}", std::error::Error::source(&e)));
     check_trainer(&*trainer, &fixture).await.unwrap_or_else(|e| panic!("trainer: {e}: {:?}", std::error::Error::source(&e)));
+    check_topk_prompt_scores(&*sampler, 98).await;
     drop((sampler, trainer));
     // States are tinker:// paths; each request of each model ran once, in order.
     let records = served.record();

@@ -144,6 +144,7 @@ fn the_official_sdk_drives_rlx_serve() {
     assert!(losses.windows(2).all(|w| w[1] < w[0]), "cross_entropy must fall step after step: {losses:?}");
     assert!(s["sample_logprob_max_diff"].as_f64().unwrap() < 2e-3, "{s}");
     assert!(s["prompt_logprob_max_diff"].as_f64().unwrap() < 2e-3, "{s}");
+    assert_eq!(s["topk_vocab"].as_u64(), Some(crate::engine::char_tokenizer().1 as u64), "k past the vocabulary is every token: {s}");
     // `loss_fn_config.temperature` scores a tempered sampler's tokens on-policy; without it, not.
     assert!(s["tempered_logprob_max_diff"].as_f64().unwrap() < 2e-3, "{s}");
     assert!(s["untempered_logprob_max_diff"].as_f64().unwrap() > 1e-2, "{s}");
@@ -358,10 +359,10 @@ fn an_empty_key_is_no_key_and_the_key_comes_before_the_body() {
     assert!(out.starts_with("HTTP/1.1 413"), "{out}");
     // What one request may ask for: past a cap, 422 (which the SDK does not retry), before the
     // request is queued or its session looked up.
-    let sample = |num_samples: u64, max_tokens: u64| -> String {
+    let sample_k = |num_samples: u64, max_tokens: u64, topk: u64| -> String {
         use std::io::{Read as _, Write as _};
         let body = format!(
-            r#"{{"num_samples":{num_samples},"prompt":{{"chunks":[{{"tokens":[1,2,3],"type":"encoded_text"}}]}},"sampling_params":{{"max_tokens":{max_tokens},"temperature":1.0}},"sampling_session_id":"none:sample:0","type":"sample"}}"#
+            r#"{{"num_samples":{num_samples},"prompt":{{"chunks":[{{"tokens":[1,2,3],"type":"encoded_text"}}]}},"sampling_params":{{"max_tokens":{max_tokens},"temperature":1.0}},"sampling_session_id":"none:sample:0","type":"sample","topk_prompt_logprobs":{topk}}}"#
         );
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
         s.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
@@ -371,10 +372,13 @@ fn an_empty_key_is_no_key_and_the_key_comes_before_the_body() {
         let _ = s.read_to_string(&mut out);
         out
     };
+    let sample = |num_samples: u64, max_tokens: u64| sample_k(num_samples, max_tokens, 0);
     let out = sample(1_000_000_000_000, 16);
     assert!(out.starts_with("HTTP/1.1 422") && out.contains("num_samples"), "{out}");
     let out = sample(2, 1_000_000_000);
     assert!(out.starts_with("HTTP/1.1 422") && out.contains("max_tokens"), "{out}");
-    let out = sample(2, 16);
+    let out = sample_k(2, 16, 1_000_000);
+    assert!(out.starts_with("HTTP/1.1 422") && out.contains("topk_prompt_logprobs"), "{out}");
+    let out = sample_k(2, 16, 1024);
     assert!(out.starts_with("HTTP/1.1 404"), "within the caps, the unknown session is what is wrong: {out}");
 }

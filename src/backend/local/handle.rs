@@ -174,4 +174,8 @@ impl Sampler for SamplerHandle {
     fn prompt_logprobs(&self, prompt: Vec<u32>) -> Pending<Vec<f32>> {
         self.worker.submit(move |s| s.prompt_logprobs(&prompt))
     }
+
+    fn prompt_topk_logprobs(&self, prompt: Vec<u32>, k: usize) -> Pending<Vec<crate::seam::TopK>> {
+        self.worker.submit(move |s| s.prompt_topk_logprobs(&prompt, k))
+    }
 }

@@ -153,16 +153,42 @@ impl LocalSampler {
     /// # Errors
     /// An empty or too long prompt, out-of-vocabulary tokens, tensor failures.
     pub fn prompt_logprobs(&self, prompt: &[u32]) -> Result<Vec<f32>> {
-        self.check_prompt(prompt)?;
         let mut out = vec![f32::NAN];
-        if prompt.len() > 1 {
-            let t = prompt.len() - 1;
-            let tokens = candle_core::Tensor::from_slice(&prompt[..t], (1, t), &candle_core::Device::Cpu)?;
-            let logits = self.model.forward(&tokens, 0, None)?.reshape((t, self.model.config().vocab_size))?;
+        if let Some(logits) = self.prompt_logits(prompt)? {
             let lp = super::target_logprob::target_logprobs(&logits, &prompt[1..])?;
             out.extend(lp.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
         }
         Ok(out)
+    }
+
+    /// The `k` most likely tokens at each prompt position after the first, given the tokens
+    /// before it (temperature 1, as [`LocalSampler::prompt_logprobs`]), most likely first; ties
+    /// by lower id. Position 0 is empty.
+    ///
+    /// # Errors
+    /// As [`LocalSampler::prompt_logprobs`]; `k` of 0.
+    pub fn prompt_topk_logprobs(&self, prompt: &[u32], k: usize) -> Result<Vec<crate::seam::TopK>> {
+        if k == 0 {
+            return Err(Error::InvalidArgument { what: "topk_prompt_logprobs", reason: "k must be at least 1".into() });
+        }
+        let mut out = vec![vec![]];
+        if let Some(logits) = self.prompt_logits(prompt)? {
+            let v = self.model.config().vocab_size;
+            let flat = logits.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            out.extend(flat.chunks_exact(v).map(|row| top_k_logprobs(row, k)));
+        }
+        Ok(out)
+    }
+
+    /// Logits `[len - 1, vocab]` of a checked prompt's positions 1.. (`None` for one token).
+    fn prompt_logits(&self, prompt: &[u32]) -> Result<Option<candle_core::Tensor>> {
+        self.check_prompt(prompt)?;
+        if prompt.len() < 2 {
+            return Ok(None);
+        }
+        let t = prompt.len() - 1;
+        let tokens = candle_core::Tensor::from_slice(&prompt[..t], (1, t), &candle_core::Device::Cpu)?;
+        Ok(Some(self.model.forward(&tokens, 0, None)?.reshape((t, self.model.config().vocab_size))?))
     }
 
     fn check_prompt(&self, prompt: &[u32]) -> Result<()> {
@@ -303,8 +329,43 @@ fn clock_seed() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
+/// One row's `k` most likely tokens as `(id, log-probability)`, most likely first, ties by lower
+/// id (so that the answer does not depend on the selection's order). The normaliser is
+/// accumulated in f64, as `target_logprob`'s: a sum over 50k terms loses digits in f32.
+fn top_k_logprobs(row: &[f32], k: usize) -> crate::seam::TopK {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let log_z = f64::from(max) + row.iter().map(|&a| f64::from(a - max).exp()).sum::<f64>().ln();
+    let by_rank = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+    // Selection then a sort of the k chosen: O(V + k log k) rather than sorting the vocabulary.
+    let mut ids: Vec<u32> = (0..row.len() as u32).collect();
+    let k = k.min(ids.len());
+    if k < ids.len() {
+        ids.select_nth_unstable_by(k - 1, by_rank);
+        ids.truncate(k);
+    }
+    ids.sort_unstable_by(by_rank);
+    ids.into_iter().map(|i| (i, (f64::from(row[i as usize]) - log_z) as f32)).collect()
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn top_k_is_the_sorted_head_of_log_softmax_with_ties_by_id() {
+        let row = [0.5f32, 2.0, -1.0, 2.0, 0.0];
+        let z: f64 = row.iter().map(|&a| f64::from(a).exp()).sum();
+        let lp = |i: usize| (f64::from(row[i]) - z.ln()) as f32;
+        let top = super::top_k_logprobs(&row, 3);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 3, 0], "descending, the tie by lower id");
+        for &(i, v) in &top {
+            assert!((v - lp(i as usize)).abs() < 1e-6, "token {i}: {v} against {}", lp(i as usize));
+        }
+        let all = super::top_k_logprobs(&row, 99);
+        assert_eq!(all.len(), row.len(), "k past the vocabulary is the whole row");
+        let mass: f64 = all.iter().map(|t| f64::from(t.1).exp()).sum();
+        assert!((mass - 1.0).abs() < 1e-6, "the whole row is a distribution: {mass}");
+    }
+
     use super::*;
 
     #[test]

@@ -107,6 +107,25 @@ pub(crate) fn prompt_logprobs_payload(p: Payload, _n: usize) -> Result<Vec<f32>,
     }
 }
 
+/// The top-k prompt log-probabilities of a reply to `topk_prompt_logprobs: k` (protobuf or
+/// JSON), empty rows where unscored.
+///
+/// # Errors
+/// A body that is not a `SampleResponse`, or one without them.
+pub(crate) fn prompt_topk_payload(p: Payload, _n: usize) -> Result<Vec<crate::seam::TopK>, Error> {
+    let missing = || protocol("SampleResponse", "no `topk_prompt_logprobs` in a reply that asked for them");
+    match p {
+        Payload::Proto(b) => {
+            let p = proto::SampleResponse::decode(&b[..]).map_err(|e| protocol("SampleResponse", e))?;
+            convert::topk_from_proto(p.topk_prompt_logprobs.as_ref().ok_or_else(missing)?).map_err(|e| protocol("SampleResponse", e))
+        }
+        Payload::Json(v) => {
+            let r: wire::SampleResponse = serde_json::from_value(v).map_err(|e| protocol("SampleResponse", e))?;
+            Ok(r.topk_prompt_logprobs.ok_or_else(missing)?.into_iter().map(Option::unwrap_or_default).collect())
+        }
+    }
+}
+
 /// Per-datum learner log-probabilities and `loss:sum` of a chunk of `n` datums.
 ///
 /// # Errors
@@ -226,7 +245,7 @@ mod tests {
         assert_eq!((lp, loss), (vec![vec![-1.0, -2.0], vec![-3.0]], 1.5));
         assert!(forward_backward_output(&bytes, 3).unwrap_err().to_string().contains("3 datums sent, 2 outputs"));
         let seq = SampledSequence { tokens: vec![7, 8], logprobs: vec![-0.5, -0.25], stop_reason: StopReason::Length };
-        let bytes = convert::sample_response_to_proto(std::slice::from_ref(&seq), None).encode_to_vec();
+        let bytes = convert::sample_response_to_proto(std::slice::from_ref(&seq), None, None).encode_to_vec();
         assert_eq!(sample_response(&bytes, 1).unwrap(), vec![seq]);
         assert!(sample_response(&bytes, 2).is_err());
     }

@@ -59,6 +59,20 @@ impl TinkerSampler {
     pub fn id(&self) -> &str {
         &self.id
     }
+
+    /// The SDK's `compute_logprobs` request for `prompt` (§5.6): one sample of one token at
+    /// temperature 1; the caller asks for the scores it wants.
+    fn scoring_body(&self, prompt: Vec<u32>) -> wire::SampleRequest {
+        let params = SamplingParams { max_tokens: 1, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![], seed: None };
+        asample_body(&self.id, &SampleRequest { prompt, num_samples: 1, seed: None, greedy: false }, &params, self.options.seed_mask)
+    }
+
+    /// Runs one scoring request to its reply, read by `decode`.
+    fn spawn<T: Send + 'static>(&self, body: wire::SampleRequest, decode: fn(Payload, usize) -> std::result::Result<T, TinkerError>) -> Pending<T> {
+        let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: 1, permits: self.options.in_flight.clone(), decode };
+        let handle = tokio::spawn(job.run());
+        Box::pin(async move { handle.await.map_err(|e| Error::Gone { what: "Tinker sampler", reason: e.to_string() })? })
+    }
 }
 
 impl Sampler for TinkerSampler {
@@ -109,12 +123,16 @@ impl Sampler for TinkerSampler {
     /// The SDK's `compute_logprobs`: one sample of one token at temperature 1 with
     /// `prompt_logprobs: true` (reference/tinker-protocol.md §5.6), NaN at position 0.
     fn prompt_logprobs(&self, prompt: Vec<u32>) -> Pending<Vec<f32>> {
-        let params = SamplingParams { max_tokens: 1, temperature: 1.0, top_p: 1.0, top_k: None, stop: vec![], seed: None };
-        let mut body = asample_body(&self.id, &SampleRequest { prompt, num_samples: 1, seed: None, greedy: false }, &params, self.options.seed_mask);
+        let mut body = self.scoring_body(prompt);
         body.prompt_logprobs = Some(true);
-        let job = Job { session: self.session.clone(), next_seq: self.next_seq.clone(), body, num_samples: 1, permits: self.options.in_flight.clone(), decode: convert::prompt_logprobs_payload };
-        let handle = tokio::spawn(job.run());
-        Box::pin(async move { handle.await.map_err(|e| Error::Gone { what: "Tinker sampler", reason: e.to_string() })? })
+        self.spawn(body, convert::prompt_logprobs_payload)
+    }
+
+    /// `compute_logprobs` with `topk_prompt_logprobs: k` instead of `prompt_logprobs`.
+    fn prompt_topk_logprobs(&self, prompt: Vec<u32>, k: usize) -> Pending<Vec<crate::seam::TopK>> {
+        let mut body = self.scoring_body(prompt);
+        body.topk_prompt_logprobs = k as u64;
+        self.spawn(body, convert::prompt_topk_payload)
     }
 }
 
