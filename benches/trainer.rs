@@ -16,6 +16,17 @@
 //! the training pass packed, and print that ratio.
 //! Sampling uses the Q8_0 weights `backend.sample_weights` defaults to; `RLX_BENCH_SAMPLE_WEIGHTS=f32`
 //! samples with the f32 weights instead.
+//!
+//! One run of each side cannot tell 0.9× from 1.3× (PyTorch's own rate moved by a third between
+//! runs on one machine), so `-- --paired train_lora,train_full` measures ratios instead: pairs of
+//! child processes (rlx and its anchor, in ABBA order so that a drift in the machine's speed
+//! cancels), repeated until the 95% interval of the median ratio is within ±`--target` (default
+//! 0.1) or `--max-reps` pairs (default 30) have run, then prints every pair's ratio, the median
+//! and its distribution-free interval (`rlx::quantile::median_interval`). The anchor of
+//! `train_*` and `sample*` is PyTorch, of `grpo_packed` `grpo_plain`, of `reference`
+//! `reference_candle`. `--ablate KEY=VALUE` pairs rlx with that environment variable against
+//! rlx without it instead (`RLX_ALLOC=keep`, `RLX_TRAIN_PACK=off`, `RLX_ISA=avx2`, ...), the
+//! way to measure what one change buys.
 
 // A benchmark reports on stdout/stderr by design.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -216,6 +227,85 @@ fn torch_phase(dir: &Path, phase: &str, threads: usize) -> Option<serde_json::Va
     String::from_utf8_lossy(&out.stdout).lines().rev().find_map(|l| serde_json::from_str(l).ok())
 }
 
+/// What `--paired` measures with.
+struct Paired<'a> {
+    gguf: &'a Path,
+    hf_dir: &'a Path,
+    threads: usize,
+    has_torch: bool,
+    /// Stop once the interval is within ± this of the median.
+    target: f64,
+    max_reps: usize,
+    /// Pair rlx with this variable set against rlx without it.
+    ablate: Option<(String, String)>,
+}
+
+/// One side of a pair: its tokens/s and peak RSS.
+fn side(cfg: &Paired<'_>, phase: &str, anchor: bool) -> Option<(f64, f64)> {
+    let gguf = cfg.gguf.to_str().expect("utf-8 path");
+    let out = match (&cfg.ablate, anchor) {
+        (Some((k, v)), false) => child(&["--phase", phase, gguf], &[(k.as_str(), v.as_str())]),
+        (Some(_), true) => child(&["--phase", phase, gguf], &[]),
+        (None, false) => child(&["--phase", phase, gguf], &[]),
+        (None, true) => match phase {
+            "grpo_packed" => child(&["--phase", "grpo_plain", gguf], &[]),
+            "reference" => child(&["--phase", "reference_candle", gguf], &[("RLX_TRAIN_PASS", "autograd")]),
+            _ if cfg.has_torch => torch_phase(cfg.hf_dir, phase, cfg.threads),
+            _ => None,
+        },
+    }?;
+    Some((out["tokens_per_s"].as_f64()?, out["peak_rss_mb"].as_f64().unwrap_or(f64::NAN)))
+}
+
+/// Pairs of `phase` against its anchor until the median ratio's interval is narrow enough.
+fn paired(cfg: &Paired<'_>, phase: &str) {
+    let anchor = match (&cfg.ablate, phase) {
+        (Some((k, v)), _) => format!("rlx without {k}={v}"),
+        (None, "grpo_packed") => "grpo_plain".into(),
+        (None, "reference") => "reference_candle".into(),
+        (None, _) => "PyTorch".into(),
+    };
+    let label = cfg.ablate.as_ref().map_or("rlx".to_string(), |(k, v)| format!("rlx with {k}={v}"));
+    println!("{phase}: {label} / {anchor}, tokens/s, pairs in ABBA order (95% interval of the median ratio, target ±{})", cfg.target);
+    let (mut ratios, mut rss) = (Vec::new(), (Vec::new(), Vec::new()));
+    for rep in 0..cfg.max_reps {
+        // ABBA: A first on even pairs, B first on odd ones.
+        let (a, b) = if rep % 2 == 0 {
+            let a = side(cfg, phase, false);
+            (a, side(cfg, phase, true))
+        } else {
+            let b = side(cfg, phase, true);
+            (side(cfg, phase, false), b)
+        };
+        let (Some((a, ra)), Some((b, rb))) = (a, b) else {
+            println!("  pair {}: a side failed; stopping", rep + 1);
+            break;
+        };
+        ratios.push(a / b);
+        rss.0.push(ra);
+        rss.1.push(rb);
+        println!("  pair {:>2}: {a:>8.1} / {b:>8.1} = {:.3}", rep + 1, a / b);
+        if let Some(m) = rlx::quantile::median_interval(&mut ratios.clone(), 0.95)
+            && (m.hi - m.median).max(m.median - m.lo) <= cfg.target
+        {
+            break;
+        }
+    }
+    let n = ratios.len();
+    match rlx::quantile::median_interval(&mut ratios, 0.95) {
+        Some(m) => println!(
+            "  {phase}: median ratio {:.3}, 95% interval [{:.3}, {:.3}] (coverage {:.1}%, {n} pairs); peak RSS median {:.0} MB / {:.0} MB",
+            m.median,
+            m.lo,
+            m.hi,
+            100.0 * m.coverage,
+            rlx::quantile::quantile(&mut rss.0, 0.5),
+            rlx::quantile::quantile(&mut rss.1, 0.5),
+        ),
+        None => println!("  {phase}: {n} pairs, too few for a 95% interval (6 needed)"),
+    }
+}
+
 #[global_allocator]
 static ALLOC: rlx::alloc::ReuseLarge = rlx::alloc::ReuseLarge::new();
 
@@ -255,6 +345,22 @@ fn main() {
     }
     println!("SmolLM2-135M-Instruct (f32, dequantised from Q4_1), {threads} threads; sampling: {PROMPT}-token prompt + {NEW} new tokens; training: {BATCH}x{SEQ} tokens, importance_sampling, AdamW + clip");
     println!("{:<11} {:>14} {:>14} {:>8} {:>12} {:>12}", "phase", "rlx tok/s", "torch tok/s", "ratio", "rlx MB", "torch MB");
+    if let Some(i) = args.iter().position(|a| a == "--paired") {
+        let opt = |name: &str| args.iter().position(|a| a == name).and_then(|j| args.get(j + 1));
+        let cfg = Paired {
+            gguf: &gguf,
+            hf_dir: &hf_dir,
+            threads,
+            has_torch,
+            target: opt("--target").and_then(|t| t.parse().ok()).unwrap_or(0.1),
+            max_reps: opt("--max-reps").and_then(|t| t.parse().ok()).unwrap_or(30),
+            ablate: opt("--ablate").and_then(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())),
+        };
+        for phase in args.get(i + 1).map(String::as_str).unwrap_or("train_lora,train_full").split(',') {
+            paired(&cfg, phase);
+        }
+        return;
+    }
     // `--phases sample1,train_full` runs a subset.
     let only: Option<Vec<String>> = args.iter().position(|a| a == "--phases").and_then(|i| args.get(i + 1)).map(|p| p.split(',').map(String::from).collect());
     let (mut grpo_steps, mut reference_steps) = (Vec::new(), Vec::new());

@@ -42,7 +42,7 @@
 pub mod alloc;
 pub mod backend;
 mod calendar;
-pub(crate) mod quantile;
+pub mod quantile;
 pub(crate) mod retry;
 pub mod rng;
 pub(crate) mod causes;
