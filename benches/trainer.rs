@@ -344,7 +344,6 @@ fn main() {
         println!("PyTorch side skipped: `python3 -c 'import torch, transformers, peft'` failed (pip install torch transformers peft)");
     }
     println!("SmolLM2-135M-Instruct (f32, dequantised from Q4_1), {threads} threads; sampling: {PROMPT}-token prompt + {NEW} new tokens; training: {BATCH}x{SEQ} tokens, importance_sampling, AdamW + clip");
-    println!("{:<11} {:>14} {:>14} {:>8} {:>12} {:>12}", "phase", "rlx tok/s", "torch tok/s", "ratio", "rlx MB", "torch MB");
     if let Some(i) = args.iter().position(|a| a == "--paired") {
         let opt = |name: &str| args.iter().position(|a| a == name).and_then(|j| args.get(j + 1));
         let cfg = Paired {
@@ -361,6 +360,7 @@ fn main() {
         }
         return;
     }
+    println!("{:<11} {:>14} {:>14} {:>8} {:>12} {:>12}", "phase", "rlx tok/s", "torch tok/s", "ratio", "rlx MB", "torch MB");
     // `--phases sample1,train_full` runs a subset.
     let only: Option<Vec<String>> = args.iter().position(|a| a == "--phases").and_then(|i| args.get(i + 1)).map(|p| p.split(',').map(String::from).collect());
     let (mut grpo_steps, mut reference_steps) = (Vec::new(), Vec::new());
