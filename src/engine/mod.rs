@@ -31,6 +31,7 @@ mod batch;
 mod control;
 mod driver;
 mod error;
+pub(crate) mod env;
 pub(crate) mod eval;
 mod event;
 pub(crate) mod feedback;

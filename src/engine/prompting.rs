@@ -6,6 +6,7 @@ use crate::prompt::model_files::ModelPrompt;
 use crate::prompt::{ChatTemplate, Message, PromptTemplates, Tokenizer};
 use crate::plan::Plan;
 
+use super::env::tools::ToolSet;
 use super::error::Error;
 
 /// Everything needed to turn a problem (and feedback turns) into prompt tokens.
@@ -17,6 +18,8 @@ pub(crate) struct Prompting {
     pub chat: ChatTemplate,
     /// The tokenizer.
     pub tokenizer: Tokenizer,
+    /// `rollout.tools`, as this chat template takes them (`None`: no tool turns).
+    pub tools: Option<std::sync::Arc<ToolSet>>,
 }
 
 /// A rendered prompt.
@@ -50,7 +53,8 @@ impl Prompting {
     /// Templates that fail to compile.
     pub(crate) fn new(plan: &Plan, model: ModelPrompt) -> Result<Self, Error> {
         let templates = plan.prompt_templates()?;
-        Ok(Prompting { templates, chat: model.chat, tokenizer: model.tokenizer })
+        let tools = ToolSet::new(&plan.rollout, &model.chat).map(std::sync::Arc::new);
+        Ok(Prompting { templates, chat: model.chat, tokenizer: model.tokenizer, tools })
     }
 
     /// Renders a conversation with the generation prompt and tokenizes it.
@@ -58,9 +62,29 @@ impl Prompting {
     /// # Errors
     /// Template or tokenizer failures.
     pub(crate) fn render(&self, messages: Vec<Message>) -> Result<Rendered, Error> {
-        let text = self.chat.render(&messages, true)?;
+        let text = self.chat_text(&messages)?;
         let tokens = self.tokenizer.encode(&text)?;
         Ok(Rendered { messages, tokens })
+    }
+
+    /// A conversation through the chat template with the generation prompt (and the tool
+    /// schemas, for a template that lists them).
+    fn chat_text(&self, messages: &[Message]) -> Result<String, crate::prompt::Error> {
+        let schemas = self.tools.as_ref().and_then(|t| t.template_schemas());
+        self.chat.render_with_tools(messages, true, schemas.as_ref())
+    }
+
+    /// The first messages of a problem: the prompt templates' (with the tools declared, for a
+    /// chat template that does not list them).
+    ///
+    /// # Errors
+    /// Template failures.
+    pub(crate) fn first_messages(&self, problem: &Problem) -> Result<Vec<Message>, Error> {
+        let messages = self.templates.messages(problem)?;
+        Ok(match &self.tools {
+            Some(t) => t.declare(messages),
+            None => messages,
+        })
     }
 
     /// The first prompt of a problem.
@@ -68,7 +92,7 @@ impl Prompting {
     /// # Errors
     /// Template or tokenizer failures.
     pub(crate) fn first_turn(&self, problem: &Problem) -> Result<Rendered, Error> {
-        self.render(self.templates.messages(problem)?)
+        self.render(self.first_messages(problem)?)
     }
 
     /// The prompt of the next attempt: `prev`, the model's answer `sampled`, and the feedback
@@ -83,12 +107,12 @@ impl Prompting {
     ///
     /// # Errors
     /// Template or tokenizer failures.
-    pub(crate) fn next_turn(&self, prev: &Rendered, sampled: &[u32], answer: &str, feedback: Message) -> Result<Rendered, Error> {
+    pub(crate) fn next_turn(&self, prev: &Rendered, sampled: &[u32], answer: &str, feedback: Vec<Message>) -> Result<Rendered, Error> {
         let mut messages = prev.messages.clone();
         messages.push(Message::new("assistant", answer));
-        messages.push(feedback);
-        let full = self.chat.render(&messages, true)?;
-        let seen = self.chat.render(&prev.messages, true)? + &self.tokenizer.decode(sampled, false)?;
+        messages.extend(feedback);
+        let full = self.chat_text(&messages)?;
+        let seen = self.chat_text(&prev.messages)? + &self.tokenizer.decode(sampled, false)?;
         if let Some(rest) = full.strip_prefix(seen.as_str()) {
             // After a truncated answer `rest` starts with the end-of-turn marker the model never
             // produced; it is encoded with the rest, as context, not as a sampled token.
@@ -137,7 +161,7 @@ mod tests {
 
     fn prompting(chat: &str) -> Prompting {
         let templates = PromptTemplates::from_sources(&[("user", "{{ problem.statement }}"), ("feedback", "failed: {{ feedback.status }}")], json!({})).unwrap();
-        Prompting { templates, chat: ChatTemplate::jinja(chat, SpecialTokens::default()).unwrap(), tokenizer: char_tokenizer() }
+        Prompting { templates, chat: ChatTemplate::jinja(chat, SpecialTokens::default()).unwrap(), tokenizer: char_tokenizer(), tools: None }
     }
 
     #[test]
@@ -147,7 +171,7 @@ mod tests {
         for (answer, sampled_text) in [("```python\nx = 1\n```", "```python\nx = 1\n```<|im_end|>"), ("```python\nx = ", "```python\nx = ")] {
             // The second case was cut off by max_tokens: no end-of-turn token was sampled.
             let sampled = p.tokenizer.encode(sampled_text).unwrap();
-            let next = p.next_turn(&first, &sampled, answer, Message::new("user", "failed: wrong answer")).unwrap();
+            let next = p.next_turn(&first, &sampled, answer, vec![Message::new("user", "failed: wrong answer")]).unwrap();
             assert!(next.tokens.starts_with(&[first.tokens.as_slice(), sampled.as_slice()].concat()), "{answer:?}");
             let fresh = p.tokenizer.encode(&p.chat.render(&next.messages, true).unwrap()).unwrap();
             assert_eq!(next.tokens, fresh, "{answer:?}: the model sees what a fresh render of the conversation gives");
@@ -162,7 +186,7 @@ mod tests {
         let p = prompting(&rewriting);
         let first = p.render(vec![Message::new("user", "hi")]).unwrap();
         let sampled = p.tokenizer.encode("x<|im_end|>").unwrap();
-        let next = p.next_turn(&first, &sampled, "x", Message::new("user", "again")).unwrap();
+        let next = p.next_turn(&first, &sampled, "x", vec![Message::new("user", "again")]).unwrap();
         assert!(!next.tokens.starts_with(&[first.tokens.as_slice(), sampled.as_slice()].concat()));
         assert_eq!(next.tokens, p.tokenizer.encode(&p.chat.render(&next.messages, true).unwrap()).unwrap());
     }
