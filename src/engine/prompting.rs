@@ -179,6 +179,40 @@ mod tests {
         }
     }
 
+    fn with_tools(chat: &str) -> Prompting {
+        let mut p = prompting(chat);
+        let rollout = crate::spec::types::Rollout { tools: vec![crate::spec::types::Tool::CheckSolution], ..Default::default() };
+        p.tools = ToolSet::new(&rollout, &p.chat).map(std::sync::Arc::new);
+        p
+    }
+
+    #[test]
+    fn tools_go_to_a_template_that_lists_them_and_are_declared_to_one_that_does_not() {
+        let problem = Problem { id: "p".into(), statement: "add".into(), starter_code: None, tests: crate::data::Tests::Stdin { cases: vec![] }, metadata: Default::default() };
+        // ChatML without `tools` (SmolLM2's kind): a system message declares the format; results
+        // come back as user messages.
+        let plain = with_tools(CHATML);
+        let set = plain.tools.clone().unwrap();
+        assert!(!set.template_tools && !set.tool_role);
+        let first = plain.first_messages(&problem).unwrap();
+        assert_eq!(first[0].role, "system");
+        assert!(first[0].content.contains("<tool_call>") && first[0].content.contains("\"name\":\"check_solution\""), "{}", first[0].content);
+        assert_eq!(set.result("passed").role, "user");
+        assert_eq!(set.result("passed").content, "<tool_response>\npassed\n</tool_response>");
+        // A Hermes-style template: the schemas through `tools`, results in the `tool` role.
+        let hermes = CHATML.replace("{% for m in messages %}", "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t.function.name }};{% endfor %}<|im_end|>\n{% endif %}{% for m in messages %}{% if m.role == 'tool' %}<tool_response>{% endif %}");
+        let h = with_tools(&hermes);
+        let set = h.tools.clone().unwrap();
+        assert!(set.template_tools && set.tool_role);
+        let first = h.first_messages(&problem).unwrap();
+        assert_eq!(first.len(), 1, "nothing declared by hand");
+        let text = h.tokenizer.decode(&h.first_turn(&problem).unwrap().tokens, false).unwrap();
+        assert!(text.starts_with("<|im_start|>system\ncheck_solution;<|im_end|>"), "{text}");
+        assert_eq!(set.result("x").role, "tool");
+        // Without tools, the same template renders no tool list.
+        assert!(!prompting(&hermes).tokenizer.decode(&prompting(&hermes).first_turn(&problem).unwrap().tokens, false).unwrap().contains("check_solution"));
+    }
+
     #[test]
     fn a_template_that_rewrites_history_is_rendered_afresh() {
         // Like Qwen3 dropping <think> blocks: earlier assistant turns are not shown as sampled.

@@ -211,7 +211,7 @@ pub(crate) async fn run(sampler: &dyn Sampler, prompts: Vec<GroupPrompt>, ph: &P
     // next (the local sampler decodes a call's rows together).
     let per_batch = (sampler.batch_rows() / per_prompt.max(1)).max(1);
     let in_flight = sampler.max_in_flight().max(1);
-    let mut pending = Vec::with_capacity(prompts.len());
+    let mut pending: Vec<Stepping> = Vec::with_capacity(prompts.len());
     let mut rest = prompts.into_iter().peekable();
     let mut queue: VecDeque<(Vec<GroupPrompt>, Instant, Pending<Completions>)> = VecDeque::new();
     let t = Instant::now();
@@ -271,6 +271,31 @@ pub(crate) async fn run(sampler: &dyn Sampler, prompts: Vec<GroupPrompt>, ph: &P
     }
     timing.sample_s += t.elapsed().as_secs_f64();
     let t = Instant::now();
+    let (mut groups, seeds, starts) = first_turns(pending).await?;
+    timing.grade_s += t.elapsed().as_secs_f64();
+
+    let mut lost = vec![false; groups.len()];
+    for turn in 2..=env.max_turns() {
+        if cx.stop.requested() {
+            return Ok((None, timing));
+        }
+        let mut state = Retrying { groups: &mut groups, lost: &mut lost, seeds: &seeds, started: &starts, timing: &mut timing };
+        if !next_turns(sampler, &env, &mut state, turn, (ph, params), cx).await? {
+            break;
+        }
+    }
+    finish(&env, &mut groups, &lost).await?;
+    let mut lost = lost.into_iter();
+    groups.retain(|_| !lost.next().unwrap_or(false));
+    Ok((Some(groups), timing))
+}
+
+/// A group whose first turns were sampled: the problem, its prompt, seed and start, the
+/// completions, their texts, and the environment's step of them under way.
+type Stepping = (Arc<Problem>, Rendered, u64, Instant, Vec<SampledSequence>, Vec<String>, tokio::task::JoinHandle<Result<Vec<Reply>, Error>>);
+
+/// The groups of the first turns as their steps finish, with their seeds and start times.
+async fn first_turns(pending: Vec<Stepping>) -> Result<(Vec<Group>, Vec<u64>, Vec<Instant>), Error> {
     let mut groups = Vec::with_capacity(pending.len());
     let mut seeds = Vec::with_capacity(pending.len());
     let mut starts = Vec::with_capacity(pending.len());
@@ -289,22 +314,7 @@ pub(crate) async fn run(sampler: &dyn Sampler, prompts: Vec<GroupPrompt>, ph: &P
             .collect();
         groups.push(Group { problem, trajectories });
     }
-    timing.grade_s += t.elapsed().as_secs_f64();
-
-    let mut lost = vec![false; groups.len()];
-    for turn in 2..=env.max_turns() {
-        if cx.stop.requested() {
-            return Ok((None, timing));
-        }
-        let mut state = Retrying { groups: &mut groups, lost: &mut lost, seeds: &seeds, started: &starts, timing: &mut timing };
-        if !next_turns(sampler, &env, &mut state, turn, (ph, params), cx).await? {
-            break;
-        }
-    }
-    finish(&env, &mut groups, &lost).await?;
-    let mut lost = lost.into_iter();
-    groups.retain(|_| !lost.next().unwrap_or(false));
-    Ok((Some(groups), timing))
+    Ok((groups, seeds, starts))
 }
 
 /// Sampling parameters of a tool turn: `limits.max_tokens_per_turn` when it is lower.

@@ -277,7 +277,7 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
                 RolloutLog::None => false,
             };
             if log {
-                rollouts.push(record::rollout(step, g, gi, k, t, (r, a, skip)));
+                rollouts.push(record::rollout(step, g, gi, k, t, (r, a, skip), !plan.rollout.tools.is_empty()));
             }
         }
     }
@@ -489,6 +489,26 @@ mod tests {
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].model_input, vec![1, 2, 30, 31, 4, 5]);
         assert_eq!(d[0].loss_fn_inputs.advantages.as_deref(), Some(&[0.0, 1.5, 1.5, 0.0, 0.0, 1.5][..]));
+    }
+
+    #[test]
+    fn a_masked_turn_is_context_and_the_trajectory_stays_one_datum() {
+        // A malformed tool call under `mask_turn`, its error as a tool result, then an answer.
+        let mut bad = turn(&[1, 2], &[30, 31]);
+        bad.tools.masked = true;
+        let t = Trajectory { ending: None, turns: vec![bad, turn(&[1, 2, 30, 31, 4, 5], &[60, 61])] };
+        let built = trajectory_datums(&t, 2.0);
+        assert_eq!(built.len(), 1);
+        assert_eq!(built[0].len(), 2, "only the answer's tokens train");
+        assert_eq!(built[0].datum.model_input, vec![1, 2, 30, 31, 4, 5, 60]);
+        // Independently: targets are tokens[1..]; a target trains iff it is a token of an
+        // unmasked turn, at that turn's position in the sequence.
+        let expected: Vec<f32> = (1..8).map(|i| if (6..8).contains(&i) { 2.0 } else { 0.0 }).collect();
+        assert_eq!(built[0].datum.loss_fn_inputs.advantages.as_deref(), Some(&expected[..]));
+        // Every turn masked: nothing to train.
+        let mut only = turn(&[1], &[9]);
+        only.tools.masked = true;
+        assert!(trajectory_datums(&Trajectory { ending: None, turns: vec![only] }, 1.0).is_empty());
     }
 
     #[test]
