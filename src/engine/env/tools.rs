@@ -110,12 +110,13 @@ impl ToolEnv {
             }
             Parsed::Calls(cs) => {
                 let unrun = |cs: Vec<calls::Call>| TurnTools { calls: cs.into_iter().map(|call| CallRecord { call, output: None, error: false }).collect(), ..TurnTools::default() };
+                if s.turn >= l.max_turns {
+                    // No turn is left to read the results: the calls are not run (whatever
+                    // their number).
+                    return ended(Ending::MaxTurns, unrun(cs));
+                }
                 if s.tool_calls as usize + cs.len() > l.max_tool_calls as usize {
                     return ended(Ending::MaxToolCalls, unrun(cs));
-                }
-                if s.turn >= l.max_turns {
-                    // No turn is left to read the results: the calls are not run.
-                    return ended(Ending::MaxTurns, unrun(cs));
                 }
                 let opts = self.tool_opts();
                 let runner = Runner { grader: self.grader.as_ref(), opts: &opts, retries: self.retries, public_tests: l.public_tests as usize };

@@ -1,0 +1,242 @@
+//! Tool turns (`rollout.tools`, issue 52) through the engine: a scripted model (the one
+//! [`Scripted`] sampler, deciding each turn from the conversation so far) drives trajectories to
+//! every stop reason, with `check_solution` and `python` run in the real local sandbox; malformed
+//! calls under each parse-error policy; a hanging tool; and the datums the trainer receives
+//! against an independent count of the sampled tokens. Also `rlx validate`, `rlx show` and a dry
+//! run of the shipped two-turn recipe's setup on the tiny model.
+
+use std::sync::Arc;
+
+use rlx::backend::Policy;
+use rlx::engine::{self, PolicySource};
+use rlx::seam::StopReason;
+use serde_json::{Value, json};
+
+use crate::common::{TestContext, jsonl, repo};
+use crate::fakes::{Call, Problems, Recorder, Scripted};
+
+/// A tool call in the Hermes format.
+fn call(name: &str, code: &str) -> String {
+    format!("<tool_call>\n{}\n</tool_call>", json!({"name": name, "arguments": {"code": code}}))
+}
+
+/// Which path a trajectory follows: the sample index on its first turn, then the `PATH=` marker
+/// its first turn wrote (later prompts hold the earlier turns).
+fn path(c: &Call) -> (usize, usize) {
+    let turn = c.prompt.matches("<|im_start|>assistant").count();
+    let path = match c.prompt.find("PATH=") {
+        Some(i) => c.prompt[i + 5..i + 6].parse().unwrap(),
+        None => c.sample,
+    };
+    (path, turn)
+}
+
+/// One trajectory per stop reason but `timeout`, by sample index (group of 6).
+fn every_stop(p: &Problems, c: &Call) -> (String, StopReason) {
+    let sol = &p.rows[c.problem].solution;
+    let (path, turn) = path(c);
+    let text = match (path, turn) {
+        // completed: check, then answer.
+        (0, 1) => format!("PATH=0\n{}", call("check_solution", sol)),
+        (0, _) => format!("PATH=0 checked\n```python\n{sol}\n```"),
+        // max_turns: always a tool call.
+        (1, _) => format!("PATH=1\n{}", call("python", "print(6 * 7)")),
+        // max_tokens: cut off.
+        (2, _) => return ("PATH=2\n```python\ndef".into(), StopReason::Length),
+        // max_tool_calls: three calls, two allowed.
+        (3, _) => format!("PATH=3\n{}{}{}", call("python", "print(1)"), call("python", "print(2)"), call("python", "print(3)")),
+        // context_overflow: two long outputs.
+        (4, _) => format!("PATH=4\n{}{}", call("python", "print('y' * 590)"), call("python", "print('z' * 590)")),
+        // parse_error: malformed twice in a row.
+        _ => "PATH=5\n<tool_call>{not json}</tool_call>".into(),
+    };
+    (text, StopReason::Stop)
+}
+
+/// The spec: one problem × `group` samples, one step, the tools and `limits` given.
+fn spec(cx: &TestContext, group: u32, limits: &str) -> std::path::PathBuf {
+    if !cx.path().join("tiny").exists() {
+        crate::engine::tiny_model(&cx.path().join("tiny"));
+    }
+    let text = format!(
+        "name: tools
+seed: 5
+model: {{base: ./tiny}}
+backend: {{kind: local}}
+data:
+  train: [{{path: {train}, format: mbpp, limit: 4}}]
+prompt: {{user: {user}}}
+sampling: {{max_tokens: 64}}
+grpo: {{prompts_per_step: 1, group_size: {group}}}
+reward: {{test_timeout_s: 2}}
+sandbox: {{kind: local, strict: false}}
+log: {{root: {root}, rollouts: all}}
+schedule: {{max_steps: 1, eval_every: 0, save_every: 0, eval_at_start: false}}
+rollout:
+  tools: [check_solution, python]
+  limits: {limits}
+",
+        train = repo().join("experiments/data/easy_python_train.jsonl").display(),
+        user = repo().join("prompts/mbpp_user.j2").display(),
+        root = cx.path().join("runs").display(),
+    );
+    cx.write("spec.yaml", &text)
+}
+
+/// The longest first prompt of the spec's problems, in tokens (`rlx render`'s statistics).
+fn first_prompt_tokens(cx: &TestContext) -> usize {
+    let r = cx.run(&["render", "spec.yaml", "--n", "1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("<tool_call>"), "the tools are declared to a template without `tools`: {}", r.stdout);
+    let line = r.stdout.lines().find(|l| l.starts_with("prompt tokens")).unwrap();
+    line.split_whitespace().skip_while(|w| *w != "max").nth(1).unwrap().parse().unwrap()
+}
+
+/// Runs the plan of `spec.yaml` (with `overrides`) on `script`; the run directory and what the
+/// trainer received.
+async fn run(cx: &TestContext, overrides: &[String], script: fn(&Problems, &Call) -> (String, StopReason)) -> (std::path::PathBuf, Arc<Recorder>) {
+    let overrides: Vec<_> = overrides.iter().map(|o| rlx::spec::overrides::parse(o).unwrap()).collect();
+    let plan = rlx::plan::plan(&cx.path().join("spec.yaml"), &overrides).unwrap();
+    let trainer = Arc::new(Recorder::new(Arc::new(Scripted::new(cx, false, script))));
+    let outcome = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::StopSignal::default(), &|_| {}).await;
+    assert_eq!(outcome.unwrap(), engine::RunOutcome::Finished { steps: 1 });
+    (plan.log.root.join(&plan.run_id), trainer)
+}
+
+/// Sampled tokens of a record's turns that train: the turns not masked.
+fn trained_tokens(r: &Value) -> u64 {
+    r["turns"].as_array().unwrap().iter().filter(|t| t["masked"] != true).map(|t| t["tokens"].as_u64().unwrap()).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_model_ends_trajectories_with_every_stop_reason() {
+    let cx = TestContext::new();
+    spec(&cx, 6, "{max_turns: 3, max_tool_calls: 2, parse_error: {penalty: 0.1, mask_turn: true, max_consecutive: 2}}");
+    // Room for the first prompt and short tool results, not for 1,200 characters of output.
+    let limit = first_prompt_tokens(&cx) + 500;
+    let (dir, trainer) = run(&cx, &[format!("rollout.limits.max_trajectory_tokens={limit}")], every_stop).await;
+    let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+    assert_eq!(rollouts.len(), 6);
+    let by_path = |k: usize| rollouts.iter().find(|r| r["turns"][0]["text"].as_str().unwrap().starts_with(&format!("PATH={k}"))).unwrap();
+    let stops: Vec<&str> = (0..6).map(|k| by_path(k)["stop"].as_str().unwrap()).collect();
+    assert_eq!(stops, ["completed", "max_turns", "max_tokens", "max_tool_calls", "context_overflow", "parse_error"]);
+
+    // completed: the public test ran in the sandbox; the answer was graded on all tests.
+    let done = by_path(0);
+    let check = &done["turns"][0]["calls"][0];
+    assert_eq!(check["name"], "check_solution");
+    assert_eq!(check["output"], "passed: 1/1 public tests", "{done}");
+    assert_eq!((done["status"].as_str(), done["tests_passed"].as_u64(), done["tests_total"].as_u64()), (Some("passed"), Some(3), Some(3)));
+    assert!(done["turns"][0]["appended"][0]["content"].as_str().unwrap().starts_with("<tool_response>\npassed"), "{done}");
+    assert!(done["reward"].as_f64().unwrap() > 0.0);
+    // max_turns: two python runs answered, the third turn's call not run.
+    let turns = by_path(1)["turns"].as_array().unwrap().clone();
+    assert_eq!(turns.len(), 3);
+    assert!(turns[0]["calls"][0]["output"].as_str().unwrap().contains("stdout:\n42"), "{}", turns[0]);
+    assert!(turns[2]["calls"][0].get("output").is_none(), "{}", turns[2]);
+    // max_tool_calls: none of the three calls ran.
+    assert!(by_path(3)["turns"][0]["calls"].as_array().unwrap().iter().all(|c| c.get("output").is_none()));
+    // parse_error: both malformed turns say why and are masked.
+    let bad = by_path(5);
+    assert!(bad["turns"][0]["parse_error"].as_str().unwrap().contains("not JSON"), "{bad}");
+    assert!(bad["turns"].as_array().unwrap().iter().all(|t| t["masked"] == true));
+    // Rewards: a limit scores zero (`on_limit: zero`), less 0.1 per malformed turn.
+    for k in 1..5 {
+        assert_eq!(by_path(k)["reward"], 0.0, "{}", by_path(k));
+    }
+    assert!((bad["reward"].as_f64().unwrap() + 0.2).abs() < 1e-9, "{bad}");
+
+    // Metrics: the histogram and the tool counts, against the records.
+    let m = &jsonl(&dir.join("metrics.jsonl"))[0];
+    for (reason, share) in [("completed", 1.0), ("max_turns", 1.0), ("max_tokens", 1.0), ("max_tool_calls", 1.0), ("context_overflow", 1.0), ("parse_error", 1.0), ("timeout", 0.0)] {
+        assert!((m[format!("train/stop_{reason}")].as_f64().unwrap() - share / 6.0).abs() < 1e-9, "{reason}: {m}");
+    }
+    let calls: usize = rollouts.iter().flat_map(|r| r["turns"].as_array().unwrap()).map(|t| t["calls"].as_array().map_or(0, Vec::len)).sum();
+    assert_eq!(calls, 1 + 3 + 3 + 2);
+    assert!((m["train/tool_calls_mean"].as_f64().unwrap() - calls as f64 / 6.0).abs() < 1e-9, "{m}");
+    assert!((m["train/turns_mean"].as_f64().unwrap() - 10.0 / 6.0).abs() < 1e-9, "{m}");
+    assert!((m["train/parse_error_rate"].as_f64().unwrap() - 0.2).abs() < 1e-9, "{m}");
+    assert!((m["train/limit_stop_rate"].as_f64().unwrap() - 5.0 / 6.0).abs() < 1e-9, "{m}");
+    assert_eq!(m["train/tool_error_rate"], 0.0);
+
+    // Training on what was sampled: one datum per trajectory with a trained turn (each prompt
+    // extends the last token for token), the trajectory's advantage on exactly its sampled,
+    // unmasked tokens.
+    let inputs = trainer.inputs.lock().unwrap().clone();
+    assert_eq!(inputs.len(), 1, "one step");
+    assert_eq!(inputs[0].len(), 5, "the all-masked trajectory trains nothing");
+    let mut got: Vec<(u64, f32)> = inputs[0].iter().map(|(_, adv)| {
+        let nonzero: Vec<f32> = adv.iter().copied().filter(|a| *a != 0.0).collect();
+        assert!(nonzero.windows(2).all(|w| w[0] == w[1]), "one advantage per trajectory");
+        (nonzero.len() as u64, nonzero[0])
+    }).collect();
+    let mut want: Vec<(u64, f32)> = rollouts.iter().filter(|r| trained_tokens(r) > 0).map(|r| (trained_tokens(r), r["advantage"].as_f64().unwrap() as f32)).collect();
+    got.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    want.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    assert_eq!(got, want);
+
+    // `rlx show` renders each trajectory as a conversation.
+    let r = cx.run(&["show", dir.to_str().unwrap(), "--limit", "0"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("conversation (3 turns, stop: max_turns)"), "{}", r.stdout);
+    assert!(r.stdout.contains("[tool check_solution]") && r.stdout.contains("passed: 1/1 public tests"), "{}", r.stdout);
+    assert!(r.stdout.contains("[tool python (not run: a limit)]"), "{}", r.stdout);
+    assert!(r.stdout.contains("malformed tool call:") && r.stdout.contains("masked in training"), "{}", r.stdout);
+}
+
+/// Sample 0 runs a snippet that never ends; sample 1 writes a malformed call.
+fn hang_or_malformed(_: &Problems, c: &Call) -> (String, StopReason) {
+    let text = if c.sample == 0 { call("python", "import time\ntime.sleep(60)") } else { "<tool_call>{\"name\": \"python\"}</tool_call>".into() };
+    (text, StopReason::Stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_tool_is_a_tool_error_and_the_rollout_times_out_and_a_malformed_call_ends_it_unmasked() {
+    let cx = TestContext::new();
+    // The default parse-error policy (one malformed turn ends the trajectory, its tokens
+    // trained) with a penalty; a tool timeout longer than the rollout's.
+    spec(&cx, 2, "{max_turns: 4, timeout_s: 0.5, tool_timeout_s: 1, parse_error: {penalty: 0.5}}");
+    let (dir, trainer) = run(&cx, &[], hang_or_malformed).await;
+    let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+    let hung = rollouts.iter().find(|r| r["sample"] == 0).unwrap();
+    let bad = rollouts.iter().find(|r| r["sample"] == 1).unwrap();
+    assert_eq!(hung["stop"], "timeout", "{hung}");
+    let c = &hung["turns"][0]["calls"][0];
+    assert_eq!(c["error"], true, "{c}");
+    assert!(c["output"].as_str().unwrap().starts_with("status: timed out"), "the model sees the tool error: {c}");
+    assert_eq!(bad["stop"], "parse_error", "{bad}");
+    assert_eq!(bad["turns"].as_array().unwrap().len(), 1);
+    assert!(bad["turns"][0]["parse_error"].as_str().unwrap().contains("no `arguments`"), "{bad}");
+    assert!(bad["turns"][0].get("masked").is_none());
+    assert_eq!((hung["reward"].as_f64(), bad["reward"].as_f64()), (Some(0.0), Some(-0.5)));
+    let m = &jsonl(&dir.join("metrics.jsonl"))[0];
+    assert_eq!((m["train/tool_error_rate"].as_f64(), m["train/stop_timeout"].as_f64(), m["train/stop_parse_error"].as_f64()), (Some(1.0), Some(0.5), Some(0.5)));
+    // Both trained in full: the malformed turn is not masked under this policy.
+    let inputs = trainer.inputs.lock().unwrap().clone();
+    let trained: u64 = inputs[0].iter().map(|(_, adv)| adv.iter().filter(|a| **a != 0.0).count() as u64).sum();
+    assert_eq!(trained, rollouts.iter().map(trained_tokens).sum::<u64>());
+}
+
+#[test]
+fn tool_specs_are_validated_with_located_errors() {
+    let cx = TestContext::new();
+    spec(&cx, 2, "{max_tokens_per_turn: 100, tool_timeout_s: 0}");
+    let text = std::fs::read_to_string(cx.path().join("spec.yaml")).unwrap().replace("tools: [check_solution, python]", "tools: [check_solution, check_solution]\n  max_attempts: 2");
+    cx.write("spec.yaml", &text);
+    let r = cx.run(&["validate", "spec.yaml"]);
+    assert_eq!(r.code, 2, "{}\n{}", r.stdout, r.stderr);
+    for says in [
+        "`rollout.max_attempts` is 2 but `rollout.tools` is set",
+        "tool `check_solution` is listed twice",
+        "`rollout.limits.max_tokens_per_turn` must be between 1 and `sampling.max_tokens` (64), found 100",
+        "`rollout.limits.tool_timeout_s` must be a positive number of seconds, found 0",
+    ] {
+        assert!(r.stderr.contains(says), "{says}: {}", r.stderr);
+    }
+    assert!(r.stderr.contains("spec.yaml:"), "located: {}", r.stderr);
+    // An unknown tool is refused by the schema.
+    cx.write("spec.yaml", &text.replace("tools: [check_solution, check_solution]", "tools: [bash]"));
+    let r = cx.run(&["validate", "spec.yaml"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("bash"), "{}", r.stderr);
+}
