@@ -240,3 +240,94 @@ fn tool_specs_are_validated_with_located_errors() {
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("bash"), "{}", r.stderr);
 }
+
+/// The shipped Qwen3.5 recipe's setup (two turns, `check_solution`, Qwen3.5's thinking
+/// template) on the tiny model, the embedded sandbox and the local easy problems.
+fn recipe_overrides(cx: &TestContext) -> Vec<String> {
+    if !cx.path().join("tiny").exists() {
+        crate::engine::tiny_model(&cx.path().join("tiny"));
+    }
+    let train = repo().join("experiments/data/easy_python_train.jsonl");
+    [
+        format!("model.base={}", cx.path().join("tiny").display()),
+        "model.finetune=full".into(),
+        "backend={kind: local, threads: 1}".into(),
+        "sandbox={kind: local, strict: false}".into(),
+        format!("data={{train: [{{path: {}, format: mbpp, limit: 4}}]}}", train.display()),
+        "grpo.prompts_per_step=1".into(),
+        "grpo.group_size=2".into(),
+        "sampling.max_tokens=16".into(),
+        "schedule={max_steps: 1, eval_every: 0, save_every: 0, eval_at_start: false}".into(),
+        format!("log={{root: {}, rollouts: all}}", cx.path().join("runs").display()),
+    ]
+    .into()
+}
+
+/// Thinks, checks its answer, then answers: the recipe's two turns. Sample 1 checks and
+/// answers a wrong program (its first turn says so, and the second reads it back).
+fn check_then_answer(p: &Problems, c: &Call) -> (String, StopReason) {
+    // (The template drops the reasoning of earlier turns, so the marker is the checked code.)
+    let wrong = c.prompt.contains("def nothing") || (c.sample == 1 && !c.prompt.contains("<tool_response>"));
+    let code = if wrong { "def nothing():\n    return None".to_owned() } else { p.rows[c.problem].solution.clone() };
+    let text = if c.prompt.contains("<tool_response>") {
+        format!("Done.\n</think>\n\n```python\n{code}\n```")
+    } else {
+        format!("Let me check{}.\n</think>\n\n{}", if wrong { " mine" } else { "" }, call("check_solution", &code))
+    };
+    (text, StopReason::Stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_two_turn_recipe_validates_and_runs_on_the_tiny_model_with_one_datum_per_turn() {
+    let cx = TestContext::new();
+    let spec = repo().join("experiments/qwen3.5-4b.yaml").display().to_string();
+    let overrides = recipe_overrides(&cx);
+    let args: Vec<&str> = ["validate", spec.as_str()].into_iter().chain(overrides.iter().map(String::as_str)).collect();
+    let r = cx.run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    // A dry run through the binary: the tiny random model samples, the environment steps.
+    let args: Vec<&str> = ["run", spec.as_str(), "--dry-run"].into_iter().chain(overrides.iter().map(String::as_str)).collect();
+    let r = cx.run(&args);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let dir = crate::common::only_run(&cx);
+    let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+    assert_eq!(rollouts.len(), 2);
+    assert!(rollouts.iter().all(|r| r["stop"].is_string() && r["turns"].is_array()), "{rollouts:?}");
+    let m = &jsonl(&dir.join("metrics.jsonl"))[0];
+    let shares: f64 = ["completed", "max_turns", "max_tokens", "max_tool_calls", "context_overflow", "parse_error", "timeout"].iter().map(|r| m[format!("train/stop_{r}")].as_f64().unwrap()).sum();
+    assert!((shares - 1.0).abs() < 1e-9, "one stop reason per trajectory: {m}");
+    std::fs::remove_dir_all(cx.path().join("runs")).unwrap();
+
+    // The two turns scripted: check, then answer. Qwen3.5's template drops the first turn's
+    // reasoning once a later message follows, so the second prompt does not extend the first
+    // turn: each turn is its own datum, trained in the context it was sampled in.
+    let path = cx.write("recipe.yaml", &std::fs::read_to_string(&spec).unwrap().replace("../prompts/", &format!("{}/prompts/", repo().display())));
+    let parsed: Vec<_> = overrides.iter().map(|o| rlx::spec::overrides::parse(o).unwrap()).collect();
+    let plan = rlx::plan::plan(&path, &parsed).unwrap();
+    let trainer = Arc::new(Recorder::new(Arc::new(Scripted::new(&cx, false, check_then_answer))));
+    let outcome = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer.clone())), &engine::StopSignal::default(), &|_| {}).await;
+    assert_eq!(outcome.unwrap(), engine::RunOutcome::Finished { steps: 1 });
+    let dir = plan.log.root.join(&plan.run_id);
+    let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+    assert_eq!(rollouts.len(), 2);
+    for r in &rollouts {
+        let passed = r["sample"] == 0;
+        assert_eq!((r["stop"].as_str(), r["status"].as_str()), (Some("completed"), Some(if passed { "passed" } else { "failed" })), "{r}");
+        let said = r["turns"][0]["calls"][0]["output"].as_str().unwrap();
+        assert!(said.starts_with(if passed { "passed: 1/1 public tests" } else { "failed: 0/1 public tests passed" }), "{r}");
+        assert!(r["turns"][1]["prompt_last_message"].as_str().unwrap().starts_with("<tool_response>"), "Qwen3.5's builtin template has no tool role: {r}");
+    }
+    // Independently: one datum per turn, each with its turn's sampled tokens at its
+    // trajectory's advantage.
+    let inputs = trainer.inputs.lock().unwrap().clone();
+    let mut got: Vec<(u64, f32)> = inputs[0].iter().map(|(_, adv)| {
+        let nonzero: Vec<f32> = adv.iter().copied().filter(|a| *a != 0.0).collect();
+        (nonzero.len() as u64, nonzero[0])
+    }).collect();
+    let mut want: Vec<(u64, f32)> = rollouts.iter().flat_map(|r| r["turns"].as_array().unwrap().iter().map(|t| (t["tokens"].as_u64().unwrap(), r["advantage"].as_f64().unwrap() as f32))).collect();
+    got.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    want.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    assert_eq!(got, want);
+    assert_eq!(got.len(), 4, "two trajectories of two turns, split");
+}
