@@ -6,7 +6,7 @@ use crate::prompt::model_files::ModelPrompt;
 use crate::prompt::{ChatTemplate, Message, PromptTemplates, Tokenizer};
 use crate::plan::Plan;
 
-use super::env::tools::ToolSet;
+use super::env::toolset::ToolSet;
 use super::error::Error;
 
 /// Everything needed to turn a problem (and feedback turns) into prompt tokens.

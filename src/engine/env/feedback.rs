@@ -11,7 +11,7 @@ use crate::data::Problem;
 use crate::prompt::Message;
 use crate::sandbox::{AnyGrader, GradeOptions, VerdictStatus};
 
-use super::{Ending, Env, Reply, Step, TurnTools};
+use super::contract::{Ending, Env, Reply, Step, TurnTools};
 use crate::engine::error::Error;
 use crate::engine::grading::grade_group;
 use crate::engine::prompting::Prompting;
