@@ -2,7 +2,7 @@
 //! variable or the declared text format, and the role tool results come back in.
 
 use crate::prompt::{ChatTemplate, Message};
-use crate::spec::types::{Limits, Rollout, Tool};
+use crate::spec::types::{Rollout, Tool, ToolLimits};
 
 use super::calls;
 
@@ -10,7 +10,7 @@ use super::calls;
 #[derive(Debug, Clone)]
 pub(crate) struct ToolSet {
     pub tools: Vec<Tool>,
-    pub limits: Limits,
+    pub limits: ToolLimits,
     /// The template lists tool schemas from its `tools` variable (Qwen3's, Hermes'); otherwise
     /// the declared text format goes into the system message.
     pub template_tools: bool,

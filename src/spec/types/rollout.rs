@@ -27,7 +27,7 @@ pub struct Rollout {
     pub tools: Vec<Tool>,
     /// Limits of a tool-using trajectory and what ends it (with `tools` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limits: Option<Limits>,
+    pub limits: Option<ToolLimits>,
 }
 
 /// A tool the model may call.
@@ -56,7 +56,7 @@ impl Tool {
 /// Limits of a tool-using trajectory. Each ends the trajectory with its own stop reason.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Limits {
+pub struct ToolLimits {
     /// Assistant turns per trajectory (stop reason `max_turns`). Default `2` (the cookbook's
     /// code recipe: one `check_solution` call, then the answer).
     #[serde(default = "default_max_turns")]
@@ -128,9 +128,9 @@ pub enum OnLimit {
     Grade,
 }
 
-impl Default for Limits {
+impl Default for ToolLimits {
     fn default() -> Self {
-        Limits {
+        ToolLimits {
             max_turns: default_max_turns(),
             max_tool_calls: default_max_tool_calls(),
             max_tokens_per_turn: None,
