@@ -34,7 +34,7 @@ pub(crate) async fn sample(sampler: &dyn Sampler, slots: &[(u64, u64)], step: u3
             return Ok(None);
         }
         let problem = cfg.train[(slot % n_problems) as usize].clone();
-        let rendered = cx.prompting.first_turn(&problem)?;
+        let rendered = rollout::first_prompt(&problem, cx)?;
         prompts.push((problem, rendered, seed));
     }
     let phase = rollout::Phase { n: plan.grpo.group_size as usize, greedy: 0, params: cfg.sampling, max_attempts: plan.rollout.max_attempts, name: "sample", step: i64::from(step) };

@@ -137,7 +137,7 @@ async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, par
             return Ok(None);
         }
         // Eval seeds do not depend on the step, so differences between evals are the weights'.
-        prompts.push((p.clone(), cx.prompting.first_turn(p)?, problems::derive_seed(plan.seed ^ 0xE7A1, -1, i as u64)));
+        prompts.push((p.clone(), rollout::first_prompt(p, cx)?, problems::derive_seed(plan.seed ^ 0xE7A1, -1, i as u64)));
     }
     // Which source each problem came from, by id (groups dropped by the sampler leave gaps).
     let source_of: BTreeMap<&str, &str> = eval.problems.iter().zip(&labels).map(|(p, l)| (p.id.as_str(), *l)).collect();

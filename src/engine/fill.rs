@@ -180,7 +180,10 @@ mod tests {
                     seq: SampledSequence { tokens: vec![2], logprobs: vec![-0.1], stop_reason: StopReason::Stop },
                     text: String::new(),
                     graded: Graded { verdict, code: Some(String::new()), latency_ms: 0.0, infra_errors: 0 },
+                    tools: Default::default(),
+                    append: vec![],
                 }],
+                ending: None,
             }
         };
         Group { problem: p, trajectories: passed.iter().map(|&ok| trajectory(ok)).collect() }

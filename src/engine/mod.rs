@@ -17,9 +17,13 @@
 //!   batch.rs: the one way groups are sampled; fill.rs: the one rule for when a step has its
 //!   groups; scoring.rs: a group's rewards and
 //!   advantages, once; step.rs: the update; eval.rs: pass@k.
-//! - rollout.rs: sample groups and grade them (grading overlaps the next batches' sampling),
-//!   with feedback turns; grading.rs: the sandbox; pyreward.rs: the Python reward;
-//!   prompting.rs: problem → prompt tokens; feedback.rs; problems.rs: slots, cursor and seeds.
+//! - rollout.rs: the one rollout loop: sample groups and step their environment (grading
+//!   overlaps the next batches' sampling), turn after turn until each trajectory ended; env/:
+//!   the environment contract (contract.rs) and its two environments, feedback turns
+//!   (feedback.rs) and tool turns (tools.rs: calls.rs parses them, run_tool.rs runs them in the
+//!   sandbox, toolset.rs puts them in the chat template); grading.rs: the sandbox; pyreward.rs:
+//!   the Python reward; prompting.rs: problem → prompt tokens; feedback.rs: what a feedback turn
+//!   says of a failed test; problems.rs: slots, cursor and seeds.
 //! - record.rs: what the run log records of all that.
 //!
 //! Resumption rule: a run restarts after its last checkpoint; whatever a crashed attempt wrote
@@ -31,6 +35,7 @@ mod batch;
 mod control;
 mod driver;
 mod error;
+pub(crate) mod env;
 pub(crate) mod eval;
 mod event;
 pub(crate) mod feedback;

@@ -6,6 +6,7 @@ use crate::prompt::model_files::ModelPrompt;
 use crate::prompt::{ChatTemplate, Message, PromptTemplates, Tokenizer};
 use crate::plan::Plan;
 
+use super::env::toolset::ToolSet;
 use super::error::Error;
 
 /// Everything needed to turn a problem (and feedback turns) into prompt tokens.
@@ -17,6 +18,8 @@ pub(crate) struct Prompting {
     pub chat: ChatTemplate,
     /// The tokenizer.
     pub tokenizer: Tokenizer,
+    /// `rollout.tools`, as this chat template takes them (`None`: no tool turns).
+    pub tools: Option<std::sync::Arc<ToolSet>>,
 }
 
 /// A rendered prompt.
@@ -50,7 +53,8 @@ impl Prompting {
     /// Templates that fail to compile.
     pub(crate) fn new(plan: &Plan, model: ModelPrompt) -> Result<Self, Error> {
         let templates = plan.prompt_templates()?;
-        Ok(Prompting { templates, chat: model.chat, tokenizer: model.tokenizer })
+        let tools = ToolSet::new(&plan.rollout, &model.chat).map(std::sync::Arc::new);
+        Ok(Prompting { templates, chat: model.chat, tokenizer: model.tokenizer, tools })
     }
 
     /// Renders a conversation with the generation prompt and tokenizes it.
@@ -58,9 +62,29 @@ impl Prompting {
     /// # Errors
     /// Template or tokenizer failures.
     pub(crate) fn render(&self, messages: Vec<Message>) -> Result<Rendered, Error> {
-        let text = self.chat.render(&messages, true)?;
+        let text = self.chat_text(&messages)?;
         let tokens = self.tokenizer.encode(&text)?;
         Ok(Rendered { messages, tokens })
+    }
+
+    /// A conversation through the chat template with the generation prompt (and the tool
+    /// schemas, for a template that lists them).
+    fn chat_text(&self, messages: &[Message]) -> Result<String, crate::prompt::Error> {
+        let schemas = self.tools.as_ref().and_then(|t| t.template_schemas());
+        self.chat.render_with_tools(messages, true, schemas.as_ref())
+    }
+
+    /// The first messages of a problem: the prompt templates' (with the tools declared, for a
+    /// chat template that does not list them).
+    ///
+    /// # Errors
+    /// Template failures.
+    pub(crate) fn first_messages(&self, problem: &Problem) -> Result<Vec<Message>, Error> {
+        let messages = self.templates.messages(problem)?;
+        Ok(match &self.tools {
+            Some(t) => t.declare(messages),
+            None => messages,
+        })
     }
 
     /// The first prompt of a problem.
@@ -68,7 +92,7 @@ impl Prompting {
     /// # Errors
     /// Template or tokenizer failures.
     pub(crate) fn first_turn(&self, problem: &Problem) -> Result<Rendered, Error> {
-        self.render(self.templates.messages(problem)?)
+        self.render(self.first_messages(problem)?)
     }
 
     /// The prompt of the next attempt: `prev`, the model's answer `sampled`, and the feedback
@@ -83,12 +107,12 @@ impl Prompting {
     ///
     /// # Errors
     /// Template or tokenizer failures.
-    pub(crate) fn next_turn(&self, prev: &Rendered, sampled: &[u32], answer: &str, feedback: Message) -> Result<Rendered, Error> {
+    pub(crate) fn next_turn(&self, prev: &Rendered, sampled: &[u32], answer: &str, feedback: Vec<Message>) -> Result<Rendered, Error> {
         let mut messages = prev.messages.clone();
         messages.push(Message::new("assistant", answer));
-        messages.push(feedback);
-        let full = self.chat.render(&messages, true)?;
-        let seen = self.chat.render(&prev.messages, true)? + &self.tokenizer.decode(sampled, false)?;
+        messages.extend(feedback);
+        let full = self.chat_text(&messages)?;
+        let seen = self.chat_text(&prev.messages)? + &self.tokenizer.decode(sampled, false)?;
         if let Some(rest) = full.strip_prefix(seen.as_str()) {
             // After a truncated answer `rest` starts with the end-of-turn marker the model never
             // produced; it is encoded with the rest, as context, not as a sampled token.
@@ -137,7 +161,7 @@ mod tests {
 
     fn prompting(chat: &str) -> Prompting {
         let templates = PromptTemplates::from_sources(&[("user", "{{ problem.statement }}"), ("feedback", "failed: {{ feedback.status }}")], json!({})).unwrap();
-        Prompting { templates, chat: ChatTemplate::jinja(chat, SpecialTokens::default()).unwrap(), tokenizer: char_tokenizer() }
+        Prompting { templates, chat: ChatTemplate::jinja(chat, SpecialTokens::default()).unwrap(), tokenizer: char_tokenizer(), tools: None }
     }
 
     #[test]
@@ -147,12 +171,46 @@ mod tests {
         for (answer, sampled_text) in [("```python\nx = 1\n```", "```python\nx = 1\n```<|im_end|>"), ("```python\nx = ", "```python\nx = ")] {
             // The second case was cut off by max_tokens: no end-of-turn token was sampled.
             let sampled = p.tokenizer.encode(sampled_text).unwrap();
-            let next = p.next_turn(&first, &sampled, answer, Message::new("user", "failed: wrong answer")).unwrap();
+            let next = p.next_turn(&first, &sampled, answer, vec![Message::new("user", "failed: wrong answer")]).unwrap();
             assert!(next.tokens.starts_with(&[first.tokens.as_slice(), sampled.as_slice()].concat()), "{answer:?}");
             let fresh = p.tokenizer.encode(&p.chat.render(&next.messages, true).unwrap()).unwrap();
             assert_eq!(next.tokens, fresh, "{answer:?}: the model sees what a fresh render of the conversation gives");
             assert_eq!(next.messages.len(), 3);
         }
+    }
+
+    fn with_tools(chat: &str) -> Prompting {
+        let mut p = prompting(chat);
+        let rollout = crate::spec::types::Rollout { tools: vec![crate::spec::types::Tool::CheckSolution], ..Default::default() };
+        p.tools = ToolSet::new(&rollout, &p.chat).map(std::sync::Arc::new);
+        p
+    }
+
+    #[test]
+    fn tools_go_to_a_template_that_lists_them_and_are_declared_to_one_that_does_not() {
+        let problem = Problem { id: "p".into(), statement: "add".into(), starter_code: None, tests: crate::data::Tests::Stdin { cases: vec![] }, metadata: Default::default() };
+        // ChatML without `tools` (SmolLM2's kind): a system message declares the format; results
+        // come back as user messages.
+        let plain = with_tools(CHATML);
+        let set = plain.tools.clone().unwrap();
+        assert!(!set.template_tools && !set.tool_role);
+        let first = plain.first_messages(&problem).unwrap();
+        assert_eq!(first[0].role, "system");
+        assert!(first[0].content.contains("<tool_call>") && first[0].content.contains("\"name\":\"check_solution\""), "{}", first[0].content);
+        assert_eq!(set.result("passed").role, "user");
+        assert_eq!(set.result("passed").content, "<tool_response>\npassed\n</tool_response>");
+        // A Hermes-style template: the schemas through `tools`, results in the `tool` role.
+        let hermes = CHATML.replace("{% for m in messages %}", "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t.function.name }};{% endfor %}<|im_end|>\n{% endif %}{% for m in messages %}{% if m.role == 'tool' %}<tool_response>{% endif %}");
+        let h = with_tools(&hermes);
+        let set = h.tools.clone().unwrap();
+        assert!(set.template_tools && set.tool_role);
+        let first = h.first_messages(&problem).unwrap();
+        assert_eq!(first.len(), 1, "nothing declared by hand");
+        let text = h.tokenizer.decode(&h.first_turn(&problem).unwrap().tokens, false).unwrap();
+        assert!(text.starts_with("<|im_start|>system\ncheck_solution;<|im_end|>"), "{text}");
+        assert_eq!(set.result("x").role, "tool");
+        // Without tools, the same template renders no tool list.
+        assert!(!prompting(&hermes).tokenizer.decode(&prompting(&hermes).first_turn(&problem).unwrap().tokens, false).unwrap().contains("check_solution"));
     }
 
     #[test]
@@ -162,7 +220,7 @@ mod tests {
         let p = prompting(&rewriting);
         let first = p.render(vec![Message::new("user", "hi")]).unwrap();
         let sampled = p.tokenizer.encode("x<|im_end|>").unwrap();
-        let next = p.next_turn(&first, &sampled, "x", Message::new("user", "again")).unwrap();
+        let next = p.next_turn(&first, &sampled, "x", vec![Message::new("user", "again")]).unwrap();
         assert!(!next.tokens.starts_with(&[first.tokens.as_slice(), sampled.as_slice()].concat()));
         assert_eq!(next.tokens, p.tokenizer.encode(&p.chat.render(&next.messages, true).unwrap()).unwrap());
     }

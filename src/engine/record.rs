@@ -2,7 +2,7 @@
 //! samples), verdicts, prompts and stop reasons, converted from the engine's types into the run
 //! log's own (so a rename in the sandbox or the seam cannot change the file format).
 
-use crate::runlog::{self, Attempt, Completion, EvalSampleRecord, RolloutRecord, TestOutcome, TestRecord};
+use crate::runlog::{self, Attempt, Completion, EvalSampleRecord, RolloutRecord, TestOutcome, TestRecord, ToolCallRecord};
 use crate::seam;
 
 use super::prompting;
@@ -33,23 +33,28 @@ pub(crate) fn stop(s: seam::StopReason) -> runlog::StopReason {
     }
 }
 
-/// The rollout record of trajectory `k` of group `gi`.
-pub(crate) fn rollout(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory, (reward, advantage, skipped): (f64, f64, bool)) -> RolloutRecord {
+/// A turn as the run log records it; with `tools`, with its tool calls and what followed it.
+fn attempt(x: &Turn, tools: bool) -> Attempt {
+    let calls = x.tools.calls.iter().map(|c| ToolCallRecord { name: c.call.tool.name().to_owned(), arguments: c.call.arguments.clone(), output: c.output.clone(), error: c.error }).collect();
+    Attempt {
+        prompt_last_message: x.prompt.messages.last().map(|m| m.content.clone()),
+        text: x.text.clone(),
+        status: status(x.graded.verdict.status),
+        tests_passed: x.graded.verdict.tests_passed,
+        tokens: tools.then_some(x.seq.tokens.len()),
+        calls,
+        parse_error: x.tools.parse_error.clone(),
+        masked: x.tools.masked,
+        appended: if tools { x.append.iter().map(|m| runlog::PromptMessage { role: m.role.clone(), content: m.content.clone() }).collect() } else { vec![] },
+    }
+}
+
+/// The rollout record of trajectory `k` of group `gi`; `tools` when the run has tool turns (every
+/// turn and the stop reason recorded).
+pub(crate) fn rollout(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory, (reward, advantage, skipped): (f64, f64, bool), tools: bool) -> RolloutRecord {
     let last = t.last();
-    // Earlier attempts and the feedback each got.
-    let turns = if t.turns.len() > 1 {
-        t.turns
-            .iter()
-            .map(|x| Attempt {
-                prompt_last_message: x.prompt.messages.last().map(|m| m.content.clone()),
-                text: x.text.clone(),
-                status: status(x.graded.verdict.status),
-                tests_passed: x.graded.verdict.tests_passed,
-            })
-            .collect()
-    } else {
-        vec![]
-    };
+    // Earlier attempts and the feedback each got; with tools, every turn.
+    let turns = if t.turns.len() > 1 || tools { t.turns.iter().map(|x| attempt(x, tools)).collect() } else { vec![] };
     RolloutRecord {
         step,
         group: gi,
@@ -61,6 +66,7 @@ pub(crate) fn rollout(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory,
         attempts: t.turns.len(),
         policy_version: None,
         turns,
+        stop: t.ending.filter(|_| tools).map(|e| e.name().to_owned()),
     }
 }
 

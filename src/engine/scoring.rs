@@ -56,6 +56,20 @@ pub(crate) fn outcome<'a>(g: &Graded, custom: Option<&'a Custom>) -> Grading<'a>
     }
 }
 
+/// A tool-using trajectory's reward from its last turn's `reward`: `0` when it ended on a limit
+/// under `on_limit: zero`, less `parse_error.penalty` per malformed turn. Unchanged without tools.
+fn tool_reward(reward: f64, t: &super::rollout::Trajectory, plan: &crate::plan::Plan) -> f64 {
+    use crate::spec::types::OnLimit;
+    if plan.rollout.tools.is_empty() {
+        return reward;
+    }
+    let limits = plan.rollout.limits.clone().unwrap_or_default();
+    let ended_on_limit = t.ending.is_some_and(|e| e != super::env::Ending::Completed);
+    let base = if ended_on_limit && limits.on_limit == OnLimit::Zero { 0.0 } else { reward };
+    let malformed = t.turns.iter().filter(|x| x.tools.parse_error.is_some()).count();
+    base - limits.parse_error.penalty * malformed as f64
+}
+
 /// Scores group `gi` of a batch whose Python reward values are `scores`: each trajectory's
 /// reward is its last attempt's (with the Python reward's value when there is one), plus the
 /// overlong penalty when `grpo.overlong` asks for it.
@@ -67,7 +81,7 @@ pub(crate) fn score(g: &Group, gi: usize, scores: &Scores, cfg: &StepConfig<'_>)
         .enumerate()
         .map(|(k, t)| {
             let last = t.last();
-            let r = cfg.reward.reward(&outcome(&last.graded, scores.custom(gi, k)))?;
+            let r = tool_reward(cfg.reward.reward(&outcome(&last.graded, scores.custom(gi, k)))?, t, cfg.plan);
             let shaped = match cfg.plan.grpo.overlong {
                 Some(Overlong::SoftPenalty { cache_tokens, penalty }) => shaping::overlong_penalty(last.seq.tokens.len(), max_tokens, cache_tokens as usize, penalty),
                 _ => 0.0,

@@ -18,6 +18,7 @@ use crate::sandbox::VerdictStatus;
 use crate::seam::{AdamParams, Datum, ForwardBackwardOutput, KlKind, KlLoss, LossFn, OptimStepOutput, StopReason, make_multiturn_datum};
 use crate::spec::types::{KlEstimator, KlForm, Overlong, RolloutLog};
 
+use super::env::Ending;
 use super::error::Error;
 use super::event::Event;
 use super::fill::Fill;
@@ -50,9 +51,10 @@ impl Built {
     }
 }
 
-/// The datums of one trajectory: one per run of attempts whose prompts start with the previous
-/// attempt's prompt and answer (all of them, unless the chat template rewrote history; see
-/// [`super::prompting::Prompting::next_turn`]).
+/// The datums of one trajectory: one per run of turns whose prompts start with the previous
+/// turn's prompt and answer (all of them, unless the chat template rewrote history; see
+/// [`super::prompting::Prompting::next_turn`]). Feedback, tool results and template glue are
+/// context; so is a malformed turn under `parse_error.mask_turn`.
 fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Built> {
     let mut out = vec![];
     // The tokens of the conversation so far and where each answer in it starts.
@@ -60,11 +62,13 @@ fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Built> {
     let mut chain: Option<Chain<'_>> = None;
     for turn in &t.turns {
         let start = turn.prompt.tokens.len();
+        // A masked turn is kept as context: no log-probabilities, no loss.
+        let lp: &[f32] = if turn.tools.masked { &[] } else { &turn.seq.logprobs };
         match chain.as_mut() {
             Some((tokens, segments)) if turn.prompt.tokens.starts_with(tokens) => {
                 tokens.clone_from(&turn.prompt.tokens);
                 tokens.extend_from_slice(&turn.seq.tokens);
-                segments.push((start, &turn.seq.logprobs));
+                segments.push((start, lp));
             }
             _ => {
                 if let Some((tokens, segments)) = chain.take() {
@@ -72,7 +76,7 @@ fn trajectory_datums(t: &Trajectory, advantage: f64) -> Vec<Built> {
                 }
                 let mut tokens = turn.prompt.tokens.clone();
                 tokens.extend_from_slice(&turn.seq.tokens);
-                chain = Some((tokens, vec![(start, &turn.seq.logprobs)]));
+                chain = Some((tokens, vec![(start, lp)]));
             }
         }
     }
@@ -113,8 +117,50 @@ struct Tally {
     /// Trajectories left out of the update by `grpo.overlong: {kind: mask}`.
     overlong_masked: usize,
     tests: Tests,
+    /// Tool turns: how the step's trajectories used tools and ended.
+    tools: ToolTally,
     /// The last infrastructure error of a dropped group.
     last_infra: Option<String>,
+}
+
+/// Tool use and stop reasons over a step's scored trajectories.
+#[derive(Debug, Default)]
+struct ToolTally {
+    trajectories: usize,
+    turns: usize,
+    calls: usize,
+    /// Calls that ran, and those whose tool failed.
+    ran: usize,
+    errors: usize,
+    malformed: usize,
+    stops: BTreeMap<&'static str, usize>,
+}
+
+impl ToolTally {
+    fn add(&mut self, t: &Trajectory) {
+        self.trajectories += 1;
+        self.turns += t.turns.len();
+        for turn in &t.turns {
+            self.calls += turn.tools.calls.len();
+            self.ran += turn.tools.calls.iter().filter(|c| c.output.is_some()).count();
+            self.errors += turn.tools.calls.iter().filter(|c| c.error).count();
+            self.malformed += usize::from(turn.tools.parse_error.is_some());
+        }
+        *self.stops.entry(t.ending.unwrap_or(Ending::Completed).name()).or_default() += 1;
+    }
+
+    fn metrics(&self, m: &mut BTreeMap<String, f64>) {
+        let of = |x: usize, n: usize| if n == 0 { 0.0 } else { x as f64 / n as f64 };
+        m.insert(train::TURNS_MEAN.into(), of(self.turns, self.trajectories));
+        m.insert(train::TOOL_CALLS_MEAN.into(), of(self.calls, self.trajectories));
+        m.insert(train::TOOL_ERROR_RATE.into(), of(self.errors, self.ran));
+        m.insert(train::PARSE_ERROR_RATE.into(), of(self.malformed, self.turns));
+        let completed = self.stops.get(Ending::Completed.name()).copied().unwrap_or(0);
+        m.insert(train::LIMIT_STOP_RATE.into(), of(self.trajectories - completed, self.trajectories));
+        for e in Ending::ALL {
+            m.insert(train::stop_key(e.name()), of(self.stops.get(e.name()).copied().unwrap_or(0), self.trajectories));
+        }
+    }
 }
 
 /// How the tests run in a step ended, over every attempt with code.
@@ -216,6 +262,7 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
             n.first_correct += usize::from(t.turns[0].graded.verdict.passed);
             n.formatted += usize::from(last.graded.verdict.status != VerdictStatus::FormatError);
             n.turns += t.turns.len();
+            n.tools.add(t);
             n.completion_tokens += t.turns.iter().map(|x| x.seq.tokens.len()).sum::<usize>();
             n.rewards.push(r);
             // Overlong filtering: the answer whose reward counts was cut off by max_tokens.
@@ -230,7 +277,7 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
                 RolloutLog::None => false,
             };
             if log {
-                rollouts.push(record::rollout(step, g, gi, k, t, (r, a, skip)));
+                rollouts.push(record::rollout(step, g, gi, k, t, (r, a, skip), !plan.rollout.tools.is_empty()));
             }
         }
     }
@@ -360,6 +407,9 @@ fn step_metrics(m: &mut BTreeMap<String, f64>, n: &Tally, fill: &Fill, cfg: &Ste
         m.insert(train::CORRECT_FIRST_ATTEMPT.into(), frac(n.first_correct));
         m.insert(train::ATTEMPTS_MEAN.into(), frac(n.turns));
     }
+    if !plan.rollout.tools.is_empty() {
+        n.tools.metrics(m);
+    }
     m.insert(train::GROUPS.into(), groups_total);
     m.insert(train::GROUPS_SKIPPED.into(), f64::from(n.skipped));
     m.insert(train::GROUPS_DEGENERATE.into(), f64::from(n.degenerate));
@@ -424,12 +474,14 @@ mod tests {
             seq: SampledSequence { tokens: sampled.to_vec(), logprobs: vec![-0.5; sampled.len()], stop_reason: StopReason::Stop },
             text: String::new(),
             graded: Graded { verdict: Verdict::format_error("p", 1), code: None, latency_ms: 0.0, infra_errors: 0 },
+            tools: Default::default(),
+            append: vec![],
         }
     }
 
     #[test]
     fn an_extending_conversation_is_one_datum_with_every_answer_trained() {
-        let t = Trajectory { turns: vec![turn(&[1, 2], &[30, 31]), turn(&[1, 2, 30, 31, 4, 5], &[60])] };
+        let t = Trajectory { ending: None, turns: vec![turn(&[1, 2], &[30, 31]), turn(&[1, 2, 30, 31, 4, 5], &[60])] };
         let d: Vec<Datum> = trajectory_datums(&t, 1.5).into_iter().map(|b| {
             assert_eq!(b.len(), 3, "two answers of 2 and 1 tokens");
             b.datum
@@ -440,9 +492,29 @@ mod tests {
     }
 
     #[test]
+    fn a_masked_turn_is_context_and_the_trajectory_stays_one_datum() {
+        // A malformed tool call under `mask_turn`, its error as a tool result, then an answer.
+        let mut bad = turn(&[1, 2], &[30, 31]);
+        bad.tools.masked = true;
+        let t = Trajectory { ending: None, turns: vec![bad, turn(&[1, 2, 30, 31, 4, 5], &[60, 61])] };
+        let built = trajectory_datums(&t, 2.0);
+        assert_eq!(built.len(), 1);
+        assert_eq!(built[0].len(), 2, "only the answer's tokens train");
+        assert_eq!(built[0].datum.model_input, vec![1, 2, 30, 31, 4, 5, 60]);
+        // Independently: targets are tokens[1..]; a target trains iff it is a token of an
+        // unmasked turn, at that turn's position in the sequence.
+        let expected: Vec<f32> = (1..8).map(|i| if (6..8).contains(&i) { 2.0 } else { 0.0 }).collect();
+        assert_eq!(built[0].datum.loss_fn_inputs.advantages.as_deref(), Some(&expected[..]));
+        // Every turn masked: nothing to train.
+        let mut only = turn(&[1], &[9]);
+        only.tools.masked = true;
+        assert!(trajectory_datums(&Trajectory { ending: None, turns: vec![only] }, 1.0).is_empty());
+    }
+
+    #[test]
     fn a_rewritten_history_trains_each_attempt_in_its_own_context() {
         // The template rewrote the first answer: the second prompt does not extend the first turn.
-        let t = Trajectory { turns: vec![turn(&[1, 2], &[30, 31]), turn(&[1, 2, 39, 4, 5], &[60]), turn(&[1, 2, 39, 4, 5, 60, 7], &[])] };
+        let t = Trajectory { ending: None, turns: vec![turn(&[1, 2], &[30, 31]), turn(&[1, 2, 39, 4, 5], &[60]), turn(&[1, 2, 39, 4, 5, 60, 7], &[])] };
         let built = trajectory_datums(&t, -1.0);
         assert_eq!(built[1].sampled, vec![false, false, false, false, true]);
         let d: Vec<Datum> = built.into_iter().map(|b| b.datum).collect();

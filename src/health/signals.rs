@@ -153,6 +153,17 @@ pub(crate) const SIGNALS: &[Signal] = &[
         "completions hit sampling.max_tokens: raise it, or shape length (grpo.overlong)",
     ),
     Signal::new(
+        "tool_limit_stops",
+        Reads::Step,
+        &["rate"],
+        |s| {
+            window_above(s, train::LIMIT_STOP_RATE).map(|m| {
+                format!("{} of tool-using trajectories ended on a limit or a malformed tool call, not an answer, over the last {} steps (threshold {})", pct(m), s.window, pct(s.t("rate"))).into()
+            })
+        },
+        "the model rarely reaches a final answer: read the train/stop_* rates and the conversations (`rlx show`), raise rollout.limits (max_turns, max_tokens_per_turn), or state the tool-call format in the prompt",
+    ),
+    Signal::new(
         "logprob_divergence",
         Reads::Step,
         &["rate"],
@@ -283,5 +294,24 @@ mod tests {
         // Without a setting (or without the threshold it reads) the row is not checked.
         assert!(run(None).is_empty());
         assert!(run(Some(serde_json::json!({"fraction": 0.5}))).is_empty());
+    }
+
+    #[test]
+    fn tool_limit_stops_fires_when_most_trajectories_end_on_a_limit() {
+        // Default settings: 5-step window, rate 0.5. Runs without tools write no limit rate.
+        let fire = |rates: &[f64]| {
+            let mut m = Monitor::with(Settings::of(&Health::default()), SIGNALS.iter().collect());
+            let mut out = vec![];
+            for (step, &r) in rates.iter().enumerate() {
+                let metrics = BTreeMap::from([(train::LIMIT_STOP_RATE.to_owned(), r)]);
+                out.extend(m.step(step as u32, &metrics, []).into_iter().filter(|f| f.signal.name() == "tool_limit_stops").map(|f| (f.step, f.line())));
+            }
+            out
+        };
+        let fired = fire(&[0.8, 0.7, 0.6, 0.9, 0.6, 0.1]);
+        assert_eq!(fired.len(), 1, "{fired:?}");
+        assert_eq!(fired[0].0, 4);
+        assert!(fired[0].1.contains("72.0% of tool-using trajectories ended on a limit"), "{}", fired[0].1);
+        assert!(fire(&[0.5, 0.4, 0.5, 0.5, 0.5, 0.5]).is_empty(), "half or fewer: an answer is the rule");
     }
 }

@@ -320,8 +320,44 @@ fn check_rollout_reward_sandbox(cx: &mut Ctx<'_>, spec: &Spec) {
             .hints
             .push("the feedback template renders the failing test for the next attempt; see prompts/feedback.j2".into());
     }
+    check_tools(cx, spec);
     if spec.sandbox.kind == SandboxKind::Fusion && !(spec.sandbox.url.starts_with("http://") || spec.sandbox.url.starts_with("https://")) {
         cx.err("sandbox.url", format!("`sandbox.url` must be an http(s) URL, found `{}`", spec.sandbox.url));
+    }
+}
+
+/// Tool turns: one multi-turn environment per run, limits that can be met.
+fn check_tools(cx: &mut Ctx<'_>, spec: &Spec) {
+    let r = &spec.rollout;
+    if r.tools.is_empty() {
+        if r.limits.is_some() {
+            cx.err("rollout.limits", "`rollout.limits` bounds tool turns, but `rollout.tools` is empty".into()).hints.push("list the tools, e.g. `tools: [check_solution]`, or remove `rollout.limits`".into());
+        }
+        return;
+    }
+    if r.max_attempts > 1 {
+        cx.err("rollout.max_attempts", format!("`rollout.max_attempts` is {} but `rollout.tools` is set: a rollout is feedback attempts or tool turns, not both", r.max_attempts))
+            .hints
+            .push("give the model `check_solution` instead of feedback attempts".into());
+    }
+    for (i, t) in r.tools.iter().enumerate() {
+        if r.tools[..i].contains(t) {
+            cx.err(&format!("rollout.tools.{i}"), format!("tool `{}` is listed twice", t.name()));
+        }
+    }
+    let Some(l) = &r.limits else { return };
+    if let Some(m) = l.max_tokens_per_turn
+        && (m == 0 || m > spec.sampling.max_tokens)
+    {
+        cx.err("rollout.limits.max_tokens_per_turn", format!("`rollout.limits.max_tokens_per_turn` must be between 1 and `sampling.max_tokens` ({}), found {m}", spec.sampling.max_tokens));
+    }
+    for (key, v) in [("timeout_s", l.timeout_s), ("tool_timeout_s", l.tool_timeout_s)] {
+        if !(v.is_finite() && v > 0.0) {
+            cx.err(&format!("rollout.limits.{key}"), format!("`rollout.limits.{key}` must be a positive number of seconds, found {v}"));
+        }
+    }
+    if !(l.parse_error.penalty.is_finite() && l.parse_error.penalty >= 0.0) {
+        cx.err("rollout.limits.parse_error.penalty", format!("`rollout.limits.parse_error.penalty` must be 0 or more, found {}", l.parse_error.penalty));
     }
 }
 

@@ -112,6 +112,33 @@ impl ChatTemplate {
     /// # Errors
     /// [`Error::Template`] when the template raises or fails.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, Error> {
+        self.render_with_tools(messages, add_generation_prompt, None)
+    }
+
+    /// Whether the template reads a `tools` variable (Qwen3's and Hermes' list tool schemas from
+    /// it). The built-in renderers have none.
+    pub fn reads_tools(&self) -> bool {
+        match self {
+            ChatTemplate::Jinja { env, .. } => env.get_template("chat").is_ok_and(|t| t.undeclared_variables(false).contains("tools")),
+            _ => false,
+        }
+    }
+
+    /// Whether the template names the `tool` role (renders tool results its own way); one that
+    /// does not would print an unknown role verbatim.
+    pub fn knows_tool_role(&self) -> bool {
+        match self {
+            ChatTemplate::Jinja { env, .. } => env.get_template("chat").is_ok_and(|t| t.source().contains("'tool'") || t.source().contains("\"tool\"")),
+            _ => false,
+        }
+    }
+
+    /// [`Self::render`] with tool schemas for the template's `tools` variable (ignored by
+    /// templates without one).
+    ///
+    /// # Errors
+    /// [`Error::Template`] when the template raises or fails.
+    pub fn render_with_tools(&self, messages: &[Message], add_generation_prompt: bool, tools: Option<&serde_json::Value>) -> Result<String, Error> {
         match self {
             ChatTemplate::Qwen3Instruct => {
                 let mut out = String::new();
@@ -137,6 +164,7 @@ impl ChatTemplate {
                     eos_token => special.eos_token.clone().unwrap_or_default(),
                     pad_token => special.pad_token.clone(),
                     unk_token => special.unk_token.clone(),
+                    tools => tools.map(|t| Value::from(minijinja::value::Serde(t.clone()))),
                 };
                 tmpl.render(ctx).map_err(|e| {
                     let what = if e.kind() == minijinja::ErrorKind::OutOfFuel {

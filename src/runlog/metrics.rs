@@ -47,6 +47,25 @@ pub mod train {
     pub const CORRECT_FIRST_ATTEMPT: &str = "train/correct_first_attempt";
     /// Attempts per completion, averaged (1 to `rollout.max_attempts`).
     pub const ATTEMPTS_MEAN: &str = "train/attempts_mean";
+    /// Tool turns (`rollout.tools`, written only then): assistant turns per trajectory, averaged.
+    pub const TURNS_MEAN: &str = "train/turns_mean";
+    /// Tool turns: tool calls per trajectory, averaged.
+    pub const TOOL_CALLS_MEAN: &str = "train/tool_calls_mean";
+    /// Tool turns: fraction (0–1) of the tool calls run whose tool failed (timed out, crashed).
+    pub const TOOL_ERROR_RATE: &str = "train/tool_error_rate";
+    /// Tool turns: fraction (0–1) of turns whose tool call was malformed.
+    pub const PARSE_ERROR_RATE: &str = "train/parse_error_rate";
+    /// Tool turns: fraction (0–1) of trajectories that ended on a limit or a parse error (any
+    /// stop reason but `completed`).
+    pub const LIMIT_STOP_RATE: &str = "train/limit_stop_rate";
+    /// Tool turns: the fraction (0–1) of trajectories that ended with each stop reason is
+    /// `train/stop_<reason>` ([`stop_key`]).
+    pub const STOP_PREFIX: &str = "train/stop_";
+
+    /// The metric of stop reason `reason` (`completed`, `max_turns`, ...).
+    pub fn stop_key(reason: &str) -> String {
+        format!("{STOP_PREFIX}{reason}")
+    }
     /// Groups (one prompt, `group_size` completions) sampled in the step.
     pub const GROUPS: &str = "train/groups";
     /// Groups not trained because their advantages were all zero (`grpo.skip_degenerate`).

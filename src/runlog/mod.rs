@@ -51,7 +51,7 @@ pub use events::EventRecord;
 pub use jsonl::{JsonlWriter, Read, read_jsonl};
 pub use metrics::MetricsLine;
 pub use provenance::{Data, DataSet, Dataset, Git, Host, ModelIds, PromptTokens, Provenance, Split, Template};
-pub use records::{Attempt, CheckpointRecord, Completion, EvalResultRecord, EvalSampleRecord, PassAtK, PromptMessage, Protocol, RolloutRecord, StopReason, TestOutcome, TestRecord, VerdictStatus};
+pub use records::{Attempt, CheckpointRecord, Completion, EvalResultRecord, EvalSampleRecord, PassAtK, PromptMessage, Protocol, RolloutRecord, StopReason, TestOutcome, TestRecord, ToolCallRecord, VerdictStatus};
 pub use run_dir::RunDir;
 pub use status::{State, Status, now};
 

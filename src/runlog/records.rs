@@ -108,8 +108,29 @@ pub struct RolloutRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_version: Option<u32>,
     /// Every attempt with the feedback it answered; empty (and absent on disk) for a single one.
+    /// With tool turns, every turn with its tool calls.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub turns: Vec<Attempt>,
+    /// With tool turns (`rollout.tools`): why the trajectory ended (`completed`, `max_turns`,
+    /// `max_tokens`, `max_tool_calls`, `context_overflow`, `parse_error`, `timeout`); absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
+}
+
+/// A tool call of a turn, as the model made it and what it was shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    /// The tool.
+    pub name: String,
+    /// Its arguments, as the model wrote them.
+    pub arguments: serde_json::Value,
+    /// What the model was shown (clipped); absent when the call was not run (a limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// Whether the tool failed (timed out, crashed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub error: bool,
 }
 
 /// How one test ended.
@@ -168,6 +189,21 @@ pub struct Attempt {
     pub status: VerdictStatus,
     /// Tests it passed.
     pub tests_passed: usize,
+    /// Tool turns: sampled tokens of the turn (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<usize>,
+    /// Tool turns: the tool calls the turn made (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<ToolCallRecord>,
+    /// Tool turns: why the turn's tool call was malformed (absent when it was not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parse_error: Option<String>,
+    /// Tool turns: the turn was context in training (a malformed turn under `mask_turn`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub masked: bool,
+    /// Tool turns: the messages that followed the turn (tool results, errors); absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub appended: Vec<PromptMessage>,
 }
 
 /// Which evaluation protocol a record belongs to. The main protocol (the spec's `eval`

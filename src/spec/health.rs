@@ -82,6 +82,10 @@ section! {
         /// More than `rate` of the completions cut off by `max_tokens`, averaged over the window
         /// (`train/truncated_rate`). Default `{rate: 0.5}`.
         truncation: Rate = Rate { rate: 0.5, action: Action::Warn },
+        /// Tool turns: more than `rate` of the trajectories ended on a limit or a malformed tool
+        /// call rather than a final answer (`train/limit_stop_rate`), averaged over the window.
+        /// Default `{rate: 0.5}`.
+        tool_limit_stops: Rate = Rate { rate: 0.5, action: Action::Warn },
         /// Sampler and learner disagree: `train/kl_sample_train` averaged over the window above `rate`
         /// (nats per token). Default `{rate: 0.1}`.
         logprob_divergence: Rate = Rate { rate: 0.1, action: Action::Warn },

@@ -82,8 +82,10 @@ pub(crate) struct Training {
     pub skipped: bool,
     /// Attempts made.
     pub attempts: usize,
-    /// Every attempt, for multi-attempt rollouts (empty for one).
+    /// Every attempt, for multi-attempt rollouts (empty for one); every turn with tool turns.
     pub turns: Vec<Attempt>,
+    /// With tool turns: why the trajectory ended.
+    pub stop: Option<String>,
 }
 
 /// One completion, as recorded: a training rollout or an eval sample.
@@ -112,7 +114,7 @@ impl Completion {
             source: None,
             protocol: None,
             graded: r.completion,
-            training: Some(Training { group: r.group, reward: r.reward, advantage: r.advantage, skipped: r.skipped, attempts: r.attempts, turns: r.turns }),
+            training: Some(Training { group: r.group, reward: r.reward, advantage: r.advantage, skipped: r.skipped, attempts: r.attempts, turns: r.turns, stop: r.stop }),
         }
     }
 
@@ -290,7 +292,7 @@ mod tests {
                 stop_reason: StopReason::Stop,
                 tokens: 1,
             },
-            training: Some(Training { group, reward: 0.0, advantage: 0.0, skipped: false, attempts: 1, turns: vec![] }),
+            training: Some(Training { group, reward: 0.0, advantage: 0.0, skipped: false, attempts: 1, turns: vec![], stop: None }),
         }
     }
 

@@ -45,6 +45,11 @@ impl Problems {
         Problems { tokenizer, rows }
     }
 
+    /// `prompt` decoded.
+    pub(crate) fn text(&self, prompt: &[u32]) -> String {
+        self.tokenizer.decode(prompt, false).unwrap()
+    }
+
     /// The index of the problem `prompt` asks for.
     pub(crate) fn index(&self, prompt: &[u32]) -> usize {
         let text = self.tokenizer.decode(prompt, false).unwrap();
@@ -118,6 +123,8 @@ pub(crate) struct Call {
     pub(crate) sample: usize,
     /// The request's seed.
     pub(crate) seed: Option<u64>,
+    /// The prompt, decoded (a later turn's holds the earlier turns and what followed them).
+    pub(crate) prompt: String,
 }
 
 /// Decides a completion: its text and how it stopped.
@@ -181,9 +188,10 @@ impl Sampler for Scripted {
             .zip(&idx)
             .map(|(r, &problem)| {
                 let greedy = eval && r.params(params).temperature == 0.0;
+                let prompt = self.problems.text(&r.prompt);
                 (0..r.num_samples)
                     .map(|sample| {
-                        let (text, stop_reason) = (self.script)(&self.problems, &Call { step, eval, greedy, problem, sample, seed: r.seed });
+                        let (text, stop_reason) = (self.script)(&self.problems, &Call { step, eval, greedy, problem, sample, seed: r.seed, prompt: prompt.clone() });
                         self.problems.sequence(&text, stop_reason, (self.logprob)(step))
                     })
                     .collect()

@@ -527,7 +527,7 @@ async fn a_sandbox_that_dies_mid_run_stops_the_run_at_that_step() {
 
 /// A Sandbox Fusion front that answers HTTP 503 to programs containing `INFRA-FAIL` and passes
 /// everything else to `upstream` (the real `rlx sandbox serve`).
-const FLAKY_PROXY: &str = r#"
+pub(crate) const FLAKY_PROXY: &str = r#"
 import base64, http.server, json, sys, urllib.request
 UP = sys.argv[1]
 class H(http.server.BaseHTTPRequestHandler):

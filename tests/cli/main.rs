@@ -53,6 +53,9 @@
 //!   resubmission, a member requeued before its time limit, `rlx sweep status`; batch scripts.
 //! - `tinker`: the Tinker backend against `rlx serve`: the contract suite, runs with faults
 //!   injected checked against the server's request record, resume from `tinker://` states.
+//! - `tools`: tool turns (`rollout.tools`): a scripted model ending trajectories with every stop
+//!   reason, tools in the real sandbox, parse-error policies, a hanging tool, datums against the
+//!   records, `rlx show` conversations, validation.
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
 //! - `tinker_sdk`: `rlx serve` driven by the official Tinker Python SDK, with and without faults.
@@ -112,6 +115,7 @@ mod tinker;
 mod tinker_export;
 mod tinker_sdk;
 mod tinker_wire;
+mod tools;
 mod trainer;
 mod trainer_smollm2;
 mod validate;

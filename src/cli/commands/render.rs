@@ -33,7 +33,8 @@ pub(super) fn render(args: RenderArgs) -> anyhow::Result<u8> {
         let r = prompting.first_turn(p).with_context(|| format!("cannot render problem `{}`", p.id))?;
         lengths.push(r.tokens.len());
         if i < args.n {
-            let text = prompting.chat.render(&r.messages, true)?;
+            // The tokens decoded: what the model sees, tool schemas included.
+            let text = prompting.tokenizer.decode(&r.tokens, false)?;
             printer::out(format!("── problem {} ({}) · {} tokens ──", i, p.id, r.tokens.len()));
             printer::out(text);
         }

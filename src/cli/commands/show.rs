@@ -172,7 +172,9 @@ fn completion(out: &mut String, c: &Completion, p: Paint) {
         let _ = writeln!(out, "{}  {}", p.verdict(None, "infra error"), e.trim());
     }
     section(out, p, "prompt", &prompt_text(c), "(not recorded: this run logged no prompts, or not this group's first completion)");
-    if let Some(t) = c.training.as_ref().filter(|t| !t.turns.is_empty()) {
+    if let Some(t) = c.training.as_ref().filter(|t| t.stop.is_some()) {
+        conversation(out, p, t);
+    } else if let Some(t) = c.training.as_ref().filter(|t| !t.turns.is_empty()) {
         let _ = writeln!(out, "{}", p.label(&format!("attempts ({})", t.attempts)));
         for (i, a) in t.turns.iter().enumerate() {
             let (name, ok) = verdict_name(a.status);
@@ -188,6 +190,35 @@ fn completion(out: &mut String, c: &Completion, p: Paint) {
     let code_label = c.graded.language.as_deref().map_or_else(|| "code".to_owned(), |l| format!("code ({l})"));
     section(out, p, &code_label, c.graded.code.as_deref().unwrap_or(""), "(no code block found)");
     tests_section(out, c, p);
+}
+
+/// A tool-using trajectory as a conversation: each assistant turn, its tool calls and what
+/// came back, and why it ended.
+fn conversation(out: &mut String, p: Paint, t: &crate::viewer::Training) {
+    let stop = t.stop.as_deref().unwrap_or("completed");
+    let _ = writeln!(out, "{}", p.label(&format!("conversation ({} turns, stop: {stop})", t.turns.len())));
+    for (i, a) in t.turns.iter().enumerate() {
+        let tokens = a.tokens.map(|n| format!(", {n} tokens")).unwrap_or_default();
+        let masked = if a.masked { ", masked in training" } else { "" };
+        let _ = writeln!(out, "  {}", p.bold(&format!("[assistant · turn {}{tokens}{masked}]", i + 1)));
+        for line in clip_lines(&a.text, 12, 2000).lines() {
+            let _ = writeln!(out, "  {} {line}", p.dim("│"));
+        }
+        if let Some(e) = &a.parse_error {
+            let _ = writeln!(out, "  {} {e}", p.verdict(Some(false), "malformed tool call:"));
+        }
+        for c in &a.calls {
+            let state = match (&c.output, c.error) {
+                (None, _) => " (not run: a limit)",
+                (Some(_), true) => " (tool error)",
+                (Some(_), false) => "",
+            };
+            let _ = writeln!(out, "  {}", p.bold(&format!("[tool {}{state}]", c.name)));
+            for line in clip_lines(c.output.as_deref().unwrap_or(""), 8, 800).lines() {
+                let _ = writeln!(out, "  {} {line}", p.dim("│"));
+            }
+        }
+    }
 }
 
 /// A labelled block of text, each line behind a gutter; `none` when the text is empty.

@@ -42,7 +42,7 @@ pub use model::{Finetune, Lora, LoraTarget, Model};
 pub use optimizer::Optimizer;
 pub use prompt::Prompt;
 pub use reward::{Reward, RewardKind, RewardTerm, RewardTermKind};
-pub use rollout::Rollout;
+pub use rollout::{OnLimit, ParseErrorPolicy, Rollout, Tool, ToolLimits};
 pub use sampling::Sampling;
 pub use sandbox::{CwReuse, CwSandbox, Sandbox, SandboxKind};
 pub use schedule::Schedule;

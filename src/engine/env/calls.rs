@@ -1,0 +1,155 @@
+//! Tool calls in sampled text: the Qwen3/Hermes format, `<tool_call>{"name": ..., "arguments":
+//! {...}}</tool_call>`, parsed from what the model wrote (never from a re-rendering of it).
+//!
+//! Templates whose `tools` variable lists the schemas (Qwen3's) ask for this format themselves;
+//! for templates without one (SmolLM2's ChatML) [`declare`] writes the same format into the
+//! system message, so one parser serves both.
+
+use serde_json::{Value, json};
+
+use crate::spec::types::Tool;
+
+const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+
+/// One parsed tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Call {
+    /// The tool.
+    pub tool: Tool,
+    /// Its arguments, as written.
+    pub arguments: Value,
+}
+
+impl Call {
+    /// The `code` argument both built-in tools take.
+    pub(crate) fn code(&self) -> &str {
+        self.arguments.get("code").and_then(Value::as_str).unwrap_or_default()
+    }
+}
+
+/// What a turn's text is.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Parsed {
+    /// No tool call: the final answer.
+    Answer,
+    /// Well-formed calls, in order.
+    Calls(Vec<Call>),
+    /// A call that could not be read, and why (what the model is told).
+    Malformed(String),
+}
+
+/// Parses a turn. Reasoning before a `</think>` is not searched: a model thinking about a call
+/// has not made one.
+pub(crate) fn parse(text: &str, tools: &[Tool]) -> Parsed {
+    let text = text.rfind("</think>").map_or(text, |i| &text[i + "</think>".len()..]);
+    let mut calls = vec![];
+    let mut rest = text;
+    while let Some(i) = rest.find(OPEN) {
+        let body_start = &rest[i + OPEN.len()..];
+        let Some(end) = body_start.find(CLOSE) else {
+            return Parsed::Malformed(format!("a `{OPEN}` without its `{CLOSE}`"));
+        };
+        match call(body_start[..end].trim(), tools) {
+            Ok(c) => calls.push(c),
+            Err(why) => return Parsed::Malformed(why),
+        }
+        rest = &body_start[end + CLOSE.len()..];
+    }
+    if calls.is_empty() { Parsed::Answer } else { Parsed::Calls(calls) }
+}
+
+/// One call's JSON body.
+fn call(body: &str, tools: &[Tool]) -> Result<Call, String> {
+    let v: Value = serde_json::from_str(body).map_err(|e| format!("the tool call is not JSON ({e})"))?;
+    let name = v.get("name").and_then(Value::as_str).ok_or("the tool call has no `name` string")?;
+    let tool = tools.iter().copied().find(|t| t.name() == name).ok_or_else(|| {
+        let known: Vec<&str> = tools.iter().map(|t| t.name()).collect();
+        format!("no tool is named `{name}` (tools: {})", known.join(", "))
+    })?;
+    // Some models write the arguments as a JSON string.
+    let arguments = match v.get("arguments") {
+        Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| format!("`arguments` is a string that is not JSON ({e})"))?,
+        Some(a) => a.clone(),
+        None => return Err("the tool call has no `arguments`".into()),
+    };
+    if !arguments.get("code").is_some_and(Value::is_string) {
+        return Err(format!("`{name}` takes `{{\"code\": \"...\"}}`: a `code` string is missing"));
+    }
+    Ok(Call { tool, arguments })
+}
+
+/// A tool's schema, in the OpenAI function format chat templates' `tools` variable takes.
+pub(crate) fn schema(tool: Tool) -> Value {
+    let description = match tool {
+        Tool::CheckSolution => "Runs a complete solution against the problem's public tests and returns the verdict and the first failing test.",
+        Tool::Python => "Runs a Python snippet and returns its stdout and stderr.",
+    };
+    let code = match tool {
+        Tool::CheckSolution => "The complete solution, as it would be submitted.",
+        Tool::Python => "The Python code to run.",
+    };
+    json!({"type": "function", "function": {"name": tool.name(), "description": description,
+        "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": code}}, "required": ["code"]}}})
+}
+
+/// The declared text format for a chat template without a `tools` variable: the schemas and how
+/// to call them, as a system message's text.
+pub(crate) fn declare(tools: &[Tool]) -> String {
+    let mut out = String::from("You may call tools. To call one, write\n<tool_call>\n{\"name\": <tool name>, \"arguments\": <arguments as a JSON object>}\n</tool_call>\nand end your turn; the result comes back in the next message. A reply without a tool call is your final answer.\nTools:\n");
+    for t in tools {
+        out.push_str(&schema(*t)["function"].to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// `text` clipped to `max` characters (on a character boundary), saying how much was cut.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_owned(),
+        Some((i, _)) => format!("{}… [{} more characters]", &text[..i], text[i..].chars().count()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOTH: &[Tool] = &[Tool::CheckSolution, Tool::Python];
+
+    #[test]
+    fn hermes_calls_are_read_in_order_and_thinking_is_skipped() {
+        let text = "<think>maybe <tool_call>{\"name\": \"python\"}</tool_call></think>Let me test.\n<tool_call>\n{\"name\": \"check_solution\", \"arguments\": {\"code\": \"print(1)\"}}\n</tool_call><tool_call>{\"name\": \"python\", \"arguments\": \"{\\\"code\\\": \\\"2\\\"}\"}</tool_call>";
+        let Parsed::Calls(c) = parse(text, BOTH) else { panic!("{:?}", parse(text, BOTH)) };
+        assert_eq!(c.len(), 2);
+        assert_eq!((c[0].tool, c[0].code()), (Tool::CheckSolution, "print(1)"));
+        assert_eq!((c[1].tool, c[1].code()), (Tool::Python, "2"), "arguments as a JSON string");
+        assert_eq!(parse("```python\nprint(1)\n```", BOTH), Parsed::Answer);
+    }
+
+    #[test]
+    fn malformed_calls_say_what_is_wrong() {
+        for (text, says) in [
+            ("<tool_call>{\"name\": \"python\", \"arguments\": {\"code\": \"1\"}}", "without its"),
+            ("<tool_call>{name: python}</tool_call>", "not JSON"),
+            ("<tool_call>{\"arguments\": {}}</tool_call>", "no `name`"),
+            ("<tool_call>{\"name\": \"bash\", \"arguments\": {\"code\": \"ls\"}}</tool_call>", "no tool is named `bash`"),
+            ("<tool_call>{\"name\": \"python\"}</tool_call>", "no `arguments`"),
+            ("<tool_call>{\"name\": \"python\", \"arguments\": {\"src\": \"1\"}}</tool_call>", "`code` string is missing"),
+        ] {
+            match parse(text, BOTH) {
+                Parsed::Malformed(why) => assert!(why.contains(says), "{text}: {why}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        // A tool that is not enabled is unknown.
+        assert!(matches!(parse("<tool_call>{\"name\": \"python\", \"arguments\": {\"code\": \"1\"}}</tool_call>", &[Tool::CheckSolution]), Parsed::Malformed(_)));
+    }
+
+    #[test]
+    fn clipping_keeps_whole_characters_and_counts_the_rest() {
+        assert_eq!(clip("abc", 3), "abc");
+        assert_eq!(clip("ééééé", 2), "éé… [3 more characters]");
+    }
+}
