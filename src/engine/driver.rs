@@ -416,6 +416,6 @@ fn report(fired: &[crate::health::Firing], events: &mut JsonlWriter, sink: &dyn 
 }
 
 /// A checkpoint's name: `step-000009`.
-fn checkpoint_name(step: u32) -> String {
+pub(crate) fn checkpoint_name(step: u32) -> String {
     format!("step-{step:06}")
 }

@@ -17,9 +17,11 @@ pub(crate) mod hash;
 mod pipeline;
 pub mod record;
 mod resolve;
+pub mod stages;
 pub(crate) mod sweep;
 mod types;
 
 pub use hash::sha256_hex;
 pub use pipeline::{plan, plan_text, tree};
+pub use stages::{StageKind, StagePlan};
 pub use types::{EvalPlan, Error, GrpoPlan, ModelPlan, Plan, PythonReward, Template, Written};

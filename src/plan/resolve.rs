@@ -35,6 +35,7 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
     let eval = EvalPlan { k: spec.eval.k.clone(), samples: defaults::eval_samples(spec.eval.samples, &spec.eval.k), sampling: eval_sampling, greedy };
     let g = &spec.grpo;
     let o = &spec.optimizer;
+    let (stages, total_steps) = super::stages::lay_out(spec);
     Ok(Plan {
         name: spec.name.clone(),
         seed: spec.seed,
@@ -77,11 +78,12 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
             weight_decay: o.weight_decay,
             grad_clip_norm: o.grad_clip_norm,
         },
-        schedule: spec.schedule.clone(),
+        schedule: types::Schedule { max_steps: total_steps, ..spec.schedule.clone() },
         eval,
         log: spec.log.clone(),
         sweep: spec.sweep.clone(),
         diagnostics: spec.diagnostics.clone(),
+        stages,
         written,
     })
 }
