@@ -121,6 +121,33 @@ fn kill_9_then_rerun(sft_steps: u32, grpo_steps: u32, kill_after_lines: usize, r
     assert_eq!(status["steps_done"].as_i64(), Some(total));
 }
 
+#[test]
+fn sft_trains_through_the_tinker_protocol_on_rlx_serve() {
+    // The same stage through the Tinker backend (LoRA) against `rlx serve`: `cross_entropy`
+    // with per-token weights on the wire, `forward` for the held-out rows.
+    let cx = TestContext::new();
+    tiny_model(&cx.path().join("tiny"));
+    let served = crate::tinker_sdk::Server::start(&cx, &cx.path().join("tiny"), &["--long-poll-s", "2"]);
+    rows(&cx, "easy_python_train.jsonl", 8, "sft_train.jsonl");
+    rows(&cx, "easy_python_eval.jsonl", 4, "sft_eval.jsonl");
+    let stages = "stages:\n  - {kind: sft, train: sft_train.jsonl, eval: sft_eval.jsonl, epochs: 2, batch_size: 2, learning_rate: 1e-2, lr_decay: constant}\n  - {kind: grpo}\n";
+    cx.write("spec.yaml", &(crate::tinker::spec(&served.url, 1, 100) + stages));
+    let r = crate::common::Run::from(cx.rlx().args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").output().unwrap());
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let dir = only_run(&cx);
+    assert_eq!(steps_of(&dir), (-1..9).collect::<Vec<_>>());
+    let m = jsonl(&dir.join("metrics.jsonl"));
+    let nll = |s: usize| m[s + 1]["train/nll"].as_f64().unwrap();
+    let (first, second) = ((0..4).map(nll).sum::<f64>() / 4.0, (4..8).map(nll).sum::<f64>() / 4.0);
+    eprintln!("MEASURED tinker train nll {:?} eval nll {:?}", (0..8).map(nll).collect::<Vec<_>>(), m[8]["eval/nll"].as_f64());
+    assert!(second < first, "train nll {first:.3} → {second:.3}");
+    assert!(m[8]["eval/nll"].is_number() && m[9]["train/reward_mean"].is_number());
+    let cks = jsonl(&dir.join("checkpoints.jsonl"));
+    assert!(cks.iter().any(|c| c["kind"] == "stage" && c["state_path"].as_str().unwrap().starts_with("tinker://")), "{cks:?}");
+    let fb = served.record().iter().filter(|r| r["path"] == "/api/v1/forward_backward").count();
+    assert!(fb >= 9, "8 supervised steps and 1 GRPO step: {fb} forward_backward requests");
+}
+
 /// `rlx validate` on the spec with `stages` replaced by `stages_yaml`.
 fn validate(stages_yaml: &str) -> crate::common::Run {
     let cx = TestContext::new();
