@@ -59,7 +59,6 @@ fn sft_then_grpo_share_one_counter_and_sft_lowers_the_nll() {
     // Epoch 1 (steps 0–3) against epoch 2 (steps 4–7): the same rows, in another order.
     let first: f64 = (0..4).map(nll).sum::<f64>() / 4.0;
     let second: f64 = (4..8).map(nll).sum::<f64>() / 4.0;
-    eprintln!("MEASURED train nll {:?} eval nll {:?}", (0..8).map(nll).collect::<Vec<_>>(), [3usize, 7].map(|s| m[s + 1]["eval/nll"].as_f64()));
     assert!(second < first * 0.9, "train nll {first:.3} → {second:.3}");
     // Held-out rows scored at the stage's evaluations (every 4 steps, and its end).
     let held = |s: usize| m[s + 1]["eval/nll"].as_f64().unwrap();
@@ -76,6 +75,17 @@ fn sft_then_grpo_share_one_counter_and_sft_lowers_the_nll() {
     assert_eq!(cks, vec![(7, "stage".into()), (9, "final".into())]);
     let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
     assert_eq!((status["state"].as_str(), status["steps_done"].as_u64()), (Some("finished"), Some(10)));
+    // The readers of run directories read a staged one: the doctor's smoke test reads the GRPO
+    // stage (its two steps, counted from 0), `compare` the supervised metrics (lower is better).
+    let d = dir.display().to_string();
+    let doctor = cx.run(&["doctor", &d]);
+    assert_eq!(doctor.code, 0, "{}", doctor.stderr);
+    assert!(doctor.stdout.contains("scaled to 2 steps"), "{}", doctor.stdout);
+    assert!(doctor.stdout.contains("1 step(s) with train/reward_mean"), "the GRPO stage's first step is its step 0: {}", doctor.stdout);
+    let compare = cx.run(&["compare", &d, "--metric", "train/nll", "--at", "7"]);
+    assert_eq!(compare.code, 0, "{}", compare.stderr);
+    assert!(compare.stdout.contains("train/nll (lower is better) at step 7"), "{}", compare.stdout);
+    assert!(compare.stdout.contains("stages.0.kind") && compare.stdout.contains("sft"), "{}", compare.stdout);
 }
 
 #[test]
@@ -139,7 +149,6 @@ fn sft_trains_through_the_tinker_protocol_on_rlx_serve() {
     let m = jsonl(&dir.join("metrics.jsonl"));
     let nll = |s: usize| m[s + 1]["train/nll"].as_f64().unwrap();
     let (first, second) = ((0..4).map(nll).sum::<f64>() / 4.0, (4..8).map(nll).sum::<f64>() / 4.0);
-    eprintln!("MEASURED tinker train nll {:?} eval nll {:?}", (0..8).map(nll).collect::<Vec<_>>(), m[8]["eval/nll"].as_f64());
     assert!(second < first, "train nll {first:.3} → {second:.3}");
     assert!(m[8]["eval/nll"].is_number() && m[9]["train/reward_mean"].is_number());
     let cks = jsonl(&dir.join("checkpoints.jsonl"));
