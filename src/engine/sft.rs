@@ -102,42 +102,16 @@ pub(crate) fn example(prompting: &Prompting, messages: &[Message], train_on: Tra
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
+    use crate::engine::prompting::tests::{CHATML, prompting as with_template};
+    use crate::prompt::ChatTemplate;
     use crate::prompt::chat::SpecialTokens;
-    use crate::prompt::{ChatTemplate, PromptTemplates, Tokenizer};
 
-    const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-
-    /// A tokenizer with merges, so that encoding a whole transcript and encoding it turn by turn
-    /// can differ: the test's reference is independent of how `example` splits the text.
-    fn tokenizer() -> Tokenizer {
-        let mut vocab = serde_json::Map::new();
-        let mut added = vec![];
-        for (i, s) in ["<|im_start|>", "<|im_end|>", "<unk>"].iter().enumerate() {
-            vocab.insert((*s).to_string(), json!(i));
-            added.push(json!({"id": i, "content": s, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}));
-        }
-        for c in std::iter::once('\n').chain((32u8..=126).map(char::from)) {
-            let id = vocab.len();
-            vocab.insert(c.to_string(), json!(id));
-        }
-        let tok = json!({
-            "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
-            "normalizer": null, "pre_tokenizer": null, "post_processor": null, "decoder": {"type": "Fuse"},
-            "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "continuing_subword_prefix": null,
-                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-                      "vocab": vocab, "merges": []}
-        });
-        let mut t = Tokenizer::new(tokenizers::Tokenizer::from_bytes(tok.to_string().as_bytes()).unwrap());
-        t.set_stop_tokens(&["<|im_end|>"]);
-        t
-    }
-
+    /// The prompting tests' pipeline: ChatML, a character-level tokenizer (no merges, so
+    /// encoding turn by turn and encoding the whole transcript must agree), `{{ problem.statement }}`
+    /// as the user template.
     fn prompting() -> Prompting {
-        let templates = PromptTemplates::from_sources(&[("user", "Solve: {{ problem.statement }}")], json!({})).unwrap();
-        Prompting { templates, chat: ChatTemplate::jinja(CHATML, SpecialTokens::default()).unwrap(), tokenizer: tokenizer() }
+        with_template(CHATML)
     }
 
     fn transcript() -> Vec<Message> {
@@ -204,7 +178,7 @@ mod tests {
         };
         let row = SftRow::Solution { problem: Box::new(problem), code: "def add(a, b):\n    return a + b\n".into() };
         let m = messages(&p, &row).unwrap();
-        assert_eq!(m[0].content, "Solve: add two numbers");
+        assert_eq!(m[0].content, "add two numbers");
         let ex = example(&p, &m, TrainOn::LastAssistant).unwrap().unwrap();
         assert_eq!(trained_runs(&p, &ex), vec!["```python\ndef add(a, b):\n    return a + b\n```<|im_end|>"]);
     }
