@@ -1,14 +1,6 @@
 //! A supervised row as tokens with per-token weights, and a batch of them as cross-entropy
-//! datums.
-//!
-//! The tokens are built turn by turn from the chat template, the way a completion is sampled:
-//! the context before an assistant turn is rendered with the generation prompt and encoded on
-//! its own (what the model is prompted with), then the turn's text up to and including the
-//! end-of-turn marker (what the model would produce, weight 1 when trained), then the template's
-//! glue after the marker (context, weight 0). Rejected: encoding the whole transcript once and
-//! mapping character offsets back to tokens, since a merge across a turn boundary then trains
-//! tokens the model never produces at generation time (tinker-cookbook's renderer bugs #176 and
-//! #177 were of this kind).
+//! datums. How the tokens and weights are built from the chat template (turn by turn, the way a
+//! completion is sampled) is [`crate::prompt::sft`], which validation uses too.
 
 use crate::data::sft::SftRow;
 use crate::prompt::Message;
@@ -59,45 +51,13 @@ pub(crate) fn messages(prompting: &Prompting, row: &SftRow) -> Result<Vec<Messag
     })
 }
 
-/// The row's tokens and weights (the module's doc). `Err(reason)` when the chat template cannot
-/// express it: it rewrites earlier turns (each turn's render must extend the previous one), or
-/// the transcript has no assistant turn, or nothing is left to train.
+/// The row's tokens and weights ([`crate::prompt::sft::weighted_tokens`]). `Err(reason)` when
+/// the chat template cannot express it.
 ///
 /// # Errors
-/// Template or tokenizer failures; the template's shortfall as [`Error::Stage`]-ready text.
+/// Template or tokenizer failures.
 pub(crate) fn example(prompting: &Prompting, messages: &[Message], train_on: TrainOn) -> Result<Result<Example, String>, Error> {
-    let assistant: Vec<usize> = messages.iter().enumerate().filter(|(_, m)| m.role == "assistant").map(|(i, _)| i).collect();
-    let Some(&last) = assistant.last() else { return Ok(Err("the transcript has no assistant message".into())) };
-    let markers: Vec<String> = prompting.tokenizer.stop_ids().iter().filter_map(|&id| prompting.tokenizer.decode(&[id], false).ok()).filter(|s| !s.is_empty()).collect();
-    let (mut tokens, mut weights, mut covered) = (vec![], vec![], String::new());
-    let push = |text: &str, w: f32, tokens: &mut Vec<u32>, weights: &mut Vec<f32>| -> Result<(), Error> {
-        let ids = prompting.tokenizer.encode(text)?;
-        weights.extend(std::iter::repeat_n(w, ids.len()));
-        tokens.extend(ids);
-        Ok(())
-    };
-    for &i in &assistant {
-        let prompt = prompting.chat.render(&messages[..i], true)?;
-        let Some(context) = prompt.strip_prefix(covered.as_str()) else {
-            return Ok(Err(format!("the chat template renders the turns before message {i} differently once later turns follow (it rewrites history), so per-turn weights cannot be built")));
-        };
-        push(context, 0.0, &mut tokens, &mut weights)?;
-        let through = prompting.chat.render(&messages[..=i], false)?;
-        let Some(turn) = through.strip_prefix(prompt.as_str()) else {
-            return Ok(Err(format!("the chat template's render of message {i} does not extend its generation prompt, so the answer's tokens cannot be told apart")));
-        };
-        // The answer ends at the first end-of-turn marker: sampling stops there, so what the
-        // template writes after it is context.
-        let end = markers.iter().filter_map(|m| turn.find(m.as_str()).map(|p| p + m.len())).min().unwrap_or(turn.len());
-        let trained = train_on == TrainOn::AllAssistant || i == last;
-        push(&turn[..end], if trained { 1.0 } else { 0.0 }, &mut tokens, &mut weights)?;
-        push(&turn[end..], 0.0, &mut tokens, &mut weights)?;
-        covered = through;
-    }
-    if tokens.len() < 2 || weights[1..].iter().all(|&w| w == 0.0) {
-        return Ok(Err("nothing to train: the assistant's answer renders to no token after the first".into()));
-    }
-    Ok(Ok(Example { tokens, weights }))
+    Ok(crate::prompt::sft::weighted_tokens(&prompting.chat, &prompting.tokenizer, messages, train_on)?.map(|(tokens, weights)| Example { tokens, weights }))
 }
 
 #[cfg(test)]
@@ -189,6 +149,10 @@ mod tests {
         let p = Prompting { chat: ChatTemplate::jinja(&rewriting, SpecialTokens::default()).unwrap(), ..prompting() };
         let why = example(&p, &transcript(), TrainOn::AllAssistant).unwrap().unwrap_err();
         assert!(why.contains("rewrites history"), "{why}");
+        // The last turn alone needs only its own prompt, earlier turns as the template shows them.
+        let last = example(&p, &transcript(), TrainOn::LastAssistant).unwrap().unwrap();
+        assert_eq!(trained_runs(&p, &last), vec!["def sub(a, b): return a - b<|im_end|>"]);
+        assert_eq!(p.tokenizer.decode(&last.tokens, false).unwrap(), p.chat.render(&transcript(), false).unwrap());
         let none = example(&p, &transcript()[..2], TrainOn::AllAssistant).unwrap().unwrap_err();
         assert!(none.contains("no assistant"), "{none}");
     }

@@ -11,10 +11,14 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::data::sft::load_sft;
+use crate::data::sft::{SftRow, load_sft};
+use crate::prompt::Message;
+use crate::prompt::chat::ChatTemplateChoice;
+use crate::prompt::sft::weighted_tokens;
+use crate::seam::ModelSource;
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::node::Node;
-use crate::spec::types::{Sft, Spec, Stage};
+use crate::spec::types::{Sft, Spec, Stage, TrainOn};
 
 /// A stage on the step counter.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +67,7 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Vec<Diagnostic> {
     };
     let n = spec.stages.len();
     let mut names: Vec<String> = vec![];
+    let model = spec.model.clone();
     for (i, stage) in spec.stages.iter_mut().enumerate() {
         let name = stage.name().to_owned();
         if names.contains(&name) {
@@ -87,12 +92,48 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Vec<Diagnostic> {
             let at = format!("stages.{i}.{key}");
             let base = tree.span_of(&at.split('.').collect::<Vec<_>>()).source.base_dir.clone();
             *path = absolute(&base, path);
-            if let Err(e) = load_sft(path) {
-                out.push(err(&at, format!("stage `{name}`: {}", crate::causes::causes(&e).join(": "))));
+            match load_sft(path) {
+                Err(e) => out.push(err(&at, format!("stage `{name}`: {}", crate::causes::causes(&e).join(": ")))),
+                Ok(rows) if key == "train" => {
+                    if let Some(why) = template_shortfall(&model, &rows, sft.train_on, path) {
+                        out.push(err(&format!("stages.{i}.train_on"), format!("stage `{name}`: {why}")).hint("`train_on: last_assistant` needs only the last turn's context"));
+                    }
+                }
+                Ok(_) => {}
             }
         }
     }
     out
+}
+
+/// Rows of `train` checked against the chat template at validation (the run checks every row at
+/// set-up).
+const ROWS_CHECKED: usize = 256;
+
+/// Why the model's chat template cannot weight `rows` as `train_on` asks, when it cannot. Only
+/// for a model on this machine (`model.base` a path): validation fetches nothing, and a model
+/// elsewhere is checked by the run's set-up. A template that cannot be read is
+/// `check_model`'s to report, not this check's.
+fn template_shortfall(model: &crate::spec::types::Model, rows: &[SftRow], train_on: TrainOn, path: &Path) -> Option<String> {
+    let source = ModelSource::parse(&model.base, None).ok().filter(|s| matches!(s, ModelSource::Path(_)))?;
+    let tokenizer = model.tokenizer.as_deref().map(|t| ModelSource::parse(t, None)).transpose().ok()?;
+    let files = crate::backend::model_source::prompt_files(&source, tokenizer.as_ref(), &ChatTemplateChoice::parse(&model.chat_template)).ok()?;
+    // A reference solution is one user turn and the answer (the prompt templates' text does not
+    // change what the template can express).
+    let solution = vec![Message::new("user", "a problem"), Message::new("assistant", "```python\npass\n```")];
+    for (i, row) in rows.iter().take(ROWS_CHECKED).enumerate() {
+        let messages = match row {
+            SftRow::Chat(m) => m.iter().map(|(r, c)| Message::new(r, c.clone())).collect(),
+            SftRow::Solution { .. } => solution.clone(),
+        };
+        let name = serde_json::to_value(train_on).ok()?.as_str()?.to_owned();
+        match weighted_tokens(&files.chat, &files.tokenizer, &messages, train_on) {
+            Ok(Err(why)) => return Some(format!("`train_on: {name}` on row {i} of `{}`: {why}", path.display())),
+            Err(e) => return Some(format!("row {i} of `{}` cannot be rendered: {}", path.display(), crate::causes::causes(&e).join(": "))),
+            Ok(Ok(_)) => {}
+        }
+    }
+    None
 }
 
 fn absolute(base: &Path, written: &Path) -> PathBuf {

@@ -188,6 +188,29 @@ fn bad_stages_are_located_errors_naming_the_stage() {
 }
 
 #[test]
+fn a_train_on_the_chat_template_cannot_express_is_refused_at_validate() {
+    // A template that shows earlier assistant turns differently once later turns follow (as
+    // Qwen3 drops `<think>` blocks): every turn's context cannot be built, the last one's can.
+    let cx = TestContext::new();
+    tiny_model(&cx.path().join("tiny"));
+    let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and not loop.last %}(earlier){% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    cx.write("rewrite.jinja", chatml);
+    let turn = |r: &str, c: &str| serde_json::json!({"role": r, "content": c});
+    let row = serde_json::json!({"messages": [turn("system", "Be brief."), turn("user", "add"), turn("assistant", "a + b"), turn("user", "sub"), turn("assistant", "a - b")]});
+    cx.write("chat.jsonl", &format!("{row}\n"));
+    for (train_on, code) in [("all_assistant", 2), ("last_assistant", 0)] {
+        let stages = format!("stages:\n  - {{kind: sft, train: chat.jsonl, train_on: {train_on}}}\n");
+        cx.write("spec.yaml", &spec_with(2, 100, &stages).replace("finetune: full}", "finetune: full, chat_template: rewrite.jinja}"));
+        let r = cx.run(&["validate", "spec.yaml"]);
+        assert_eq!(r.code, code, "{train_on}: {}", r.stderr);
+        if code == 2 {
+            assert!(r.stderr.contains("stage `sft`: `train_on: all_assistant` on row 0") && r.stderr.contains("rewrites history"), "{}", r.stderr);
+            assert!(r.stderr.lines().any(|l| l.trim_start().starts_with("-->") && l.contains("spec.yaml:")), "{}", r.stderr);
+        }
+    }
+}
+
+#[test]
 fn a_spec_without_stages_plans_as_before() {
     let cx = TestContext::new();
     let quickstart = repo().join("experiments/quickstart.yaml");
