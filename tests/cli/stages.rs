@@ -113,7 +113,9 @@ fn kill_9_then_rerun(sft_steps: u32, grpo_steps: u32, kill_after_lines: usize, r
     child.kill().unwrap();
     child.wait().unwrap();
     let dir = only_run(&cx);
-    let r = cx.run(&["run", "spec.yaml"]);
+    // Resumed from the run directory alone (its recorded spec, relative stage paths and all),
+    // the way `rlx sweep` and a user without the spec resume.
+    let r = cx.run(&["run", "--resume", &dir.display().to_string()]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let at: u32 = r.stderr.split("resuming at step ").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no resume in {}", r.stderr));
     assert!(resumes_inside(at), "resumed at step {at}");
