@@ -359,8 +359,11 @@ impl<'a> Driver<'a> {
 
     /// Whether something done every `every` steps (evals, checkpoints) is due after step `s`:
     /// always after the last step.
+    /// In a staged run the cadence counts the GRPO stage's own steps (the same schedule means the
+    /// same evaluations whatever stages come first); without stages it starts at step 0.
     fn due(&self, s: u32, every: u32) -> bool {
-        s + 1 == self.plan.schedule.max_steps || (every > 0 && (s + 1).is_multiple_of(every))
+        let from = self.plan.stages.iter().find(|st| st.kind == crate::plan::StageKind::Grpo).map_or(0, |st| st.first_step);
+        s + 1 == self.plan.schedule.max_steps || (every > 0 && (s + 1).saturating_sub(from).is_multiple_of(every))
     }
 
     /// The `kind` of a due checkpoint after step `s`.

@@ -182,9 +182,10 @@ async fn step(plan: &Plan, setup: &Setup, trainer: &Arc<dyn Trainer>, dir: &RunD
     logs.metrics.sync()?;
     event::warn(cx.sink, sinks.poke());
     cx.sink.event(Event::Step { step: s, metrics: m });
+    // `schedule.save_every` counts the stage's own steps, as it does the GRPO stage's.
     let every = plan.schedule.save_every;
     let run_end = s + 1 == plan.schedule.max_steps;
-    if last || (every > 0 && (s + 1).is_multiple_of(every)) {
+    if last || (every > 0 && (i + 1).is_multiple_of(every)) {
         let kind = if run_end { "final" } else if last { "stage" } else { "periodic" };
         let state = trainer.save_state(&checkpoint_name(s)).await?;
         record_checkpoint(dir, logs, cx, s, &state.0, kind)?;
