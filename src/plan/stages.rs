@@ -94,6 +94,7 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Vec<Diagnostic> {
             *path = absolute(&base, path);
             match load_sft(path) {
                 Err(e) => out.push(err(&at, format!("stage `{name}`: {}", crate::causes::causes(&e).join(": ")))),
+                Ok(rows) if rows.is_empty() => out.push(err(&at, format!("stage `{name}`: `{}` has no rows", path.display()))),
                 Ok(rows) if key == "train" => {
                     if let Some(why) = template_shortfall(&model, &rows, sft.train_on, path) {
                         out.push(err(&format!("stages.{i}.train_on"), format!("stage `{name}`: {why}")).hint("`train_on: last_assistant` needs only the last turn's context"));

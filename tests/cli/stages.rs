@@ -164,6 +164,7 @@ fn validate(stages_yaml: &str) -> crate::common::Run {
     let cx = TestContext::new();
     std::fs::create_dir_all(cx.path().join("tiny")).unwrap();
     rows(&cx, "easy_python_train.jsonl", 2, "sft_train.jsonl");
+    cx.write("empty.jsonl", "");
     cx.write("no_code.jsonl", "{\"task_id\": 1, \"text\": \"x\", \"test_list\": [\"assert True\"]}\n");
     cx.write("spec.yaml", &spec_with(2, 100, stages_yaml));
     let r = cx.run(&["validate", "spec.yaml"]);
@@ -179,6 +180,7 @@ fn bad_stages_are_located_errors_naming_the_stage() {
         ("stages:\n  - {kind: sft, train: no_code.jsonl}\n", "stage `sft`: `", "no reference completion"),
         ("stages:\n  - {kind: sft, train: sft_train.jsonl}\n  - {kind: sft, train: sft_train.jsonl}\n", "stage 1 is named `sft` like an earlier stage", "give each stage a `name`"),
         ("stages:\n  - {kind: sfft, train: sft_train.jsonl}\n", "sfft", "did you mean `sft`?"),
+        ("stages:\n  - {kind: sft, train: sft_train.jsonl, eval: empty.jsonl}\n", "stage `sft`: `", "empty.jsonl` has no rows"),
         ("stages:\n  - {kind: sft, train: sft_train.jsonl, train_on: every_turn}\n", "every_turn", "last_assistant"),
     ];
     for (yaml, message, also) in cases {
