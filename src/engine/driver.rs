@@ -129,10 +129,12 @@ impl<'a> Driver<'a> {
     /// # Errors
     /// Sampler failures; a diagnostic with `action: stop` (nothing trained yet, so nothing to
     /// checkpoint).
-    pub(crate) async fn baseline(&mut self) -> Result<Option<RunOutcome>, Error> {
+    /// `extra` joins the line (a staged run's held-out `eval/nll` before its first stage).
+    pub(crate) async fn baseline(&mut self, extra: BTreeMap<String, f64>) -> Result<Option<RunOutcome>, Error> {
         let setup = self.setup;
         let sampler = setup.policy.sampler().await?;
-        let Some(res) = eval::run(&*sampler, -1, self.plan, &setup.eval_set, &setup.eval_sampling, self.cx).await? else { return Ok(Some(RunOutcome::Interrupted { steps: 0 })) };
+        let Some(mut res) = eval::run(&*sampler, -1, self.plan, &setup.eval_set, &setup.eval_sampling, self.cx).await? else { return Ok(Some(RunOutcome::Interrupted { steps: 0 })) };
+        res.metrics.extend(extra);
         self.write_eval_records(&res)?;
         self.logs.metrics.append(&MetricsLine::new(-1, res.metrics.clone()))?;
         self.logs.metrics.sync()?;

@@ -114,7 +114,7 @@ async fn run_set_up(plan: &Plan, setup: &Setup, dir: &RunDir, stop: &StopSignal,
     let start = Start { status, logs, first_step, cursor, monitor };
     let mut driver = Driver::new(plan, setup, &cfg, &cx, (dir, sinks), start);
     if first_step == 0 && (plan.schedule.eval_at_start || max_steps == 0) && !setup.eval_set.is_empty()
-        && let Some(stopped) = driver.baseline().await?
+        && let Some(stopped) = driver.baseline(super::stages::baseline_metrics(plan, setup).await?).await?
     {
         return Ok(stopped);
     }

@@ -83,6 +83,26 @@ pub(crate) async fn run(plan: &Plan, setup: &Setup, dir: &RunDir, cx: &Ctx<'_>, 
     Ok(None)
 }
 
+/// The baseline's share of a staged run: the first supervised stage's held-out `eval/nll`
+/// under the starting weights, so its evaluations have a "before". Empty without one.
+///
+/// # Errors
+/// As [`run`].
+pub(crate) async fn baseline_metrics(plan: &Plan, setup: &Setup) -> Result<BTreeMap<String, f64>, Error> {
+    let mut m = BTreeMap::new();
+    let first = plan.stages.iter().find_map(|s| match &s.kind {
+        StageKind::Sft { spec, .. } => Some((s, spec)),
+        StageKind::Grpo => None,
+    });
+    if let (Some((stage, spec)), Some(trainer)) = (first, setup.trainer.as_ref())
+        && let Some(path) = &spec.eval
+        && let Some(v) = held_out_nll(trainer, &examples(setup, &stage.name, spec, path)?).await?
+    {
+        m.insert(metrics::eval::NLL.into(), v);
+    }
+    Ok(m)
+}
+
 /// A file's rows as examples.
 fn examples(setup: &Setup, stage: &str, spec: &Sft, path: &std::path::Path) -> Result<Vec<Example>, Error> {
     let bad = |reason: String| Error::Stage { stage: stage.to_owned(), reason };

@@ -63,6 +63,8 @@ fn sft_then_grpo_share_one_counter_and_sft_lowers_the_nll() {
     // Held-out rows scored at the stage's evaluations (every 4 steps, and its end).
     let held = |s: usize| m[s + 1]["eval/nll"].as_f64().unwrap();
     assert!(held(7) < held(3), "eval nll {} → {}", held(3), held(7));
+    let before = m[0]["eval/nll"].as_f64().expect("the baseline scores the held-out rows");
+    assert!(held(3) < before, "eval nll {before} before the stage → {} after step 3", held(3));
     assert!(m[3].get("eval/nll").is_none());
     assert!(m[4]["eval/pass@1"].is_number(), "pass@k on the spec's eval problems between stages too");
     for s in 8..10 {
