@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::engine::{Event, EventSink};
 use crate::runlog::MetricsLine;
-use crate::runlog::metrics::{time, train};
+use crate::runlog::metrics::{eval as eval_metrics, optim, time, train};
 
 /// Draws engine events on stderr.
 pub(crate) struct Console {
@@ -82,6 +82,13 @@ impl EventSink for Console {
                 self.finish_bar();
                 let m = MetricsLine::new(i64::from(step), metrics);
                 let g = |name: &str| value(&m, name);
+                if let Some(nll) = m.get(train::NLL) {
+                    // A supervised stage's step: no rollouts to describe.
+                    let held = m.get(eval_metrics::NLL).map(|v| format!("  eval nll {v:.4}")).unwrap_or_default();
+                    let pass = m.pass_at(1).map(|p| format!("  eval pass@1 {:.1}%", p * 100.0)).unwrap_or_default();
+                    self.println(format!("step {step}  sft  nll {nll:.4}  lr {:.2e}  train {}{held}{pass}", g(optim::LR), secs(&m, time::TRAIN_S)));
+                    return;
+                }
                 let mut line = format!(
                     "step {step}  reward {:.3}  correct {:.0}%  format {:.0}%  skipped {}/{}  sample {} grade {} train {}",
                     g(train::REWARD_MEAN),

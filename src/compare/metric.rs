@@ -22,9 +22,9 @@ pub(crate) fn defaults(known: &BTreeSet<String>) -> Vec<String> {
 }
 
 /// Whether a higher value is better: false for costs (losses, times, latencies, errors,
-/// truncation, skipped or dropped groups, KL), true otherwise.
+/// negative log-likelihoods, truncation, skipped or dropped groups, KL), true otherwise.
 pub(crate) fn higher_is_better(m: &str) -> bool {
-    let costs = ["loss", "infra", "truncated", "skipped", "dropped", "kl_", "grad_norm", "compile_error"];
+    let costs = ["loss", "nll", "infra", "truncated", "skipped", "dropped", "kl_", "grad_norm", "compile_error"];
     !(m.starts_with("time/") || m.starts_with("sandbox/") || costs.iter().any(|c| m.contains(c)))
 }
 

@@ -22,6 +22,7 @@ pub mod hf;
 pub(crate) mod lcb_private;
 pub(crate) mod parquet;
 mod problem;
+pub mod sft;
 pub mod source;
 
 pub use error::Error;

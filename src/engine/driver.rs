@@ -129,10 +129,12 @@ impl<'a> Driver<'a> {
     /// # Errors
     /// Sampler failures; a diagnostic with `action: stop` (nothing trained yet, so nothing to
     /// checkpoint).
-    pub(crate) async fn baseline(&mut self) -> Result<Option<RunOutcome>, Error> {
+    /// `extra` joins the line (a staged run's held-out `eval/nll` before its first stage).
+    pub(crate) async fn baseline(&mut self, extra: BTreeMap<String, f64>) -> Result<Option<RunOutcome>, Error> {
         let setup = self.setup;
         let sampler = setup.policy.sampler().await?;
-        let Some(res) = eval::run(&*sampler, -1, self.plan, &setup.eval_set, &setup.eval_sampling, self.cx).await? else { return Ok(Some(RunOutcome::Interrupted { steps: 0 })) };
+        let Some(mut res) = eval::run(&*sampler, -1, self.plan, &setup.eval_set, &setup.eval_sampling, self.cx).await? else { return Ok(Some(RunOutcome::Interrupted { steps: 0 })) };
+        res.metrics.extend(extra);
         self.write_eval_records(&res)?;
         self.logs.metrics.append(&MetricsLine::new(-1, res.metrics.clone()))?;
         self.logs.metrics.sync()?;
@@ -359,8 +361,11 @@ impl<'a> Driver<'a> {
 
     /// Whether something done every `every` steps (evals, checkpoints) is due after step `s`:
     /// always after the last step.
+    /// In a staged run the cadence counts the GRPO stage's own steps (the same schedule means the
+    /// same evaluations whatever stages come first); without stages it starts at step 0.
     fn due(&self, s: u32, every: u32) -> bool {
-        s + 1 == self.plan.schedule.max_steps || (every > 0 && (s + 1).is_multiple_of(every))
+        let from = self.plan.stages.iter().find(|st| st.kind == crate::plan::StageKind::Grpo).map_or(0, |st| st.first_step);
+        s + 1 == self.plan.schedule.max_steps || (every > 0 && (s + 1).saturating_sub(from).is_multiple_of(every))
     }
 
     /// The `kind` of a due checkpoint after step `s`.
@@ -416,6 +421,6 @@ fn report(fired: &[crate::health::Firing], events: &mut JsonlWriter, sink: &dyn 
 }
 
 /// A checkpoint's name: `step-000009`.
-fn checkpoint_name(step: u32) -> String {
+pub(crate) fn checkpoint_name(step: u32) -> String {
     format!("step-{step:06}")
 }

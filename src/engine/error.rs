@@ -77,6 +77,15 @@ pub enum Error {
         /// The last infrastructure error seen.
         last: String,
     },
+    /// A stage's data cannot be trained as the spec asks (rows the chat template cannot
+    /// express with its `train_on`, a file gone since validation).
+    #[error("stage `{stage}`: {reason}")]
+    Stage {
+        /// The stage's name.
+        stage: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A task of the run panicked or was cancelled (a bug).
     #[error("an internal task failed")]
     Task(#[from] tokio::task::JoinError),
@@ -87,7 +96,7 @@ impl Error {
     /// rather than it being a failure of rlx or of a service (exit code 3).
     pub fn is_user_error(&self) -> bool {
         match self {
-            Error::NoProblems | Error::CannotTrain { .. } | Error::RewardFailures { .. } | Error::Diagnostic { .. } => true,
+            Error::NoProblems | Error::Stage { .. } | Error::CannotTrain { .. } | Error::RewardFailures { .. } | Error::Diagnostic { .. } => true,
             Error::SandboxDown { .. } => false,
             Error::Data(e) => e.is_user_error(),
             Error::Sandbox(e) => e.is_user_error(),

@@ -50,6 +50,8 @@ pub(crate) mod rollout;
 mod run;
 mod scoring;
 mod setup;
+mod sft;
+mod stages;
 mod step;
 mod stream;
 

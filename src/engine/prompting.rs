@@ -127,16 +127,16 @@ impl Prompting {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
     use crate::prompt::chat::SpecialTokens;
 
-    const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    pub(crate) const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
     /// A character-level tokenizer with ChatML's two markers as special tokens.
-    fn char_tokenizer() -> Tokenizer {
+    pub(crate) fn char_tokenizer() -> Tokenizer {
         let mut vocab = serde_json::Map::new();
         let mut added = vec![];
         for (i, s) in ["<|im_start|>", "<|im_end|>", "<unk>"].iter().enumerate() {
@@ -159,7 +159,7 @@ mod tests {
         t
     }
 
-    fn prompting(chat: &str) -> Prompting {
+    pub(crate) fn prompting(chat: &str) -> Prompting {
         let templates = PromptTemplates::from_sources(&[("user", "{{ problem.statement }}"), ("feedback", "failed: {{ feedback.status }}")], json!({})).unwrap();
         Prompting { templates, chat: ChatTemplate::jinja(chat, SpecialTokens::default()).unwrap(), tokenizer: char_tokenizer(), tools: None }
     }

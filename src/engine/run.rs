@@ -101,14 +101,7 @@ async fn run_set_up(plan: &Plan, setup: &Setup, dir: &RunDir, stop: &StopSignal,
     sink.event(Event::Started { run_id: plan.run_id.clone(), dir: dir.path().to_path_buf(), first_step, max_steps, problems: (setup.train.len(), setup.eval_set.problems.len()) });
     event::warn(sink, sinks.started().await);
 
-    let logs = Logs {
-        metrics: dir.jsonl(files::METRICS)?,
-        rollouts: dir.jsonl(files::ROLLOUTS)?,
-        eval: dir.jsonl(files::EVAL_RESULTS)?,
-        eval_rollouts: dir.jsonl(files::EVAL_ROLLOUTS)?,
-        checkpoints: dir.jsonl(files::CHECKPOINTS)?,
-        events,
-    };
+    let logs = open_logs(dir, events)?;
     let cx = Ctx { prompting: &setup.prompting, grader: &setup.grader, opts: &setup.opts, retries: plan.rollout.infra_retries, sink, stop };
     let cfg = StepConfig {
         plan,
@@ -121,12 +114,40 @@ async fn run_set_up(plan: &Plan, setup: &Setup, dir: &RunDir, stop: &StopSignal,
     let start = Start { status, logs, first_step, cursor, monitor };
     let mut driver = Driver::new(plan, setup, &cfg, &cx, (dir, sinks), start);
     if first_step == 0 && (plan.schedule.eval_at_start || max_steps == 0) && !setup.eval_set.is_empty()
-        && let Some(stopped) = driver.baseline().await?
+        && let Some(stopped) = driver.baseline(super::stages::baseline_metrics(plan, setup).await?).await?
     {
         return Ok(stopped);
     }
     if setup.trainer.is_none() && !plan.schedule.dry_run {
         return Ok(RunOutcome::Finished { steps: 0 });
     }
-    driver.drive(first_step).await
+    if plan.stages.is_empty() {
+        return driver.drive(first_step).await;
+    }
+    // A staged run: the supervised stages write their own lines, then the GRPO stage (if any)
+    // continues the step counter with a driver of its own.
+    drop(driver);
+    let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
+    if let Some(stopped) = super::stages::run(plan, setup, dir, &cx, &mut status, first_step, sinks).await? {
+        return Ok(stopped);
+    }
+    let Some(grpo) = plan.stages.iter().find(|s| matches!(s.kind, crate::plan::StageKind::Grpo)) else {
+        return Ok(RunOutcome::Finished { steps: max_steps });
+    };
+    let first = first_step.max(grpo.first_step);
+    let mut monitor = crate::health::Monitor::new(plan.diagnostics.clone());
+    crate::health::replay(&mut monitor, &dir.metrics()?.rows, &dir.rollouts()?.rows, &dir.eval_results()?.rows);
+    let start = Start { status, logs: open_logs(dir, dir.jsonl(files::EVENTS)?)?, first_step: first, cursor: (0, vec![]), monitor };
+    Driver::new(plan, setup, &cfg, &cx, (dir, sinks), start).drive(first).await
+}
+
+fn open_logs(dir: &RunDir, events: runlog::JsonlWriter) -> Result<Logs, Error> {
+    Ok(Logs {
+        metrics: dir.jsonl(files::METRICS)?,
+        rollouts: dir.jsonl(files::ROLLOUTS)?,
+        eval: dir.jsonl(files::EVAL_RESULTS)?,
+        eval_rollouts: dir.jsonl(files::EVAL_ROLLOUTS)?,
+        checkpoints: dir.jsonl(files::CHECKPOINTS)?,
+        events,
+    })
 }

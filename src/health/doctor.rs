@@ -51,11 +51,27 @@ pub fn doctor(dir: &Path) -> Result<Report, crate::runlog::Error> {
     Ok(Report {
         run_id: dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned()),
         steps_done: status.steps_done,
+        // A staged run's `schedule.max_steps` is its GRPO stage's, the length the smoke test
+        // scales to.
         max_steps,
         state: format!("{:?}", status.state).to_lowercase(),
         reason: status.reason,
-        smoke: smoke::check(&metrics, &evals, max_steps.max(1)),
+        smoke: {
+            let (m, e) = grpo_stage(&metrics, &evals);
+            smoke::check(&m, &e, max_steps.max(1))
+        },
         fired,
         recorded,
     })
+}
+
+/// The GRPO stage of a staged run as the smoke test reads a run: the supervised stages' lines
+/// (those naming a `stage`) and their evals left out, and the GRPO stage's steps counted from 0,
+/// so that the reference's windows fall on its steps. A run without stages is returned as it is.
+fn grpo_stage(metrics: &[crate::runlog::MetricsLine], evals: &[crate::runlog::EvalResultRecord]) -> (Vec<crate::runlog::MetricsLine>, Vec<crate::runlog::EvalResultRecord>) {
+    let offset = metrics.iter().filter(|m| m.get(crate::runlog::metrics::STAGE).is_some()).map(|m| m.step + 1).max().unwrap_or(0);
+    let shift = |step: i64| if step < 0 { Some(step) } else { (step >= offset).then_some(step - offset) };
+    let m = metrics.iter().filter_map(|l| shift(l.step).map(|step| crate::runlog::MetricsLine { step, values: l.values.clone() })).collect();
+    let e = evals.iter().filter_map(|r| shift(r.step).map(|step| crate::runlog::EvalResultRecord { step, ..r.clone() })).collect();
+    (m, e)
 }

@@ -57,13 +57,19 @@ pub(crate) fn estimate(plan: &Plan, pilot_pass_rate: Option<f64>) -> Estimate {
     let eval_samples = plan.eval.samples;
     let eval_max_tokens = plan.eval.sampling.max_tokens as u64;
     let share = pilot_pass_rate.map(|p| zero_advantage_share(p, g.group_size));
+    // Only the GRPO stage samples: a staged run's supervised steps train on their rows.
+    let sampling_steps = if plan.stages.is_empty() {
+        sched.max_steps
+    } else {
+        plan.stages.iter().filter(|s| s.kind == super::stages::StageKind::Grpo).map(|s| s.steps).sum()
+    };
     Estimate {
         steps: sched.max_steps,
         prompts_per_step: g.prompts_per_step,
         group_size: g.group_size,
         completions_per_step: completions,
         max_tokens_per_step: completions * max_tokens,
-        max_train_tokens: completions * max_tokens * u64::from(sched.max_steps),
+        max_train_tokens: completions * max_tokens * u64::from(sampling_steps),
         evals,
         eval_samples,
         max_eval_tokens_per_problem: u64::from(evals) * u64::from(eval_samples) * eval_max_tokens,

@@ -18,10 +18,12 @@ pub(crate) mod hash;
 mod pipeline;
 pub mod record;
 mod resolve;
+pub mod stages;
 pub(crate) mod sweep;
 pub mod trackers;
 mod types;
 
 pub use hash::sha256_hex;
 pub use pipeline::{plan, plan_text, tree};
+pub use stages::{StageKind, StagePlan};
 pub use types::{EvalPlan, Error, GrpoPlan, LogPlan, ModelPlan, Plan, PythonReward, Template, Written};

@@ -37,6 +37,7 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
     let o = &spec.optimizer;
     let run_id = format!("{}-{hash}", spec.name);
     let trackers = super::trackers::trackers(&spec.log.sinks, &spec.name, &run_id, &spec.log.root.join(&run_id), |k| std::env::var(k).ok());
+    let (stages, total_steps) = super::stages::lay_out(spec);
     Ok(Plan {
         name: spec.name.clone(),
         seed: spec.seed,
@@ -79,11 +80,12 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
             weight_decay: o.weight_decay,
             grad_clip_norm: o.grad_clip_norm,
         },
-        schedule: spec.schedule.clone(),
+        schedule: types::Schedule { max_steps: total_steps, ..spec.schedule.clone() },
         eval,
         log: LogPlan { root: spec.log.root.clone(), rollouts: spec.log.rollouts, trackers },
         sweep: spec.sweep.clone(),
         diagnostics: spec.diagnostics.clone(),
+        stages,
         written,
     })
 }

@@ -98,6 +98,9 @@ pub struct Plan {
     pub sweep: crate::spec::types::SweepLaunch,
     /// Run-health signals (`diagnostics:`), defaults filled in.
     pub diagnostics: crate::spec::health::Health,
+    /// `stages:` on the step counter (empty: one GRPO stage, the run as before). With stages,
+    /// `schedule.max_steps` is the run's total over them.
+    pub stages: Vec<super::stages::StagePlan>,
     /// What the user wrote, for provenance and the run id.
     pub written: Written,
 }

@@ -14,6 +14,7 @@ pub(crate) mod gguf;
 pub mod limits;
 pub mod model_files;
 pub(crate) mod render;
+pub mod sft;
 pub(crate) mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};

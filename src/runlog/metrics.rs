@@ -16,6 +16,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// The key of the step index in every line. −1 is the baseline evaluation.
 pub const STEP: &str = "step";
 
+/// The index (in `stages:`) of the stage a line's step belongs to, on a staged run's supervised
+/// steps.
+pub const STAGE: &str = "stage";
+
 /// The policy update of a step. Every name but [`train::DATUMS`] is written only when the step
 /// trained (at least one datum); [`train::CORRECT_FIRST_ATTEMPT`] and [`train::ATTEMPTS_MEAN`]
 /// only when `rollout.max_attempts > 1`.
@@ -36,6 +40,8 @@ pub mod train {
     pub const DATUMS: &str = "train/datums";
     /// Tokens the loss was taken over.
     pub const ACTION_TOKENS: &str = "train/action_tokens";
+    /// A supervised step's mean negative log-likelihood per trained token, in nats.
+    pub const NLL: &str = "train/nll";
 
     /// Mean reward over the step's scored completions, in the units of the spec's reward.
     pub const REWARD_MEAN: &str = "train/reward_mean";
@@ -192,6 +198,8 @@ pub mod eval {
     pub const PASS_AT_PREFIX: &str = "eval/pass@";
     /// Fraction (0–1) of eval completions with a code block.
     pub const FORMAT_RATE: &str = "eval/format_rate";
+    /// A supervised stage's held-out rows: mean negative log-likelihood per trained token, nats.
+    pub const NLL: &str = "eval/nll";
     /// Problems evaluated.
     pub const PROBLEMS: &str = "eval/problems";
     /// Eval samples lost to sandbox infrastructure errors (left out of pass@k's `n`).

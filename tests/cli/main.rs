@@ -45,6 +45,8 @@
 //! - `show`: `rlx show` on a dry run served by a scripted OpenAI-compatible server (every
 //!   verdict and test outcome) and on a tiny-model run: each filter, evals, colour, bad input.
 //! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
+//! - `stages`: staged runs (`stages:`): SFT then GRPO on one step counter, the NLL falling, a
+//!   SIGKILL inside each stage resumed with every step once, bad stages located at validate.
 //! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records, `--sample`.
 //! - `skyrl`: rlx against SkyRL's Tinker server (`skyrl-tx` from PyPI, JAX on CPU, a tiny Qwen3):
 //!   a fixed batch, `rlx run` killed and resumed, the streaming run (opt-in: `RLX_TEST_SKYRL=1`).
@@ -110,6 +112,7 @@ mod skyrl;
 mod slurm;
 mod stream;
 mod sources;
+mod stages;
 mod sweep;
 mod tinker;
 mod tinker_export;

@@ -27,6 +27,7 @@ mod rollout;
 mod sampling;
 mod sandbox;
 mod schedule;
+mod stages;
 mod sweep;
 
 pub use super::language::{Checker, Language};
@@ -46,6 +47,7 @@ pub use rollout::{OnLimit, ParseErrorPolicy, Rollout, Tool, ToolLimits};
 pub use sampling::Sampling;
 pub use sandbox::{CwReuse, CwSandbox, Sandbox, SandboxKind};
 pub use schedule::Schedule;
+pub use stages::{GrpoStage, LrDecay, Sft, Stage, TrainOn};
 pub use sweep::{Launcher, SlurmLaunch, SweepLaunch};
 
 /// An rlx experiment: what to train, on which problems, how to reward it, and how long.
@@ -107,6 +109,11 @@ pub struct Spec {
     /// can move between a workstation and a cluster and keep its runs.
     #[serde(default, skip_serializing_if = "SweepLaunch::is_default")]
     pub sweep: SweepLaunch,
+    /// Training stages in order (for example `sft`, then `grpo`), sharing the model, the run
+    /// directory and one step counter; each trainer checkpoint carries into the next stage.
+    /// Absent: one GRPO stage, the rest of the spec.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<Stage>,
 }
 
 impl Spec {
