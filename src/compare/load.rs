@@ -267,10 +267,16 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
 fn file_hashes(p: &Provenance) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (split, name) in [(Split::Train, "train"), (Split::Eval, "eval")] {
-        for (i, d) in p.datasets.iter().filter(|d| d.split == split).enumerate() {
+        for (i, d) in p.datasets.iter().filter(|d| d.split == split && d.stage.is_none()).enumerate() {
             if let Some(h) = &d.sha256 {
                 out.insert(format!("data.{name}.{i}.path"), h.clone());
             }
+        }
+    }
+    for d in &p.datasets {
+        if let (Some(n), Some(h)) = (d.stage, &d.sha256) {
+            let name = if d.split == Split::Train { "train" } else { "eval" };
+            out.insert(format!("stages.{n}.{name}"), h.clone());
         }
     }
     for t in &p.templates {
@@ -282,5 +288,30 @@ fn file_hashes(p: &Provenance) -> BTreeMap<String, String> {
 fn torn(notes: &mut Vec<String>, file: &str, line: Option<usize>) {
     if let Some(l) = line {
         notes.push(format!("{file}: torn last line {l} skipped (an interrupted write, or the run is live)"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stage_file_is_keyed_by_its_stage_and_data_keeps_its_own_indices() {
+        let p: Provenance = serde_json::from_value(serde_json::json!({
+            "schema_version": 1, "rlx_version": "0", "run_id": "r-1", "spec_hash": "1", "spec_path": "s.yaml", "spec_sha256": "0",
+            "overrides": [], "argv": [], "git": null, "templates": [],
+            "datasets": [
+                {"split": "train", "path": "/sft.jsonl", "sha256": "s0", "bytes": 1, "stage": 0},
+                {"split": "train", "path": "/train.jsonl", "sha256": "t0", "bytes": 1},
+                {"split": "eval", "path": "/held.jsonl", "sha256": "h0", "bytes": 1, "stage": 0},
+                {"split": "eval", "path": "/eval.jsonl", "sha256": "e0", "bytes": 1},
+            ],
+            "model": {"base": "m", "revision": null, "tokenizer": "m", "chat_template": "chatml"},
+            "host": {"hostname": "h", "os": "linux", "cores": 2}, "created_at": "2026-01-01T00:00:00Z",
+        }))
+        .unwrap();
+        let h = file_hashes(&p);
+        let pairs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(pairs, [("data.eval.0.path", "e0"), ("data.train.0.path", "t0"), ("stages.0.eval", "h0"), ("stages.0.train", "s0")]);
     }
 }

@@ -106,6 +106,9 @@ pub struct Dataset {
     pub sha256: Option<String>,
     /// Size of a local file.
     pub bytes: Option<u64>,
+    /// The stage whose file it is (`stages.N.train`, `stages.N.eval`); `None` for `data:`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<usize>,
 }
 
 /// Model identity.
@@ -171,16 +174,19 @@ impl Provenance {
     pub(crate) fn of(plan: &Plan) -> Provenance {
         let spec = &plan.written.spec;
         let mut datasets = vec![];
+        let fingerprint = |split, path: String, stage| {
+            let bytes = if path.starts_with("hf://") { None } else { std::fs::read(&path).ok() };
+            Dataset { split, sha256: bytes.as_deref().map(sha256_hex), bytes: bytes.as_ref().map(|b| b.len() as u64), path, stage }
+        };
         for (split, sources) in [(Split::Train, &spec.data.train), (Split::Eval, &spec.data.eval)] {
-            for s in sources {
-                let local = !s.path.starts_with("hf://");
-                let bytes = if local { std::fs::read(&s.path).ok() } else { None };
-                datasets.push(Dataset {
-                    split,
-                    path: s.path.clone(),
-                    sha256: bytes.as_deref().map(sha256_hex),
-                    bytes: bytes.as_ref().map(|b| b.len() as u64),
-                });
+            datasets.extend(sources.iter().map(|s| fingerprint(split, s.path.clone(), None)));
+        }
+        // A supervised stage's rows are data the run trains on: two runs that differ only in
+        // them must not look alike.
+        for (i, st) in plan.stages.iter().enumerate() {
+            if let crate::plan::StageKind::Sft { spec: sft, .. } = &st.kind {
+                datasets.push(fingerprint(Split::Train, sft.train.display().to_string(), Some(i)));
+                datasets.extend(sft.eval.iter().map(|e| fingerprint(Split::Eval, e.display().to_string(), Some(i))));
             }
         }
         Provenance {

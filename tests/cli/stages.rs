@@ -77,6 +77,12 @@ fn sft_then_grpo_share_one_counter_and_sft_lowers_the_nll() {
     assert_eq!(cks, vec![(7, "stage".into()), (9, "final".into())]);
     let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
     assert_eq!((status["state"].as_str(), status["steps_done"].as_u64()), (Some("finished"), Some(10)));
+    // The stage's rows are fingerprinted beside `data:`'s, under their stage.
+    let prov: Value = serde_json::from_slice(&std::fs::read(dir.join("provenance.json")).unwrap()).unwrap();
+    let staged: Vec<&Value> = prov["datasets"].as_array().unwrap().iter().filter(|d| d["stage"] == 0).collect();
+    assert_eq!(staged.iter().map(|d| d["split"].as_str().unwrap()).collect::<Vec<_>>(), ["train", "eval"], "{prov}");
+    assert!(staged.iter().all(|d| d["sha256"].as_str().is_some_and(|h| h.len() == 64)), "{prov}");
+    assert!(prov["datasets"].as_array().unwrap().iter().any(|d| d.get("stage").is_none()), "data: keeps its own entries");
     // The readers of run directories read a staged one: the doctor's smoke test reads the GRPO
     // stage (its two steps, counted from 0), `compare` the supervised metrics (lower is better).
     let d = dir.display().to_string();
