@@ -45,6 +45,9 @@
 //! - `show`: `rlx show` on a dry run served by a scripted OpenAI-compatible server (every
 //!   verdict and test outcome) and on a tiny-model run: each filter, evals, colour, bad input.
 //! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
+//! - `task_data`: the quickstart's list-function task: the mutation check of its tests (real
+//!   Python), its split (no dev or test problem equals or complements a training one), the
+//!   committed files are the generator's.
 //! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records, `--sample`.
 //! - `skyrl`: rlx against SkyRL's Tinker server (`skyrl-tx` from PyPI, JAX on CPU, a tiny Qwen3):
 //!   a fixed batch, `rlx run` killed and resumed, the streaming run (opt-in: `RLX_TEST_SKYRL=1`).
@@ -108,6 +111,7 @@ mod slurm;
 mod stream;
 mod sources;
 mod sweep;
+mod task_data;
 mod tinker;
 mod tinker_export;
 mod tinker_sdk;
