@@ -32,6 +32,7 @@ pub(crate) mod load;
 pub(crate) mod metric;
 pub(crate) mod paired;
 pub(crate) mod png;
+pub(crate) mod pooled;
 pub(crate) mod report;
 pub(crate) mod stats;
 pub(crate) mod svg;
