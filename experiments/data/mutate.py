@@ -143,13 +143,6 @@ def domain(code):
     return [xs for xs in GRID if xs or not needs_nonempty(code)]
 
 
-def equivalent(ref_code, other_code):
-    """Whether two programs agree on every list of the reference's domain in GRID."""
-    d = domain(ref_code)
-    fa, fb = compile_fn(ref_code), compile_fn(other_code)
-    return all(same(a, b) for a, b in zip(outputs(fa, d), outputs(fb, d)))
-
-
 def distinct_wrong(code):
     """{label: code} of the mutants not equivalent to the reference, one per behaviour; and the
     labels of the equivalent ones."""
