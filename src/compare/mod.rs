@@ -11,8 +11,11 @@
 //!   failed and interrupted runs and torn last lines.
 //! - [`configdiff`]: resolved specs flattened; the keys that differ.
 //! - [`arms`]: runs that differ only in seed form an arm; curves averaged over seeds.
-//! - [`stats`]: t intervals, Welch, exact McNemar, sign-flip test, paired bootstrap.
+//! - [`stats`]: t intervals, Welch, exact McNemar, sign-flip test, paired bootstrap, Holm,
+//!   equivalence (TOST).
 //! - [`paired`]: per-problem comparisons on shared eval problems; pass@k for k = 1..n.
+//! - [`pooled`]: an arm's seeds pooled per problem between two eval steps; pass@1 split into
+//!   format rate and pass@1 given format.
 //! - [`metric`]: metric directions, units and number formats.
 //! - [`report`]: the [`Report`], computed once.
 //! - [`table`]: terminal table, Markdown, CSV, JSON.
@@ -32,6 +35,7 @@ pub(crate) mod load;
 pub(crate) mod metric;
 pub(crate) mod paired;
 pub(crate) mod png;
+pub(crate) mod pooled;
 pub(crate) mod report;
 pub(crate) mod stats;
 pub(crate) mod svg;

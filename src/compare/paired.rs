@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::load::Run;
-use super::stats::{self, Bootstrap, McNemar, SignFlip};
+use super::stats::{self, Bootstrap, McNemar, SignFlip, Tost};
 use crate::rl::passk::pass_at_k;
 
 /// One side of a comparison: runs, each read at one eval step. Several runs (the seeds of an
@@ -60,6 +60,8 @@ pub(crate) struct Paired {
     pub mcnemar: Option<McNemar>,
     /// The sign-flip permutation test (equal to McNemar's on binary outcomes).
     pub sign_flip: SignFlip,
+    /// The equivalence test within ±margin (`rlx compare --margin`), when asked for.
+    pub tost: Option<Tost>,
     /// Problems where A's estimate is higher.
     pub better: usize,
     /// Problems where it is lower.
@@ -121,8 +123,11 @@ fn estimates(side: &Side, k: u32) -> (BTreeMap<String, f64>, BTreeSet<String>, b
     (out, short, single_sample)
 }
 
-/// Compares A against B on their shared problems; `None` when they share none.
-pub(crate) fn compare(a: &Side, b: &Side, k: u32, resamples: usize, seed: u64) -> Option<Paired> {
+/// Compares A against B on their shared problems; `None` when they share none. Several runs on a
+/// side are pooled per problem first (each problem's mean over the runs), so each problem counts
+/// once however many seeds there are: seeds × problems are not independent pairs (the same
+/// problem's outcomes agree across seeds). `margin`: also test equivalence within it.
+pub(crate) fn compare(a: &Side, b: &Side, k: u32, resamples: usize, seed: u64, margin: Option<f64>) -> Option<Paired> {
     let (ea, short_a, single_a) = estimates(a, k);
     let (eb, short_b, single_b) = estimates(b, k);
     let shared: Vec<&String> = ea.keys().filter(|id| eb.contains_key(*id)).collect();
@@ -157,6 +162,7 @@ pub(crate) fn compare(a: &Side, b: &Side, k: u32, resamples: usize, seed: u64) -
         bootstrap: stats::paired_bootstrap(&d, resamples, seed),
         mcnemar,
         sign_flip: stats::sign_flip(&d, resamples, seed),
+        tost: margin.and_then(|m| stats::tost(&d, m)),
         better,
         worse,
         tied: d.len() - better - worse,

@@ -11,6 +11,7 @@ use super::configdiff;
 use super::load::Run;
 use crate::runlog::EvalSampleRecord;
 use super::paired::{self, PassAtK, Paired, Side};
+use super::pooled::{self, FormatSplit, PoolOpts, PooledWithin};
 use super::stats::{self, SeedMean, Welch};
 use super::{Error, metric};
 use crate::runlog::metrics::{eval as eval_names, time, train};
@@ -50,7 +51,7 @@ impl std::fmt::Display for StepSel {
 
 impl StepSel {
     /// The step among `steps` (sorted) this selects; `None` when absent.
-    fn pick(self, steps: &[i64]) -> Option<i64> {
+    pub(crate) fn pick(self, steps: &[i64]) -> Option<i64> {
         match self {
             StepSel::Step(s) => steps.contains(&s).then_some(s),
             StepSel::First => steps.first().copied(),
@@ -77,11 +78,14 @@ pub(crate) struct Options {
     pub resamples: usize,
     /// Their RNG seed.
     pub seed: u64,
+    /// An equivalence margin (the metric's units: 0.05 is 5 pp for a rate): each paired
+    /// comparison also tests equivalence within it (two one-sided tests).
+    pub margin: Option<f64>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { metrics: vec![], at: None, steps: None, baseline: None, sort: None, resamples: 10_000, seed: 0 }
+        Options { metrics: vec![], at: None, steps: None, baseline: None, sort: None, resamples: 10_000, seed: 0, margin: None }
     }
 }
 
@@ -212,6 +216,15 @@ pub(crate) struct Comparison {
     pub paired: Option<Paired>,
     /// Greedy pass@1 at the same eval steps, paired on problems (`None` without greedy records).
     pub greedy: Option<Paired>,
+    /// The paired p adjusted for the arms compared against the same baseline (Holm), when more
+    /// than one arm is: the raw p of one comparison among many is not its error rate.
+    pub holm_p: Option<f64>,
+    /// Greedy's p adjusted the same way (a family of its own).
+    pub greedy_holm_p: Option<f64>,
+    /// Arms compared against the baseline (the size of Holm's family).
+    pub family: usize,
+    /// Format rate and pass@1 given format, the baseline arm (from) against this arm (to).
+    pub format: Vec<FormatSplit>,
     /// Plain-words reading of both.
     pub verdict: String,
 }
@@ -232,6 +245,8 @@ pub(crate) struct Within {
     pub greedy: Option<Paired>,
     /// Why there is no test, when there is none.
     pub note: Option<String>,
+    /// Format rate and pass@1 given format at both steps, per protocol.
+    pub format: Vec<FormatSplit>,
 }
 
 /// pass@k for k = 1..n of one run, at its first evaluation (the baseline) and at the eval step
@@ -357,6 +372,8 @@ pub(crate) struct Report {
     pub comparisons: Vec<Comparison>,
     /// Within-run tests.
     pub within: Vec<Within>,
+    /// Within-run tests of each arm's seeds pooled per problem.
+    pub pooled: Vec<PooledWithin>,
     /// pass@k for k = 1..n, when some evaluation drew more than one sample per problem.
     pub pass_at_k: Vec<PassAtKRow>,
     /// Per eval source pass@k, for runs with two or more sources.
@@ -506,6 +523,12 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
     };
     let comparisons = comparisons(&cx, base);
     let within = within(&cx);
+    let pooled = if opts.steps.is_none() && runs.len() > 4 {
+        vec![]
+    } else {
+        let steps = opts.steps.unwrap_or((StepSel::First, StepSel::Last));
+        pooled::pooled(&runs, &groups, PoolOpts { steps, k: cx.k(), resamples: opts.resamples, seed: opts.seed, margin: opts.margin })
+    };
     let mut warnings = vec![];
     warn(&cx, &comparisons, &within, &mut warnings);
     let regressions = regressions(&cx, &comparisons, &within);
@@ -523,6 +546,7 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
         eval_summary: eval_summary(&runs, eval.as_ref()),
         comparisons,
         within,
+        pooled,
         warnings,
         resamples: opts.resamples,
         seed: opts.seed,
@@ -643,6 +667,7 @@ fn comparisons(cx: &Ctx<'_>, base: usize) -> Vec<Comparison> {
     let Some(d) = cx.primary() else { return vec![] };
     let (runs, groups) = (cx.runs, cx.groups);
     let mut out = vec![];
+    let margin = cx.opts.margin;
     for (ai, arm) in groups.iter().enumerate() {
         if ai == base {
             continue;
@@ -651,11 +676,10 @@ fn comparisons(cx: &Ctx<'_>, base: usize) -> Vec<Comparison> {
         let recipe = stats::welch(&xa, &xb);
         let side = |a: &Arm, greedy: bool| -> Side { Side { label: a.label.clone(), runs: a.runs.iter().filter_map(|&i| eval_step_of(&runs[i], cx.eval).map(|s| (&runs[i], s))).collect(), greedy } };
         let (sa, sb) = (side(arm, false), side(&groups[base], false));
-        let paired = if sa.runs.is_empty() || sb.runs.is_empty() { None } else { paired::compare(&sa, &sb, cx.k(), cx.opts.resamples, cx.opts.seed) };
+        let paired = if sa.runs.is_empty() || sb.runs.is_empty() { None } else { paired::compare(&sa, &sb, cx.k(), cx.opts.resamples, cx.opts.seed, margin) };
         let (ga, gb) = (side(arm, true), side(&groups[base], true));
         let two_protocols = ga.runs.iter().chain(&gb.runs).any(|(r, _)| !r.greedy_evals.is_empty());
-        let greedy = if two_protocols { paired::compare(&ga, &gb, 1, cx.opts.resamples, cx.opts.seed) } else { None };
-        let verdict = verdict(&arm.label, &groups[base].label, d, recipe.as_ref(), (xa.len(), xb.len()), paired.as_ref());
+        let greedy = if two_protocols { paired::compare(&ga, &gb, 1, cx.opts.resamples, cx.opts.seed, margin) } else { None };
         out.push(Comparison {
             arm: arm.label.clone(),
             baseline: groups[base].label.clone(),
@@ -663,12 +687,40 @@ fn comparisons(cx: &Ctx<'_>, base: usize) -> Vec<Comparison> {
             recipe,
             seeds: (xa.len(), xb.len()),
             eval_step: cx.eval.and_then(|e| e.step),
+            format: pooled::format_splits(&sb.runs, &sa.runs),
             paired,
             greedy,
-            verdict,
+            holm_p: None,
+            greedy_holm_p: None,
+            family: 0,
+            verdict: String::new(),
         });
     }
+    adjust(&mut out);
+    for c in &mut out {
+        c.verdict = verdict(c, d);
+    }
     out
+}
+
+/// Holm's adjustment over the arms compared against the baseline, per protocol, when there is
+/// more than one.
+fn adjust(out: &mut [Comparison]) {
+    let family = out.len();
+    for c in out.iter_mut() {
+        c.family = family;
+    }
+    if family < 2 {
+        return;
+    }
+    for greedy in [false, true] {
+        let pick = |c: &Comparison| if greedy { c.greedy.as_ref() } else { c.paired.as_ref() }.map(Paired::p);
+        let idx: Vec<usize> = (0..family).filter(|&i| pick(&out[i]).is_some()).collect();
+        let ps: Vec<f64> = idx.iter().map(|&i| pick(&out[i]).expect("filtered")).collect();
+        for (&i, h) in idx.iter().zip(stats::holm(&ps)) {
+            if greedy { out[i].greedy_holm_p = Some(h) } else { out[i].holm_p = Some(h) }
+        }
+    }
 }
 
 /// Within each run: the eval between two steps, paired on problems (asked for with `--steps`,
@@ -683,7 +735,7 @@ fn within(cx: &Ctx<'_>) -> Vec<Within> {
     for (i, r) in cx.runs.iter().enumerate() {
         let steps: Vec<i64> = r.evals.keys().copied().collect();
         let (f, t) = (from.pick(&steps), to.pick(&steps));
-        let mut w = Within { run: i + 1, from: f, to: t, paired: None, greedy: None, note: None };
+        let mut w = Within { run: i + 1, from: f, to: t, paired: None, greedy: None, note: None, format: vec![] };
         match (f, t) {
             _ if steps.is_empty() => w.note = Some("no eval results".into()),
             (None, _) => w.note = Some(format!("no eval at step {from} (eval steps: {})", list(&steps))),
@@ -692,11 +744,12 @@ fn within(cx: &Ctx<'_>) -> Vec<Within> {
             (Some(f), Some(t)) => {
                 let a = Side { label: format!("step {t}"), runs: vec![(r, t)], greedy: false };
                 let b = Side { label: format!("step {f}"), runs: vec![(r, f)], greedy: false };
-                w.paired = paired::compare(&a, &b, cx.k(), opts.resamples, opts.seed);
+                w.paired = paired::compare(&a, &b, cx.k(), opts.resamples, opts.seed, opts.margin);
                 // A run whose main eval is greedy has one protocol: its main test is greedy's.
                 if !r.greedy_evals.is_empty() {
-                    w.greedy = paired::compare(&Side { greedy: true, ..a }, &Side { greedy: true, ..b }, 1, opts.resamples, opts.seed);
+                    w.greedy = paired::compare(&Side { greedy: true, ..a }, &Side { greedy: true, ..b }, 1, opts.resamples, opts.seed, opts.margin);
                 }
+                w.format = pooled::format_splits(&[(r, f)], &[(r, t)]);
                 if w.paired.is_none() {
                     w.note = Some("the two evaluations share no problems".into());
                 }
@@ -899,24 +952,54 @@ fn find_baseline(given: &str, runs: &[Run], groups: &[Arm]) -> Result<usize, Err
     }
 }
 
-/// The reading of one comparison in words.
-fn verdict(a: &str, b: &str, d: &Decision, recipe: Option<&Welch>, seeds: (usize, usize), paired: Option<&Paired>) -> String {
+/// The reading of one comparison in words: significance on the Holm-adjusted p when several arms
+/// were compared; a difference not detected is said so with its interval (it is not evidence of
+/// no difference: only an equivalence test within a margin is).
+fn verdict(c: &Comparison, d: &Decision) -> String {
+    let (a, b) = (&c.arm, &c.baseline);
     let mut out = vec![];
-    if let Some(p) = paired {
-        let (pv, n) = (p.p(), p.problems);
+    if let Some(p) = &c.paired {
+        let n = p.problems;
+        let (pv, how) = match c.holm_p {
+            Some(h) => (h, format!("{} p = {}, Holm-adjusted over {} arms p = {}", p.test_name(), metric::p(p.p()), c.family, metric::p(h))),
+            None => (p.p(), format!("{}, p = {}", p.test_name(), metric::p(p.p()))),
+        };
         let dir = if p.delta() > 0.0 { "better" } else { "worse" };
         out.push(if pv < 0.05 {
-            format!("`{a}`'s checkpoints are {dir} than `{b}`'s on these {n} problems ({}, p = {})", p.test_name(), metric::p(pv))
+            format!("`{a}`'s checkpoints are {dir} than `{b}`'s on these {n} problems ({how})")
         } else {
-            format!("no significant difference between `{a}`'s and `{b}`'s checkpoints on these {n} problems ({}, p = {}): the Δ could be noise", p.test_name(), metric::p(pv))
+            format!(
+                "no difference detected between `{a}`'s and `{b}`'s checkpoints on these {n} problems ({how}; Δ {}{}, its 95% bootstrap interval, unadjusted): not evidence that they are the same",
+                metric::delta_ci(&c.metric, p.bootstrap.ci.lo, p.bootstrap.ci.hi),
+                unit(&c.metric)
+            )
         });
+        if let Some(t) = &p.tost {
+            out.push(tost_text(&c.metric, t));
+        }
     }
-    match recipe {
+    match &c.recipe {
         Some(w) if w.ci.lo > 0.0 || w.ci.hi < 0.0 => out.push(format!("over seeds the difference in {} is established (Welch 95% CI excludes 0, p = {})", d.metric, metric::p(w.p))),
-        Some(w) => out.push(format!("over seeds the difference in {} is not established with {} vs {} seeds (Welch 95% CI includes 0, p = {})", d.metric, seeds.0, seeds.1, metric::p(w.p))),
-        None => out.push(format!("recipe level untested: needs ≥ 2 seeds per arm ({} vs {})", seeds.0, seeds.1)),
+        Some(w) => out.push(format!("over seeds a difference in {} is not detected with {} vs {} seeds (Welch 95% CI includes 0, p = {})", d.metric, c.seeds.0, c.seeds.1, metric::p(w.p))),
+        None => out.push(format!("recipe level untested: needs ≥ 2 seeds per arm ({} vs {})", c.seeds.0, c.seeds.1)),
     }
     out.join("; ")
+}
+
+/// ` pp` after an interval of a rate's differences ([`metric::delta_ci`] leaves the unit out).
+pub(crate) fn unit(m: &str) -> &'static str {
+    if metric::is_fraction(m) { " pp" } else { "" }
+}
+
+/// `equivalent within ±5.0 pp (TOST p = 0.011, 90% CI [−3.1, +2.0] pp)`, or not shown so.
+pub(crate) fn tost_text(m: &str, t: &stats::Tost) -> String {
+    let ci = format!("{}{}", metric::delta_ci(m, t.ci90.lo, t.ci90.hi), unit(m));
+    let within = metric::delta(m, t.margin).replacen('+', "±", 1);
+    if t.equivalent {
+        format!("equivalent within {within} (TOST: both one-sided t tests reject, p = {}; 90% CI {ci})", metric::p(t.p))
+    } else {
+        format!("not shown equivalent within {within} (TOST p = {}; 90% CI {ci} reaches past the margin)", metric::p(t.p))
+    }
 }
 
 fn warn(cx: &Ctx<'_>, comparisons: &[Comparison], within: &[Within], w: &mut Vec<String>) {

@@ -132,6 +132,70 @@ pub(crate) fn paired_bootstrap(d: &[f64], resamples: usize, seed: u64) -> Bootst
 }
 
 
+/// Holm's step-down adjustment of `ps` (the family of tests one report makes: each arm against
+/// the baseline): sort ascending, p₍ᵢ₎ · (m − i) for i = 0..m−1, made monotone by a running
+/// maximum and capped at 1; returned in the input's order. Holm rather than Bonferroni: the same
+/// guarantee (family-wise error ≤ α under any dependence) and never less power.
+pub(crate) fn holm(ps: &[f64]) -> Vec<f64> {
+    let m = ps.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| ps[a].total_cmp(&ps[b]));
+    let mut out = vec![f64::NAN; m];
+    let mut running = 0.0f64;
+    for (rank, &i) in order.iter().enumerate() {
+        running = running.max(ps[i] * (m - rank) as f64).min(1.0);
+        out[i] = running;
+    }
+    out
+}
+
+/// An equivalence test of a paired mean difference within ±`margin` (two one-sided tests,
+/// Schuirmann 1987) on per-problem differences: t₁ = (d̄ + M)/SE tests H₀: μ ≤ −M, t₂ = (d̄ − M)/SE
+/// tests H₀: μ ≥ M, each against Student's t with P − 1 df, SE = s/√P over the P problems.
+/// Equivalent within M only when both reject at 5%: p = max(p₁, p₂) < 0.05, the same as the 90%
+/// t interval lying inside (−M, M). A t test rather than the sign-flip: shifting the differences by
+/// M breaks the symmetry the sign-flip test needs under its null.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct Tost {
+    /// The margin M (the metric's units, 0–1 for a rate).
+    pub margin: f64,
+    /// Mean difference.
+    pub mean: f64,
+    /// Its standard error.
+    pub se: f64,
+    /// Degrees of freedom (problems − 1).
+    pub df: f64,
+    /// p of H₀: μ ≤ −M.
+    pub p_lower: f64,
+    /// p of H₀: μ ≥ M.
+    pub p_upper: f64,
+    /// max(p_lower, p_upper).
+    pub p: f64,
+    /// The 90% t interval of the mean.
+    pub ci90: Interval,
+    /// Whether both one-sided tests reject at 5%.
+    pub equivalent: bool,
+}
+
+/// [`Tost`] of `d` within ±`margin`; `None` for fewer than 2 differences. All-equal differences
+/// (SE 0) are equivalent exactly when their mean lies strictly inside the margin.
+pub(crate) fn tost(d: &[f64], margin: f64) -> Option<Tost> {
+    let p = d.len();
+    if p < 2 {
+        return None;
+    }
+    let (mu, df) = (mean(d), (p - 1) as f64);
+    let se = sd(d) / (p as f64).sqrt();
+    let (p_lower, p_upper, half) = if se > 0.0 {
+        (t_sf((mu + margin) / se, df), t_sf((margin - mu) / se, df), t_quantile(0.95, df) * se)
+    } else {
+        let inside = |x: f64| if x > 0.0 { 0.0 } else { 1.0 };
+        (inside(mu + margin), inside(margin - mu), 0.0)
+    };
+    let pv = p_lower.max(p_upper);
+    Some(Tost { margin, mean: mu, se, df, p_lower, p_upper, p: pv, ci90: Interval { lo: mu - half, hi: mu + half }, equivalent: pv < 0.05 })
+}
+
 /// Upper tail P(T > t) of Student's t with `df` degrees of freedom (t ≥ 0), through the
 /// regularized incomplete beta function: P(T > t) = ½ · I_{df/(df+t²)}(df/2, ½).
 pub(crate) fn t_sf(t: f64, df: f64) -> f64 {
@@ -264,6 +328,45 @@ mod tests {
         // df = 4.07547, p = 0.0999128643.
         assert!(close(w.p, 0.099_912_864_3, 1e-8), "{}", w.p);
         assert!(welch(&[1.0], &[2.0, 3.0]).is_none());
+    }
+
+    #[test]
+    fn holm_by_hand() {
+        // p = (0.01, 0.04, 0.03) over m = 3: sorted 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 →
+        // monotone 0.03, 0.06, 0.06 (statsmodels multipletests(method="holm") gives the same).
+        let h = holm(&[0.01, 0.04, 0.03]);
+        for (got, want) in h.iter().zip([0.03, 0.06, 0.06]) {
+            assert!(close(*got, want, 1e-12), "{h:?}");
+        }
+        // One test is its own adjustment; large ones cap at 1.
+        assert_eq!(holm(&[0.2]), vec![0.2]);
+        assert_eq!(holm(&[0.5, 0.6]), vec![1.0, 1.0]);
+        assert!(holm(&[]).is_empty());
+    }
+
+    #[test]
+    fn tost_known_answers() {
+        // d = (0.1, −0.1, 0.0, 0.2, −0.2, 0.0, 0.1, −0.1, 0.0, 0.0): mean 0, sd √(0.12/9) = 0.11547,
+        // SE 0.036515; margin 0.1: t = ±2.7386 with 9 df, one-sided p = scipy 1.14.1
+        // stats.t.sf(2.7386, 9) = 0.011470: equivalent within 0.1, not within 0.05 (t = 1.369,
+        // p = 0.1021).
+        let d = [0.1, -0.1, 0.0, 0.2, -0.2, 0.0, 0.1, -0.1, 0.0, 0.0];
+        let t = tost(&d, 0.1).unwrap();
+        assert!(close(t.se, 0.036_514_837, 1e-8), "{t:?}");
+        assert!(close(t.p, 0.011_47, 2e-4) && t.equivalent, "{t:?}");
+        assert!(close(t.p_lower, t.p_upper, 1e-12));
+        let narrow = tost(&d, 0.05).unwrap();
+        assert!(close(narrow.p, 0.1021, 2e-4) && !narrow.equivalent, "{narrow:?}");
+        // A shifted mean: one side rejects, the other does not, and the larger p decides.
+        let shifted: Vec<f64> = d.iter().map(|x| x + 0.08).collect();
+        let s = tost(&shifted, 0.1).unwrap();
+        assert!(s.p_lower < 0.001 && s.p_upper > 0.2 && !s.equivalent, "{s:?}");
+        // The 90% interval inside the margin ⇔ equivalent.
+        assert!(t.ci90.lo > -0.1 && t.ci90.hi < 0.1 && (s.ci90.hi > 0.1));
+        // Constant differences: inside the margin or not, exactly.
+        assert!(tost(&[0.02; 5], 0.05).unwrap().equivalent);
+        assert!(!tost(&[0.07; 5], 0.05).unwrap().equivalent);
+        assert!(tost(&[0.1], 0.2).is_none());
     }
 
     #[test]

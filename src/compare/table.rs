@@ -62,6 +62,7 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
     config_table(r, &mut out);
     comparison_blocks(r, &mut out);
     within_block(r, &mut out);
+    pooled_block(r, &mut out);
     pass_at_k_table(r, &mut out);
     sources_table(r, &mut out);
     diagnostics_block(r, &mut out);
@@ -266,12 +267,31 @@ fn comparison_blocks(r: &Report, out: &mut Vec<Block>) {
             Some(p) => lines.extend(paired_lines(m, p, "checkpoints    ", "better", "worse", "tied")),
             None => lines.push("checkpoints    no shared eval problems to pair on".into()),
         }
+        if let Some(t) = c.paired.as_ref().and_then(|p| p.tost.as_ref()) {
+            lines.push(format!("               {}", super::report::tost_text(m, t)));
+        }
+        if let (Some(p), Some(h)) = (&c.paired, c.holm_p) {
+            lines.push(format!("               raw p = {}, Holm-adjusted over the {} arms against `{}`: p = {}", metric::p(p.p()), c.family, c.baseline, metric::p(h)));
+        }
         if let Some(g) = &c.greedy {
             lines.push(format!("greedy pass@1  {}", greedy_line(g)));
+            if let Some(h) = c.greedy_holm_p {
+                lines.push(format!("               raw p = {}, Holm-adjusted over the {} arms: p = {}", metric::p(g.p()), c.family, metric::p(h)));
+            }
+            if let Some(t) = &g.tost {
+                lines.push(format!("               {}", super::report::tost_text("eval/pass@1", t)));
+            }
+        }
+        for f in &c.format {
+            lines.push(format_line(f, "baseline arm → this arm"));
         }
         lines.push(format!("verdict: {}", c.verdict));
         if let (Some(p), Some(g)) = (&c.paired, &c.greedy) {
-            lines.push(format!("by protocol: {}; {}", protocol_verdict(&format!("sampled {}", short_metric(m)), p), protocol_verdict("greedy pass@1", g)));
+            lines.push(format!(
+                "by protocol: {}; {}",
+                protocol_verdict_adj(&format!("sampled {}", short_metric(m)), p, c.holm_p),
+                protocol_verdict_adj("greedy pass@1", g, c.greedy_holm_p)
+            ));
         }
         let at = c.eval_step.map_or("each run's last eval".into(), |s| format!("eval step {s}"));
         out.push(Block::Lines { title: format!("`{}` − `{}` ({m}; paired at {at})", c.arm, c.baseline), lines });
@@ -307,7 +327,17 @@ fn within_block(r: &Report, out: &mut Vec<Block>) {
                             lines.push(format!("    {}", protocol_verdict(&format!("sampled {}", short_metric(&m)), p)));
                             lines.push(format!("    {}", protocol_verdict("greedy pass@1", g)));
                         }
-                        None => lines.push(format!("    {}", if p.p() < 0.05 { "training changed the eval score beyond noise (p < 0.05)" } else { "not significant (p ≥ 0.05): the change could be noise" })),
+                        None => lines.push(format!(
+                            "    {}",
+                            if p.p() < 0.05 {
+                                "training changed the eval score beyond noise (p < 0.05)".to_string()
+                            } else {
+                                format!("no change detected (p ≥ 0.05; Δ 95% CI {}{}): the change could be noise", metric::delta_ci(&m, p.bootstrap.ci.lo, p.bootstrap.ci.hi), super::report::unit(&m))
+                            }
+                        )),
+                    }
+                    for f in &w.format {
+                        lines.push(format!("  {}", format_line(f, "")));
                     }
                 }
                 _ => lines.push(format!("#{}: {}", w.run, w.note.clone().unwrap_or_default())),
@@ -315,6 +345,55 @@ fn within_block(r: &Report, out: &mut Vec<Block>) {
         }
         out.push(Block::Lines { title: format!("within runs: {m} between two eval steps, paired on problems (Δ = later − earlier; 95% paired bootstrap)"), lines });
     }
+}
+
+/// Each arm's seeds pooled per problem between two eval steps: one test over problems.
+fn pooled_block(r: &Report, out: &mut Vec<Block>) {
+    if r.pooled.is_empty() {
+        return;
+    }
+    let m = "eval/pass@1";
+    let mut lines = vec![];
+    for pw in &r.pooled {
+        let runs = pw.runs.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(",");
+        lines.push(format!("`{}` ({runs}; seeds {}), step {} → {}:", pw.arm, pw.seeds.join(","), pw.from, pw.to));
+        for (name, p) in [("sampled", &pw.paired), ("greedy pass@1", &pw.greedy)] {
+            let Some(p) = p else { continue };
+            lines.push(format!(
+                "    {name}: {} → {}  Δ {} {}",
+                metric::value(m, p.mean_b),
+                metric::value(m, p.mean_a),
+                metric::delta(m, p.delta()),
+                metric::delta_ci(m, p.bootstrap.ci.lo, p.bootstrap.ci.hi)
+            ));
+            lines.push(format!("        {}", test_line(p, "up", "down", "level")));
+            if let Some(t) = &p.tost {
+                lines.push(format!("        {}", super::report::tost_text(m, t)));
+            }
+        }
+        for f in &pw.format {
+            lines.push(format_line(f, ""));
+        }
+    }
+    out.push(Block::Lines {
+        title: "pooled over each arm's seeds, per problem (each problem's mean over the runs, then one paired test over problems: seeds × problems are not independent pairs)".into(),
+        lines,
+    });
+}
+
+/// `    greedy: format 95.0% → 100.0%, pass@1 given format 57.9% → 76.7%`.
+fn format_line(f: &super::pooled::FormatSplit, what: &str) -> String {
+    let m = "eval/pass@1";
+    let given = |d: &super::pooled::Decomp| d.given_format().map_or("—".into(), |v| metric::value(m, v));
+    let what = if what.is_empty() { String::new() } else { format!(" ({what})") };
+    format!(
+        "    {}: well-formed {} → {}, pass@1 given well-formed {} → {}{what}",
+        f.protocol,
+        metric::value(m, f.from.format),
+        metric::value(m, f.to.format),
+        given(&f.from),
+        given(&f.to)
+    )
 }
 
 /// The k shown: every k up to 4, then powers of two and the largest (1, 2, 4, 8, 10), so the
@@ -494,11 +573,23 @@ fn greedy_line(g: &Paired) -> String {
 /// `greedy pass@1 down beyond noise (McNemar exact p = 0.039)`: which way one protocol moved,
 /// and whether the paired test sees more than noise.
 fn protocol_verdict(name: &str, p: &Paired) -> String {
-    let test = format!("{} p = {}", p.test_name(), metric::p(p.p()));
-    match (p.p() < 0.05, p.delta() > 0.0) {
+    protocol_verdict_adj(name, p, None)
+}
+
+/// [`protocol_verdict`] judged on a Holm-adjusted p when there is one; a change not detected is
+/// given with its interval.
+fn protocol_verdict_adj(name: &str, p: &Paired, holm: Option<f64>) -> String {
+    let (pv, test) = match holm {
+        Some(h) => (h, format!("{} p = {}, Holm {}", p.test_name(), metric::p(p.p()), metric::p(h))),
+        None => (p.p(), format!("{} p = {}", p.test_name(), metric::p(p.p()))),
+    };
+    match (pv < 0.05, p.delta() > 0.0) {
         (true, true) => format!("{name} up beyond noise ({test})"),
         (true, false) => format!("{name} DOWN beyond noise ({test})"),
-        (false, _) => format!("{name} not changed beyond noise ({test})"),
+        (false, _) => {
+            let m = "eval/pass@1";
+            format!("{name}: no change detected ({test}; Δ {} 95% CI {})", metric::delta(m, p.delta()), metric::delta_ci(m, p.bootstrap.ci.lo, p.bootstrap.ci.hi))
+        }
     }
 }
 

@@ -1,8 +1,10 @@
 //! The checks after an eval: train reward rising while eval pass@1 stays flat (with leads),
 //! greedy pass@1 against the first eval's, problem by problem (exact McNemar), and pass@k at
-//! the largest k against pass@1 (coverage).
+//! the largest k against pass@1 (coverage); and pass@1 split into format and correctness given
+//! format, for the doctor's eval line.
 
 use crate::rl::signif::mcnemar;
+use crate::runlog::MetricsLine;
 use crate::runlog::metrics::{eval as names, train};
 
 use super::history::{Evidence, Seen};
@@ -104,4 +106,23 @@ pub(crate) fn coverage(s: &Seen<'_>) -> Option<String> {
             pct(is1)
         )
     })
+}
+
+/// `format: sampled pass@1 well-formed 74.0% → 99.6%, given well-formed 29.7% → 51.0%; ...`:
+/// each protocol's pass@1 as the rate of well-formed completions (an extractable answer) times the
+/// pass rate among them, at the baseline and at step `s`, so a reader sees whether a gain is the
+/// format or the answers. `protocols`: (name, greedy?) as the eval line names them. `None` when no
+/// protocol logged its format rate at both steps.
+pub(crate) fn format_split(lines: &[MetricsLine], s: i64, protocols: &[(&str, bool)]) -> Option<String> {
+    let at = |step: i64, m: &str| lines.iter().filter(|l| if step < 0 { l.step < 0 } else { l.step == step }).find_map(|l| l.get(m));
+    let parts: Vec<String> = protocols
+        .iter()
+        .filter_map(|&(name, greedy)| {
+            let (format, pass) = if greedy { (names::GREEDY_FORMAT_RATE.to_string(), names::GREEDY_PASS_AT_1.to_string()) } else { (names::FORMAT_RATE.to_string(), names::pass_at(1)) };
+            let (f0, f1, p0, p1) = (at(-1, &format)?, at(s, &format)?, at(-1, &pass)?, at(s, &pass)?);
+            let given = |p: f64, f: f64| if f > 0.0 { pct(p / f) } else { "—".into() };
+            Some(format!("{name} well-formed {} → {}, given well-formed {} → {}", pct(f0), pct(f1), given(p0, f0), given(p1, f1)))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| format!("format: {}", parts.join("; ")))
 }

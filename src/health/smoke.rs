@@ -123,7 +123,10 @@ fn eval_gain(lines: &[MetricsLine], evals: &[EvalResultRecord], hi: u32) -> (Str
     if judged.is_empty() {
         return (format!("eval/pass@1 {} at the baseline → {} at step {s}; no per-problem records to test", pct(b), pct(v)), None);
     }
-    let seen = format!("at step {s}: {}", judged.iter().map(|j| j.0.as_str()).collect::<Vec<_>>().join("; "));
+    let mut seen = format!("at step {s}: {}", judged.iter().map(|j| j.0.as_str()).collect::<Vec<_>>().join("; "));
+    if let Some(f) = super::evals::format_split(lines, s, &protocols) {
+        seen = format!("{seen}; {f}");
+    }
     (seen, Some(judged.iter().all(|j| j.1)))
 }
 
@@ -149,7 +152,7 @@ fn judge(name: &str, base: &BTreeMap<&str, (u32, u32)>, now: &BTreeMap<&str, (u3
     let way = match (p < 0.05, delta > 0.0) {
         (true, true) => "up",
         (true, false) => "DOWN",
-        (false, _) => "not changed beyond noise",
+        (false, _) => "no change detected",
     };
     Some((format!("{name} {} → {} {way} ({test} p = {}, {up} up, {down} down)", pct(was), pct(is), p_text(p)), way == "up"))
 }

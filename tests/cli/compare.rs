@@ -229,13 +229,18 @@ metrics (final value, best value and its step, value at the deciding step)
     // ((25/3)²/2 + 25²/1) = 1.684; scipy 1.14.1 stats.ttest_ind([55,65], [40,45,50],
     // equal_var=False): t = 2.598, df = 1.684, p = 0.1444, 95% CI [−14.88, +44.88].
     assert!(b.contains("recipe level   Δ +15.0 pp [−14.9, +44.9]  Welch t, df 1.7, p = 0.144 (2 vs 3 seeds)"), "{b}");
-    assert!(b.contains("verdict: no significant difference"), "{b}");
+    assert!(b.contains("verdict: no difference detected") && b.contains("not evidence that they are the same"), "{b}");
+    // Two arms against A: Holm over {0.0625, 0.03125} → 0.03125·2 = 0.0625 and max(0.0625, 0.0625).
+    assert!(b.contains("raw p = 0.06") && b.contains("Holm-adjusted over the 2 arms against `A`: p = 0.06"), "{b}");
     // The one-seed arm on another problem set: paired on the 10 shared problems p10..p19 only; it
     // solves p10..p15 there and arm A none: 6 better, equal magnitudes, p = 2/2^6 = 0.03125.
     let c = section(&r.stdout, "`C` − `A` ");
     assert!(c.contains("over 10 problems") && c.contains("sign-flip exact p = 0.031 · 6 better, 0 worse, 4 tied of 10 problems (20 unshared"), "{c}");
     assert!(c.contains("recipe level   untested: needs ≥ 2 seeds per arm (1 vs 3)"), "{c}");
-    assert!(c.contains("checkpoints are better than"), "{c}");
+    // Raw p = 0.031, but one of two arms compared: Holm doubles it to 0.062, so no difference is
+    // detected, with its interval.
+    assert!(c.contains("raw p = 0.031") && c.contains("Holm-adjusted over the 2 arms against `A`: p = 0.06"), "{c}");
+    assert!(c.contains("no difference detected between `C`'s and `A`'s") && !c.contains("checkpoints are better than"), "{c}");
 
     let w = section(&r.stdout, "warnings");
     for want in [
@@ -354,7 +359,7 @@ fn one_run_baseline_against_final_is_a_paired_test() {
     // (scipy 1.14.1 stats.binomtest(6, 17).pvalue = 0.332306), mid-p 0.2379: could be noise.
     assert!(w.contains("#1 step -1 → 9: 42.5% → 55.0%  Δ +12.5 pp"), "{w}");
     assert!(w.contains("McNemar exact p = 0.332 (mid-p 0.238) · 11 up, 6 down, 23 same of 40 problems"), "{w}");
-    assert!(w.contains("not significant (p ≥ 0.05): the change could be noise"), "{w}");
+    assert!(w.contains("no change detected (p ≥ 0.05; Δ 95% CI [−"), "{w}");
     // The bootstrap interval straddles 0 like the test says.
     let ci = w.lines().find(|l| l.contains("#1 step")).unwrap().split('[').nth(1).unwrap();
     assert!(ci.starts_with('−') && ci.contains(", +"), "{w}");
@@ -400,7 +405,8 @@ fn two_protocols(root: &Path) -> PathBuf {
             results += &format!("{}\n", json!({"step": step, "protocol": "greedy", "problem_id": format!("p{i:02}"), "n": 1, "correct": u32::from(ok), "statuses": [if ok { "passed" } else { "failed" }], "tests_passed": [1], "metrics": {"pass@1": if ok { 1.0 } else { 0.0 }}}));
         }
         let pass1 = solved as f64 * f64::from(correct) / 8.0 / 40.0;
-        metrics += &format!("{}\n", json!({"step": step, "eval/pass@1": pass1, "eval/greedy/pass@1": greedy.len() as f64 / 40.0, "eval/problems": 40, "time/eval_s": 5.0}));
+        let (format, greedy_format) = if step < 0 { (0.75, 0.9) } else { (1.0, 1.0) };
+        metrics += &format!("{}\n", json!({"step": step, "eval/pass@1": pass1, "eval/greedy/pass@1": greedy.len() as f64 / 40.0, "eval/format_rate": format, "eval/greedy/format_rate": greedy_format, "eval/problems": 40, "time/eval_s": 5.0}));
     }
     std::fs::write(dir.join("eval_results.jsonl"), results).unwrap();
     std::fs::write(dir.join("metrics.jsonl"), metrics).unwrap();
@@ -422,6 +428,10 @@ fn both_protocols_baseline_against_final_within_100_columns() {
     assert!(w.contains("greedy pass@1: 80.0% → 60.0%  Δ −20.0 pp  McNemar exact b = 2, c = 10, p = 0.039"), "{w}");
     assert!(w.contains("sampled pass@1 up beyond noise (") && w.contains("greedy pass@1 DOWN beyond noise (McNemar exact p = 0.039)"), "{w}");
     assert!(!w.contains("training changed the eval score"), "one protocol up and one down is not one verdict: {w}");
+    // pass@1 = well-formed × pass@1 given well-formed: sampled 33.75% of 75% well-formed is 45.0%
+    // of the well-formed, 54.4% of 100% after; greedy 80% of 90% is 88.9%, then 60.0% of 100%.
+    assert!(w.contains("sampled: well-formed 75.0% → 100.0%, pass@1 given well-formed 45.0% → 54.4%"), "{w}");
+    assert!(w.contains("greedy: well-formed 90.0% → 100.0%, pass@1 given well-formed 88.9% → 60.0%"), "{w}");
     // Both protocols and pass@k up to the largest k, baseline, final and Δ, in one table that
     // was not split into column groups.
     let t = section(&r.stdout, "greedy pass@1 (1 sample at temperature 0) and sampled pass@k");
@@ -434,6 +444,65 @@ fn both_protocols_baseline_against_final_within_100_columns() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let html = std::fs::read_to_string(cx.path().join("two.html")).unwrap();
     assert!(html.contains("McNemar exact b = 2, c = 10, p = 0.039") && html.contains("greedy pass@1 DOWN beyond noise") && html.contains("pass@8"), "the HTML lacks a protocol");
+}
+
+/// Constructed per-problem data with known answers: seeds pooled per problem (not seeds ×
+/// problems), Holm over three arms against one baseline, and the equivalence test.
+#[test]
+fn pooled_per_problem_holm_and_equivalence() {
+    let cx = TestContext::new();
+    let root = cx.path().join("runs");
+    let run = |id: &str, lr: f64, seed: u32, base: Vec<String>, last: Vec<String>, problems: usize| {
+        write_run(&root, &Fixture { id, lr, seed, eval_path: "data/eval.jsonl", state: "finished", steps_done: 10, evals: vec![(-1, base), (9, last)], problems: ids(0..problems), reward: true, torn: None });
+    };
+    // One arm, three seeds, from p00..p03 to p00..p07, p00..p08, p00..p09. Per problem: p04..p07
+    // +1, p08 +2/3, p09 +1/3: 6 problems up, sign-flip exact p = 2/2^6 = 0.031. Counted as
+    // seeds × problems it would be 15 up, 0 down, McNemar p = 2/2^15 = 6.1e-5.
+    for (seed, n) in [(0, 8), (1, 9), (2, 10)] {
+        run(&format!("s{seed}"), 1e-4, seed, ids(0..4), ids(0..n), 20);
+    }
+    let r = cx.run(&["compare", "runs/s0", "runs/s1", "runs/s2", "--steps", "-1,last"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let p = section(&r.stdout, "pooled over each arm's seeds");
+    assert!(p.contains("(#1,#2,#3; seeds 0,1,2), step -1 → last:"), "{p}");
+    assert!(p.contains("sampled: 20.0% → 45.0%  Δ +25.0 pp") && p.contains("sign-flip exact p = 0.031 · 6 up, 0 down, 14 level of 20 problems"), "{p}");
+    assert!(!p.contains("6.1e-5"), "{p}");
+
+    // Three arms against A on 20 problems at step 9: B gains 6 problems (raw p = 2/2^6 = 0.031),
+    // C 5 (0.062), D 8 (0.0078). Holm: D 0.0078·3 = 0.023, B 0.031·2 = 0.062, C max(0.062,
+    // 0.062) = 0.062: only D survives.
+    std::fs::remove_dir_all(&root).unwrap();
+    for (id, lr, n) in [("a", 1e-4, 4), ("b", 2e-4, 10), ("c", 3e-4, 9), ("d", 5e-4, 12)] {
+        run(id, lr, 0, ids(0..4), ids(0..n), 20);
+    }
+    let r = cx.run(&["compare", "runs/a", "runs/b", "runs/c", "runs/d"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let b = section(&r.stdout, "`lr=0.0002` − `lr=0.0001`");
+    assert!(b.contains("raw p = 0.031") && b.contains("Holm-adjusted over the 3 arms against `lr=0.0001`: p = 0.06") && b.contains("no difference detected"), "{b}");
+    let c = section(&r.stdout, "`lr=0.0003` − `lr=0.0001`");
+    assert!(c.contains("raw p = 0.06") && c.contains("Holm-adjusted over the 3 arms against `lr=0.0001`: p = 0.06"), "{c}");
+    let d = section(&r.stdout, "`lr=0.0005` − `lr=0.0001`");
+    assert!(d.contains("raw p = 0.008") && d.contains("Holm-adjusted over the 3 arms against `lr=0.0001`: p = 0.023"), "{d}");
+    assert!(d.contains("checkpoints are better than"), "{d}");
+
+    // Equivalence: A solves p00..p19 of 40, B p01..p20: Δ = −1 at p00, +1 at p20, mean 0,
+    // SE = √(2/39)/√40 = 0.03581. Within ±10 pp: t = 2.793 on 39 df, one-sided p = 0.0041 (by
+    // numerical integration of the t density): equivalent. Within ±5 pp: t = 1.396, p = 0.085: not
+    // shown equivalent, and never called "the same".
+    std::fs::remove_dir_all(&root).unwrap();
+    run("e1", 1e-4, 0, ids(0..20), ids(0..20), 40);
+    run("e2", 2e-4, 0, ids(0..20), ids(1..21), 40);
+    let r = cx.run(&["compare", "runs/e1", "runs/e2", "--margin", "10"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let e = section(&r.stdout, "`lr=0.0002` − `lr=0.0001`");
+    assert!(e.contains("equivalent within ±10.0 pp (TOST: both one-sided t tests reject, p = 0.004"), "{e}");
+    let r = cx.run(&["compare", "runs/e1", "runs/e2", "--margin", "5"]);
+    let e = section(&r.stdout, "`lr=0.0002` − `lr=0.0001`");
+    assert!(e.contains("not shown equivalent within ±5.0 pp (TOST p = 0.08"), "{e}");
+    assert!(!e.contains("the same") || e.contains("not evidence that they are the same"), "{e}");
+    let bad = cx.run(&["compare", "runs/e1", "runs/e2", "--margin", "0"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("not a margin in percentage points"), "{}", bad.stderr);
 }
 
 /// Decodes a PNG and counts its pixels that are neither white nor grey-ish (chart colours).

@@ -439,6 +439,9 @@ async fn a_model_getting_better_under_both_protocols_is_ok_in_doctor() {
     let out = doctor(&cx, &ran.dir);
     assert!(out.contains("ok   steps 1–3"), "{out}");
     assert!(out.contains("sampled pass@1 0.0% → 100.0% up (sign-flip exact p = 0.008, 8 up, 0 down); greedy pass@1 0.0% → 100.0% up (McNemar exact p = 0.008, 8 up, 0 down)"), "{out}");
+    // pass@1 split into format and correctness given format: every answer had its code block, so
+    // the gain is all in the answers.
+    assert!(out.contains("format: sampled pass@1 well-formed 100.0% → 100.0%, given well-formed 0.0% → 100.0%; greedy pass@1 well-formed 100.0% → 100.0%, given well-formed 0.0% → 100.0%"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -47,6 +47,9 @@
 //! - `server`: `rlx sandbox serve` and the Sandbox Fusion client over real HTTP.
 //! - `stages`: staged runs (`stages:`): SFT then GRPO on one step counter, the NLL falling, a
 //!   SIGKILL inside each stage resumed with every step once, bad stages located at validate.
+//! - `task_data`: the quickstart's list-function task: the mutation check of its tests (real
+//!   Python), its split (no dev or test problem equals or complements a training one), the
+//!   committed files are the generator's.
 //! - `sweep`: `rlx sweep` grids, dry runs, skipping finished runs, sweep records, `--sample`.
 //! - `skyrl`: rlx against SkyRL's Tinker server (`skyrl-tx` from PyPI, JAX on CPU, a tiny Qwen3):
 //!   a fixed batch, `rlx run` killed and resumed, the streaming run (opt-in: `RLX_TEST_SKYRL=1`).
@@ -114,6 +117,7 @@ mod stream;
 mod sources;
 mod stages;
 mod sweep;
+mod task_data;
 mod tinker;
 mod tinker_export;
 mod tinker_sdk;

@@ -1,5 +1,5 @@
 //! `rlx compare PATH... [--metric M]... [--at STEP] [--steps A,B] [--baseline ARM] [--sort KEY]
-//! [--format table|md|csv|json] [--html FILE] [--png DIR]`.
+//! [--margin PP] [--format table|md|csv|json] [--html FILE] [--png DIR]`.
 
 use std::path::PathBuf;
 
@@ -51,6 +51,17 @@ pub struct CompareArgs {
     /// Seed of the bootstrap's random numbers (same seed, same intervals).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub seed: u64,
+    /// Also test equivalence within ±PP percentage points (two one-sided tests): "equivalent"
+    /// is said only when both reject, never from a non-significant difference.
+    #[arg(long, value_name = "PP", value_parser = parse_margin)]
+    pub margin: Option<f64>,
+}
+
+fn parse_margin(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 100.0 => Ok(v / 100.0),
+        _ => Err(format!("`{s}` is not a margin in percentage points between 0 and 100 (e.g. `5`)")),
+    }
 }
 
 /// `--format`.
@@ -82,6 +93,7 @@ pub(crate) fn run(args: CompareArgs) -> anyhow::Result<u8> {
         sort: args.sort,
         resamples: args.bootstrap as usize,
         seed: args.seed,
+        margin: args.margin,
     };
     let mut report = match compare::build(runs, &opts) {
         Ok(r) => r,
