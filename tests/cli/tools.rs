@@ -361,3 +361,54 @@ async fn a_sandbox_failing_under_a_tool_call_drops_the_group_and_never_scores_it
     // The other groups' checks ran through the same sandbox.
     assert!(outputs.iter().all(|o| o.as_str().is_some_and(|o| o.starts_with("passed: 1/1"))), "{outputs:?}");
 }
+
+/// The OpenAI-compatible chat path with tools: a scripted server on 127.0.0.1 answers a first
+/// turn with `tool_calls` (`check_solution`) and a turn after a tool result with the answer.
+/// The run reads the call as if the model had written it, runs it in the sandbox, and sends the
+/// next turn with the schemas, the call as `tool_calls` and the result as a `tool` message.
+#[test]
+fn a_dry_run_on_an_openai_chat_server_sends_tools_and_reads_tool_calls() {
+    use crate::openai::{Reply, models, serve};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(serve(Arc::new(|path: &str, body: &Value| {
+        if path == "/v1/models" {
+            return models("vllm");
+        }
+        let message = if body["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+            json!({"role": "assistant", "content": "```python\nprint(2)\n```"})
+        } else {
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "srv_1", "type": "function", "function": {"name": "check_solution", "arguments": "{\"code\": \"print(1)\"}"}}]})
+        };
+        Reply::Json(200, json!({"choices": [{"index": 0, "message": message, "finish_reason": if message["content"].is_null() { "tool_calls" } else { "stop" }}]}))
+    })));
+    let cx = TestContext::new();
+    let spec = std::fs::read_to_string(spec(&cx, 2, "{max_turns: 2}")).unwrap();
+    cx.write("spec.yaml", &spec.replace("backend: {kind: local}", &format!("backend: {{kind: openai, base_url: \"{}\", served_model: m, api: chat}}", server.url())));
+    let r = cx.run(&["run", "spec.yaml", "--dry-run"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let dir = std::fs::read_dir(cx.path().join("runs")).unwrap().next().unwrap().unwrap().path();
+    let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+    assert_eq!(rollouts.len(), 2);
+    for r in &rollouts {
+        let turns = r["turns"].as_array().unwrap();
+        assert_eq!((turns.len(), r["stop"].as_str()), (2, Some("completed")), "{r}");
+        assert_eq!((turns[0]["calls"][0]["name"].as_str(), turns[0]["calls"][0]["arguments"]["code"].as_str()), (Some("check_solution"), Some("print(1)")), "{r}");
+        assert!(turns[0]["calls"][0]["output"].as_str().unwrap().contains("public test"), "the call ran in the sandbox: {r}");
+    }
+    let bodies: Vec<Value> = server.bodies.lock().unwrap().iter().filter(|b| b["_path"] == "/v1/chat/completions").cloned().collect();
+    assert_eq!(bodies.len(), 4, "two trajectories of two turns");
+    assert!(bodies.iter().all(|b| b["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect::<Vec<_>>() == ["check_solution", "python"]), "{bodies:?}");
+    let second: Vec<&Value> = bodies.iter().filter(|b| b["messages"].as_array().unwrap().len() > 2).collect();
+    assert_eq!(second.len(), 2);
+    for b in second {
+        let m = b["messages"].as_array().unwrap();
+        let (call, result) = (&m[m.len() - 2], &m[m.len() - 1]);
+        assert_eq!(call["role"], "assistant");
+        let tc = &call["tool_calls"][0];
+        assert_eq!((tc["type"].as_str(), tc["function"]["name"].as_str()), (Some("function"), Some("check_solution")), "{b}");
+        let args: Value = serde_json::from_str(tc["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args, json!({"code": "print(1)"}), "arguments as a JSON string");
+        assert_eq!((result["role"].as_str(), &result["tool_call_id"]), (Some("tool"), &tc["id"]), "{b}");
+        assert!(result["content"].as_str().unwrap().contains("public test") && !result["content"].as_str().unwrap().contains("<tool_response>"), "{b}");
+    }
+}
