@@ -383,10 +383,34 @@ fn a_dry_run_on_an_openai_chat_server_sends_tools_and_reads_tool_calls() {
     })));
     let cx = TestContext::new();
     let spec = std::fs::read_to_string(spec(&cx, 2, "{max_turns: 2}")).unwrap();
-    cx.write("spec.yaml", &spec.replace("backend: {kind: local}", &format!("backend: {{kind: openai, base_url: \"{}\", served_model: m, api: chat}}", server.url())));
-    let r = cx.run(&["run", "spec.yaml", "--dry-run"]);
+    let eval = repo().join("experiments/data/easy_python_eval.jsonl");
+    let spec = spec
+        .replace("backend: {kind: local}", &format!("backend: {{kind: openai, base_url: \"{}\", served_model: m, api: chat}}", server.url()))
+        .replace("limit: 4}]", &format!("limit: 4}}]\n  eval: [{{path: {}, format: mbpp, limit: 2}}]", eval.display()));
+    cx.write("spec.yaml", &spec);
+    let runs = || std::fs::read_dir(cx.path().join("runs")).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>()).unwrap_or_default();
+
+    // Evaluation runs the same environment: every turn recorded, and pass@k says what it grades.
+    let r = cx.run(&["eval", "spec.yaml", "--n", "1", "--temperature", "1.0"]);
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
-    let dir = std::fs::read_dir(cx.path().join("runs")).unwrap().next().unwrap().unwrap().path();
+    assert!(r.stdout.contains("pass@k grades the final answer after tool use"), "{}", r.stdout);
+    let eval_dir = runs().pop().unwrap();
+    let samples = jsonl(&eval_dir.join("eval_rollouts.jsonl"));
+    assert_eq!(samples.len(), 4, "two problems, a sampled and a greedy trajectory each");
+    for s in &samples {
+        let turns = s["turns"].as_array().unwrap();
+        assert_eq!((turns.len(), s["stop"].as_str()), (2, Some("completed")), "{s}");
+        assert_eq!(turns[0]["calls"][0]["name"], "check_solution", "{s}");
+        assert_eq!(s["text"], "```python\nprint(2)\n```", "the record's completion is the final answer: {s}");
+    }
+    let eval_bodies = server.bodies.lock().unwrap().iter().filter(|b| b["_path"] == "/v1/chat/completions").count();
+    assert_eq!(eval_bodies, 8);
+    std::fs::remove_dir_all(cx.path().join("runs")).unwrap();
+    server.bodies.lock().unwrap().clear();
+
+    let r = cx.run(&["run", "spec.yaml", "--dry-run", "schedule.eval_at_start=false"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let dir = runs().pop().unwrap();
     let rollouts = jsonl(&dir.join("rollouts.jsonl"));
     assert_eq!(rollouts.len(), 2);
     for r in &rollouts {
@@ -396,10 +420,10 @@ fn a_dry_run_on_an_openai_chat_server_sends_tools_and_reads_tool_calls() {
         assert!(turns[0]["calls"][0]["output"].as_str().unwrap().contains("public test"), "the call ran in the sandbox: {r}");
     }
     let bodies: Vec<Value> = server.bodies.lock().unwrap().iter().filter(|b| b["_path"] == "/v1/chat/completions").cloned().collect();
-    assert_eq!(bodies.len(), 4, "two trajectories of two turns");
+    assert_eq!(bodies.len(), 8, "two training trajectories and the final evaluation's four, of two turns each");
     assert!(bodies.iter().all(|b| b["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect::<Vec<_>>() == ["check_solution", "python"]), "{bodies:?}");
     let second: Vec<&Value> = bodies.iter().filter(|b| b["messages"].as_array().unwrap().len() > 2).collect();
-    assert_eq!(second.len(), 2);
+    assert_eq!(second.len(), 4);
     for b in second {
         let m = b["messages"].as_array().unwrap();
         let (call, result) = (&m[m.len() - 2], &m[m.len() - 1]);
