@@ -436,3 +436,87 @@ fn a_dry_run_on_an_openai_chat_server_sends_tools_and_reads_tool_calls() {
         assert!(result["content"].as_str().unwrap().contains("public test") && !result["content"].as_str().unwrap().contains("<tool_response>"), "{b}");
     }
 }
+
+/// The environment variable that makes [`kill_9_child`] run, naming its test directory.
+const KILL_DIR: &str = "RLX_TOOLS_KILL_DIR";
+
+/// One python call per trajectory, then the right answer. Once `armed` exists, the first call
+/// sampled sleeps 10 s in the sandbox, and the sampler writes `in_tool` as it hands it over: the
+/// parent kills the process inside that call. (The sampler, not the tool, writes the marker:
+/// the sandbox may not let a snippet write outside its own directory.)
+fn sleepy(dir: std::path::PathBuf) -> impl Fn(&Problems, &Call) -> (String, StopReason) + Send + Sync + 'static {
+    move |p, c| {
+        if c.prompt.contains("<tool_response>") {
+            return (format!("```python\n{}\n```", p.rows[c.problem].solution), StopReason::Stop);
+        }
+        let (armed, marker) = (dir.join("armed"), dir.join("in_tool"));
+        let code = if armed.exists() && !marker.exists() {
+            std::fs::write(&marker, "").unwrap();
+            "import time\ntime.sleep(10)\nprint('slept')"
+        } else {
+            "print(1)"
+        };
+        (call("python", code), StopReason::Stop)
+    }
+}
+
+/// The run that [`kill_9_inside_a_tool_call_then_rerun_runs_each_step_once`] starts (twice) as
+/// a process of its own: the scripted model with a trainer whose states outlive the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of kill_9_inside_a_tool_call_then_rerun_runs_each_step_once"]
+async fn kill_9_child() {
+    let Some(dir) = std::env::var_os(KILL_DIR).map(std::path::PathBuf::from) else { return };
+    let plan = rlx::plan::plan(&dir.join("spec.yaml"), &[]).unwrap();
+    let trainer = Arc::new(Recorder::new(Arc::new(Scripted::new_in(&dir, false, sleepy(dir.clone())))).persisting(dir.join("states.json")));
+    let outcome = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer)), &engine::StopSignal::default(), &|_| {}).await;
+    assert!(matches!(outcome.unwrap(), engine::RunOutcome::Finished { .. }));
+}
+
+#[test]
+fn kill_9_inside_a_tool_call_then_rerun_runs_each_step_once() {
+    use std::time::{Duration, Instant};
+    let cx = TestContext::new();
+    let text = std::fs::read_to_string(spec(&cx, 2, "{max_turns: 2, tool_timeout_s: 30}")).unwrap();
+    cx.write("spec.yaml", &text.replace("max_steps: 1, eval_every: 0, save_every: 0", "max_steps: 3, eval_every: 0, save_every: 1"));
+    let child = || {
+        let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+        c.args(["--exact", "tools::kill_9_child", "--ignored", "--test-threads", "1"]).env(KILL_DIR, cx.path()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        c
+    };
+    let run_dir = || std::fs::read_dir(cx.path().join("runs")).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| e.path());
+    let metrics = || run_dir().map(|d| jsonl(&d.join("metrics.jsonl")).len()).unwrap_or(0);
+    let mut first = child().spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    // After the first step, the next python call sleeps; the kill lands inside it.
+    while metrics() < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cx.write("armed", "");
+    while !cx.path().join("in_tool").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The call has 10 s to run; the sandbox starts it well within a second.
+    std::thread::sleep(Duration::from_secs(1));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let dir = run_dir().unwrap();
+    let before = jsonl(&dir.join("rollouts.jsonl"));
+    assert!(before.len() < 6, "killed before the last step's rollouts were written");
+    let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
+    assert_eq!(status["state"], "running", "SIGKILL leaves no chance to say otherwise");
+
+    assert!(child().status().unwrap().success(), "the rerun resumes and finishes");
+    let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().map(|m| m["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, [0, 1, 2], "every step exactly once");
+    let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+    let mut per_step = std::collections::BTreeMap::<i64, usize>::new();
+    for r in &rollouts {
+        *per_step.entry(r["step"].as_i64().unwrap()).or_default() += 1;
+        assert_eq!(r["stop"], "completed", "{r}");
+        assert!(!r["turns"][0]["calls"][0]["output"].as_str().unwrap().contains("slept"), "the killed call's trajectory was sampled again: {r}");
+    }
+    assert_eq!(per_step.into_iter().collect::<Vec<_>>(), [(0, 2), (1, 2), (2, 2)]);
+    assert!(jsonl(&dir.join("events.jsonl")).iter().any(|e| e["event"] == "resume"));
+    let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
+    assert_eq!((status["state"].as_str(), status["steps_done"].as_i64()), (Some("finished"), Some(3)));
+}
