@@ -87,8 +87,11 @@ pub trait Sampler: Send + Sync {
 pub struct ChatRequest {
     /// The tokens, seed and number of completions.
     pub request: SampleRequest,
-    /// The conversation, ending with the user's turn.
+    /// The conversation, ending with the user's turn (or a tool's result).
     pub messages: Vec<crate::prompt::Message>,
+    /// The tools the model may call, as OpenAI function schemas (empty: none). Assistant turns
+    /// in `messages` hold their calls as Hermes `<tool_call>` text ([`crate::prompt::hermes`]).
+    pub tools: Vec<serde_json::Value>,
 }
 
 /// Trains a policy: design §3 `Trainer`, Tinker's training client. Requests are served in the

@@ -6,15 +6,21 @@ use std::collections::BTreeSet;
 use crate::runlog::metrics::{eval, train};
 
 /// The metrics reported when none is named: the smallest-k `eval/pass@k` and
-/// `train/reward_mean`, those the runs have; else the first metric any run has.
+/// `train/reward_mean`, then for runs with tool turns their tool use (turns, calls, tool errors,
+/// limit stops and each stop reason's rate), those the runs have; else the first metric any run
+/// has. Tool use goes after pass@k, which still decides: it says how a score was reached.
 pub(crate) fn defaults(known: &BTreeSet<String>) -> Vec<String> {
     let mut out = vec![];
     if let Some(p) = known.iter().filter(|k| eval::parse_pass_at(k).is_some()).min_by_key(|k| eval::parse_pass_at(k)) {
         out.push(p.clone());
     }
-    if known.contains(train::REWARD_MEAN) {
-        out.push(train::REWARD_MEAN.to_string());
+    let tool_use = [train::TURNS_MEAN, train::TOOL_CALLS_MEAN, train::TOOL_ERROR_RATE, train::LIMIT_STOP_RATE];
+    for m in std::iter::once(train::REWARD_MEAN).chain(tool_use) {
+        if known.contains(m) {
+            out.push(m.to_string());
+        }
     }
+    out.extend(known.iter().filter(|k| k.starts_with(train::STOP_PREFIX)).cloned());
     if out.is_empty() {
         out.extend(known.iter().next().cloned());
     }
@@ -24,13 +30,15 @@ pub(crate) fn defaults(known: &BTreeSet<String>) -> Vec<String> {
 /// Whether a higher value is better: false for costs (losses, times, latencies, errors,
 /// negative log-likelihoods, truncation, skipped or dropped groups, KL), true otherwise.
 pub(crate) fn higher_is_better(m: &str) -> bool {
-    let costs = ["loss", "nll", "infra", "truncated", "skipped", "dropped", "kl_", "grad_norm", "compile_error"];
-    !(m.starts_with("time/") || m.starts_with("sandbox/") || costs.iter().any(|c| m.contains(c)))
+    let costs = ["loss", "nll", "infra", "truncated", "skipped", "dropped", "kl_", "grad_norm", "compile_error", "tool_error", "parse_error", "limit_stop"];
+    // Every stop reason but `completed` is a limit.
+    let limit = m.starts_with(train::STOP_PREFIX) && !m.ends_with("_completed");
+    !(limit || m.starts_with("time/") || m.starts_with("sandbox/") || costs.iter().any(|c| m.contains(c)))
 }
 
 /// Whether the metric is a fraction in 0–1 (shown in percent).
 pub(crate) fn is_fraction(m: &str) -> bool {
-    eval::parse_pass_at(m).is_some() || m.ends_with("_rate") || m.ends_with("correct_mean") || m.ends_with("correct_first_attempt") || m.ends_with("clip_fraction")
+    eval::parse_pass_at(m).is_some() || m.starts_with(train::STOP_PREFIX) || m.ends_with("_rate") || m.ends_with("correct_mean") || m.ends_with("correct_first_attempt") || m.ends_with("clip_fraction")
 }
 
 /// The closest known metric name, for "did you mean".
@@ -143,5 +151,8 @@ mod tests {
         let known: BTreeSet<String> = ["eval/pass@1".to_string(), "train/reward_mean".to_string()].into();
         assert_eq!(suggest("eval/pass@l", &known).as_deref(), Some("eval/pass@1"));
         assert_eq!(defaults(&known), vec!["eval/pass@1", "train/reward_mean"]);
+        let tools: BTreeSet<String> = ["eval/pass@1", "train/reward_mean", "train/turns_mean", "train/tool_calls_mean", "train/tool_error_rate", "train/limit_stop_rate", "train/stop_completed", "train/stop_max_turns", "train/loss"].map(String::from).into();
+        assert_eq!(defaults(&tools), ["eval/pass@1", "train/reward_mean", "train/turns_mean", "train/tool_calls_mean", "train/tool_error_rate", "train/limit_stop_rate", "train/stop_completed", "train/stop_max_turns"]);
+        assert!(!higher_is_better("train/tool_error_rate") && !higher_is_better("train/stop_max_turns") && higher_is_better("train/stop_completed") && is_fraction("train/limit_stop_rate") && is_fraction("train/stop_max_turns"));
     }
 }

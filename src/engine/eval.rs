@@ -148,28 +148,30 @@ async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, par
     let Some(groups) = groups else { return Ok(None) };
     let new = || Pass { records: vec![], samples: vec![], formatted: 0, total: 0, infra: 0, dropped: timing.sampler_dropped, compiled: 0, compile_errors: 0 };
     let (mut main, mut greedy) = (new(), plan.eval.greedy.then(new));
+    let tools = !plan.rollout.tools.is_empty();
     for g in &groups {
         let source = source_of.get(g.problem.id.as_str()).map(|s| (*s).to_owned());
         // A group's greedy answer follows its sampled ones.
         let (sampled, greedy_one) = g.trajectories.split_at(n.min(g.trajectories.len()));
-        main.add(&g.problem.id, &source, sampled, (step, None, &plan.eval.k), plan.log.rollouts);
+        main.add(&g.problem.id, &source, sampled, (step, None, &plan.eval.k), (plan.log.rollouts, tools));
         if let Some(out) = &mut greedy {
-            out.add(&g.problem.id, &source, greedy_one, (step, Some(Protocol::Greedy), &[1]), plan.log.rollouts);
+            out.add(&g.problem.id, &source, greedy_one, (step, Some(Protocol::Greedy), &[1]), (plan.log.rollouts, tools));
         }
     }
     Ok(Some((main, greedy)))
 }
 
 impl Pass {
-    /// Adds one problem's trajectories under one protocol (`ks`: the pass@k values it reports).
-    fn add(&mut self, problem_id: &str, source: &Option<String>, trajectories: &[rollout::Trajectory], (step, protocol, ks): (i64, Option<Protocol>, &[u32]), log: RolloutLog) {
+    /// Adds one problem's trajectories under one protocol (`ks`: the pass@k values it reports;
+    /// `tools`: the records keep every turn).
+    fn add(&mut self, problem_id: &str, source: &Option<String>, trajectories: &[rollout::Trajectory], (step, protocol, ks): (i64, Option<Protocol>, &[u32]), (log, tools): (RolloutLog, bool)) {
         let n = trajectories.len() as u32;
         let keep = match log {
             RolloutLog::All => trajectories.len(),
             RolloutLog::Sample => 1,
             RolloutLog::None => 0,
         };
-        self.samples.extend(trajectories.iter().take(keep).enumerate().map(|(k, t)| EvalSampleRecord { protocol, ..record::eval_sample(step, source, k, t.last()) }));
+        self.samples.extend(trajectories.iter().take(keep).enumerate().map(|(k, t)| EvalSampleRecord { protocol, ..record::eval_sample(step, source, k, t, tools) }));
         let graded: Vec<&super::grading::Graded> = trajectories.iter().map(|t| &t.last().graded).collect();
         let c = graded.iter().filter(|x| x.verdict.passed).count() as u32;
         let graded_n = graded.iter().filter(|x| x.verdict.status != VerdictStatus::InfraError).count() as u32;

@@ -53,8 +53,6 @@ fn attempt(x: &Turn, tools: bool) -> Attempt {
 /// turn and the stop reason recorded).
 pub(crate) fn rollout(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory, (reward, advantage, skipped): (f64, f64, bool), tools: bool) -> RolloutRecord {
     let last = t.last();
-    // Earlier attempts and the feedback each got; with tools, every turn.
-    let turns = if t.turns.len() > 1 || tools { t.turns.iter().map(|x| attempt(x, tools)).collect() } else { vec![] };
     RolloutRecord {
         step,
         group: gi,
@@ -65,9 +63,19 @@ pub(crate) fn rollout(step: u32, g: &Group, gi: usize, k: usize, t: &Trajectory,
         skipped,
         attempts: t.turns.len(),
         policy_version: None,
-        turns,
-        stop: t.ending.filter(|_| tools).map(|e| e.name().to_owned()),
+        turns: turns(t, tools),
+        stop: stop_reason(t, tools),
     }
+}
+
+/// Earlier attempts and the feedback each got; with tools, every turn.
+fn turns(t: &Trajectory, tools: bool) -> Vec<Attempt> {
+    if t.turns.len() > 1 || tools { t.turns.iter().map(|x| attempt(x, tools)).collect() } else { vec![] }
+}
+
+/// With tools, why the trajectory ended.
+fn stop_reason(t: &Trajectory, tools: bool) -> Option<String> {
+    t.ending.filter(|_| tools).map(|e| e.name().to_owned())
 }
 
 /// Sample `k` of a problem as graded, with its prompt when `with_prompt`.
@@ -105,7 +113,9 @@ pub(crate) fn test_record(t: &crate::sandbox::TestResult) -> TestRecord {
     TestRecord { status, time_ms: t.time_ms, got: t.got.clone(), error: t.error.clone() }
 }
 
-/// The eval_rollouts.jsonl record of sample `k` (its prompt on the first sample only).
-pub(crate) fn eval_sample(step: i64, source: &Option<String>, k: usize, t: &Turn) -> EvalSampleRecord {
-    EvalSampleRecord { step, protocol: None, source: source.clone(), completion: completion(&t.graded.verdict.problem_id, k, t, k == 0) }
+/// The eval_rollouts.jsonl record of sample `k` (its prompt on the first sample only); `tools`
+/// as for [`rollout`]: every turn and the stop reason kept.
+pub(crate) fn eval_sample(step: i64, source: &Option<String>, k: usize, t: &Trajectory, tools: bool) -> EvalSampleRecord {
+    let last = t.last();
+    EvalSampleRecord { step, protocol: None, source: source.clone(), completion: completion(&last.graded.verdict.problem_id, k, last, k == 0), turns: turns(t, tools), stop: stop_reason(t, tools) }
 }

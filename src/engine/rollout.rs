@@ -135,8 +135,11 @@ struct Retrying<'g> {
 }
 
 /// A sample request with the conversation it renders (for samplers that take messages).
-fn chat_request(prompt: &Rendered, num_samples: usize, seed: u64, greedy: bool) -> ChatRequest {
-    ChatRequest { request: SampleRequest { prompt: prompt.tokens.clone(), num_samples, seed: Some(seed), greedy }, messages: prompt.messages.clone() }
+fn chat_request(prompt: &Rendered, num_samples: usize, seed: u64, greedy: bool, cx: &Ctx<'_>) -> ChatRequest {
+    // The schemas go with every request, whether or not the chat template lists them: a chat
+    // endpoint applies its own template, which takes them from the request's `tools`.
+    let tools = cx.prompting.tools.as_ref().map(|t| t.schemas()).unwrap_or_default();
+    ChatRequest { request: SampleRequest { prompt: prompt.tokens.clone(), num_samples, seed: Some(seed), greedy }, messages: prompt.messages.clone(), tools }
 }
 
 /// Whether a sampler's failure is an infrastructure error to drop groups for (after warning)
@@ -224,9 +227,9 @@ pub(crate) async fn run(sampler: &dyn Sampler, prompts: Vec<GroupPrompt>, ph: &P
             let batch: Vec<GroupPrompt> = rest.by_ref().take(per_batch).collect();
             let mut requests = Vec::with_capacity(batch.len() * 2);
             for (_, r, seed) in &batch {
-                requests.push(chat_request(r, n, *seed, false));
+                requests.push(chat_request(r, n, *seed, false, cx));
                 if greedy > 0 {
-                    requests.push(chat_request(r, greedy, *seed, true));
+                    requests.push(chat_request(r, greedy, *seed, true, cx));
                 }
             }
             let reply = sampler.sample_chat(requests, params);
@@ -400,7 +403,7 @@ async fn next_turns(sampler: &dyn Sampler, env: &Arc<dyn Env>, state: &mut Retry
             end += 1;
         }
         // A greedy trajectory (eval's second protocol) stays greedy.
-        let requests: Vec<ChatRequest> = todo[start..end].iter().map(|(gi, ti, next)| chat_request(next, 1, problems::derive_seed(seeds[*gi], i64::from(turn), *ti as u64), *ti >= ph.n)).collect();
+        let requests: Vec<ChatRequest> = todo[start..end].iter().map(|(gi, ti, next)| chat_request(next, 1, problems::derive_seed(seeds[*gi], i64::from(turn), *ti as u64), *ti >= ph.n, cx)).collect();
         calls.push(((start..end).collect(), sampler.sample_chat(requests, params)));
         start = end;
     }

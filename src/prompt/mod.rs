@@ -11,6 +11,7 @@
 
 pub mod chat;
 pub(crate) mod gguf;
+pub mod hermes;
 pub mod limits;
 pub mod model_files;
 pub(crate) mod render;

@@ -255,9 +255,16 @@ pub struct EvalSampleRecord {
     /// The eval source it came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
-    /// The completion as graded.
+    /// The completion as graded (with tool turns: the final answer).
     #[serde(flatten)]
     pub completion: Completion,
+    /// With tool turns, every turn (calls, tool outputs, tokens), as in `rollouts.jsonl`; absent
+    /// for a single-turn evaluation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<Attempt>,
+    /// With tool turns, why the trajectory ended (`completed`, `max_turns`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
 }
 
 /// pass@k values in the order of the spec's `eval.k`, stored as `{"pass@1": 0.5, "pass@5": 0.9}`.

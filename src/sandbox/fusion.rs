@@ -237,10 +237,14 @@ pub fn grade_request(problem: &Problem, code: &str, opts: &GradeOptions) -> (Val
     let nonce = new_nonce();
     let expected = json!({"nonce": nonce, "expected": expected.map(|e| e["expected"].clone())});
     let run_timeout = job["deadline_s"].as_f64().unwrap_or(60.0) + 5.0;
+    // The harness process gets the program's memory limit: a server applies its own default
+    // (1024 MiB on `rlx sandbox serve`) as a hard limit otherwise, and the harness could not
+    // give the program more (every test of `memory_mb: 2048` was a runtime error).
     let body = json!({
         "code": "import harness\nharness.fusion_main()\n",
         "language": "python",
         "run_timeout": run_timeout,
+        "memory_limit_MB": opts.limits.memory_mb,
         "files": {
             "harness.py": B64.encode(harness::SOURCE),
             "job.json": B64.encode(job.to_string()),

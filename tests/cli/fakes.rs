@@ -31,9 +31,10 @@ pub(crate) struct Problems {
 }
 
 impl Problems {
-    /// The training file's problems, then, with `with_eval`, the eval file's.
-    pub(crate) fn load(cx: &TestContext, with_eval: bool) -> Problems {
-        let tokenizer = tokenizers::Tokenizer::from_file(cx.path().join("tiny/tokenizer.json")).unwrap();
+    /// The training file's problems, then, with `with_eval`, the eval file's; tokenized with the
+    /// tiny model under `dir` (a test's directory, or a child process's).
+    pub(crate) fn load_in(dir: &std::path::Path, with_eval: bool) -> Problems {
+        let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tiny/tokenizer.json")).unwrap();
         let mut rows = vec![];
         let files: &[(&str, bool)] = if with_eval { &[("easy_python_train.jsonl", false), ("easy_python_eval.jsonl", true)] } else { &[("easy_python_train.jsonl", false)] };
         for &(file, eval) in files {
@@ -67,15 +68,30 @@ impl Problems {
     }
 }
 
-/// A trainer's saved states: `scripted://<name>` with the optimizer step each was saved at.
+/// A trainer's saved states: `scripted://<name>` with the optimizer step each was saved at; kept
+/// in a file too when [`States::persisted`], so that a process killed and started again resumes.
 #[derive(Default)]
-pub(crate) struct States(Mutex<HashMap<String, u64>>);
+pub(crate) struct States(Mutex<HashMap<String, u64>>, Option<std::path::PathBuf>);
 
 impl States {
+    /// The states saved in `file` by an earlier process, and saved there from now on.
+    pub(crate) fn persisted(file: std::path::PathBuf) -> States {
+        let saved = std::fs::read(&file).ok().map(|b| serde_json::from_slice(&b).unwrap()).unwrap_or_default();
+        States(Mutex::new(saved), Some(file))
+    }
+
     /// Saves `name` at `step`.
     pub(crate) fn save(&self, name: &str, step: u64) -> Pending<StateRef> {
         let uri = format!("scripted://{name}");
-        self.0.lock().unwrap().insert(uri.clone(), step);
+        let mut states = self.0.lock().unwrap();
+        states.insert(uri.clone(), step);
+        if let Some(file) = &self.1 {
+            // Written whole and renamed: a kill mid-write leaves the last complete file.
+            let tmp = file.with_extension("tmp");
+            std::fs::write(&tmp, serde_json::to_vec(&*states).unwrap()).unwrap();
+            std::fs::rename(&tmp, file).unwrap();
+        }
+        drop(states);
         Box::pin(async move { Ok(StateRef(uri)) })
     }
 
@@ -151,8 +167,13 @@ impl Scripted {
     /// On the training file's problems, then with `with_eval` the eval file's; log-probability
     /// -0.5, 2 calls worth keeping in flight (the seam's default).
     pub(crate) fn new(cx: &TestContext, with_eval: bool, script: impl Fn(&Problems, &Call) -> (String, StopReason) + Send + Sync + 'static) -> Scripted {
+        Scripted::new_in(cx.path(), with_eval, script)
+    }
+
+    /// As [`Scripted::new`], with the tiny model under `dir`.
+    pub(crate) fn new_in(dir: &std::path::Path, with_eval: bool, script: impl Fn(&Problems, &Call) -> (String, StopReason) + Send + Sync + 'static) -> Scripted {
         Scripted {
-            problems: Problems::load(cx, with_eval),
+            problems: Problems::load_in(dir, with_eval),
             script: Box::new(script),
             logprob: |_| -0.5,
             max_in_flight: 2,
@@ -260,6 +281,11 @@ impl Recorder {
             steps: Mutex::default(),
             states: States::default(),
         }
+    }
+
+    /// Saves its states in `file` too, and starts from those saved there (a killed process's).
+    pub(crate) fn persisting(self, file: std::path::PathBuf) -> Recorder {
+        Recorder { states: States::persisted(file), ..self }
     }
 
     /// A remote service's trainer: the engine streams groups k steps deep.

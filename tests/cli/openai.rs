@@ -217,7 +217,7 @@ async fn the_chat_api_sends_the_conversation_and_encodes_the_reply() {
     // Tokens alone cannot be sent to a chat endpoint.
     let err = sampler.sample(vec![req(&tok.encode("hi").unwrap(), 1, 1)], &params()).await.unwrap_err();
     assert!(err.to_string().contains("samples conversations") && err.is_user_error(), "{err}");
-    let chat = rlx::backend::ChatRequest { request: req(&tok.encode("hi").unwrap(), 2, 1), messages: vec![rlx::prompt::Message::new("user", "hi")] };
+    let chat = rlx::backend::ChatRequest { request: req(&tok.encode("hi").unwrap(), 2, 1), messages: vec![rlx::prompt::Message::new("user", "hi")], tools: vec![] };
     let out = sampler.sample_chat(vec![chat], &params()).await.unwrap();
     let seq = &out[0][1];
     assert_eq!(seq.tokens, tok.encode("ab c").unwrap(), "our encoding of the reply's text");

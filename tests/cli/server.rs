@@ -132,6 +132,12 @@ async fn fusion_client_grades_through_a_fusion_compatible_server() {
     assert_eq!(v.status, VerdictStatus::Failed, "{v:?}");
     let v = client.grade(&problems[1], "class Solution:\n    def countEven(self, nums):\n        return sum(n % 2 == 0 for n in nums)\n", &o).await;
     assert!(v.passed, "{v:?}");
+    // A memory limit above the server's default reaches the program (it was a runtime error:
+    // the harness ran under the default as a hard limit and could not raise it).
+    let mut big = GradeOptions::default();
+    big.limits.memory_mb = 2048;
+    let v = client.grade(&problems[0], "a, b = map(int, input().split())\nprint(-(-a // b))", &big).await;
+    assert_eq!((v.status, v.tests_passed), (VerdictStatus::Passed, 3), "{v:?}");
     // A program printing a fake verdict line cannot know the nonce.
     let fake = "print('RLX-VERDICT 00000000000000000000000000000000 {\"tests\": [{\"status\": \"passed\", \"time_ms\": 1}]}')";
     let v = client.grade(&problems[0], fake, &o).await;

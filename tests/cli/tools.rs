@@ -361,3 +361,162 @@ async fn a_sandbox_failing_under_a_tool_call_drops_the_group_and_never_scores_it
     // The other groups' checks ran through the same sandbox.
     assert!(outputs.iter().all(|o| o.as_str().is_some_and(|o| o.starts_with("passed: 1/1"))), "{outputs:?}");
 }
+
+/// The OpenAI-compatible chat path with tools: a scripted server on 127.0.0.1 answers a first
+/// turn with `tool_calls` (`check_solution`) and a turn after a tool result with the answer.
+/// The run reads the call as if the model had written it, runs it in the sandbox, and sends the
+/// next turn with the schemas, the call as `tool_calls` and the result as a `tool` message.
+#[test]
+fn a_dry_run_on_an_openai_chat_server_sends_tools_and_reads_tool_calls() {
+    use crate::openai::{Reply, models, serve};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(serve(Arc::new(|path: &str, body: &Value| {
+        if path == "/v1/models" {
+            return models("vllm");
+        }
+        let message = if body["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+            json!({"role": "assistant", "content": "```python\nprint(2)\n```"})
+        } else {
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "srv_1", "type": "function", "function": {"name": "check_solution", "arguments": "{\"code\": \"print(1)\"}"}}]})
+        };
+        Reply::Json(200, json!({"choices": [{"index": 0, "message": message, "finish_reason": if message["content"].is_null() { "tool_calls" } else { "stop" }}]}))
+    })));
+    let cx = TestContext::new();
+    let spec = std::fs::read_to_string(spec(&cx, 2, "{max_turns: 2}")).unwrap();
+    let eval = repo().join("experiments/data/easy_python_eval.jsonl");
+    let spec = spec
+        .replace("backend: {kind: local}", &format!("backend: {{kind: openai, base_url: \"{}\", served_model: m, api: chat}}", server.url()))
+        .replace("limit: 4}]", &format!("limit: 4}}]\n  eval: [{{path: {}, format: mbpp, limit: 2}}]", eval.display()));
+    cx.write("spec.yaml", &spec);
+    let runs = || std::fs::read_dir(cx.path().join("runs")).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>()).unwrap_or_default();
+
+    // Evaluation runs the same environment: every turn recorded, and pass@k says what it grades.
+    let r = cx.run(&["eval", "spec.yaml", "--n", "1", "--temperature", "1.0"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("pass@k grades the final answer after tool use"), "{}", r.stdout);
+    let eval_dir = runs().pop().unwrap();
+    let samples = jsonl(&eval_dir.join("eval_rollouts.jsonl"));
+    assert_eq!(samples.len(), 4, "two problems, a sampled and a greedy trajectory each");
+    for s in &samples {
+        let turns = s["turns"].as_array().unwrap();
+        assert_eq!((turns.len(), s["stop"].as_str()), (2, Some("completed")), "{s}");
+        assert_eq!(turns[0]["calls"][0]["name"], "check_solution", "{s}");
+        assert_eq!(s["text"], "```python\nprint(2)\n```", "the record's completion is the final answer: {s}");
+    }
+    let eval_bodies = server.bodies.lock().unwrap().iter().filter(|b| b["_path"] == "/v1/chat/completions").count();
+    assert_eq!(eval_bodies, 8);
+    std::fs::remove_dir_all(cx.path().join("runs")).unwrap();
+    server.bodies.lock().unwrap().clear();
+
+    let r = cx.run(&["run", "spec.yaml", "--dry-run", "schedule.eval_at_start=false"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let dir = runs().pop().unwrap();
+    let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+    assert_eq!(rollouts.len(), 2);
+    for r in &rollouts {
+        let turns = r["turns"].as_array().unwrap();
+        assert_eq!((turns.len(), r["stop"].as_str()), (2, Some("completed")), "{r}");
+        assert_eq!((turns[0]["calls"][0]["name"].as_str(), turns[0]["calls"][0]["arguments"]["code"].as_str()), (Some("check_solution"), Some("print(1)")), "{r}");
+        assert!(turns[0]["calls"][0]["output"].as_str().unwrap().contains("public test"), "the call ran in the sandbox: {r}");
+    }
+    let bodies: Vec<Value> = server.bodies.lock().unwrap().iter().filter(|b| b["_path"] == "/v1/chat/completions").cloned().collect();
+    assert_eq!(bodies.len(), 8, "two training trajectories and the final evaluation's four, of two turns each");
+    assert!(bodies.iter().all(|b| b["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect::<Vec<_>>() == ["check_solution", "python"]), "{bodies:?}");
+    let second: Vec<&Value> = bodies.iter().filter(|b| b["messages"].as_array().unwrap().len() > 2).collect();
+    assert_eq!(second.len(), 4);
+    for b in second {
+        let m = b["messages"].as_array().unwrap();
+        let (call, result) = (&m[m.len() - 2], &m[m.len() - 1]);
+        assert_eq!(call["role"], "assistant");
+        let tc = &call["tool_calls"][0];
+        assert_eq!((tc["type"].as_str(), tc["function"]["name"].as_str()), (Some("function"), Some("check_solution")), "{b}");
+        let args: Value = serde_json::from_str(tc["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args, json!({"code": "print(1)"}), "arguments as a JSON string");
+        assert_eq!((result["role"].as_str(), &result["tool_call_id"]), (Some("tool"), &tc["id"]), "{b}");
+        assert!(result["content"].as_str().unwrap().contains("public test") && !result["content"].as_str().unwrap().contains("<tool_response>"), "{b}");
+    }
+}
+
+/// The environment variable that makes [`kill_9_child`] run, naming its test directory.
+const KILL_DIR: &str = "RLX_TOOLS_KILL_DIR";
+
+/// One python call per trajectory, then the right answer. Once `armed` exists, the first call
+/// sampled sleeps 10 s in the sandbox, and the sampler writes `in_tool` as it hands it over: the
+/// parent kills the process inside that call. (The sampler, not the tool, writes the marker:
+/// the sandbox may not let a snippet write outside its own directory.)
+fn sleepy(dir: std::path::PathBuf) -> impl Fn(&Problems, &Call) -> (String, StopReason) + Send + Sync + 'static {
+    move |p, c| {
+        if c.prompt.contains("<tool_response>") {
+            return (format!("```python\n{}\n```", p.rows[c.problem].solution), StopReason::Stop);
+        }
+        let (armed, marker) = (dir.join("armed"), dir.join("in_tool"));
+        let code = if armed.exists() && !marker.exists() {
+            std::fs::write(&marker, "").unwrap();
+            "import time\ntime.sleep(10)\nprint('slept')"
+        } else {
+            "print(1)"
+        };
+        (call("python", code), StopReason::Stop)
+    }
+}
+
+/// The run that [`kill_9_inside_a_tool_call_then_rerun_runs_each_step_once`] starts (twice) as
+/// a process of its own: the scripted model with a trainer whose states outlive the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of kill_9_inside_a_tool_call_then_rerun_runs_each_step_once"]
+async fn kill_9_child() {
+    let Some(dir) = std::env::var_os(KILL_DIR).map(std::path::PathBuf::from) else { return };
+    let plan = rlx::plan::plan(&dir.join("spec.yaml"), &[]).unwrap();
+    let trainer = Arc::new(Recorder::new(Arc::new(Scripted::new_in(&dir, false, sleepy(dir.clone())))).persisting(dir.join("states.json")));
+    let outcome = engine::run(&plan, PolicySource::Given(Policy::Trainable(trainer)), &engine::StopSignal::default(), &|_| {}).await;
+    assert!(matches!(outcome.unwrap(), engine::RunOutcome::Finished { .. }));
+}
+
+#[test]
+fn kill_9_inside_a_tool_call_then_rerun_runs_each_step_once() {
+    use std::time::{Duration, Instant};
+    let cx = TestContext::new();
+    let text = std::fs::read_to_string(spec(&cx, 2, "{max_turns: 2, tool_timeout_s: 30}")).unwrap();
+    cx.write("spec.yaml", &text.replace("max_steps: 1, eval_every: 0, save_every: 0", "max_steps: 3, eval_every: 0, save_every: 1"));
+    let child = || {
+        let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+        c.args(["--exact", "tools::kill_9_child", "--ignored", "--test-threads", "1"]).env(KILL_DIR, cx.path()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        c
+    };
+    let run_dir = || std::fs::read_dir(cx.path().join("runs")).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| e.path());
+    let metrics = || run_dir().map(|d| jsonl(&d.join("metrics.jsonl")).len()).unwrap_or(0);
+    let mut first = child().spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    // After the first step, the next python call sleeps; the kill lands inside it.
+    while metrics() < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cx.write("armed", "");
+    while !cx.path().join("in_tool").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The call has 10 s to run; the sandbox starts it well within a second.
+    std::thread::sleep(Duration::from_secs(1));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let dir = run_dir().unwrap();
+    let before = jsonl(&dir.join("rollouts.jsonl"));
+    assert!(before.len() < 6, "killed before the last step's rollouts were written");
+    let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
+    assert_eq!(status["state"], "running", "SIGKILL leaves no chance to say otherwise");
+
+    assert!(child().status().unwrap().success(), "the rerun resumes and finishes");
+    let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().map(|m| m["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, [0, 1, 2], "every step exactly once");
+    let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+    let mut per_step = std::collections::BTreeMap::<i64, usize>::new();
+    for r in &rollouts {
+        *per_step.entry(r["step"].as_i64().unwrap()).or_default() += 1;
+        assert_eq!(r["stop"], "completed", "{r}");
+        assert!(!r["turns"][0]["calls"][0]["output"].as_str().unwrap().contains("slept"), "the killed call's trajectory was sampled again: {r}");
+    }
+    assert_eq!(per_step.into_iter().collect::<Vec<_>>(), [(0, 2), (1, 2), (2, 2)]);
+    assert!(jsonl(&dir.join("events.jsonl")).iter().any(|e| e["event"] == "resume"));
+    let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
+    assert_eq!((status["state"].as_str(), status["steps_done"].as_i64()), (Some("finished"), Some(3)));
+}

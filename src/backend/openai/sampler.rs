@@ -59,6 +59,7 @@ struct Inner {
 struct Job {
     prompt: Vec<u32>,
     messages: Option<Vec<Message>>,
+    tools: Arc<Vec<serde_json::Value>>,
     seed: Option<u64>,
 }
 
@@ -84,14 +85,15 @@ impl OpenaiSampler {
         }
     }
 
-    fn submit(&self, batch: Vec<(SampleRequest, Option<Vec<Message>>)>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
+    fn submit(&self, batch: Vec<(SampleRequest, Option<Vec<Message>>, Vec<serde_json::Value>)>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
         if let Err(e) = params.validate() {
             return Box::pin(async move { Err(e.into()) });
         }
         let chat = self.inner.config.api == Api::Chat;
         // Each request's own parameters: a greedy one decodes at temperature 0.
         let mut groups: Vec<(Arc<SamplingParams>, Vec<Job>)> = Vec::with_capacity(batch.len());
-        for (req, messages) in batch {
+        for (req, messages, tools) in batch {
+            let tools = Arc::new(tools);
             if req.prompt.is_empty() {
                 return Box::pin(async { Err(Error::Invalid("empty prompt".into()).into()) });
             }
@@ -99,7 +101,7 @@ impl OpenaiSampler {
                 return Box::pin(async { Err(Error::Invalid("`backend.api: chat` samples conversations; this caller gave token prompts only".into()).into()) });
             }
             let seed = req.seed.or(params.seed);
-            let jobs = (0..req.num_samples).map(|i| Job { prompt: req.prompt.clone(), messages: messages.clone(), seed: seed.map(|s| completion_seed(s, i as u64)) }).collect();
+            let jobs = (0..req.num_samples).map(|i| Job { prompt: req.prompt.clone(), messages: messages.clone(), tools: tools.clone(), seed: seed.map(|s| completion_seed(s, i as u64)) }).collect();
             groups.push((Arc::new(req.params(params).into_owned()), jobs));
         }
         let handle = tokio::runtime::Handle::try_current();
@@ -172,7 +174,7 @@ impl Inner {
         let mut expected_prompt_tokens = job.prompt.len() as u64;
         let (path, body) = if chat {
             let messages = job.messages.as_deref().unwrap_or_default();
-            ("chat/completions", wire::chat_body(&cfg.model, messages, params, job.seed, &stop_texts, self.dialect))
+            ("chat/completions", wire::chat_body(&cfg.model, messages, &job.tools, params, job.seed, &stop_texts, self.dialect))
         } else {
             let prompt = match cfg.prompt {
                 PromptEncoding::Tokens => Prompt::Tokens(&job.prompt),
@@ -225,11 +227,11 @@ impl Inner {
 
 impl Sampler for OpenaiSampler {
     fn sample(&self, requests: Vec<SampleRequest>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
-        self.submit(requests.into_iter().map(|r| (r, None)).collect(), params)
+        self.submit(requests.into_iter().map(|r| (r, None, vec![])).collect(), params)
     }
 
     fn sample_chat(&self, requests: Vec<ChatRequest>, params: &SamplingParams) -> Pending<Vec<Vec<SampledSequence>>> {
-        self.submit(requests.into_iter().map(|r| (r.request, Some(r.messages))).collect(), params)
+        self.submit(requests.into_iter().map(|r| (r.request, Some(r.messages), r.tools)).collect(), params)
     }
 
     /// Groups go one per call (see [`Sampler::batch_rows`]), so twice the concurrency of them

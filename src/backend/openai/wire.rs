@@ -131,13 +131,91 @@ pub fn completion_body(model: &str, prompt: Prompt<'_>, params: &SamplingParams,
     Value::Object(b)
 }
 
-/// The body of one `/v1/chat/completions` request for one completion.
-pub fn chat_body(model: &str, messages: &[crate::prompt::Message], params: &SamplingParams, seed: Option<u64>, stop_texts: &[String], dialect: Dialect) -> Value {
+/// The body of one `/v1/chat/completions` request for one completion; with `tools` (OpenAI
+/// function schemas), the conversation's tool calls and results in the protocol's own fields.
+pub fn chat_body(model: &str, messages: &[crate::prompt::Message], tools: &[Value], params: &SamplingParams, seed: Option<u64>, stop_texts: &[String], dialect: Dialect) -> Value {
     let mut b = common(model, params, seed, stop_texts, &[], dialect);
     // No logprobs: chat replies report token strings at best, which are not the ids a chat
     // template around them would give, and llama-cpp-python computes them in Python per token.
-    b.insert("messages".into(), json!(messages));
+    if tools.is_empty() {
+        b.insert("messages".into(), json!(messages));
+    } else {
+        b.insert("messages".into(), Value::Array(with_tool_calls(messages)));
+        b.insert("tools".into(), json!(tools));
+    }
     Value::Object(b)
+}
+
+/// The conversation with its tool turns as the protocol has them: an assistant turn's Hermes
+/// `<tool_call>` blocks become `tool_calls` (ids `call_0`, `call_1`, … in the conversation's
+/// order, arguments as a JSON string), and the results after it (`tool` messages, or the user
+/// `<tool_response>` messages of a template without a tool role) become `tool` messages with the
+/// matching `tool_call_id`, in order. A result with no call to answer (a malformed turn's error)
+/// goes as a user message: a `tool` message without its call is refused by OpenAI's servers.
+/// Sending the Hermes text as it is was the alternative; a served template that formats
+/// `tool_calls` itself would then see prose where it expects calls.
+fn with_tool_calls(messages: &[crate::prompt::Message]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut unanswered = std::collections::VecDeque::new();
+    let mut next_id = 0;
+    for m in messages {
+        let response = match m.role.as_str() {
+            "tool" => Some(m.content.as_str()),
+            "user" => m.content.strip_prefix("<tool_response>\n").and_then(|c| c.strip_suffix("\n</tool_response>")),
+            _ => None,
+        };
+        if let Some(result) = response {
+            if let Some(id) = unanswered.pop_front() {
+                out.push(json!({"role": "tool", "tool_call_id": id, "content": result}));
+            } else {
+                out.push(json!({"role": "user", "content": if m.role == "tool" { format!("<tool_response>\n{result}\n</tool_response>") } else { m.content.clone() }}));
+            }
+            continue;
+        }
+        unanswered.clear();
+        match crate::prompt::hermes::parse(&m.content) {
+            Ok((calls, content)) if m.role == "assistant" && !calls.is_empty() => {
+                let tool_calls: Vec<Value> = calls
+                    .into_iter()
+                    .map(|c| {
+                        let id = format!("call_{next_id}");
+                        next_id += 1;
+                        unanswered.push_back(id.clone());
+                        json!({"id": id, "type": "function", "function": {"name": c.name, "arguments": c.arguments.to_string()}})
+                    })
+                    .collect();
+                out.push(json!({"role": "assistant", "content": content, "tool_calls": tool_calls}));
+            }
+            _ => out.push(json!(m)),
+        }
+    }
+    out
+}
+
+/// A chat reply's text: its content, then its `tool_calls` written as Hermes blocks the way
+/// Qwen3's template writes them (a newline before each but a first one with no content before
+/// it), so the environment reads them exactly as it reads sampled text.
+fn reply_text(message: &Value) -> Result<String, String> {
+    let content = message.get("content").and_then(Value::as_str);
+    let calls = message.get("tool_calls").and_then(Value::as_array).filter(|c| !c.is_empty());
+    let (mut text, Some(calls)) = (content.unwrap_or_default().to_owned(), calls) else {
+        return content.map(str::to_owned).ok_or_else(|| "no `choices[0].message.content` text".into());
+    };
+    for (i, c) in calls.iter().enumerate() {
+        let f = c.get("function").ok_or_else(|| format!("`tool_calls[{i}]` has no `function`"))?;
+        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| format!("`tool_calls[{i}].function` has no `name`"))?;
+        // Arguments that are not JSON stay a string: the environment tells the model so.
+        let arguments = match f.get("arguments") {
+            Some(Value::String(s)) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+            Some(v) => v.clone(),
+            None => json!({}),
+        };
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&crate::prompt::hermes::render(name, &arguments));
+    }
+    Ok(text)
 }
 
 /// The completion tokens as the server reports them.
@@ -175,13 +253,13 @@ pub struct Choice {
 pub fn parse_reply(v: Value, chat: bool) -> Result<Choice, String> {
     let choice = v.get("choices").and_then(Value::as_array).and_then(|c| c.first()).ok_or("no `choices[0]`")?;
     let text = if chat {
-        choice.pointer("/message/content").and_then(Value::as_str).ok_or("no `choices[0].message.content` text")?
+        reply_text(choice.get("message").ok_or("no `choices[0].message`")?)?
     } else {
-        choice.get("text").and_then(Value::as_str).ok_or("no `choices[0].text`")?
-    }
-    .to_string();
+        choice.get("text").and_then(Value::as_str).ok_or("no `choices[0].text`")?.to_string()
+    };
     let finish = match choice.get("finish_reason").and_then(Value::as_str) {
-        Some("stop" | "eos" | "stop_sequence") => StopReason::Stop,
+        // A turn that ends on tool calls stopped on its own.
+        Some("stop" | "eos" | "stop_sequence" | "tool_calls" | "function_call") => StopReason::Stop,
         Some("length") => StopReason::Length,
         other => return Err(format!("`finish_reason` is {other:?}, expected `stop` or `length`")),
     };
@@ -267,5 +345,37 @@ mod tests {
         assert!(parse_reply(json!({"choices": []}), false).is_err());
         assert!(parse_reply(json!({"choices": [{"text": "a", "finish_reason": "abort"}]}), false).unwrap_err().contains("abort"));
         assert!(parse_reply(json!({"choices": [{"text": "a", "finish_reason": "stop"}]}), true).unwrap_err().contains("message"));
+    }
+
+    #[test]
+    fn tool_turns_go_as_tool_calls_and_tool_messages_and_come_back_as_hermes_text() {
+        use crate::prompt::Message;
+        let call = "Let me check.\n<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\":\"print(1)\"}}\n</tool_call>";
+        let conversation = [
+            Message::new("user", "add"),
+            Message::new("assistant", call),
+            Message::new("user", "<tool_response>\n1\n</tool_response>"),
+            Message::new("assistant", "<tool_call>oops</tool_call>"),
+            Message::new("tool", "error: not JSON"),
+        ];
+        let tools = [json!({"type": "function", "function": {"name": "python"}})];
+        let body = chat_body("m", &conversation, &tools, &SamplingParams::default(), None, &[], Dialect::Generic);
+        assert_eq!(body["tools"], json!(tools));
+        assert_eq!(body["messages"], json!([
+            {"role": "user", "content": "add"},
+            {"role": "assistant", "content": "Let me check.", "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": "python", "arguments": "{\"code\":\"print(1)\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "1"},
+            {"role": "assistant", "content": "<tool_call>oops</tool_call>"},
+            {"role": "user", "content": "<tool_response>\nerror: not JSON\n</tool_response>"},
+        ]));
+        // Without tools the conversation goes as it is.
+        assert_eq!(chat_body("m", &conversation[..2], &[], &SamplingParams::default(), None, &[], Dialect::Generic)["messages"][1]["content"], call);
+        let reply = json!({"choices": [{"finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Let me check.", "tool_calls": [
+            {"id": "x", "type": "function", "function": {"name": "python", "arguments": "{\"code\": \"print(1)\"}"}}]}}]});
+        let c = parse_reply(reply, true).unwrap();
+        assert_eq!((c.text.as_str(), c.finish), (call, StopReason::Stop));
+        let bare = json!({"choices": [{"finish_reason": "tool_calls", "message": {"content": null, "tool_calls": [
+            {"function": {"name": "f", "arguments": "{bad"}}, {"function": {"name": "g", "arguments": "{}"}}]}}]});
+        assert_eq!(parse_reply(bare, true).unwrap().text, "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{bad\"}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>");
     }
 }

@@ -285,6 +285,11 @@ fn summarise(dir: &Path, ks: &[u32]) -> anyhow::Result<()> {
         let values: Vec<f64> = rows.iter().filter(|r| r.n > 0).filter_map(|r| r.metrics.get(k)).collect();
         printer::out(ci_line(&format!("pass@{k:<3}"), &values, ""));
     }
+    // With tool turns a sample is a trajectory: what pass@k grades must be said beside it.
+    let resolved: Option<serde_json::Value> = rd.read_json(crate::runlog::files::RESOLVED)?;
+    if resolved.is_some_and(|r| r["rollout"]["tools"].as_array().is_some_and(|t| !t.is_empty())) {
+        printer::out("(tool turns: pass@k grades the final answer after tool use)");
+    }
     let greedy: Vec<f64> = greedy.iter().filter(|r| r.n > 0).map(|r| f64::from(r.correct) / f64::from(r.n)).collect();
     if !greedy.is_empty() {
         printer::out(ci_line("greedy  ", &greedy, " (pass@1, 1 sample at temperature 0)"));

@@ -7,10 +7,8 @@
 
 use serde_json::{Value, json};
 
+use crate::prompt::hermes;
 use crate::spec::types::Tool;
-
-const OPEN: &str = "<tool_call>";
-const CLOSE: &str = "</tool_call>";
 
 /// One parsed tool call.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,44 +37,34 @@ pub(crate) enum Parsed {
     Malformed(String),
 }
 
-/// Parses a turn. Reasoning before a `</think>` is not searched: a model thinking about a call
-/// has not made one.
+/// Parses a turn (the format's reading is [`hermes::parse`]; this checks the calls against the
+/// enabled tools).
 pub(crate) fn parse(text: &str, tools: &[Tool]) -> Parsed {
-    let text = text.rfind("</think>").map_or(text, |i| &text[i + "</think>".len()..]);
-    let mut calls = vec![];
-    let mut rest = text;
-    while let Some(i) = rest.find(OPEN) {
-        let body_start = &rest[i + OPEN.len()..];
-        let Some(end) = body_start.find(CLOSE) else {
-            return Parsed::Malformed(format!("a `{OPEN}` without its `{CLOSE}`"));
-        };
-        match call(body_start[..end].trim(), tools) {
+    let raw = match hermes::parse(text) {
+        Ok((raw, _)) => raw,
+        Err(why) => return Parsed::Malformed(why),
+    };
+    let mut calls = Vec::with_capacity(raw.len());
+    for c in raw {
+        match call(c, tools) {
             Ok(c) => calls.push(c),
             Err(why) => return Parsed::Malformed(why),
         }
-        rest = &body_start[end + CLOSE.len()..];
     }
     if calls.is_empty() { Parsed::Answer } else { Parsed::Calls(calls) }
 }
 
-/// One call's JSON body.
-fn call(body: &str, tools: &[Tool]) -> Result<Call, String> {
-    let v: Value = serde_json::from_str(body).map_err(|e| format!("the tool call is not JSON ({e})"))?;
-    let name = v.get("name").and_then(Value::as_str).ok_or("the tool call has no `name` string")?;
+/// One call, checked: an enabled tool, and the `code` string both tools take.
+fn call(raw: hermes::RawCall, tools: &[Tool]) -> Result<Call, String> {
+    let name = raw.name.as_str();
     let tool = tools.iter().copied().find(|t| t.name() == name).ok_or_else(|| {
         let known: Vec<&str> = tools.iter().map(|t| t.name()).collect();
         format!("no tool is named `{name}` (tools: {})", known.join(", "))
     })?;
-    // Some models write the arguments as a JSON string.
-    let arguments = match v.get("arguments") {
-        Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| format!("`arguments` is a string that is not JSON ({e})"))?,
-        Some(a) => a.clone(),
-        None => return Err("the tool call has no `arguments`".into()),
-    };
-    if !arguments.get("code").is_some_and(Value::is_string) {
+    if !raw.arguments.get("code").is_some_and(Value::is_string) {
         return Err(format!("`{name}` takes `{{\"code\": \"...\"}}`: a `code` string is missing"));
     }
-    Ok(Call { tool, arguments })
+    Ok(Call { tool, arguments: raw.arguments })
 }
 
 /// A tool's schema, in the OpenAI function format chat templates' `tools` variable takes.

@@ -31,7 +31,12 @@ impl ToolSet {
 
     /// The schemas for the template's `tools` variable (`None` when it has none).
     pub(crate) fn template_schemas(&self) -> Option<serde_json::Value> {
-        self.template_tools.then(|| serde_json::Value::Array(self.tools.iter().map(|t| calls::schema(*t)).collect()))
+        self.template_tools.then(|| serde_json::Value::Array(self.schemas()))
+    }
+
+    /// The tools' schemas, in the OpenAI function format.
+    pub(crate) fn schemas(&self) -> Vec<serde_json::Value> {
+        self.tools.iter().map(|t| calls::schema(*t)).collect()
     }
 
     /// The first messages with the tools declared, when the template does not list them: in the
