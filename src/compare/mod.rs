@@ -16,6 +16,7 @@
 //! - [`paired`]: per-problem comparisons on shared eval problems; pass@k for k = 1..n.
 //! - [`pooled`]: an arm's seeds pooled per problem between two eval steps; pass@1 split into
 //!   format rate and pass@1 given format.
+//! - [`select`]: the eval step a command line names, a metric's series in one run.
 //! - [`metric`]: metric directions, units and number formats.
 //! - [`report`]: the [`Report`], computed once.
 //! - [`table`]: terminal table, Markdown, CSV, JSON.
@@ -37,10 +38,12 @@ pub(crate) mod paired;
 pub(crate) mod png;
 pub(crate) mod pooled;
 pub(crate) mod report;
+pub(crate) mod select;
 pub(crate) mod stats;
 pub(crate) mod svg;
 pub(crate) mod table;
 
 pub(crate) use error::Error;
 pub(crate) use load::collect;
-pub(crate) use report::{Options, Report, StepSel, build};
+pub(crate) use report::{Options, Report, build};
+pub(crate) use select::StepSel;

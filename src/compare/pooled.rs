@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::arms::Arm;
 use super::load::Run;
 use super::paired::{self, Paired, Side};
-use super::report::{StepSel, series};
+use super::select::{StepSel, series};
 use crate::runlog::metrics::eval as names;
 
 /// One protocol's pass@1 as format × correctness given format, at one step (means over runs).

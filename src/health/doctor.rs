@@ -18,7 +18,10 @@ pub struct Report {
     pub run_id: String,
     /// Steps completed and planned, and the run's state (`finished`, `running`, ...).
     pub steps_done: u32,
-    /// `schedule.max_steps`.
+    /// Steps the run plans in all (`status.json`; every stage's of a staged run).
+    pub steps_planned: u32,
+    /// `schedule.max_steps`: the GRPO stage's length in a staged run, what the smoke test
+    /// scales to.
     pub max_steps: u32,
     /// `status.json`'s state.
     pub state: String,
@@ -51,6 +54,7 @@ pub fn doctor(dir: &Path) -> Result<Report, crate::runlog::Error> {
     Ok(Report {
         run_id: dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned()),
         steps_done: status.steps_done,
+        steps_planned: status.max_steps,
         // A staged run's `schedule.max_steps` is its GRPO stage's, the length the smoke test
         // scales to.
         max_steps,

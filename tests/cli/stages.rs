@@ -89,6 +89,7 @@ fn sft_then_grpo_share_one_counter_and_sft_lowers_the_nll() {
     let doctor = cx.run(&["doctor", &d]);
     assert_eq!(doctor.code, 0, "{}", doctor.stderr);
     assert!(doctor.stdout.contains("scaled to 2 steps"), "{}", doctor.stdout);
+    assert!(doctor.stdout.contains("finished, 10 of 10 steps, the last 2 in the GRPO stage"), "{}", doctor.stdout);
     assert!(doctor.stdout.contains("1 step(s) with train/reward_mean"), "the GRPO stage's first step is its step 0: {}", doctor.stdout);
     let compare = cx.run(&["compare", &d, "--metric", "train/nll", "--at", "7"]);
     assert_eq!(compare.code, 0, "{}", compare.stderr);

@@ -22,7 +22,11 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<u8> {
         return Err(UserError::msg(format!("`{}` is not a run directory (it has no status.json); run directories are `runs/<run-id>/`", args.dir.display())));
     }
     let r = doctor::doctor(&args.dir)?;
-    let mut state = format!("{}, {} of {} steps", r.state, r.steps_done, r.max_steps);
+    let mut state = format!("{}, {} of {} steps", r.state, r.steps_done, r.steps_planned);
+    if r.steps_planned > r.max_steps && r.max_steps > 0 {
+        // A staged run: the supervised stages come first, the GRPO stage is the last steps.
+        state.push_str(&format!(", the last {} in the GRPO stage", r.max_steps));
+    }
     if let Some(why) = &r.reason {
         state.push_str(&format!(": {why}"));
     }
