@@ -241,7 +241,8 @@ pub struct Distill {
     #[schemars(range(min = 0.0))]
     pub coef: f64,
     /// Whether the task reward's group advantage is kept (the teacher's term is added to it);
-    /// `false` trains on the teacher's term alone (every reward 0). Default `true`.
+    /// `false` trains on the teacher's term alone (the task's advantage set to 0; rewards are still
+    /// graded and reported). Default `true`.
     #[serde(default = "default_true")]
     pub task_reward: bool,
 }
