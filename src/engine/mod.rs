@@ -33,6 +33,7 @@
 
 mod batch;
 mod control;
+mod distill;
 mod driver;
 mod error;
 pub(crate) mod env;

@@ -249,7 +249,10 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
         // Degenerate, or set aside by dynamic sampling (whose filter may be correctness: an
         // all-wrong group whose rewards differ only by format or length still trains nothing).
         let degenerate = should_skip(adv);
-        let skip = (plan.grpo.skip_degenerate && degenerate) || (plan.grpo.dynamic_sampling.is_some() && !scored.informative);
+        // Under distillation a group of equal rewards still carries the teacher's signal.
+        let skip = (plan.grpo.skip_degenerate && degenerate && plan.grpo.distill.is_none()) || (plan.grpo.dynamic_sampling.is_some() && !scored.informative);
+        // `task_reward: false`: the teacher's term alone (the rewards are still graded and reported).
+        let task = plan.grpo.distill.as_ref().is_none_or(|d| d.task_reward);
         n.skipped += u32::from(skip);
         n.degenerate += u32::from(degenerate);
         if let Some(t) = g.trajectories.first() {
@@ -269,7 +272,7 @@ fn score(step: u32, fill: &Fill, cfg: &StepConfig<'_>, cx: &Ctx<'_>) -> Scored {
             let masked = mask_overlong && last.seq.stop_reason == StopReason::Length;
             n.overlong_masked += usize::from(masked && !skip);
             if !skip && !masked {
-                datums.extend(trajectory_datums(t, a));
+                datums.extend(trajectory_datums(t, if task { a } else { 0.0 }));
             }
             let log = match plan.log.rollouts {
                 RolloutLog::All => true,
@@ -315,6 +318,27 @@ async fn apply_kl(trainer: Option<&dyn Trainer>, datums: &mut [Built], cfg: &Ste
     Ok(Some((mean, None)))
 }
 
+/// `grpo.distill`: the teacher's log-probabilities of every datum's targets and its term added
+/// to each sampled token's advantage ([`super::distill`]). Returns `train/teacher_kl`; `None`
+/// when distillation is off or nothing trains.
+async fn apply_distill(trainer: Option<&dyn Trainer>, datums: &mut [Built], cfg: &StepConfig<'_>) -> Result<Option<f64>, Error> {
+    let (Some(d), Some(trainer)) = (cfg.plan.grpo.distill.as_ref(), trainer) else { return Ok(None) };
+    if datums.is_empty() {
+        return Ok(None);
+    }
+    let teacher = super::distill::teacher_logprobs(trainer, d, datums.iter().map(|b| b.datum.clone()).collect()).await?;
+    let mut rows: Vec<super::distill::Row<'_>> = datums
+        .iter_mut()
+        .zip(&teacher)
+        .filter_map(|(b, p)| {
+            let inputs = &mut b.datum.loss_fn_inputs;
+            let (Some(q), Some(a)) = (inputs.logprobs.as_deref(), inputs.advantages.as_mut()) else { return None };
+            Some(super::distill::Row { logprobs: q, teacher: p, sampled: &b.sampled, advantages: a })
+        })
+        .collect();
+    Ok(Some(super::distill::add_teacher_term(&mut rows, d.coef)?))
+}
+
 /// The loss form's KL term: β times each datum's aggregation factor on its sampled tokens.
 fn kl_loss(datums: &[Built], reference: Vec<Vec<f32>>, factors: &[f64], cfg: &StepConfig<'_>) -> Option<KlLoss> {
     let kl = cfg.plan.grpo.kl?;
@@ -353,6 +377,7 @@ pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, fill: &Fill,
     let plan = cfg.plan;
     let Scored { mut datums, rollouts, tally } = score(step, fill, cfg, cx);
     let t_train = Instant::now();
+    let teacher_kl = apply_distill(trainer, &mut datums, cfg).await?;
     let kl = apply_kl(trainer, &mut datums, cfg).await?;
     let factors = aggregate(&mut datums, cfg);
     let (kl, kl_term) = match kl {
@@ -386,6 +411,9 @@ pub(crate) async fn learn(trainer: Option<&dyn Trainer>, step: u32, fill: &Fill,
     m.insert(time::TRAIN_S.into(), t_train.elapsed().as_secs_f64());
     if let Some(kl) = kl {
         m.insert(train::KL_REFERENCE.into(), kl);
+    }
+    if let Some(v) = teacher_kl {
+        m.insert(train::TEACHER_KL.into(), v);
     }
     step_metrics(&mut m, &tally, fill, cfg);
     let all_dropped = !fill.groups.is_empty() && tally.infra_dropped as usize == fill.groups.len();

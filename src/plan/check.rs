@@ -174,6 +174,7 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Result<CheckedFiles, Vec<Di
     check_model(&mut cx, spec);
     let templates = check_templates(&mut cx, &mut spec.prompt);
     cx.out.extend(super::stages::check(spec, tree));
+    cx.out.extend(super::distill::check(spec, tree));
     if cx.out.is_empty() { Ok(CheckedFiles { templates }) } else { Err(cx.out) }
 }
 

@@ -13,6 +13,7 @@
 //! - [`sweep`]: grids of plans; [`explain`]: what a plan will cost (`rlx validate --explain`).
 
 pub(crate) mod check;
+mod distill;
 pub(crate) mod explain;
 pub(crate) mod hash;
 mod pipeline;

@@ -66,6 +66,7 @@ pub(super) fn resolve(written: Written, hash: String) -> Result<Plan, SourceErro
                 k.form.get_or_insert(kl_form(spec));
                 k
             }),
+            distill: g.distill.clone(),
             learner_temperature: learner_temperature(spec) as f32,
         },
         rollout: spec.rollout.clone(),

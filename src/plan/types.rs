@@ -12,7 +12,7 @@ use crate::prompt::chat::ChatTemplateChoice;
 use crate::seam::{AdamParams, Finetune, LossFn, ModelSource, SamplingParams};
 use crate::spec::diagnostic::Diagnostics;
 use super::trackers::Trackers;
-use crate::spec::types::{Advantage, Data, DynamicSampling, Kl, LossAgg, Overlong, Prompt, Reward, Rollout, RolloutLog, Sandbox, Schedule, Spec};
+use crate::spec::types::{Advantage, Data, Distill, DynamicSampling, Kl, LossAgg, Overlong, Prompt, Reward, Rollout, RolloutLog, Sandbox, Schedule, Spec};
 
 /// Why a spec could not be planned.
 #[derive(Debug, thiserror::Error)]
@@ -157,6 +157,8 @@ pub struct GrpoPlan {
     pub dynamic_sampling: Option<DynamicSampling>,
     /// The KL penalty to the reference policy, when on.
     pub kl: Option<Kl>,
+    /// On-policy distillation, when on (`teacher.base` an absolute directory after checking).
+    pub distill: Option<Distill>,
     /// The temperature the trainer scores log-probabilities at (`grpo.learner_temperature`;
     /// by default the sampling temperature, 1 when sampling is greedy; a reopened run's
     /// recorded value where the spec names none: [`super::record::reopened`]). The embedded

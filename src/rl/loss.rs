@@ -16,6 +16,11 @@
 //! | `gspo` | `-Σ min(s·A, clip(s, lo, hi)·A)`, `s = exp(Σ_t m_t (logp_t − q_t) / Σ_t m_t)` per datum, `m_t = [A_t ≠ 0]` (defaults lo 0.9997, hi 1.0004) |
 //! | `masked_importance_sampling` | `-Σ sg(r·[ρ ≤ cap])·logp·A`, ρ = r per token, or the datum's `s` (as gspo's) with `sequence` |
 //!
+//! On-policy distillation (`grpo.distill`, engine/distill.rs) changes no loss: it sets the
+//! advantage of each sampled token to `A_t = A_task − coef·(q_t − log p_teacher(y_t))` (the
+//! task's term kept only with `task_reward`) and trains it with the loss above, by default
+//! `importance_sampling`.
+//!
 //! `gspo` (Zheng et al. 2025, arXiv 2507.18071) is rlx's, not Tinker's: the ratio is the
 //! sequence's geometric mean of token ratios over its sampled tokens (those with a non-zero
 //! advantage), shared by every token of the sequence and clipped as a whole; the token sum above

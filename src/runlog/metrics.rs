@@ -106,6 +106,9 @@ pub mod train {
     /// `grpo.kl`: the KL estimate (k1 or k3) to the reference, per sampled token of the trained
     /// datums.
     pub const KL_REFERENCE: &str = "train/kl_reference";
+    /// `grpo.distill`: the mean of log p_student − log p_teacher over the trained datums' sampled
+    /// tokens (a Monte Carlo estimate of the reverse KL to the teacher, per token).
+    pub const TEACHER_KL: &str = "train/teacher_kl";
     /// Dynamic sampling: problems drawn by the step (`prompts_per_step` and the refills).
     pub const PROBLEMS_DRAWN: &str = "train/problems_drawn";
     /// Dynamic sampling: groups set aside because every completion scored the same (or a group

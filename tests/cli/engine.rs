@@ -42,14 +42,19 @@ pub(crate) fn char_tokenizer() -> (Value, usize) {
 
 /// Writes a tiny random Qwen3 model as an HF directory.
 pub(crate) fn tiny_model(dir: &Path) {
+    tiny_model_seeded(dir, 7);
+}
+
+/// [`tiny_model`] with weights drawn from `seed` (another model, the same tokenizer).
+pub(crate) fn tiny_model_seeded(dir: &Path, seed: u64) {
     let (tok_json, vocab) = char_tokenizer();
     let mut cfg = crate::trainer::tiny_config(Arch::Qwen3);
     cfg.vocab_size = vocab;
     cfg.max_position_embeddings = 2048;
     cfg.eos_token_ids = vec![1];
     let tokenizer = tokenizers::Tokenizer::from_bytes(tok_json.to_string().as_bytes()).unwrap();
-    let w = random_weights(&cfg, 0.2, 7, DType::F32).unwrap();
-    let opts = TrainerOptions { tuning: Tuning::Full, seed: 7, max_tokens_per_microbatch: 4096, ..Default::default() };
+    let w = random_weights(&cfg, 0.2, seed, DType::F32).unwrap();
+    let opts = TrainerOptions { tuning: Tuning::Full, seed, max_tokens_per_microbatch: 4096, ..Default::default() };
     let tr = LocalTrainer::from_weights(cfg, w, Some(tokenizer), opts, PathBuf::from("random")).unwrap();
     tr.export_merged(dir).unwrap();
     let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
@@ -147,7 +152,7 @@ fn kill_9_mid_step_then_rerun_finishes_each_step_once_pipelined() {
     kill_9_then_rerun(&spec(6, 2).replace("skip_degenerate: false}", "skip_degenerate: false, max_steps_off_policy: 1}"));
 }
 
-fn kill_9_then_rerun(spec_text: &str) {
+pub(crate) fn kill_9_then_rerun(spec_text: &str) {
     let cx = TestContext::new();
     tiny_model(&cx.path().join("tiny"));
     cx.write("spec.yaml", spec_text);

@@ -14,6 +14,8 @@
 //!   (recorded per test, compile errors fed back, `rlx show`, `rlx eval`), the tiny model on the
 //!   shipped C++ data, a missing compiler (exit 2).
 //! - `data`: dataset files and format adapters.
+//! - `distill`: on-policy distillation (`grpo.distill`): teacher scores, the student moving toward
+//!   its teacher, the tokenizer check at validate, kill -9 and resume.
 //! - `engine`: `rlx run` end to end on a tiny model: run directory, kill -9 and resume, SIGINT.
 //! - `export`: `rlx export` (Hugging Face directories loaded by transformers, PEFT adapters, GGUF)
 //!   and `rlx eval` of checkpoints; bad input.
@@ -91,6 +93,7 @@ mod cpp_run;
 mod cwsandbox;
 mod compare;
 mod data;
+mod distill;
 mod engine;
 mod export;
 mod fakes;

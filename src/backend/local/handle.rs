@@ -93,6 +93,10 @@ impl Trainer for TrainerHandle {
         self.worker.submit(move |t| t.reference_logprobs(&data))
     }
 
+    fn teacher_logprobs(&self, teacher: std::path::PathBuf, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
+        self.worker.submit(move |t| t.teacher_logprobs(&teacher, &data))
+    }
+
     fn forward_backward_kl(&self, data: Vec<Datum>, loss: LossFn, kl: crate::seam::KlLoss) -> Pending<ForwardBackwardOutput> {
         self.worker.submit(move |t| t.forward_backward_with(&data, &loss, Some(&kl)))
     }

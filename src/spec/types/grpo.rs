@@ -74,6 +74,10 @@ pub struct Grpo {
     /// advantage. Default: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kl: Option<Kl>,
+    /// On-policy distillation: a teacher scores every sampled token and each token's advantage
+    /// gains `-coef * (log p_student - log p_teacher)` (docs/stages.md). Default: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distill: Option<Distill>,
 }
 
 fn default_prompts_per_step() -> u32 {
@@ -99,6 +103,7 @@ impl Default for Grpo {
             overlong: None,
             dynamic_sampling: None,
             kl: None,
+            distill: None,
         }
     }
 }
@@ -223,6 +228,40 @@ pub struct Kl {
     /// does not shift every advantage by a constant. Default `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub centre: bool,
+}
+
+/// `grpo.distill`: on-policy distillation from a teacher with the student's tokenizer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Distill {
+    /// The teacher model.
+    pub teacher: Teacher,
+    /// The coefficient of the per-token reverse-KL advantage. Default `1`.
+    #[serde(default = "default_distill_coef")]
+    #[schemars(range(min = 0.0))]
+    pub coef: f64,
+    /// Whether the task reward's group advantage is kept (the teacher's term is added to it);
+    /// `false` trains on the teacher's term alone (the task's advantage set to 0; rewards are still
+    /// graded and reported). Default `true`.
+    #[serde(default = "default_true")]
+    pub task_reward: bool,
+}
+
+/// `grpo.distill.teacher`: the model that scores the student's samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Teacher {
+    /// A model directory on this machine in `model.base` form (relative to the spec's
+    /// directory), with the student's tokenizer.
+    pub base: String,
+}
+
+fn default_distill_coef() -> f64 {
+    1.0
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn is_zero(x: &f64) -> bool {

@@ -35,8 +35,8 @@ pub use backend::{Backend, OpenaiApi, PromptEncoding, SampleWeights, TinkerServe
 pub use data::{Data, DataFormat, RowLimits, Source};
 pub use eval::Eval;
 pub use grpo::{
-    Advantage, CorrectionMode, DynamicSampling, DynamicSamplingMetric, Grpo, Kl, KlEstimator, KlForm, Loss, LossAgg,
-    Overlong, RolloutCorrection,
+    Advantage, CorrectionMode, Distill, DynamicSampling, DynamicSamplingMetric, Grpo, Kl, KlEstimator, KlForm, Loss, LossAgg,
+    Overlong, RolloutCorrection, Teacher,
 };
 pub use log::{Log, MlflowSink, RolloutLog, Sinks, TensorboardSink, WandbMode, WandbSink};
 pub use model::{Finetune, Lora, LoraTarget, Model};

@@ -1,0 +1,90 @@
+//! On-policy distillation (`grpo.distill`): the teacher scores every sampled token of a step's
+//! datums and each sampled token's advantage gains `-coef · (log p_student − log p_teacher)`
+//! (the per-token negative reverse KL, discount 0: each token answers for itself, as
+//! tinker-cookbook's `train_on_policy`), trained by the step's loss.
+//!
+//! `log p_student` is the sampler's log-probability of the token (the policy the sample came
+//! from, which the importance-sampling loss divides by), `log p_teacher` the teacher's at
+//! temperature 1. The term is the advantage form of `grpo.kl` with the teacher as the reference
+//! and k1 as the estimator ([`shaping::apply_kl`]); rejected: a loss term, which would need a
+//! second differentiated model, where the advantage form needs only the teacher's forward pass.
+
+use crate::backend::Trainer;
+use crate::rl::shaping::{self, KlPenalty};
+use crate::spec::types::{Distill, KlEstimator};
+
+use super::error::Error;
+
+/// One datum's targets: the sampler's log-probabilities (one per target), the teacher's, which
+/// positions are sampled tokens, and the advantages (changed in place).
+pub(crate) struct Row<'a> {
+    pub(crate) logprobs: &'a [f32],
+    pub(crate) teacher: &'a [f32],
+    pub(crate) sampled: &'a [bool],
+    pub(crate) advantages: &'a mut [f32],
+}
+
+/// Adds the teacher's term to every row's sampled advantages; returns the mean log-ratio over
+/// the sampled tokens (`train/teacher_kl`).
+///
+/// # Errors
+/// [`Error::Backend`] when a row of the teacher's does not have one entry per target.
+pub(crate) fn add_teacher_term(rows: &mut [Row<'_>], coef: f64) -> Result<f64, Error> {
+    let mut sum = 0.0;
+    let mut count = 0usize;
+    let penalty = KlPenalty { estimator: KlEstimator::K1, coef, centre: 0.0, discount: 0.0 };
+    for row in rows.iter_mut() {
+        let p = row.teacher;
+        shaping::apply_kl(row.advantages, row.logprobs, p, row.sampled, penalty)
+            .map_err(|e| crate::backend::Error::InvalidArgument { what: "teacher logprobs", reason: e.to_string() })?;
+        for t in (0..row.sampled.len()).filter(|&t| row.sampled[t]) {
+            sum += f64::from(row.logprobs[t]) - f64::from(p[t]);
+            count += 1;
+        }
+    }
+    Ok(if count == 0 { 0.0 } else { sum / count as f64 })
+}
+
+/// The teacher's log-probabilities of `data`'s targets, on the trainer.
+///
+/// # Errors
+/// A teacher the trainer cannot load or score.
+pub(crate) async fn teacher_logprobs(trainer: &dyn Trainer, distill: &Distill, data: Vec<crate::seam::Datum>) -> Result<Vec<Vec<f32>>, Error> {
+    Ok(trainer.teacher_logprobs(distill.teacher.base.clone().into(), data).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_term_is_minus_coef_times_the_log_ratio_on_sampled_tokens_only() {
+        let q = [-1.0f32, -0.5, -2.0];
+        let p = [-3.0f32, -0.25, -2.0];
+        let sampled = [false, true, true];
+        let mut adv = [0.5f32, 0.5, 0.5];
+        let mut rows = [Row { logprobs: &q, teacher: &p, sampled: &sampled, advantages: &mut adv }];
+        let mean = add_teacher_term(&mut rows, 2.0).unwrap();
+        // Token 1: 0.5 − 2·(−0.5 + 0.25); token 2: the teacher agrees, nothing added; token 0 is
+        // context and keeps its value.
+        assert_eq!(adv, [0.5, 1.0, 0.5]);
+        assert!((mean - (-0.25 + 0.0) / 2.0).abs() < 1e-12, "{mean}");
+    }
+
+    #[test]
+    fn a_teacher_equal_to_the_student_adds_nothing() {
+        let q = [-1.0f32, -0.5];
+        let mut adv = [0.0f32; 2];
+        let mut rows = [Row { logprobs: &q, teacher: &q, sampled: &[true, true], advantages: &mut adv }];
+        assert_eq!(add_teacher_term(&mut rows, 1.0).unwrap(), 0.0);
+        assert_eq!(adv, [0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_teacher_row_of_the_wrong_length_is_an_error() {
+        let q = [-1.0f32, -0.5];
+        let mut adv = [0.0f32; 2];
+        let mut rows = [Row { logprobs: &q, teacher: &[-1.0], sampled: &[true, true], advantages: &mut adv }];
+        assert!(add_teacher_term(&mut rows, 1.0).is_err());
+    }
+}
