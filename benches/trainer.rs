@@ -245,8 +245,8 @@ fn side(cfg: &Paired<'_>, phase: &str, anchor: bool) -> Option<(f64, f64)> {
     let gguf = cfg.gguf.to_str().expect("utf-8 path");
     let out = match (&cfg.ablate, anchor) {
         (Some((k, v)), false) => child(&["--phase", phase, gguf], &[(k.as_str(), v.as_str())]),
-        (Some(_), true) => child(&["--phase", phase, gguf], &[]),
-        (None, false) => child(&["--phase", phase, gguf], &[]),
+        // rlx as it is: the ablation's anchor, or the side measured against an anchor.
+        (Some(_), true) | (None, false) => child(&["--phase", phase, gguf], &[]),
         (None, true) => match phase {
             "grpo_packed" => child(&["--phase", "grpo_plain", gguf], &[]),
             "reference" => child(&["--phase", "reference_candle", gguf], &[("RLX_TRAIN_PASS", "autograd")]),
