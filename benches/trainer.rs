@@ -207,6 +207,17 @@ fn torch_python() -> String {
     std::env::var("RLX_TORCH_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
+/// PyTorch's kernels capped at the level `RLX_ISA` caps rlx's to, so that `RLX_ISA=avx2` on an
+/// AVX-512 host compares like with like. Uncapped, PyTorch's MKL GEMM kept AVX-512 while rlx ran
+/// AVX2: 202 against 161 tokens/s for PyTorch's full fine-tuning on one Xeon (2026-11-29), a 1.25×
+/// handicap that an AVX2-only machine, where both sides run AVX2, does not have.
+fn torch_isa_caps() -> Vec<(&'static str, &'static str)> {
+    match std::env::var("RLX_ISA").ok().as_deref() {
+        Some("avx2") => vec![("ATEN_CPU_CAPABILITY", "avx2"), ("MKL_ENABLE_INSTRUCTIONS", "AVX2"), ("DNNL_MAX_CPU_ISA", "AVX2")],
+        _ => vec![],
+    }
+}
+
 fn child(args: &[&str], env: &[(&str, &str)]) -> Option<serde_json::Value> {
     let exe = std::env::current_exe().ok()?;
     let out = Command::new(exe).args(args).envs(env.iter().copied()).output().ok()?;
@@ -219,7 +230,7 @@ fn child(args: &[&str], env: &[(&str, &str)]) -> Option<serde_json::Value> {
 
 fn torch_phase(dir: &Path, phase: &str, threads: usize) -> Option<serde_json::Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/trainer_torch.py");
-    let out = Command::new(torch_python()).arg(script).arg(dir).arg(phase).arg(threads.to_string()).output().ok()?;
+    let out = Command::new(torch_python()).arg(script).arg(dir).arg(phase).arg(threads.to_string()).envs(torch_isa_caps()).output().ok()?;
     if !out.status.success() {
         eprintln!("torch phase {phase} failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
         return None;

@@ -78,7 +78,7 @@ pub const TRAIN_PASS: Switch = Switch::new("RLX_TRAIN_PASS", "`autograd`: the em
 /// `RLX_TRAIN_PACK`.
 pub const TRAIN_PACK: Switch = Switch::new("RLX_TRAIN_PACK", "`off`/`0`/`false`: the embedded trainer does not pack a group's shared prompt once per row", "`on`", true);
 /// `RLX_ALLOC`.
-pub const ALLOC: Switch = Switch::new("RLX_ALLOC", "`system`: glibc's allocator as it is; `keep`: freed large blocks kept across steps; unset (`reuse`): they are reused and handed back as each step starts", "`reuse`", true);
+pub const ALLOC: Switch = Switch::new("RLX_ALLOC", "`system`: glibc's allocator as it is; `keep`: freed large blocks kept across steps; unset (`reuse`): they are reused, and handed back as a step starts after sampling or scoring", "`reuse`", true);
 /// `RLX_ISA`.
 pub const ISA: Switch = Switch {
     name: rlx_kernels::isa::SWITCH,

@@ -103,6 +103,8 @@ impl LocalSampler {
     /// # Errors
     /// As [`LocalSampler::sample`], for any request.
     pub fn sample_batch(&self, requests: &[SampleRequest], params: &SamplingParams) -> Result<Vec<Vec<SampledSequence>>> {
+        // The decoder's caches are freed after the batch: the next training step hands them back.
+        crate::alloc::note_other_work();
         params.validate()?;
         for r in requests {
             self.check_prompt(&r.prompt)?;
@@ -182,6 +184,7 @@ impl LocalSampler {
 
     /// Logits `[len - 1, vocab]` of a checked prompt's positions 1.. (`None` for one token).
     fn prompt_logits(&self, prompt: &[u32]) -> Result<Option<candle_core::Tensor>> {
+        crate::alloc::note_other_work();
         self.check_prompt(prompt)?;
         if prompt.len() < 2 {
             return Ok(None);
