@@ -235,10 +235,10 @@ fn tool_specs_are_validated_with_located_errors() {
     }
     assert!(r.stderr.contains("spec.yaml:"), "located: {}", r.stderr);
     // An unknown tool is refused by the schema.
-    cx.write("spec.yaml", &text.replace("tools: [check_solution, check_solution]", "tools: [bash]"));
+    cx.write("spec.yaml", &text.replace("tools: [check_solution, check_solution]", "tools: [shell]"));
     let r = cx.run(&["validate", "spec.yaml"]);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("bash"), "{}", r.stderr);
+    assert!(r.stderr.contains("shell"), "{}", r.stderr);
 }
 
 /// The shipped Qwen3.5 recipe's setup (two turns, `check_solution`, Qwen3.5's thinking
