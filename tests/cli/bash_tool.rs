@@ -17,9 +17,10 @@ use rlx::engine::{self, PolicySource};
 use rlx::seam::StopReason;
 use serde_json::{Value, json};
 
-use crate::common::{TestContext, jsonl, repo};
+use crate::common::{TestContext, jsonl};
 use crate::cwsandbox::{CwServer, listed};
 use crate::fakes::{Call, Problems, Recorder, Scripted};
+use crate::tools::path;
 
 /// The key the server requires and the runs send.
 const KEY: &str = "rlx-test-key";
@@ -33,50 +34,19 @@ fn bash(command: &str) -> String {
     format!("<tool_call>\n{}\n</tool_call>", json!({"name": "bash", "arguments": {"command": command}}))
 }
 
-/// Which trajectory (the `PATH=` marker of its first turn; the sample index on that turn) and
-/// which turn a call is.
-fn path(c: &Call) -> (usize, usize) {
-    let turn = c.prompt.matches("<|im_start|>assistant").count();
-    let path = match c.prompt.find("PATH=") {
-        Some(i) => c.prompt[i + 5..i + 6].parse().unwrap(),
-        None => c.sample,
-    };
-    (path, turn)
-}
-
 /// A server on 127.0.0.1 that requires [`KEY`].
 fn server() -> CwServer {
     CwServer::start_with("127.0.0.1:0", &[("RLX_SANDBOX_API_KEY", KEY)])
 }
 
-/// The spec: one problem × 2 samples, one step, `bash` on the server at `url`, `limits`.
+/// The tool tests' spec (one problem × 2 samples, one step, `limits`) with `bash` alone, on the
+/// server at `url`, one infrastructure retry.
 fn spec(cx: &TestContext, url: &str, limits: &str) {
-    if !cx.path().join("tiny").exists() {
-        crate::engine::tiny_model(&cx.path().join("tiny"));
-    }
-    let text = format!(
-        "name: bash
-seed: 5
-model: {{base: ./tiny}}
-backend: {{kind: local}}
-data:
-  train: [{{path: {train}, format: mbpp, limit: 4}}]
-prompt: {{user: {user}}}
-sampling: {{max_tokens: 64}}
-grpo: {{prompts_per_step: 1, group_size: 2}}
-reward: {{test_timeout_s: 2}}
-sandbox: {{kind: cwsandbox, cwsandbox: {{base_url: \"{url}\"}}}}
-log: {{root: {root}, rollouts: all}}
-schedule: {{max_steps: 1, eval_every: 0, save_every: 0, eval_at_start: false}}
-rollout:
-  infra_retries: 1
-  tools: [bash]
-  limits: {limits}
-",
-        train = repo().join("experiments/data/easy_python_train.jsonl").display(),
-        user = repo().join("prompts/mbpp_user.j2").display(),
-        root = cx.path().join("runs").display(),
-    );
+    let text = std::fs::read_to_string(crate::tools::spec(cx, 2, limits)).unwrap();
+    let text = text
+        .replace("sandbox: {kind: local, strict: false}", &format!("sandbox: {{kind: cwsandbox, cwsandbox: {{base_url: \"{url}\"}}}}"))
+        .replace("  tools: [check_solution, python]", "  infra_retries: 1\n  tools: [bash]");
+    assert!(text.contains("tools: [bash]") && text.contains("kind: cwsandbox"), "{text}");
     cx.write("spec.yaml", &text);
 }
 
@@ -200,9 +170,10 @@ fn bash_keeps_a_trajectorys_files_in_its_own_sandbox_until_it_ends() {
     assert_eq!(std::fs::read_to_string(cx.path().join("alive_at_path_1_turn_4")).unwrap(), "1");
     let m = &jsonl(&dir.join("metrics.jsonl"))[0];
     assert!((m["train/tool_error_rate"].as_f64().unwrap() - 1.0 / 6.0).abs() < 1e-9, "one of six calls timed out: {m}");
-    // A sandbox per trajectory (not per call) and one per graded answer, none left.
+    // The preflight's, a sandbox per trajectory (not per call) and one per graded answer; none
+    // left.
     let closing = server.stop();
-    assert!(closing.contains("4 sandboxes created, 0 alive"), "{closing}");
+    assert!(closing.contains("5 sandboxes created, 0 alive"), "{closing}");
 }
 
 #[test]
@@ -213,15 +184,16 @@ fn a_server_killed_inside_a_command_is_an_infrastructure_error() {
     spec(&cx, &server.url, "{max_turns: 2, tool_timeout_s: 30}");
     let child = spawn_child(&cx, "outage");
     let deadline = Instant::now() + Duration::from_secs(300);
-    while !cx.path().join("in_tool").exists() {
-        assert!(Instant::now() < deadline, "no bash call was sampled");
-        std::thread::sleep(Duration::from_millis(10));
+    while !cx.path().join("in_tool").exists() || alive(&server.url) < 2 {
+        assert!(Instant::now() < deadline, "no bash call reached its sandbox");
+        std::thread::sleep(Duration::from_millis(20));
     }
-    // The command has 20 s to run; it starts well within a second.
+    // Both trajectories' sandboxes exist; their commands have 20 s to run and start within a
+    // second.
     std::thread::sleep(Duration::from_secs(1));
     drop(server);
     let said = outcome(&cx, child);
-    assert!(said.contains("all 1 groups were dropped after sandbox infrastructure errors"), "{said}");
+    assert!(said.contains("all 1 groups were dropped after sandbox infrastructure errors") && said.contains("Exec at"), "{said}");
     let dir = crate::common::only_run(&cx);
     assert!(!dir.join("rollouts.jsonl").exists() || jsonl(&dir.join("rollouts.jsonl")).is_empty(), "nothing was scored for the outage");
 }
@@ -234,7 +206,7 @@ fn bash_without_a_remote_sandbox_is_refused_at_validate() {
         let r = cx.run(&["validate", "spec.yaml", &format!("sandbox.kind={kind}")]);
         assert_eq!(r.code, 2, "{}\n{}", r.stdout, r.stderr);
         assert!(r.stderr.contains(&format!("`rollout.tools` lists `bash`, which needs a remote sandbox, but `sandbox.kind` is `{kind}`")), "{}", r.stderr);
-        assert!(r.stderr.contains("spec.yaml:") && r.stderr.contains("hint: set `sandbox.kind: cwsandbox`"), "located, with a hint: {}", r.stderr);
+        assert!(r.stderr.contains("spec.yaml:") && r.stderr.contains("help: set `sandbox.kind: cwsandbox`"), "located, with a hint: {}", r.stderr);
     }
     let r = cx.run(&["validate", "spec.yaml"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
