@@ -181,6 +181,7 @@ fn step_of(t: Option<&Trajectory>, turn: u32, text: String, seq: &SampledSequenc
         tool_calls: turns.iter().map(|x| x.tools.calls.len() as u32).sum(),
         parse_errors_in_row: turns.iter().rev().take_while(|x| x.tools.parse_error.is_some()).count() as u32,
         elapsed_s: started.elapsed().as_secs_f64(),
+        shell: turns.iter().find_map(|x| x.tools.shell.clone()),
     }
 }
 

@@ -12,7 +12,7 @@ use crate::seam::{ModelSource, SourceError, looks_like_path};
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::node::Node;
 use crate::spec::source::{Source, Span};
-use crate::spec::types::{Finetune, Reward, RewardKind, RewardTermKind, SandboxKind, Spec};
+use crate::spec::types::{Finetune, Reward, RewardKind, RewardTermKind, SandboxKind, Spec, Tool};
 
 /// A template file named by the spec, with its role (`prompt.user`, ...).
 #[derive(Debug, Clone)]
@@ -345,6 +345,14 @@ fn check_tools(cx: &mut Ctx<'_>, spec: &Spec) {
     for (i, t) in r.tools.iter().enumerate() {
         if r.tools[..i].contains(t) {
             cx.err(&format!("rollout.tools.{i}"), format!("tool `{}` is listed twice", t.name()));
+        }
+        // A shell needs a container that outlives one command: only a remote service's
+        // sandbox is one (the local and Fusion sandboxes run each program fresh).
+        if *t == Tool::Bash && spec.sandbox.kind != SandboxKind::Cwsandbox {
+            let kind = serde_json::to_value(spec.sandbox.kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+            cx.err(&format!("rollout.tools.{i}"), format!("`rollout.tools` lists `bash`, which needs a remote sandbox, but `sandbox.kind` is `{kind}`"))
+                .hints
+                .push("set `sandbox.kind: cwsandbox` (CoreWeave Sandbox, or `rlx sandbox serve --protocol cwsandbox` locally), or drop `bash` for `python`".into());
         }
     }
     let Some(l) = &r.limits else { return };

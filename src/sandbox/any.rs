@@ -4,7 +4,7 @@ use super::cwsandbox::client::CwClient;
 use super::fusion::FusionClient;
 use super::limits::GradeOptions;
 use super::local::LocalSandbox;
-use super::remote::RemoteGrader;
+use super::remote::{RemoteGrader, Session};
 use super::verdict::{Grader, Verdict};
 use crate::data::Problem;
 
@@ -20,7 +20,20 @@ pub enum AnyGrader {
     Remote(Box<RemoteGrader<CwClient>>),
 }
 
+/// A remote sandbox held for one conversation (see [`RemoteGrader::open_session`]).
+pub type RemoteSession = Session<CwClient>;
+
 impl AnyGrader {
+    /// A sandbox of its own for one conversation, kept between commands (the `bash` tool's):
+    /// only a remote service gives one; `None` for the local and Fusion sandboxes, whose runs
+    /// share nothing.
+    pub async fn session(&self) -> Option<Result<RemoteSession, super::error::Error>> {
+        match self {
+            AnyGrader::Remote(r) => Some(r.open_session().await),
+            AnyGrader::Local(_) | AnyGrader::Fusion(_) => None,
+        }
+    }
+
     /// Stops what the grader keeps between gradings (a remote pool's sandboxes, with reuse per
     /// worker); nothing for the others. Call it once grading is over, on every way out.
     pub async fn close(&self) {

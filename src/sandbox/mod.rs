@@ -49,7 +49,7 @@ pub mod server;
 pub(crate) mod start;
 mod verdict;
 
-pub use any::AnyGrader;
+pub use any::{AnyGrader, RemoteSession};
 pub use error::Error;
 pub use exec::{ExecOutput, ExecRequest, ExecStatus, Protection, Sandbox};
 pub use extract::{extract_code, extract_code_in};

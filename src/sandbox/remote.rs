@@ -18,6 +18,11 @@
 //! [`RemoteGrader::close`] (the run's end, on every way out) or, failing that, when the last
 //! handle is dropped.
 //!
+//! A session ([`RemoteGrader::open_session`]) is a sandbox held for a whole conversation (the
+//! `bash` tool keeps one per trajectory): created with the same spec, tags and pacing, its
+//! commands run in it one after another, and it is stopped the same ways (closed when the
+//! trajectory ends, else by `close` or when dropped).
+//!
 //! Bounds: at most `max_alive` sandboxes at once (a semaphore), and at most `creates_per_s`
 //! creations per second (a spacing between creations), because hosted services throttle both.
 //! Every failure of the service is an [`Error::Remote`] and becomes an `infra_error` verdict,
@@ -228,6 +233,31 @@ impl<R: RemoteSandboxes> Drop for Live<R> {
     }
 }
 
+/// A sandbox kept for one conversation: its commands run one after another and see the files
+/// the ones before left. Stopped by [`Session::close`]; failing that by [`RemoteGrader::close`]
+/// (the run's end) or, when dropped, in the background; a killed run's carry its tag.
+pub struct Session<R: RemoteSandboxes>(Live<R>);
+
+impl<R: RemoteSandboxes> Session<R> {
+    /// The sandbox's id at the service.
+    pub fn id(&self) -> &str {
+        self.0.id()
+    }
+
+    /// Runs `argv` in the sandbox, ended after `timeout` ([`Executed::timed_out`]).
+    ///
+    /// # Errors
+    /// The service failing ([`Error::Remote`]).
+    pub async fn exec(&self, argv: &[String], timeout: Duration) -> Result<Executed, Error> {
+        self.0.pool.backend.exec(self.id(), argv, timeout).await
+    }
+
+    /// Stops and deletes the sandbox.
+    pub async fn close(self) {
+        self.0.release(false).await;
+    }
+}
+
 impl<R: RemoteSandboxes> RemoteGrader<R> {
     /// A grader creating sandboxes from `spec` within `limits`.
     pub fn new(backend: R, spec: CreateSpec, limits: PoolLimits) -> RemoteGrader<R> {
@@ -295,6 +325,12 @@ impl<R: RemoteSandboxes> RemoteGrader<R> {
             }
             self.pool.stop(&id).await;
         }
+        Ok((permit, self.create().await?))
+    }
+
+    /// Creates a sandbox after the creation spacing, held (stopped by [`Self::close`] at the
+    /// latest) and stopped when the guard is dropped unreleased.
+    async fn create(&self) -> Result<Live<R>, Error> {
         {
             let mut next = self.next_create.lock().await;
             let now = tokio::time::Instant::now();
@@ -306,7 +342,18 @@ impl<R: RemoteSandboxes> RemoteGrader<R> {
         let id = self.pool.backend.create(&self.spec).await?;
         self.pool.created.fetch_add(1, Ordering::SeqCst);
         self.pool.held().insert(id.clone(), Instant::now());
-        Ok((permit, Live { pool: self.pool.clone(), id: Some(id) }))
+        Ok(Live { pool: self.pool.clone(), id: Some(id) })
+    }
+
+    /// A sandbox of its own for one conversation (the `bash` tool's trajectory), kept until
+    /// [`Session::close`]. Paced like the grading sandboxes but not counted in `max_alive`: a
+    /// session lives as long as its trajectory, and trajectories waiting on each other's slots
+    /// while their own next turns wait on a whole round would never end.
+    ///
+    /// # Errors
+    /// The service failing to create it ([`Error::Remote`]).
+    pub async fn open_session(&self) -> Result<Session<R>, Error> {
+        Ok(Session(self.create().await?))
     }
 
     /// One graded completion in a sandbox; the sandbox is stopped (or, with reuse, kept) before
@@ -390,6 +437,10 @@ mod tests {
             Ok(id)
         }
         async fn exec(&self, id: &str, argv: &[String], _timeout: Duration) -> Result<Executed, Error> {
+            if argv[0] == "bash" {
+                // A session's command: says which sandbox ran it.
+                return Ok(Executed { stdout: id.as_bytes().to_vec(), ..Executed::default() });
+            }
             tokio::time::sleep(self.exec_delay).await;
             let dir = argv[1].strip_suffix("/main.py").unwrap();
             assert!(dir.starts_with(DIR));
@@ -449,6 +500,38 @@ mod tests {
         assert!(verdicts.iter().all(|v| v.passed), "{verdicts:?}");
         assert_eq!(g.backend().created.load(Ordering::SeqCst), 6, "one sandbox per graded completion");
         assert_eq!(g.backend().peak.load(Ordering::SeqCst), 2, "never more than max_alive at once");
+        assert!(g.backend().alive.lock().unwrap().is_empty());
+    }
+
+    /// Waits (a bounded while) for the background stops of dropped guards.
+    async fn settled(g: &RemoteGrader<Memory>, alive: usize) -> usize {
+        for _ in 0..100 {
+            if g.backend().alive.lock().unwrap().len() == alive {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        g.backend().alive.lock().unwrap().len()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_keeps_its_sandbox_until_closed_dropped_or_the_grader_closes() {
+        let g = grader(Duration::ZERO, 1);
+        let (a, b) = (g.open_session().await.unwrap(), g.open_session().await.unwrap());
+        assert_ne!(a.id(), b.id());
+        // Sessions are not slots of `max_alive` (1): grading still gets one.
+        assert!(g.grade(&problem(), "print(1)", &GradeOptions::default()).await.passed);
+        let argv = ["bash".to_owned(), "-c".to_owned(), "true".to_owned()];
+        for _ in 0..2 {
+            assert_eq!(a.exec(&argv, Duration::from_secs(1)).await.unwrap().stdout, a.id().as_bytes(), "every command in the session's sandbox");
+        }
+        let b_id = b.id().to_owned();
+        a.close().await;
+        assert_eq!(g.backend().alive.lock().unwrap().iter().cloned().collect::<Vec<_>>(), [b_id]);
+        drop(b);
+        assert_eq!(settled(&g, 0).await, 0, "a dropped session is stopped in the background");
+        let _kept = g.open_session().await.unwrap();
+        assert_eq!((g.alive(), g.close().await), (1, 1), "the grader's close stops a session still held");
         assert!(g.backend().alive.lock().unwrap().is_empty());
     }
 

@@ -4,6 +4,9 @@
 //! - `architecture`: the layers of docs/architecture.md and no import cycles, checked on `src/`.
 //! - `backend_contract`: the backend contract suite (`rlx::backend::contract`) on the local
 //!   backend, through the async seams.
+//! - `bash_tool`: the `bash` tool on rlx's CoreWeave-protocol server: a sandbox per trajectory
+//!   (files kept between calls, none shared), a hanging command, deletion when the trajectory
+//!   ends, the server killed inside a command, validation.
 //! - `chat`: chat templates and tokenization against real Qwen3 files and HF's Python reference.
 //! - `compat`: a run directory written before the plan module (`tests/fixtures/run-v1`), read by
 //!   `rlx compare` and resumed by `rlx run --resume`.
@@ -86,6 +89,7 @@
 
 mod architecture;
 mod backend_contract;
+mod bash_tool;
 mod chat;
 mod common;
 mod compat;

@@ -22,7 +22,7 @@ fn call(name: &str, code: &str) -> String {
 
 /// Which path a trajectory follows: the sample index on its first turn, then the `PATH=` marker
 /// its first turn wrote (later prompts hold the earlier turns).
-fn path(c: &Call) -> (usize, usize) {
+pub(crate) fn path(c: &Call) -> (usize, usize) {
     let turn = c.prompt.matches("<|im_start|>assistant").count();
     let path = match c.prompt.find("PATH=") {
         Some(i) => c.prompt[i + 5..i + 6].parse().unwrap(),
@@ -54,7 +54,7 @@ fn every_stop(p: &Problems, c: &Call) -> (String, StopReason) {
 }
 
 /// The spec: one problem × `group` samples, one step, the tools and `limits` given.
-fn spec(cx: &TestContext, group: u32, limits: &str) -> std::path::PathBuf {
+pub(crate) fn spec(cx: &TestContext, group: u32, limits: &str) -> std::path::PathBuf {
     if !cx.path().join("tiny").exists() {
         crate::engine::tiny_model(&cx.path().join("tiny"));
     }
@@ -235,10 +235,10 @@ fn tool_specs_are_validated_with_located_errors() {
     }
     assert!(r.stderr.contains("spec.yaml:"), "located: {}", r.stderr);
     // An unknown tool is refused by the schema.
-    cx.write("spec.yaml", &text.replace("tools: [check_solution, check_solution]", "tools: [bash]"));
+    cx.write("spec.yaml", &text.replace("tools: [check_solution, check_solution]", "tools: [shell]"));
     let r = cx.run(&["validate", "spec.yaml"]);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("bash"), "{}", r.stderr);
+    assert!(r.stderr.contains("shell"), "{}", r.stderr);
 }
 
 /// The shipped Qwen3.5 recipe's setup (two turns, `check_solution`, Qwen3.5's thinking

@@ -20,9 +20,10 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// The `code` argument both built-in tools take.
+    /// The one string argument its tool takes ([`Tool::argument`]): `check_solution`'s and
+    /// `python`'s code, `bash`'s command.
     pub(crate) fn code(&self) -> &str {
-        self.arguments.get("code").and_then(Value::as_str).unwrap_or_default()
+        self.arguments.get(self.tool.argument()).and_then(Value::as_str).unwrap_or_default()
     }
 }
 
@@ -54,15 +55,16 @@ pub(crate) fn parse(text: &str, tools: &[Tool]) -> Parsed {
     if calls.is_empty() { Parsed::Answer } else { Parsed::Calls(calls) }
 }
 
-/// One call, checked: an enabled tool, and the `code` string both tools take.
+/// One call, checked: an enabled tool, and the one string argument it takes.
 fn call(raw: hermes::RawCall, tools: &[Tool]) -> Result<Call, String> {
     let name = raw.name.as_str();
     let tool = tools.iter().copied().find(|t| t.name() == name).ok_or_else(|| {
         let known: Vec<&str> = tools.iter().map(|t| t.name()).collect();
         format!("no tool is named `{name}` (tools: {})", known.join(", "))
     })?;
-    if !raw.arguments.get("code").is_some_and(Value::is_string) {
-        return Err(format!("`{name}` takes `{{\"code\": \"...\"}}`: a `code` string is missing"));
+    let arg = tool.argument();
+    if !raw.arguments.get(arg).is_some_and(Value::is_string) {
+        return Err(format!("`{name}` takes `{{\"{arg}\": \"...\"}}`: a `{arg}` string is missing"));
     }
     Ok(Call { tool, arguments: raw.arguments })
 }
@@ -72,13 +74,16 @@ pub(crate) fn schema(tool: Tool) -> Value {
     let description = match tool {
         Tool::CheckSolution => "Runs a complete solution against the problem's public tests and returns the verdict and the first failing test.",
         Tool::Python => "Runs a Python snippet and returns its stdout and stderr.",
+        Tool::Bash => "Runs a shell command in your own container and returns its exit code, stdout and stderr. Files persist between calls; each command starts in `/`.",
     };
-    let code = match tool {
+    let what = match tool {
         Tool::CheckSolution => "The complete solution, as it would be submitted.",
         Tool::Python => "The Python code to run.",
+        Tool::Bash => "The command, run with `bash -c`.",
     };
+    let arg = tool.argument();
     json!({"type": "function", "function": {"name": tool.name(), "description": description,
-        "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": code}}, "required": ["code"]}}})
+        "parameters": {"type": "object", "properties": {arg: {"type": "string", "description": what}}, "required": [arg]}}})
 }
 
 /// The declared text format for a chat template without a `tools` variable: the schemas and how
@@ -105,6 +110,17 @@ mod tests {
     use super::*;
 
     const BOTH: &[Tool] = &[Tool::CheckSolution, Tool::Python];
+
+    #[test]
+    fn bash_takes_a_command_and_its_schema_says_so() {
+        let Parsed::Calls(c) = parse("<tool_call>{\"name\": \"bash\", \"arguments\": {\"command\": \"ls /\"}}</tool_call>", &[Tool::Bash]) else { panic!() };
+        assert_eq!((c[0].tool, c[0].code()), (Tool::Bash, "ls /"));
+        match parse("<tool_call>{\"name\": \"bash\", \"arguments\": {\"code\": \"ls\"}}</tool_call>", &[Tool::Bash]) {
+            Parsed::Malformed(why) => assert!(why.contains("`command` string is missing"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(schema(Tool::Bash)["function"]["parameters"]["required"], json!(["command"]));
+    }
 
     #[test]
     fn hermes_calls_are_read_in_order_and_thinking_is_skipped() {

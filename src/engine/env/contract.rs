@@ -9,6 +9,7 @@ use crate::data::Problem;
 use crate::prompt::Message;
 
 use super::calls::Call;
+use super::shell::Shell;
 use crate::engine::error::Error;
 use crate::engine::grading::Graded;
 
@@ -65,6 +66,8 @@ pub(crate) struct Step {
     pub parse_errors_in_row: u32,
     /// Seconds since the trajectory's first turn was asked for.
     pub elapsed_s: f64,
+    /// The trajectory's own sandbox, if an earlier turn opened one ([`TurnTools::shell`]).
+    pub shell: Option<Shell>,
 }
 
 /// What a tool call did, as the turn records it.
@@ -87,6 +90,9 @@ pub(crate) struct TurnTools {
     pub parse_error: Option<String>,
     /// Whether the turn is context in training (a malformed turn under `mask_turn`).
     pub masked: bool,
+    /// The sandbox this turn opened for the trajectory (its first `bash` call), kept with the
+    /// trajectory so that its later steps get it back ([`Step::shell`]).
+    pub shell: Option<Shell>,
 }
 
 /// An environment's answer to one turn.
@@ -133,8 +139,9 @@ pub(crate) trait Env: Send + Sync {
     /// The event phase of turns after the first.
     fn continuation(&self) -> &'static str;
 
-    /// Runs after a trajectory ended. The built-in environments hold nothing per trajectory
-    /// (their sandbox calls are stateless); one with sessions closes them here.
+    /// Runs after a phase's trajectories ended. The built-in environments hold nothing per
+    /// trajectory: the `bash` tool's sandbox travels with its trajectory ([`TurnTools::shell`]),
+    /// closed when its step ends the trajectory, else stopped when the trajectory is dropped.
     fn cleanup(&self) {}
 }
 

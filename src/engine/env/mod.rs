@@ -10,13 +10,15 @@
 //! Two environments: [`feedback::Feedback`] (`rollout.max_attempts`: a failed answer gets the
 //! feedback turn) and [`tools::ToolEnv`] (`rollout.tools`: tool calls answered by the sandbox).
 //! An environment holds no per-trajectory state: what it needs of the past (turns, tool calls,
-//! malformed turns in a row, time) comes in [`Step`], derived from the trajectory the loop keeps,
-//! so a group's trajectories step together and a resumed step replays the same way.
+//! malformed turns in a row, time, the `bash` tool's sandbox) comes in [`Step`], derived from
+//! the trajectory the loop keeps, so a group's trajectories step together and a resumed step
+//! replays the same way.
 
 mod contract;
 pub(crate) mod calls;
 pub(crate) mod feedback;
 pub(crate) mod run_tool;
+pub(crate) mod shell;
 pub(crate) mod tools;
 pub(crate) mod toolset;
 

@@ -41,6 +41,9 @@ impl Runner<'_> {
         match call.tool {
             Tool::CheckSolution => self.check_solution(call.code(), problem).await,
             Tool::Python => self.python(call.code(), problem).await,
+            // A shell needs the trajectory's own sandbox: the tool environment runs it
+            // (`super::shell`), never a stateless grading call.
+            Tool::Bash => Ran::Output { text: "error: `bash` runs in the trajectory's sandbox".into(), error: true },
         }
     }
 

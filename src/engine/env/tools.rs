@@ -15,6 +15,7 @@ use crate::spec::types::{OnLimit, Tool};
 
 use super::calls::{self, Parsed};
 use super::run_tool::{Ran, Runner};
+use super::shell;
 use super::contract::{CallRecord, Ending, Env, Reply, Step, TurnTools, no_answer};
 use super::toolset::ToolSet;
 use crate::engine::error::Error;
@@ -43,7 +44,20 @@ impl ToolEnv {
         grade_one(self.grader.as_ref(), problem, Submission::Completion(submitted), &self.opts, self.retries).await
     }
 
+    /// One turn; a trajectory that ends on it closes its sandbox now (rather than when its
+    /// records are dropped).
     async fn step_one(&self, problem: &Problem, s: Step) -> Reply {
+        let had = s.shell.clone();
+        let reply = self.turn(problem, s).await;
+        if reply.done.is_some()
+            && let Some(shell) = reply.tools.shell.as_ref().or(had.as_ref())
+        {
+            shell.close().await;
+        }
+        reply
+    }
+
+    async fn turn(&self, problem: &Problem, s: Step) -> Reply {
         let t = Instant::now();
         let l = &self.set.limits;
         let ended = |done: Ending, tools: TurnTools| Reply { graded: no_answer(problem), append: vec![], done: Some(done), tools };
@@ -74,7 +88,12 @@ impl ToolEnv {
                 let opts = self.tool_opts();
                 let runner = Runner { grader: self.grader.as_ref(), opts: &opts, retries: self.retries, public_tests: l.public_tests as usize };
                 for call in cs {
-                    match runner.run(&call, problem).await {
+                    let ran = if call.tool == Tool::Bash {
+                        shell::call(&self.grader, (s.shell.as_ref(), &mut tools.shell), call.code(), problem, opts.limits.timeout, self.retries).await
+                    } else {
+                        runner.run(&call, problem).await
+                    };
+                    match ran {
                         Ran::Output { text, error } => {
                             append.push(self.set.result(&text));
                             tools.calls.push(CallRecord { call, output: Some(text), error });

@@ -41,6 +41,10 @@ pub enum Tool {
     /// `python(code)`: runs a Python snippet in the sandbox; returns its stdout and stderr,
     /// clipped.
     Python,
+    /// `bash(command)`: runs a shell command in the trajectory's own sandbox, a container kept
+    /// for the trajectory's later calls (files persist; each command starts in `/`); returns
+    /// the exit code, stdout and stderr, clipped. Needs `sandbox.kind: cwsandbox`.
+    Bash,
 }
 
 impl Tool {
@@ -49,6 +53,15 @@ impl Tool {
         match self {
             Tool::CheckSolution => "check_solution",
             Tool::Python => "python",
+            Tool::Bash => "bash",
+        }
+    }
+
+    /// The one argument it takes: the code to run, or (`bash`) the command.
+    pub fn argument(self) -> &'static str {
+        match self {
+            Tool::CheckSolution | Tool::Python => "code",
+            Tool::Bash => "command",
         }
     }
 }
@@ -77,8 +90,8 @@ pub struct ToolLimits {
     /// Seconds per trajectory, checked after each turn (stop reason `timeout`). Default `600`.
     #[serde(default = "default_timeout_s")]
     pub timeout_s: f64,
-    /// Seconds per tool call; a call that runs longer is killed and the model sees a tool error.
-    /// Default `10`.
+    /// Seconds per tool call (a `bash` command's too); a call that runs longer is killed and the
+    /// model sees a tool error. Default `10`.
     #[serde(default = "default_tool_timeout_s")]
     pub tool_timeout_s: f64,
     /// Tests `check_solution` runs: the first this many of a problem's tests (LiveCodeBench lists
