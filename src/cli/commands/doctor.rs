@@ -70,7 +70,7 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<u8> {
 /// The by-category block: a title, a header, one line per category (`all` last).
 fn category_lines(b: &Breakdown) -> Vec<String> {
     let from = if b.from < 0 { "the baseline".to_owned() } else { format!("step {}", b.from) };
-    let mut out = vec![format!("By category: pass@1 (%) at {from} → step {}, each problem once (descriptive: no test per category)", b.to)];
+    let mut out = vec![format!("By category (pass@1 %, {from} → step {}, each problem once; no test per category)", b.to)];
     out.extend(b.notes.iter().map(|n| format!("  ({n})")));
     out.push(format!("  {:<10}{:>8}  {}", "category", "problems", b.protocols.iter().map(|p| format!("{p:<34}")).collect::<String>().trim_end()));
     for (name, shifts) in &b.rows {

@@ -197,10 +197,18 @@ fn changes(stored: &[Option<Stored>], passed_now: &[bool], ids: &[String]) -> Ve
     groups
         .into_iter()
         .map(|(group, (n, lost, gained))| {
-            let changed: Vec<&str> = lost.iter().chain(&gained).copied().collect();
-            let which = if changed.is_empty() { String::new() } else { format!(": {}{}", changed.iter().take(10).copied().collect::<Vec<_>>().join(", "), if changed.len() > 10 { ", ..." } else { "" }) };
+            // Each problem once, with how many of its samples changed (`62034 ×4`).
+            let mut changed: Vec<(&str, usize)> = vec![];
+            for id in lost.iter().chain(&gained) {
+                match changed.iter_mut().find(|(c, _)| c == id) {
+                    Some(c) => c.1 += 1,
+                    None => changed.push((id, 1)),
+                }
+            }
+            let shown: Vec<String> = changed.iter().take(10).map(|&(id, n)| if n > 1 { format!("{id} ×{n}") } else { id.to_owned() }).collect();
+            let which = if changed.is_empty() { String::new() } else { format!(": {}{}", shown.join(", "), if changed.len() > 10 { ", ..." } else { "" }) };
             let group = if group.is_empty() { String::new() } else { format!("{group}: ") };
-            format!("against the stored verdicts: {group}{} of {n} changed ({} passed → failed, {} failed → passed{which})", changed.len(), lost.len(), gained.len())
+            format!("against the stored verdicts: {group}{} of {n} changed ({} passed → failed, {} failed → passed{which})", lost.len() + gained.len(), lost.len(), gained.len())
         })
         .collect()
 }
