@@ -38,19 +38,6 @@ pub(crate) struct ArmCategories {
     pub rows: Vec<CategoryRow>,
 }
 
-/// For a run whose eval records carry no category: the categories of the eval data files its
-/// config names (`data.eval.N.path`), read now ([`categories::from_data`]).
-pub(crate) fn from_data(config: &BTreeMap<String, String>, hashes: &BTreeMap<String, String>, notes: &mut Vec<String>) -> BTreeMap<String, String> {
-    let files: Vec<categories::DataFile> = config
-        .iter()
-        .filter(|(k, _)| k.starts_with("data.eval.") && k.ends_with(".path"))
-        .map(|(k, path)| categories::DataFile { path: path.into(), format: config.get(&k.replace(".path", ".format")).cloned(), sha256: hashes.get(k).cloned() })
-        .collect();
-    let (found, said) = categories::from_data(&files);
-    notes.extend(said);
-    found
-}
-
 /// Each problem's pass@1 averaged over `at`'s (run, step) pairs, for the problems every run
 /// graded there (n > 0).
 fn means(at: &[(&Run, i64)], greedy: bool) -> BTreeMap<String, f64> {

@@ -249,7 +249,7 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
         into.entry(r.step).or_default().insert(r.problem_id, PassCounts { n: r.n, correct: r.correct });
     }
     if categories.is_empty() {
-        categories = super::category::from_data(&config, &hashes, &mut notes);
+        categories = categories_from_data(&config, &hashes, &mut notes);
     }
     let checkpoints = dir.checkpoints().map_err(err)?;
     torn(&mut notes, files::CHECKPOINTS, checkpoints.torn_line);
@@ -269,6 +269,21 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
         eval_samples,
         notes,
     })
+}
+
+/// For a run whose eval records carry no category (written before records had one): the
+/// categories of the eval data files its config names (`data.eval.N.path`), read now
+/// ([`crate::health::categories::from_data`]), each file read noted.
+fn categories_from_data(config: &BTreeMap<String, String>, hashes: &BTreeMap<String, String>, notes: &mut Vec<String>) -> BTreeMap<String, String> {
+    use crate::health::categories::{DataFile, from_data};
+    let files: Vec<DataFile> = config
+        .iter()
+        .filter(|(k, _)| k.starts_with("data.eval.") && k.ends_with(".path"))
+        .map(|(k, path)| DataFile { path: path.into(), format: config.get(&k.replace(".path", ".format")).cloned(), sha256: hashes.get(k).cloned() })
+        .collect();
+    let (found, said) = from_data(&files);
+    notes.extend(said);
+    found
 }
 
 /// The config keys of the files provenance fingerprinted, with their SHA-256: the i-th train

@@ -167,7 +167,7 @@ fn read_completions(path: &PathBuf) -> anyhow::Result<Vec<(String, Submission, O
         let sub = match (v["completion"].as_str().or_else(|| v["text"].as_str()), v["code"].as_str()) {
             (Some(c), _) => Submission::Completion(c.to_owned()),
             (None, Some(c)) => Submission::Code(c.to_owned()),
-            _ => return Err(UserError::msg(format!("{}: expected a string `completion`, `text` or `code`", at()))),
+            _ => return Err(UserError::msg(format!("{}: expected a string `completion` or `code` (or a run record's `text`)", at()))),
         };
         let stored = v["status"].as_str().map(|s| {
             let step = v["step"].as_i64().map(|s| format!("step {s}")).unwrap_or_default();
