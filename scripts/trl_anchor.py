@@ -28,15 +28,16 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
-import random
 import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paired_stats as stats  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TRL_PIN = "trl==1.16.0"
@@ -614,44 +615,11 @@ def trl_train(job_path: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def mcnemar(a: dict, b: dict) -> tuple[int, int, float]:
-    """Exact two-sided McNemar on 0/1 scores: (b better, a better, p)."""
-    keys = sorted(set(a) & set(b))
-    up = sum(1 for k in keys if b[k] > a[k])
-    down = sum(1 for k in keys if b[k] < a[k])
-    n = up + down
-    if n == 0:
-        return up, down, 1.0
-    tail = sum(math.comb(n, i) for i in range(0, min(up, down) + 1)) / 2 ** n
-    return up, down, min(1.0, 2 * tail)
-
-
-def sign_flip(diffs: list[float], draws: int = 200_000) -> float:
-    """Two-sided paired sign-flip (permutation) test of mean(diffs) = 0; exact up to 20 nonzero."""
-    d = [x for x in diffs if abs(x) > 1e-12]
-    if not d:
-        return 1.0
-    obs = abs(sum(d))
-    if len(d) <= 20:
-        hits = 0
-        for mask in range(2 ** len(d)):
-            s = sum(x if (mask >> i) & 1 else -x for i, x in enumerate(d))
-            hits += abs(s) >= obs - 1e-9
-        return hits / 2 ** len(d)
-    rng = random.Random(0)
-    hits = sum(abs(sum(x if rng.random() < 0.5 else -x for x in d)) >= obs - 1e-9 for _ in range(draws))
-    return (hits + 1) / (draws + 1)
-
-
 def paired(a: dict, b: dict, greedy: bool) -> str:
-    keys = sorted(set(a) & set(b))
-    d = [b[k] - a[k] for k in keys]
-    up, down = sum(x > 0 for x in d), sum(x < 0 for x in d)
-    mean = 100 * sum(d) / len(d) if d else float("nan")
-    if greedy:
-        _, _, p = mcnemar(a, b)
-        return f"{mean:+.1f} pp, {up} up / {down} down, exact McNemar p = {p:.3g}"
-    return f"{mean:+.1f} pp, {up} up / {down} down, sign-flip p = {sign_flip(d):.3g}"
+    """One seed's B − A over the problems: greedy scores are 0/1 (exact McNemar), sampled ones
+    correct/n (sign-flip)."""
+    r = stats.paired(a, b, binary=greedy)
+    return f"{100 * r['mean']:+.1f} pp, {r['up']} up / {r['down']} down, {r['test']} p = {r['p']:.3g}"
 
 
 def mean_pct(x: dict) -> float:
@@ -674,6 +642,11 @@ def one_seed(a, rlx: Rlx, seed: int, venv_py: str) -> dict:
     print_table(rows, unmatched)
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
     rlx_steps = [m["time/step_s"] for m in metrics if m.get("step", -1) >= 0 and "time/step_s" in m]
+    # What each step trained, for tokens per second: the completions' tokens (the loss's), and
+    # the prompt once per trained group (rlx packs a group's completions behind one prompt).
+    rlx_tokens = [{"step_s": m["time/step_s"], "action_tokens": m.get("train/action_tokens"), "datums": m.get("train/datums"),
+                   "prompt_tokens_mean": m.get("train/prompt_tokens_mean")}
+                  for m in metrics if m.get("step", -1) >= 0 and "time/step_s" in m]
 
     # The prompts: rlx's rendering of every training problem, in the order rlx sampled them.
     prompts = render_prompts(rlx, a.spec, ov, 100_000)
@@ -746,6 +719,8 @@ def one_seed(a, rlx: Rlx, seed: int, venv_py: str) -> dict:
             r = rlx.run(["compare", cache["rlx_" + proto], cache["trl_" + proto]], check=False)
             (sd / f"compare-{proto}.txt").write_text(r.stdout + r.stderr)
     return {"seed": seed, "run": str(run), "trl_run": str(trl_run), "rlx_wall_s": rlx_wall, "rlx_step_s": rlx_steps,
+            "rlx_tokens": rlx_tokens, "group_size": spec["grpo"]["group_size"],
+            "completions_per_step": spec["grpo"]["group_size"] * spec["grpo"]["prompts_per_step"],
             "trl": trl, "scores": res, "roundtrip": roundtrip, "spec": spec, "reward_mismatch": len(mism)}
 
 
@@ -791,15 +766,24 @@ def check_prompts(spec: dict, prompts: dict, tokenizer_dir: Path, n: int = 3) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def report(results: list[dict], a) -> None:
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+def machine() -> str:
+    try:
+        cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        cpu = ""
     model = re.search(r"Model name:\s*(.+)", cpu)
     flags = re.search(r"Flags:\s*(.+)", cpu)
     isa = [f for f in (flags.group(1).split() if flags else []) if f.startswith(("avx", "amx", "fma"))]
+    return f"machine: {model.group(1) if model else '?'}, {os.cpu_count()} CPUs, flags {' '.join(isa)}"
+
+
+def report(results: list[dict], a) -> None:
     log("\n" + "=" * 100)
-    log(f"machine: {model.group(1) if model else '?'}, {os.cpu_count()} CPUs, flags {' '.join(isa)}")
-    t = results[0]["trl"]["versions"]
-    log(f"TRL {t['trl']}, torch {t['torch']}, transformers {t['transformers']}; rlx {a.rlx}")
+    log(machine())
+    t = results[0]["trl"].get("versions", {})
+    log(f"TRL {t.get('trl', '?')}, torch {t.get('torch', '?')}, transformers {t.get('transformers', '?')}; rlx {a.rlx}")
+    log(f"samplers: rlx samples from the GGUF's own blocks ({a.rlx_sampler}) and trains in f32; "
+        "TRL samples with transformers' generate and trains in f32")
     for r in results:
         s = r["scores"]
         log(f"\nseed {r['seed']}: rlx {r['run']}\n         TRL {r['trl_run']}")
@@ -813,22 +797,83 @@ def report(results: list[dict], a) -> None:
                 f"sampled {paired(s['base_sampled'], s[name + '_sampled'], False)}")
         log(f"  TRL final − rlx final: greedy {paired(s['rlx_greedy'], s['trl_greedy'], True)}; "
             f"sampled {paired(s['rlx_sampled'], s['trl_sampled'], False)}")
-        rs, tt = r["rlx_step_s"], r["trl"]["timing"]
-        rlx_step = sum(rs) / len(rs) if rs else float("nan")
-        trl_step = sum(tt["step_s"]) / len(tt["step_s"]) if tt["step_s"] else float("nan")
-        gen = sum(tt["generate_s"]) / max(1, len(tt["step_s"]))
-        rew = sum(tt["reward_s"]) / max(1, len(tt["step_s"]))
-        log(f"  seconds per training step: rlx {rlx_step:.1f}, TRL {trl_step:.1f} (generate {gen:.1f}, "
-            f"rlx grade {rew:.1f}, the rest {trl_step - gen - rew:.1f}); TRL/rlx = {trl_step / rlx_step:.2f}×")
-        log(f"  TRL reward mean per step: {' '.join(f'{x:.2f}' for x in r['trl']['reward_mean'])}; "
-            f"infra errors {r['trl']['infra_errors']}")
-    if len(results) > 1:
-        log("\npooled over seeds (per problem and seed):")
-        for proto, greedy in (("greedy", True), ("sampled", False)):
-            A = {f"{r['seed']}:{k}": v for r in results for k, v in r["scores"]["rlx_" + proto].items()}
-            B = {f"{r['seed']}:{k}": v for r in results for k, v in r["scores"]["trl_" + proto].items()}
-            log(f"  {proto}: TRL final − rlx final {paired(A, B, greedy)}")
+        log(f"  {step_times(r)}")
+        if "reward_mean" in r["trl"]:
+            log(f"  TRL reward mean per step: {' '.join(f'{x:.2f}' for x in r['trl']['reward_mean'])}; "
+                f"infra errors {r['trl'].get('infra_errors', 0)}")
+    pooled_report(results, a.margin)
+    throughput(results)
     log("")
+
+
+def pooled_report(results: list[dict], margin: float) -> None:
+    """Every seed pooled per problem (each problem's mean over the seeds, then one test over
+    problems, as `rlx compare` pools seeds), base → final for each system and TRL − rlx with its
+    95% interval and the equivalence test within ±margin."""
+    seeds = ",".join(str(r["seed"]) for r in results)
+    log(f"\npooled per problem over seeds {seeds} (each problem's mean over the seeds, then one test over problems;"
+        " seeds × problems are not independent pairs)")
+    one = len(results) == 1
+    for proto in ("greedy", "sampled"):
+        at = {k: stats.pooled([r["scores"][f"{k}_{proto}"] for r in results]) for k in ("base", "rlx", "trl")}
+        # Greedy scores of one seed are 0/1: exact McNemar; means over seeds are not binary.
+        binary = proto == "greedy" and one
+        for name in ("rlx", "trl"):
+            x = stats.paired(at["base"], at[name], binary)
+            log(f"  {proto} {name.upper()} base → final: {mean_pct(at['base']):.1f}% → {mean_pct(at[name]):.1f}%, "
+                f"{100 * x['mean']:+.1f} pp, {x['up']} up / {x['down']} down of {x['problems']} problems, {x['test']} p = {x['p']:.3g}")
+        x = stats.paired(at["rlx"], at["trl"], binary)
+        lo, hi = x["ci"]
+        log(f"  {proto} TRL − rlx final: {100 * x['mean']:+.1f} pp, 95% CI [{100 * lo:+.1f}, {100 * hi:+.1f}] pp, "
+            f"TRL better on {x['up']}, rlx on {x['down']} of {x['problems']} problems, {x['test']} p = {x['p']:.3g}")
+        p, equivalent, (lo90, hi90) = stats.tost(x["diffs"], margin / 100)
+        verdict = "equivalent" if equivalent else "not shown equivalent"
+        log(f"      {verdict} within ±{margin:.1f} pp (TOST p = {p:.3g}; 90% CI [{100 * lo90:+.1f}, {100 * hi90:+.1f}] pp)"
+            + ("" if x["p"] < 0.05 or equivalent else "; no difference detected, which is not evidence of none"))
+
+
+def step_times(r: dict) -> str:
+    rs, tt = r["rlx_step_s"], r["trl"]["timing"]
+    rlx_step = sum(rs) / len(rs) if rs else float("nan")
+    trl_step = sum(tt["step_s"]) / len(tt["step_s"]) if tt["step_s"] else float("nan")
+    gen = sum(tt["generate_s"]) / max(1, len(tt["step_s"]))
+    rew = sum(tt["reward_s"]) / max(1, len(tt["step_s"]))
+    return (f"seconds per training step: rlx {rlx_step:.1f}, TRL {trl_step:.1f} (generate {gen:.1f}, "
+            f"rlx grade {rew:.1f}, the rest {trl_step - gen - rew:.1f}); TRL/rlx = {trl_step / rlx_step:.2f}×")
+
+
+def rlx_rates(r: dict) -> tuple[float, float] | None:
+    """rlx's (completion tokens, trained tokens) per second of training step: the loss's tokens,
+    and those plus each trained group's prompt once. None when the run did not record them."""
+    rows = r.get("rlx_tokens") or []
+    if not rows or any(x.get(k) is None for x in rows for k in ("action_tokens", "datums", "prompt_tokens_mean")):
+        return None
+    secs = sum(x["step_s"] for x in rows)
+    completion = sum(x["action_tokens"] for x in rows)
+    prompts = sum(x["datums"] / r["group_size"] * x["prompt_tokens_mean"] for x in rows)
+    return completion / secs, (completion + prompts) / secs
+
+
+def trl_rates(r: dict) -> tuple[float, float] | None:
+    """TRL's (completion tokens, trained tokens) per second of training step, from its log:
+    `completions/mean_length` per step × the completions of a step, and `num_tokens` (prompt and
+    completion of every row: each completion carries its own copy of the prompt)."""
+    log_rows = [h for h in r["trl"].get("log", []) if "num_tokens" in h and "completions/mean_length" in h]
+    secs = sum(r["trl"]["timing"]["step_s"])
+    if not log_rows or not secs or "completions_per_step" not in r:
+        return None
+    completion = sum(h["completions/mean_length"] * r["completions_per_step"] for h in log_rows)
+    return completion / secs, max(h["num_tokens"] for h in log_rows) / secs
+
+
+def throughput(results: list[dict]) -> None:
+    log("\ntokens per second of training step (completion tokens the loss is taken over; trained: "
+        "those plus the prompt, which rlx packs once per group and TRL trains once per completion)")
+    for r in results:
+        cells = []
+        for name, rates in (("rlx", rlx_rates(r)), ("TRL", trl_rates(r))):
+            cells.append(f"{name} not recorded" if rates is None else f"{name} {rates[0]:.1f} completion, {rates[1]:.1f} trained")
+        log(f"  seed {r['seed']}: {'; '.join(cells)}")
 
 
 def main() -> None:
@@ -849,7 +894,18 @@ def main() -> None:
     p.add_argument("--export-hf", action="store_true", help="also write TRL's merged model as a HF directory")
     p.add_argument("--trl-learner-temperature", default="sampling",
                    help="'sampling' (TRL's own: logits / sampling temperature) or a number (1: untempered)")
+    p.add_argument("--margin", type=float, default=5.0,
+                   help="equivalence margin of TRL − rlx in percentage points (two one-sided tests), default 5")
+    p.add_argument("--report", metavar="RESULTS_JSON",
+                   help="print the report of a results.json written before (no training, no rlx binary needed)")
+    p.add_argument("--rlx-sampler", default="Q4_1 base weights, int8 activations",
+                   help="rlx's sampler precision as the report names it (the quickstart's GGUF)")
     a = p.parse_intermixed_args()
+    if not a.margin > 0:
+        p.error(f"--margin must be a positive number of percentage points, not {a.margin}")
+    if a.report:
+        report(json.loads(Path(a.report).read_text()), a)
+        return
     # argparse puts a leading KEY=VALUE into `spec`
     if "=" in a.spec and not Path(a.spec).exists():
         a.overrides.insert(0, a.spec)

@@ -89,6 +89,14 @@ def problems():
                f"def sum_{name}(xs):\n    return sum({e} for x in xs)")
 
 
+def category(code):
+    """The problem's operation, what `rlx compare` and `rlx doctor` break pass@1 down by: count,
+    sum, keep, drop, any, all, map, or sum_map (the sum after a transform). Written into each row
+    rather than left for a reader to guess from the function name."""
+    op = mutate.parse(code)[1]
+    return "sum_map" if op == "summap" else op
+
+
 TRIVIAL = [lambda xs: xs, len, sum, lambda xs: [], lambda xs: 0, lambda xs: True,
            lambda xs: False, lambda xs: xs[:1], lambda xs: None]
 
@@ -179,7 +187,8 @@ def make(rng):
         inputs = shown + hidden_tests(rng, code, shown)
         tests = [f"assert {fname}({xs!r}) == {f(list(xs))!r}" for xs in inputs]
         rows.append({"name": fname, "text": f"Write a function `{fname}(xs)` that {desc}", "code": code,
-                     "test_list": tests, "test_setup_code": "", "challenge_test_list": []})
+                     "test_list": tests, "test_setup_code": "", "challenge_test_list": [],
+                     "category": category(code)})
     return rows
 
 
@@ -256,7 +265,8 @@ def main():
         dest = "test" if len(split["test"]) < N_TEST else "dev" if len(split["dev"]) < N_DEV else "train"
         split[dest].extend(g)
     base = {"train": 60001, "dev": 61001, "test": 62001}
-    key = ["task_id", "text", "code", "test_list", "test_setup_code", "challenge_test_list"]
+    # `category` last: the MBPP fields keep their order, so each row is the old row plus one key.
+    key = ["task_id", "text", "code", "test_list", "test_setup_code", "challenge_test_list", "category"]
     os.makedirs(args.out, exist_ok=True)
     for name, rs in split.items():
         rng = random.Random(args.split_seed * 1000 + len(name))

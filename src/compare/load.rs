@@ -48,6 +48,8 @@ pub(crate) struct Run {
     /// `eval_results.jsonl`, the greedy protocol's records (`eval.greedy`): step → problem id →
     /// outcome (one sample each). See [`Run::greedy`].
     pub greedy_evals: BTreeMap<i64, BTreeMap<String, PassCounts>>,
+    /// Each eval problem's category (`eval_results.jsonl`'s `category`), where its data named one.
+    pub categories: BTreeMap<String, String>,
     /// `checkpoints.jsonl`.
     pub checkpoints: Vec<CheckpointRecord>,
     /// Fingerprint of the eval problems (provenance), when recorded.
@@ -235,12 +237,19 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
     torn(&mut notes, files::EVAL_RESULTS, results.torn_line);
     let mut evals: BTreeMap<i64, BTreeMap<String, PassCounts>> = BTreeMap::new();
     let mut greedy_evals: BTreeMap<i64, BTreeMap<String, PassCounts>> = BTreeMap::new();
+    let mut categories = BTreeMap::new();
     for r in results.rows {
+        if let Some(c) = r.category {
+            categories.insert(r.problem_id.clone(), c);
+        }
         // A resume drops what a crashed attempt wrote after its checkpoint, so a (step,
         // problem) pair appears once; if it ever did twice, the later record is the one that
         // stands, as it is for metrics.
         let into = if r.protocol.is_some() { &mut greedy_evals } else { &mut evals };
         into.entry(r.step).or_default().insert(r.problem_id, PassCounts { n: r.n, correct: r.correct });
+    }
+    if categories.is_empty() {
+        categories = categories_from_data(&config, &hashes, &mut notes);
     }
     let checkpoints = dir.checkpoints().map_err(err)?;
     torn(&mut notes, files::CHECKPOINTS, checkpoints.torn_line);
@@ -252,6 +261,7 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
         metrics: metrics.rows,
         evals,
         greedy_evals,
+        categories,
         checkpoints: checkpoints.rows,
         eval_fingerprint,
         hashes,
@@ -259,6 +269,21 @@ pub(crate) fn load(path: &Path) -> Result<Run, Error> {
         eval_samples,
         notes,
     })
+}
+
+/// For a run whose eval records carry no category (written before records had one): the
+/// categories of the eval data files its config names (`data.eval.N.path`), read now
+/// ([`crate::health::categories::from_data`]), each file read noted.
+fn categories_from_data(config: &BTreeMap<String, String>, hashes: &BTreeMap<String, String>, notes: &mut Vec<String>) -> BTreeMap<String, String> {
+    use crate::health::categories::{DataFile, from_data};
+    let files: Vec<DataFile> = config
+        .iter()
+        .filter(|(k, _)| k.starts_with("data.eval.") && k.ends_with(".path"))
+        .map(|(k, path)| DataFile { path: path.into(), format: config.get(&k.replace(".path", ".format")).cloned(), sha256: hashes.get(k).cloned() })
+        .collect();
+    let (found, said) = from_data(&files);
+    notes.extend(said);
+    found
 }
 
 /// The config keys of the files provenance fingerprinted, with their SHA-256: the i-th train

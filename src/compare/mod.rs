@@ -16,6 +16,7 @@
 //! - [`paired`]: per-problem comparisons on shared eval problems; pass@k for k = 1..n.
 //! - [`pooled`]: an arm's seeds pooled per problem between two eval steps; pass@1 split into
 //!   format rate and pass@1 given format.
+//! - [`category`]: pass@1 by problem category for each arm between the same steps.
 //! - [`select`]: the eval step a command line names, a metric's series in one run.
 //! - [`metric`]: metric directions, units and number formats.
 //! - [`report`]: the [`Report`], computed once.
@@ -27,6 +28,7 @@
 //! The statistics and how to read them: docs/compare.md.
 
 pub(crate) mod arms;
+pub(crate) mod category;
 pub(crate) mod chart;
 pub(crate) mod configdiff;
 mod error;

@@ -11,6 +11,7 @@ use super::load::Run;
 use super::select::{StepSel, series};
 use crate::runlog::EvalSampleRecord;
 use super::paired::{self, PassAtK, Paired, Side};
+use super::category::{self, ArmCategories};
 use super::pooled::{self, FormatSplit, PoolOpts, PooledWithin};
 use super::stats::{self, SeedMean, Welch};
 use super::{Error, metric};
@@ -331,6 +332,9 @@ pub(crate) struct Report {
     pub within: Vec<Within>,
     /// Within-run tests of each arm's seeds pooled per problem.
     pub pooled: Vec<PooledWithin>,
+    /// pass@1 by problem category for each arm between the same steps, when the eval records
+    /// name categories.
+    pub categories: Vec<ArmCategories>,
     /// pass@k for k = 1..n, when some evaluation drew more than one sample per problem.
     pub pass_at_k: Vec<PassAtKRow>,
     /// Per eval source pass@k, for runs with two or more sources.
@@ -473,11 +477,11 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
     };
     let comparisons = comparisons(&cx, base);
     let within = within(&cx);
-    let pooled = if opts.steps.is_none() && runs.len() > 4 {
-        vec![]
+    let (pooled, categories) = if opts.steps.is_none() && runs.len() > 4 {
+        (vec![], vec![])
     } else {
         let steps = opts.steps.unwrap_or((StepSel::First, StepSel::Last));
-        pooled::pooled(&runs, &groups, PoolOpts { steps, k: cx.k(), resamples: opts.resamples, seed: opts.seed, margin: opts.margin })
+        (pooled::pooled(&runs, &groups, PoolOpts { steps, k: cx.k(), resamples: opts.resamples, seed: opts.seed, margin: opts.margin }), category::by_arm(&runs, &groups, steps))
     };
     let mut warnings = vec![];
     warn(&cx, &comparisons, &within, &mut warnings);
@@ -497,6 +501,7 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
         comparisons,
         within,
         pooled,
+        categories,
         warnings,
         resamples: opts.resamples,
         seed: opts.seed,
@@ -1075,6 +1080,7 @@ mod tests {
             metrics: pass.iter().map(|&(s, v)| MetricsLine::new(s, [("eval/pass@1".to_string(), v)].into())).collect(),
             evals: BTreeMap::new(),
             greedy_evals: BTreeMap::new(),
+            categories: BTreeMap::new(),
             checkpoints: vec![],
             eval_fingerprint: None,
             hashes: BTreeMap::new(),

@@ -63,6 +63,7 @@ pub(crate) fn blocks(r: &Report) -> Vec<Block> {
     comparison_blocks(r, &mut out);
     within_block(r, &mut out);
     pooled_block(r, &mut out);
+    category_tables(r, &mut out);
     pass_at_k_table(r, &mut out);
     sources_table(r, &mut out);
     diagnostics_block(r, &mut out);
@@ -379,6 +380,43 @@ fn pooled_block(r: &Report, out: &mut Vec<Block>) {
         title: "pooled over each arm's seeds, per problem (each problem's mean over the runs, then one paired test over problems: seeds × problems are not independent pairs)".into(),
         lines,
     });
+}
+
+/// pass@1 by category, one table per arm: each protocol's `from → to (Δ; up↑ down↓)`.
+fn category_tables(r: &Report, out: &mut Vec<Block>) {
+    for a in &r.categories {
+        let greedy = a.rows.iter().any(|x| x.greedy.is_some());
+        let mut headers = vec!["category".to_string(), "problems".into(), if greedy { "sampled pass@1 (%)" } else { "pass@1 (%)" }.into()];
+        if greedy {
+            headers.push("greedy pass@1 (%)".into());
+        }
+        let cell = |s: Option<crate::health::categories::Shift>| s.map_or("—".to_string(), |s| s.cell());
+        let rows = a
+            .rows
+            .iter()
+            .map(|x| {
+                let problems = x.sampled.or(x.greedy).map_or(0, |s| s.problems);
+                let mut row = vec![x.category.clone(), problems.to_string(), cell(x.sampled)];
+                if greedy {
+                    row.push(cell(x.greedy));
+                }
+                row
+            })
+            .collect();
+        let runs = a.runs.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(",");
+        let n = headers.len();
+        out.push(Block::Table(Table {
+            title: format!(
+                "pass@1 by category, `{}` ({runs}), step {} → {} (each problem once, its mean over the runs; descriptive: no test per category)",
+                a.arm, a.from, a.to
+            ),
+            headers,
+            rows,
+            right: (0..n).map(|i| i == 1).collect(),
+            key_cols: 1,
+            shrink: None,
+        }));
+    }
 }
 
 /// `    greedy: format 95.0% → 100.0%, pass@1 given format 57.9% → 76.7%`.

@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 use serde_json::{Map, Value};
 
-use super::problem::{IoCase, META_CHECKER, META_CHECKER_PROGRAM, META_MEMORY_LIMIT, META_TIME_LIMIT, Problem, Tests};
+use super::problem::{IoCase, META_CATEGORY, META_CHECKER, META_CHECKER_PROGRAM, META_MEMORY_LIMIT, META_TIME_LIMIT, Problem, Tests};
 
 /// A supported dataset row format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +153,8 @@ pub(crate) fn to_problem(row: &Row, format: Option<Format>, stem: &str, index: u
     };
     let mut metadata = Map::new();
     metadata.insert("format".into(), Value::String(format.name().into()));
-    for key in ["difficulty", "platform", "contest_id", "contest_date", "question_title", "source", "date", "estimated_date", "release_date"] {
+    // `category`: what reports break pass@1 down by (the list-function task's operation).
+    for key in ["difficulty", "platform", "contest_id", "contest_date", "question_title", "source", "date", "estimated_date", "release_date", META_CATEGORY] {
         if let Some(v) = row.get(key) {
             metadata.insert(key.into(), v.clone());
         }
@@ -448,6 +449,15 @@ mod tests {
             p.tests,
             Tests::Functional { fn_name: "add".into(), cases: vec![IoCase { input: "1\n2".into(), output: "[3]".into() }] }
         );
+    }
+
+    #[test]
+    fn an_mbpp_row_keeps_its_category() {
+        let r = row(serde_json::json!({"task_id": 62001, "text": "t", "code": "c", "test_list": ["assert f() == 1"], "category": "count"}));
+        let p = to_problem(&r, Some(Format::Mbpp), "f", 0).unwrap();
+        assert_eq!((p.id.as_str(), p.category()), ("62001", Some("count")));
+        let plain = row(serde_json::json!({"task_id": 1, "text": "t", "test_list": ["assert f() == 1"]}));
+        assert_eq!(to_problem(&plain, Some(Format::Mbpp), "f", 0).unwrap().category(), None);
     }
 
     #[test]

@@ -29,5 +29,5 @@ pub use error::Error;
 pub use file::load_file;
 pub(crate) use file::parse_rows;
 pub use formats::Format;
-pub use problem::{IoCase, META_CHECKER, META_CHECKER_PROGRAM, META_COMPILE_FLAGS, META_COMPILE_TIMEOUT, META_LANGUAGE, META_MEMORY_LIMIT, META_TIME_LIMIT, Problem, Tests};
+pub use problem::{IoCase, META_CATEGORY, META_CHECKER, META_CHECKER_PROGRAM, META_COMPILE_FLAGS, META_COMPILE_TIMEOUT, META_LANGUAGE, META_MEMORY_LIMIT, META_TIME_LIMIT, Problem, Tests};
 pub use source::{Dataset, Loaded, load_data, load_source};

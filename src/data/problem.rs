@@ -37,6 +37,9 @@ pub const META_CHECKER_PROGRAM: &str = "checker_program";
 pub const META_TIME_LIMIT: &str = "time_limit_s";
 /// Metadata key of the problem's own memory limit, MiB.
 pub const META_MEMORY_LIMIT: &str = "memory_limit_mb";
+/// Metadata key of the problem's category (a row's `category`: the list-function task's
+/// operation), which `rlx compare` and `rlx doctor` break pass@1 down by.
+pub const META_CATEGORY: &str = "category";
 
 impl Problem {
     /// The language the problem is to be solved in: its metadata's `language` (set from the
@@ -75,6 +78,11 @@ impl Problem {
     /// The problem's own memory limit, MiB, if its row carried one.
     pub fn memory_limit_mb(&self) -> Option<u64> {
         self.metadata.get(META_MEMORY_LIMIT).and_then(serde_json::Value::as_u64).filter(|m| *m > 0)
+    }
+
+    /// The problem's category, if its row named one.
+    pub fn category(&self) -> Option<&str> {
+        self.metadata.get(META_CATEGORY).and_then(serde_json::Value::as_str).map(str::trim).filter(|c| !c.is_empty())
     }
 
     /// The same problem to be solved in `language` (tests and checker unchanged).

@@ -153,9 +153,9 @@ async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, par
         let source = source_of.get(g.problem.id.as_str()).map(|s| (*s).to_owned());
         // A group's greedy answer follows its sampled ones.
         let (sampled, greedy_one) = g.trajectories.split_at(n.min(g.trajectories.len()));
-        main.add(&g.problem.id, &source, sampled, (step, None, &plan.eval.k), (plan.log.rollouts, tools));
+        main.add(&g.problem, &source, sampled, (step, None, &plan.eval.k), (plan.log.rollouts, tools));
         if let Some(out) = &mut greedy {
-            out.add(&g.problem.id, &source, greedy_one, (step, Some(Protocol::Greedy), &[1]), (plan.log.rollouts, tools));
+            out.add(&g.problem, &source, greedy_one, (step, Some(Protocol::Greedy), &[1]), (plan.log.rollouts, tools));
         }
     }
     Ok(Some((main, greedy)))
@@ -164,7 +164,7 @@ async fn pass(sampler: &dyn Sampler, step: i64, plan: &Plan, eval: &EvalSet, par
 impl Pass {
     /// Adds one problem's trajectories under one protocol (`ks`: the pass@k values it reports;
     /// `tools`: the records keep every turn).
-    fn add(&mut self, problem_id: &str, source: &Option<String>, trajectories: &[rollout::Trajectory], (step, protocol, ks): (i64, Option<Protocol>, &[u32]), (log, tools): (RolloutLog, bool)) {
+    fn add(&mut self, problem: &Problem, source: &Option<String>, trajectories: &[rollout::Trajectory], (step, protocol, ks): (i64, Option<Protocol>, &[u32]), (log, tools): (RolloutLog, bool)) {
         let n = trajectories.len() as u32;
         let keep = match log {
             RolloutLog::All => trajectories.len(),
@@ -185,8 +185,9 @@ impl Pass {
         self.records.push(EvalResultRecord {
             step,
             protocol,
-            problem_id: problem_id.to_owned(),
+            problem_id: problem.id.clone(),
             source: source.clone(),
+            category: problem.category().map(str::to_owned),
             n: graded_n,
             correct: c,
             statuses: graded.iter().map(|x| record::status(x.verdict.status)).collect(),

@@ -8,6 +8,7 @@ use std::path::Path;
 use crate::runlog::{EventRecord, RunDir, files};
 use crate::spec::health::Health;
 
+use super::categories::{self, Breakdown, DataFile};
 use super::smoke::{self, Expectation};
 use super::{Firing, Monitor};
 
@@ -33,6 +34,8 @@ pub struct Report {
     pub fired: Vec<Firing>,
     /// Diagnostic events recorded while the run went (`events.jsonl`).
     pub recorded: usize,
+    /// pass@1 by problem category, first eval → last, when the records name categories.
+    pub categories: Option<Breakdown>,
 }
 
 /// Reads `dir` and checks it.
@@ -50,6 +53,7 @@ pub fn doctor(dir: &Path) -> Result<Report, crate::runlog::Error> {
     let evals = run.eval_results()?.rows;
     let mut monitor = Monitor::new(cfg);
     let fired = super::replay(&mut monitor, &metrics, &rollouts, &evals);
+    let stage = grpo_stage(&metrics, &evals);
     let recorded = run.events()?.rows.iter().filter(|e| matches!(e, EventRecord::Diagnostic { .. })).count();
     Ok(Report {
         run_id: dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned()),
@@ -60,13 +64,22 @@ pub fn doctor(dir: &Path) -> Result<Report, crate::runlog::Error> {
         max_steps,
         state: format!("{:?}", status.state).to_lowercase(),
         reason: status.reason,
-        smoke: {
-            let (m, e) = grpo_stage(&metrics, &evals);
-            smoke::check(&m, &e, max_steps.max(1))
-        },
+        smoke: smoke::check(&stage.0, &stage.1, max_steps.max(1)),
+        categories: categories::breakdown(&stage.1, &eval_files(resolved.as_ref(), &run)),
         fired,
         recorded,
     })
+}
+
+/// The eval data files the run's config names, with the SHA-256 provenance recorded for each.
+fn eval_files(resolved: Option<&serde_json::Value>, run: &RunDir) -> Vec<DataFile> {
+    let sums: Vec<Option<String>> = run.provenance().ok().map(|p| p.datasets.into_iter().filter(|d| d.split == crate::runlog::Split::Eval && d.stage.is_none()).map(|d| d.sha256).collect()).unwrap_or_default();
+    let sources = resolved.and_then(|r| r["data"]["eval"].as_array().cloned()).unwrap_or_default();
+    sources
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| Some(DataFile { path: s["path"].as_str()?.into(), format: s["format"].as_str().map(str::to_owned), sha256: sums.get(i).cloned().flatten() }))
+        .collect()
 }
 
 /// The GRPO stage of a staged run as the smoke test reads a run: the supervised stages' lines

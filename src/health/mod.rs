@@ -17,6 +17,7 @@
 //! for 200 steps would print 196 identical lines; once the condition is false again the signal
 //! re-arms.
 
+pub mod categories;
 pub mod doctor;
 mod evals;
 mod history;

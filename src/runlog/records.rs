@@ -230,6 +230,10 @@ pub struct EvalResultRecord {
     /// before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// The problem's category (its row's `category`, the list-function task's operation), which
+    /// `rlx compare` and `rlx doctor` break pass@1 down by; absent when the row names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
     /// Samples graded (infrastructure failures left out): pass@k's `n`.
     pub n: u32,
     /// Samples that passed every test: pass@k's `c`.

@@ -19,6 +19,9 @@
 //! - `data`: dataset files and format adapters.
 //! - `distill`: on-policy distillation (`grpo.distill`): teacher scores, the student moving toward
 //!   its teacher, the tokenizer check at validate, kill -9 and resume.
+//! - `evidence`: pass@1 by problem category in `rlx compare` and `rlx doctor`, the TRL anchor's
+//!   report pooled per problem (interval, equivalence, tokens per second), `rlx grade` regrading
+//!   a run's stored answers.
 //! - `engine`: `rlx run` end to end on a tiny model: run directory, kill -9 and resume, SIGINT.
 //! - `export`: `rlx export` (Hugging Face directories loaded by transformers, PEFT adapters, GGUF)
 //!   and `rlx eval` of checkpoints; bad input.
@@ -99,6 +102,7 @@ mod compare;
 mod data;
 mod distill;
 mod engine;
+mod evidence;
 mod export;
 mod fakes;
 mod grade;

@@ -7,6 +7,7 @@ use clap::Args;
 
 use crate::cli::error::UserError;
 use crate::cli::{exit, printer};
+use crate::health::categories::Breakdown;
 use crate::health::doctor;
 
 /// `rlx doctor`.
@@ -46,6 +47,12 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<u8> {
         printer::out(format!("  {mark} steps {:<6} (ref. {:<5})  {}", e.steps, e.reference, e.expect));
         printer::out(format!("{:>8}{}", "", e.seen));
     }
+    if let Some(b) = &r.categories {
+        printer::out("");
+        for line in category_lines(b) {
+            printer::out(line);
+        }
+    }
     printer::out("");
     match r.fired.len() {
         0 => printer::out("Diagnostics: no signal fired"),
@@ -58,4 +65,18 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<u8> {
         printer::out(format!("  ({} recorded in events.jsonl while the run went)", r.recorded));
     }
     Ok(exit::OK)
+}
+
+/// The by-category block: a title, a header, one line per category (`all` last).
+fn category_lines(b: &Breakdown) -> Vec<String> {
+    let from = if b.from < 0 { "the baseline".to_owned() } else { format!("step {}", b.from) };
+    let mut out = vec![format!("By category (pass@1 %, {from} → step {}, each problem once; no test per category)", b.to)];
+    out.extend(b.notes.iter().map(|n| format!("  ({n})")));
+    out.push(format!("  {:<10}{:>8}  {}", "category", "problems", b.protocols.iter().map(|p| format!("{p:<34}")).collect::<String>().trim_end()));
+    for (name, shifts) in &b.rows {
+        let problems = shifts.iter().flatten().map(|s| s.problems).next().unwrap_or(0);
+        let cells: String = shifts.iter().map(|s| format!("{:<34}", s.map_or("—".to_owned(), |s| s.cell()))).collect();
+        out.push(format!("  {name:<10}{problems:>8}  {}", cells.trim_end()));
+    }
+    out
 }

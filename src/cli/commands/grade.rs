@@ -1,7 +1,9 @@
 //! `rlx grade`: grade a JSONL file of completions against a problem file.
 //!
 //! Input: `--problems` (any supported dataset file; format auto-detected or `--format`) and
-//! `--completions` (JSONL, one `{problem_id, completion | code}` per line). Output: one verdict
+//! `--completions` (JSONL, one `{problem_id, completion | code}` per line, or a run's own
+//! `eval_rollouts.jsonl` / `rollouts.jsonl`, whose stored verdicts are then compared with the new
+//! ones: how many answers a change of tests re-judges). Output: one verdict
 //! JSON line per completion, in input order, to `--out` or stdout; a progress bar on stderr when
 //! stderr is a terminal. The sandbox starts and grades as in `rlx run` ([`crate::sandbox::start()`],
 //! [`crate::sandbox::grade_loop`]): a completion whose grading hits an infrastructure error is
@@ -51,7 +53,8 @@ pub struct GradeArgs {
     #[arg(long)]
     pub problems: PathBuf,
     /// Completions, JSONL: `{"problem_id": ..., "completion": "<model text>"}` (the last fenced
-    /// code block is graded) or `{"problem_id": ..., "code": "<python>"}`.
+    /// code block is graded) or `{"problem_id": ..., "code": "<python>"}`; or a run's
+    /// `eval_rollouts.jsonl` (its `text` graded again, its `status` compared with the new verdict).
     #[arg(long)]
     pub completions: PathBuf,
     /// Problem format; detected per row when omitted.
@@ -127,12 +130,27 @@ fn parse_format(s: &str) -> Result<Format, String> {
     s.parse()
 }
 
-/// Reads the completions file.
+/// What a run's record says about a completion it graded (`rollouts.jsonl`,
+/// `eval_rollouts.jsonl`): its verdict then, and which evaluation it belongs to.
+#[derive(Debug, Clone, PartialEq)]
+struct Stored {
+    /// Whether it passed then.
+    passed: bool,
+    /// `step 11`, `step 11 greedy`, or empty for a line without a step.
+    group: String,
+}
+
+/// Reads the completions file: each line's problem, submission and, for a run's own record,
+/// its stored verdict.
+///
+/// A run's records (`eval_rollouts.jsonl`, `rollouts.jsonl`) are accepted as they are: their
+/// `text` is the completion (graded again from the text, so a format error stays one, where
+/// their extracted `code` is null), their `status` the verdict they were given.
 ///
 /// # Errors
-/// The file cannot be read; a line is not JSON or lacks `problem_id` or `completion`/`code`
+/// The file cannot be read; a line is not JSON or lacks `problem_id` or `completion`/`text`/`code`
 /// (a [`UserError`] naming the line).
-fn read_completions(path: &PathBuf) -> anyhow::Result<Vec<(String, Submission)>> {
+fn read_completions(path: &PathBuf) -> anyhow::Result<Vec<(String, Submission, Option<Stored>)>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read completions `{}`", path.display()))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -146,14 +164,53 @@ fn read_completions(path: &PathBuf) -> anyhow::Result<Vec<(String, Submission)>>
             Value::Number(n) => n.to_string(),
             _ => return Err(UserError::msg(format!("{}: expected a string `problem_id`", at()))),
         };
-        let sub = match (v["completion"].as_str(), v["code"].as_str()) {
+        let sub = match (v["completion"].as_str().or_else(|| v["text"].as_str()), v["code"].as_str()) {
             (Some(c), _) => Submission::Completion(c.to_owned()),
             (None, Some(c)) => Submission::Code(c.to_owned()),
-            _ => return Err(UserError::msg(format!("{}: expected a string `completion` or `code`", at()))),
+            _ => return Err(UserError::msg(format!("{}: expected a string `completion` or `code` (or a run record's `text`)", at()))),
         };
-        out.push((id, sub));
+        let stored = v["status"].as_str().map(|s| {
+            let step = v["step"].as_i64().map(|s| format!("step {s}")).unwrap_or_default();
+            let protocol = v["protocol"].as_str().map(|p| format!(" {p}")).unwrap_or_default();
+            Stored { passed: s == "passed", group: format!("{step}{protocol}") }
+        });
+        out.push((id, sub, stored));
     }
     Ok(out)
+}
+
+/// `against the stored verdicts: step 11: 3 of 51 changed (2 passed → failed, 1 failed →
+/// passed: 62007, 62019, 62031)`, one line per evaluation (step and protocol) of the records
+/// that carried a verdict; none when no line did.
+fn changes(stored: &[Option<Stored>], passed_now: &[bool], ids: &[String]) -> Vec<String> {
+    let mut groups: std::collections::BTreeMap<&str, (usize, Vec<&str>, Vec<&str>)> = std::collections::BTreeMap::new();
+    for ((s, &now), id) in stored.iter().zip(passed_now).zip(ids) {
+        let Some(s) = s else { continue };
+        let g = groups.entry(s.group.as_str()).or_default();
+        g.0 += 1;
+        match (s.passed, now) {
+            (true, false) => g.1.push(id),
+            (false, true) => g.2.push(id),
+            _ => {}
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(group, (n, lost, gained))| {
+            // Each problem once, with how many of its samples changed (`62034 ×4`).
+            let mut changed: Vec<(&str, usize)> = vec![];
+            for id in lost.iter().chain(&gained) {
+                match changed.iter_mut().find(|(c, _)| c == id) {
+                    Some(c) => c.1 += 1,
+                    None => changed.push((id, 1)),
+                }
+            }
+            let shown: Vec<String> = changed.iter().take(10).map(|&(id, n)| if n > 1 { format!("{id} ×{n}") } else { id.to_owned() }).collect();
+            let which = if changed.is_empty() { String::new() } else { format!(": {}{}", shown.join(", "), if changed.len() > 10 { ", ..." } else { "" }) };
+            let group = if group.is_empty() { String::new() } else { format!("{group}: ") };
+            format!("against the stored verdicts: {group}{} of {n} changed ({} passed → failed, {} failed → passed{which})", lost.len() + gained.len(), lost.len(), gained.len())
+        })
+        .collect()
 }
 
 struct Bar(indicatif::ProgressBar);
@@ -209,7 +266,7 @@ pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
         crate::sandbox::lang::check_toolchains(languages.iter().copied())?;
         crate::sandbox::lang::warm_toolchains(languages);
     }
-    let submissions = read_completions(&args.completions)?;
+    let (submissions, stored): (Vec<(String, Submission)>, Vec<Option<Stored>>) = read_completions(&args.completions)?.into_iter().map(|(id, sub, st)| ((id, sub), st)).unzip();
     // An unknown problem id is a usage error (exit 2), found before any sandbox starts.
     let known: std::collections::HashSet<&str> = problems.iter().map(|p| p.id.as_str()).collect();
     if let Some((line, (id, _))) = submissions.iter().enumerate().find(|(_, (id, _))| !known.contains(id.as_str())) {
@@ -242,6 +299,7 @@ pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
         );
         b
     };
+    let ids: Vec<String> = submissions.iter().map(|(id, _)| id.clone()).collect();
     let progress: Arc<dyn Progress> = Arc::new(Bar(bar.clone()));
     let runtime = super::common::runtime()?;
     let graded = runtime.block_on(async {
@@ -277,6 +335,9 @@ pub(crate) fn run(args: GradeArgs) -> anyhow::Result<u8> {
     let retried: u32 = graded.iter().map(|g| g.infra_errors).sum::<u32>() - infra as u32;
     let retries = if retried > 0 { format!(" ({retried} regrade(s) after infrastructure errors)") } else { String::new() };
     printer::status(format!("graded {}: {} passed, {} failed or format errors, {} infra errors{retries}", graded.len(), passed, graded.len() - passed - infra, infra));
+    for line in changes(&stored, &graded.iter().map(|g| g.verdict.passed).collect::<Vec<_>>(), &ids) {
+        printer::status(line);
+    }
     if let Some(g) = graded.iter().find(|g| g.verdict.status == VerdictStatus::InfraError) {
         printer::warning(
             &format!(
