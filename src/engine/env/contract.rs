@@ -111,10 +111,18 @@ pub(crate) trait Env: Send + Sync {
     /// Template failures.
     fn start(&self, problem: &Problem) -> Result<Vec<Message>, Error>;
 
-    /// One turn of each of a group's trajectories (all of `problem`), answered in order.
+    /// One turn of some of a group's trajectories (all of `problem`), answered in order.
     /// Infrastructure failures come back as `infra_error` grades (the group is then dropped),
     /// never as errors of the model.
     fn step(self: Arc<Self>, problem: Arc<Problem>, steps: Vec<Step>) -> BoxFuture<'static, Result<Vec<Reply>, Error>>;
+
+    /// Whether a group's first turns step together, in one [`Env::step`] call (the feedback
+    /// environment grades the group as one batch, as the single-turn rollout always did),
+    /// rather than each trajectory on its own (the default): then a trajectory is ready for its
+    /// next turn when its own step ends, whatever its group's other tool calls are doing.
+    fn steps_groups(&self) -> bool {
+        false
+    }
 
     /// The grade of a trajectory that ended on a limit, from its last turn's text; `None` keeps
     /// the turn's own grade.
