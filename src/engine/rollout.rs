@@ -85,6 +85,7 @@ mod tests {
     //! turns open: the round-based loop it replaced never opened it.
 
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     use futures_util::future::BoxFuture;
@@ -133,6 +134,10 @@ mod tests {
         gate: Arc<Semaphore>,
         /// Second turns of `p0`'s other trajectories asked for so far.
         others: Mutex<usize>,
+        /// Calls made so far.
+        made: Arc<AtomicUsize>,
+        /// How many calls had been made when the loop got the first failed reply.
+        failed_at: Arc<Mutex<Option<usize>>>,
         stop: StopSignal,
         twist: Twist,
         batch_rows: usize,
@@ -178,9 +183,12 @@ mod tests {
                 self.stop.request();
             }
             self.calls.lock().unwrap().push(rows);
+            self.made.fetch_add(1, Ordering::SeqCst);
+            let (made, failed_at) = (self.made.clone(), self.failed_at.clone());
             Box::pin(async move {
                 tokio::task::yield_now().await;
                 if fail {
+                    failed_at.lock().unwrap().get_or_insert(made.load(Ordering::SeqCst));
                     return Err(crate::backend::openai::Error::Malformed { url: "http://sampler".into(), attempts: 1, reason: "scripted".into() }.into());
                 }
                 Ok(out)
@@ -236,12 +244,13 @@ mod tests {
     }
 
     /// Runs problems `p0`, `p1` (seeds 10, 11), three sampled trajectories and one greedy each,
-    /// through the loop with `twist`; the groups, the timing and the calls.
-    async fn roll(twist: Twist, batch_rows: usize) -> (Option<Vec<Group>>, Timing, Vec<Vec<Row>>) {
+    /// through the loop with `twist`; the groups, the timing, the calls and how many calls had
+    /// been made when the first failed one came back.
+    async fn roll(twist: Twist, batch_rows: usize) -> (Option<Vec<Group>>, Timing, Vec<Vec<Row>>, usize) {
         let prompting = Arc::new(prompting(CHATML));
         let gate = Arc::new(Semaphore::new(0));
         let stop = StopSignal::default();
-        let sampler = Script { prompting: prompting.clone(), calls: Mutex::default(), gate: gate.clone(), others: Mutex::default(), stop: stop.clone(), twist, batch_rows };
+        let sampler = Script { prompting: prompting.clone(), calls: Mutex::default(), gate: gate.clone(), others: Mutex::default(), made: Arc::default(), failed_at: Arc::default(), stop: stop.clone(), twist, batch_rows };
         let grader = Arc::new(AnyGrader::Fusion(Box::new(FusionClient::new(FusionConfig::new("http://127.0.0.1:9")).unwrap())));
         let cx = Ctx { prompting: &prompting, grader: &grader, opts: &GradeOptions::default(), retries: 0, sink: &(), stop: &stop };
         let env: Arc<dyn Env> = Arc::new(Gated { gate });
@@ -255,8 +264,9 @@ mod tests {
         let params = SamplingParams::default();
         let ph = Phase { n: 3, greedy: 1, params: &params, max_attempts: 1, name: "sample", step: 0 };
         let (groups, timing) = tokio::time::timeout(Duration::from_secs(60), scheduler::run(&sampler, env, prompts, &ph, &cx)).await.expect("the loop ends").unwrap();
+        let failed_at = sampler.failed_at.lock().unwrap().unwrap_or(0);
         let calls = sampler.calls.into_inner().unwrap();
-        (groups, timing, calls)
+        (groups, timing, calls, failed_at)
     }
 
     /// The index of the call that held `problem`'s `label` turn `turn`.
@@ -266,7 +276,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_slow_step_holds_back_no_other_trajectory_and_results_do_not_depend_on_the_calls() {
-        let (groups, timing, calls) = roll(Twist::None, 32).await;
+        let (groups, timing, calls, _) = roll(Twist::None, 32).await;
         let groups = groups.expect("not stopped");
         // The other trajectories' second turns were sampled while the slow step still ran: it
         // was released, not timed out, and its own second turn came in a later call.
@@ -297,7 +307,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_stop_requested_mid_way_returns_no_groups() {
-        let (groups, _, calls) = roll(Twist::Stop, 32).await;
+        let (groups, _, calls, _) = roll(Twist::Stop, 32).await;
         assert!(groups.is_none(), "stopped on the first second-turn call");
         assert!(calls.iter().flatten().any(|r| r.turn == 2));
     }
@@ -306,7 +316,7 @@ mod tests {
     async fn an_infrastructure_error_on_a_second_turn_call_drops_exactly_its_group() {
         // A call holds one group's rows (the first group's, whatever their number): the test
         // can say which group a failed call held.
-        let (groups, timing, calls) = roll(Twist::FailP1, 1).await;
+        let (groups, timing, calls, failed_at) = roll(Twist::FailP1, 1).await;
         let groups = groups.unwrap();
         assert_eq!(groups.iter().map(|g| g.problem.id.as_str()).collect::<Vec<_>>(), ["p0"]);
         assert!(groups[0].trajectories.iter().all(|t| t.turns.len() == 2 && t.ending == Some(Ending::Completed)));
@@ -314,9 +324,9 @@ mod tests {
         for c in &calls {
             assert!(c.iter().all(|r| r.problem == c[0].problem), "{calls:?}");
         }
-        // Dropped mid-way, p1 takes no further turn: nothing of it is asked for after its first
-        // failed call.
-        let failed = calls.iter().position(|c| c.iter().any(|r| r.problem == "p1" && r.turn == 2)).unwrap();
-        assert!(calls[failed + 1..].iter().flatten().all(|r| r.problem != "p1"), "p1 kept going after it was dropped: {calls:?}");
+        // Dropped mid-way, p1 takes no further turn: nothing of it is asked for once its first
+        // failed call came back (a call already out may still hold some).
+        assert!(failed_at > 0 && calls[..failed_at].iter().flatten().any(|r| r.problem == "p1" && r.turn == 2));
+        assert!(calls[failed_at..].iter().flatten().all(|r| r.problem != "p1"), "p1 kept going after it was dropped: {calls:?}");
     }
 }

@@ -327,6 +327,10 @@ impl<'a> Rollout<'a> {
                 // A trajectory cut short by the server would be scored on a turn the model was
                 // not done with: its group is dropped instead.
                 let hit: BTreeSet<usize> = rows.iter().map(|r| r.gi).filter(|&gi| !self.slot(gi).lost).collect();
+                if hit.is_empty() && e.is_infrastructure() {
+                    // Groups already dropped by a call that failed before this one.
+                    return Ok(());
+                }
                 if !dropped(&e, hit.len(), self.cx, self.env.continuation(), self.ph.step) {
                     return Err(e.into());
                 }
