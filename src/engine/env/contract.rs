@@ -116,11 +116,14 @@ pub(crate) trait Env: Send + Sync {
     /// never as errors of the model.
     fn step(self: Arc<Self>, problem: Arc<Problem>, steps: Vec<Step>) -> BoxFuture<'static, Result<Vec<Reply>, Error>>;
 
-    /// Whether a group's first turns step together, in one [`Env::step`] call (the feedback
-    /// environment grades the group as one batch, as the single-turn rollout always did),
-    /// rather than each trajectory on its own (the default): then a trajectory is ready for its
-    /// next turn when its own step ends, whatever its group's other tool calls are doing.
-    fn steps_groups(&self) -> bool {
+    /// Whether the environment's turns go in rounds, as rlx sampled every multi-turn rollout
+    /// before tool turns: a group's first turns step together (one grading batch), and next turns
+    /// are sampled only once every trajectory of the phase has been stepped, all at once. The
+    /// feedback environment does, so that `max_attempts` runs stay byte-identical to before: the
+    /// local sampler's log-probabilities differ in their last bits with the rows a call holds.
+    /// The default: each trajectory steps on its own and is ready for its next turn as soon as
+    /// its step ends, whatever its group's other tool calls are doing.
+    fn in_rounds(&self) -> bool {
         false
     }
 

@@ -51,7 +51,7 @@ impl Env for Feedback {
         })
     }
 
-    fn steps_groups(&self) -> bool {
+    fn in_rounds(&self) -> bool {
         true
     }
 

@@ -3,10 +3,11 @@
 //!
 //! A trajectory joins the queue as soon as its environment step ends, whatever the others are
 //! doing. A call takes the queue's groups in the order their first row arrived, each group's
-//! ready rows together, up to the sampler's `batch_rows`: a group whose rows do not fit waits
-//! for the next call, unless it is the first (a call never goes out empty). Keeping a group's
-//! rows in one call costs nothing and keeps a failed call to as few groups as the rows allow:
-//! a remote sampler asks for one group's rows per call so that a failure loses one group.
+//! ready rows together, while it holds fewer than the sampler's `batch_rows` (so the last group
+//! may take it past): the rule by which rlx always packed next turns, which keeps a failed call
+//! to as few groups as the rows allow (a remote sampler asks for one group's rows per call, so
+//! that a failure loses one group) and, sorted in trajectory order ([`ReadyQueue::sort`]), gives
+//! the calls rlx made for them before.
 
 use std::collections::VecDeque;
 
@@ -47,8 +48,13 @@ impl ReadyQueue {
         self.rows.retain(|r| r.gi != gi);
     }
 
-    /// The rows of the next call: whole groups' ready rows, first come first, up to `max_rows`
-    /// (the first group's all, whatever their number); each group's rows in trajectory order.
+    /// Puts the queue in trajectory order: by group, then trajectory.
+    pub(crate) fn sort(&mut self) {
+        self.rows.make_contiguous().sort_by_key(|r| (r.gi, r.ti));
+    }
+
+    /// The rows of the next call: whole groups' ready rows, first come first, while the call
+    /// holds fewer than `max_rows`; each group's rows in trajectory order.
     pub(crate) fn take_call(&mut self, max_rows: usize) -> Vec<Ready> {
         let mut groups: Vec<(usize, usize)> = vec![];
         for r in &self.rows {
@@ -60,10 +66,11 @@ impl ReadyQueue {
         let mut taken: Vec<usize> = vec![];
         let mut rows = 0;
         for (gi, n) in groups {
-            if taken.is_empty() || rows + n <= max_rows {
-                taken.push(gi);
-                rows += n;
+            if !taken.is_empty() && rows >= max_rows {
+                break;
             }
+            taken.push(gi);
+            rows += n;
         }
         let (mut call, rest): (Vec<Ready>, Vec<Ready>) = self.rows.drain(..).partition(|r| taken.contains(&r.gi));
         self.rows = rest.into();
@@ -85,19 +92,26 @@ mod tests {
     }
 
     #[test]
-    fn a_call_takes_whole_groups_first_come_first_up_to_its_rows() {
+    fn a_call_takes_whole_groups_first_come_first_while_it_has_room() {
         let mut q = ReadyQueue::default();
-        for (gi, ti) in [(3, 1), (0, 0), (3, 0), (1, 0), (1, 1), (1, 2), (0, 1)] {
+        for (gi, ti) in [(3, 1), (0, 0), (3, 0), (1, 0), (1, 1), (1, 2), (0, 1), (2, 0)] {
             q.push(row(gi, ti));
         }
-        // Group 3 came first; group 0 fits beside it; group 1 (three rows) does not.
-        assert_eq!(ids(&q.take_call(4)), [(3, 0), (3, 1), (0, 0), (0, 1)]);
-        // The first group goes whole even past the limit: a call never goes out empty.
+        // Group 3 came first; with 2 rows there is room, so group 0 joins; then the call is
+        // full.
+        assert_eq!(ids(&q.take_call(3)), [(3, 0), (3, 1), (0, 0), (0, 1)]);
+        // A group is never split: group 1 goes whole past the limit.
         assert_eq!(ids(&q.take_call(2)), [(1, 0), (1, 1), (1, 2)]);
+        assert_eq!(ids(&q.take_call(32)), [(2, 0)]);
         assert!(q.is_empty());
         q.push(row(5, 0));
+        q.push(row(6, 1));
+        q.push(row(4, 0));
         q.push(row(6, 0));
         q.drop_group(5);
-        assert_eq!(ids(&q.take_call(32)), [(6, 0)]);
+        // In trajectory order, as rounds are sampled.
+        q.sort();
+        assert_eq!(ids(&q.take_call(1)), [(4, 0)]);
+        assert_eq!(ids(&q.take_call(1)), [(6, 0), (6, 1)]);
     }
 }

@@ -144,6 +144,8 @@ struct Rollout<'a> {
     /// Environment steps in flight, each on its own task.
     steps: FuturesUnordered<BoxFuture<'static, Stepped>>,
     ready: ReadyQueue,
+    /// Whether the environment's turns go in rounds ([`Env::in_rounds`]).
+    rounds: bool,
     /// Trajectories sampled and not yet ended (progress of the turns after the first).
     open: usize,
     /// Whether the progress of the turns after the first is being reported.
@@ -156,6 +158,7 @@ struct Rollout<'a> {
 
 impl<'a> Rollout<'a> {
     fn new(sampler: &'a dyn Sampler, env: Arc<dyn Env>, prompts: Vec<GroupPrompt>, ph: &Phase<'a>, params: &'a SamplingParams, cx: &'a Ctx<'a>) -> Self {
+        let rounds = env.in_rounds();
         Rollout {
             sampler,
             env,
@@ -168,6 +171,7 @@ impl<'a> Rollout<'a> {
             first_calls: 0,
             steps: FuturesUnordered::new(),
             ready: ReadyQueue::default(),
+            rounds,
             open: 0,
             continuing: false,
             clock: Clock::new(),
@@ -207,25 +211,39 @@ impl<'a> Rollout<'a> {
 
     /// Fills the free call slots: ready next turns first (a trajectory under way is nearer its
     /// end, and its tool calls then overlap the first turns still to come), else the next batch
-    /// of first turns.
+    /// of first turns. An environment [in rounds](Env::in_rounds) gets its next turns only once
+    /// nothing else is out, all at once in trajectory order: the calls rlx always made for it.
     fn submit(&mut self) {
+        let batch_rows = self.sampler.batch_rows();
+        if self.rounds && !self.ready.is_empty() && self.calls.is_empty() && self.steps.is_empty() && self.rest.peek().is_none() {
+            self.ready.sort();
+            while !self.ready.is_empty() {
+                let rows = self.ready.take_call(batch_rows);
+                self.push_call(Asked::Next(rows));
+            }
+        }
         while self.calls.len() < self.sampler.max_in_flight().max(1) {
-            let asked = if !self.ready.is_empty() {
-                Asked::Next(self.ready.take_call(self.sampler.batch_rows()))
+            let asked = if !self.rounds && !self.ready.is_empty() {
+                Asked::Next(self.ready.take_call(batch_rows))
             } else if self.rest.peek().is_some() {
                 // At most `batch_rows` completions per call, so grading of a batch overlaps
                 // sampling of the next (the local sampler decodes a call's rows together).
-                let per_batch = (self.sampler.batch_rows() / (self.ph.n + self.ph.greedy).max(1)).max(1);
+                let per_batch = (batch_rows / (self.ph.n + self.ph.greedy).max(1)).max(1);
                 self.first_calls += 1;
                 Asked::First(self.rest.by_ref().take(per_batch).collect(), Instant::now())
             } else {
                 break;
             };
-            self.clock.tick(&mut self.timing, !self.calls.is_empty(), !self.steps.is_empty());
-            self.clock.submitted(&mut self.timing);
-            let reply = self.sampler.sample_chat(self.requests(&asked), self.params);
-            self.calls.push(reply.map(move |r| (asked, r)).boxed());
+            self.push_call(asked);
         }
+    }
+
+    /// Submits a call.
+    fn push_call(&mut self, asked: Asked) {
+        self.clock.tick(&mut self.timing, !self.calls.is_empty(), !self.steps.is_empty());
+        self.clock.submitted(&mut self.timing);
+        let reply = self.sampler.sample_chat(self.requests(&asked), self.params);
+        self.calls.push(reply.map(move |r| (asked, r)).boxed());
     }
 
     /// The requests of a call: per group its sampled completions, then its greedy ones (eval's
@@ -307,7 +325,7 @@ impl<'a> Rollout<'a> {
             self.open += seqs.len();
             self.slots[gi] = Some(Slot { problem, seed, started, trajectories: seqs.iter().map(|_| None).collect(), lost: false });
             let rows: Vec<Row> = seqs.into_iter().zip(texts).enumerate().map(|(ti, (seq, text))| Row { ti, prompt: prompt.clone(), seq, text }).collect();
-            if self.env.steps_groups() {
+            if self.rounds {
                 self.spawn_step(gi, rows);
             } else {
                 for row in rows {
