@@ -5,12 +5,12 @@
 //! up to [`Sampler::max_in_flight`] calls at once. Each trajectory then goes at its own pace:
 //! when its environment step ends (its turn graded, or its tool calls run) it is ready for its
 //! next turn at once, and the next free call takes it with the other ready ones ([`scheduler`],
-//! [`ready`]), so
-//! one trajectory's slow tool call never holds back another's next turn (no head-of-line
-//! blocking; the loop it replaced sampled turn 2 of every trajectory only once every turn 1 had
-//! been stepped). A trajectory keeps all its turns. With `rollout.max_attempts` the environment
-//! is the feedback one, with `rollout.tools` the tool one. [`clock`] splits the phase's time
-//! into sampling, waiting on the environment between turns, and grading.
+//! [`ready`]), so one trajectory's slow tool call never holds back another's next turn (no
+//! head-of-line blocking; the loop it replaced sampled turn 2 of every trajectory only once
+//! every turn 1 had been stepped, and the feedback environment keeps those rounds:
+//! [`Env::in_rounds`]). A trajectory keeps all its turns. With `rollout.max_attempts` the
+//! environment is the feedback one, with `rollout.tools` the tool one. [`clock`] splits the
+//! phase's time into sampling, waiting on the environment between turns, and grading.
 
 mod clock;
 mod phase;

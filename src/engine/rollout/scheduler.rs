@@ -5,10 +5,11 @@
 //! One loop, one [`Rollout`]: it submits calls while a slot is free (next turns that are ready
 //! first, else the next batch of first turns), then takes whichever ends first, a call or a step.
 //! A call's completions are stepped at once; a step's turns join their trajectories, each of
-//! which ends or joins the [`ReadyQueue`]. Seeds are per (group, turn, trajectory), so what a
-//! turn samples does not depend on the call it rode in (the local sampler's rows are
-//! arithmetically independent of the other rows of a call), and results do not depend on the
-//! order things end in: the groups come back in prompt order.
+//! which ends or joins the [`ReadyQueue`]. Seeds are per (group, turn, trajectory), not per
+//! call, and the groups come back in prompt order whatever the order things end in. (The local
+//! sampler's log-probabilities still differ in their last bits with the rows a call holds, which
+//! is why an environment [in rounds](Env::in_rounds), the feedback one, keeps the calls it
+//! always got.)
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
