@@ -1,7 +1,8 @@
 //! Tool turns (`rollout.tools`, issue 52) through the engine: a scripted model (the one
 //! [`Scripted`] sampler, deciding each turn from the conversation so far) drives trajectories to
 //! every stop reason, with `check_solution` and `python` run in the real local sandbox; malformed
-//! calls under each parse-error policy; a hanging tool; and the datums the trainer receives
+//! calls under each parse-error policy; a hanging tool; a slow tool call that holds back no
+//! other trajectory's next turn; and the datums the trainer receives
 //! against an independent count of the sampled tokens. Also `rlx validate`, `rlx show` and a dry
 //! run of the shipped two-turn recipe's setup on the tiny model.
 
