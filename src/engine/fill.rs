@@ -103,9 +103,7 @@ impl Fill {
     }
 
     fn add_timing(&mut self, t: Timing) {
-        self.timing.sample_s += t.sample_s;
-        self.timing.grade_s += t.grade_s;
-        self.timing.sampler_dropped += t.sampler_dropped;
+        self.timing.add(t);
     }
 
     /// Groups taken: back from the sampler, or dropped by it.

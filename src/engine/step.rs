@@ -467,6 +467,7 @@ fn step_metrics(m: &mut BTreeMap<String, f64>, n: &Tally, fill: &Fill, cfg: &Ste
     n.tests.metrics(m);
     m.insert(time::SAMPLE_S.into(), timing.sample_s);
     m.insert(time::GRADE_S.into(), timing.grade_s);
+    m.insert(time::TOOL_WAIT_S.into(), timing.tool_wait_s);
 }
 
 /// One optimizer step over `datums`: `forward_backward` and `optim_step` submitted back to back

@@ -170,6 +170,9 @@ pub mod time {
     pub const SAMPLE_S: &str = "time/sample_s";
     /// Grading left to wait for once sampling finished (grading overlaps sampling).
     pub const GRADE_S: &str = "time/grade_s";
+    /// Sampling idle between turns: no sampler call in flight while trajectories waited on
+    /// their environment step (tool calls, a feedback turn's grading) before their next turn.
+    pub const TOOL_WAIT_S: &str = "time/tool_wait_s";
     /// The forward-backward pass and optimizer step.
     pub const TRAIN_S: &str = "time/train_s";
     /// The whole step, from its start to its metrics line (an eval after it excluded).

@@ -1,11 +1,12 @@
 //! Tool turns (`rollout.tools`, issue 52) through the engine: a scripted model (the one
 //! [`Scripted`] sampler, deciding each turn from the conversation so far) drives trajectories to
 //! every stop reason, with `check_solution` and `python` run in the real local sandbox; malformed
-//! calls under each parse-error policy; a hanging tool; and the datums the trainer receives
+//! calls under each parse-error policy; a hanging tool; a slow tool call that holds back no
+//! other trajectory's next turn; and the datums the trainer receives
 //! against an independent count of the sampled tokens. Also `rlx validate`, `rlx show` and a dry
 //! run of the shipped two-turn recipe's setup on the tiny model.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rlx::backend::Policy;
 use rlx::engine::{self, PolicySource};
@@ -94,7 +95,7 @@ fn first_prompt_tokens(cx: &TestContext) -> usize {
 
 /// Runs the plan of `spec.yaml` (with `overrides`) on `script`; the run directory and what the
 /// trainer received.
-async fn run(cx: &TestContext, overrides: &[String], script: fn(&Problems, &Call) -> (String, StopReason)) -> (std::path::PathBuf, Arc<Recorder>) {
+async fn run(cx: &TestContext, overrides: &[String], script: impl Fn(&Problems, &Call) -> (String, StopReason) + Send + Sync + 'static) -> (std::path::PathBuf, Arc<Recorder>) {
     let overrides: Vec<_> = overrides.iter().map(|o| rlx::spec::overrides::parse(o).unwrap()).collect();
     let plan = rlx::plan::plan(&cx.path().join("spec.yaml"), &overrides).unwrap();
     let trainer = Arc::new(Recorder::new(Arc::new(Scripted::new(cx, false, script))));
@@ -360,6 +361,45 @@ async fn a_sandbox_failing_under_a_tool_call_drops_the_group_and_never_scores_it
     let outputs: Vec<&Value> = rollouts.iter().map(|r| &r["turns"][0]["calls"][0]["output"]).collect();
     // The other groups' checks ran through the same sandbox.
     assert!(outputs.iter().all(|o| o.as_str().is_some_and(|o| o.starts_with("passed: 1/1"))), "{outputs:?}");
+}
+
+/// Sample 0 runs a snippet that sleeps 3 s and prints when it woke; the others' snippets print
+/// at once. Each second turn records when it was sampled (`sampled`), then answers.
+fn slow_and_fast(sampled: Arc<Mutex<Vec<(usize, f64)>>>) -> impl Fn(&Problems, &Call) -> (String, StopReason) + Send + Sync + 'static {
+    move |p, c| {
+        let (path, turn) = path(c);
+        if turn > 1 {
+            sampled.lock().unwrap().push((path, std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()));
+            return (format!("PATH={path} done\n```python\n{}\n```", p.rows[c.problem].solution), StopReason::Stop);
+        }
+        let code = if c.sample == 0 { "import time\ntime.sleep(3)\nprint('woke', repr(time.time()))" } else { "print('fast')" };
+        (format!("PATH={}\n{}", c.sample, call("python", code)), StopReason::Stop)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_tool_call_holds_back_no_other_trajectory() {
+    let cx = TestContext::new();
+    spec(&cx, 3, "{max_turns: 2, tool_timeout_s: 30}");
+    let sampled = Arc::new(Mutex::new(vec![]));
+    let (dir, _) = run(&cx, &[], slow_and_fast(sampled.clone())).await;
+    let rollouts = jsonl(&dir.join("rollouts.jsonl"));
+    assert_eq!(rollouts.len(), 3);
+    assert!(rollouts.iter().all(|r| r["stop"] == "completed" && r["status"] == "passed"), "{rollouts:?}");
+    let slow = rollouts.iter().find(|r| r["turns"][0]["text"].as_str().unwrap().starts_with("PATH=0")).unwrap();
+    let output = slow["turns"][0]["calls"][0]["output"].as_str().unwrap();
+    let woke: f64 = output.split("woke ").nth(1).and_then(|w| w.split_whitespace().next()).and_then(|w| w.parse().ok()).unwrap_or_else(|| panic!("{output}"));
+    // The fast trajectories took their second turn while the slow call still slept (the clock
+    // is the machine's, in this process and in the sandbox alike); the slow one after it woke.
+    let sampled = sampled.lock().unwrap().clone();
+    let at = |k: usize| sampled.iter().find(|(p, _)| *p == k).unwrap_or_else(|| panic!("{k}: {sampled:?}")).1;
+    for k in [1, 2] {
+        assert!(at(k) < woke, "trajectory {k}'s second turn waited for another's tool call (sampled at {}, the call ended at {woke})", at(k));
+    }
+    assert!(at(0) > woke);
+    // The sampler sat idle while the slow call ran: the metric says so.
+    let m = &jsonl(&dir.join("metrics.jsonl"))[0];
+    assert!(m["time/tool_wait_s"].as_f64().unwrap() > 0.0, "{m}");
 }
 
 /// The OpenAI-compatible chat path with tools: a scripted server on 127.0.0.1 answers a first

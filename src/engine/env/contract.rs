@@ -117,10 +117,21 @@ pub(crate) trait Env: Send + Sync {
     /// Template failures.
     fn start(&self, problem: &Problem) -> Result<Vec<Message>, Error>;
 
-    /// One turn of each of a group's trajectories (all of `problem`), answered in order.
+    /// One turn of some of a group's trajectories (all of `problem`), answered in order.
     /// Infrastructure failures come back as `infra_error` grades (the group is then dropped),
     /// never as errors of the model.
     fn step(self: Arc<Self>, problem: Arc<Problem>, steps: Vec<Step>) -> BoxFuture<'static, Result<Vec<Reply>, Error>>;
+
+    /// Whether the environment's turns go in rounds, as rlx sampled every multi-turn rollout
+    /// before tool turns: a group's first turns step together (one grading batch), and next turns
+    /// are sampled only once every trajectory of the phase has been stepped, all at once. The
+    /// feedback environment does, so that `max_attempts` runs stay byte-identical to before: the
+    /// local sampler's log-probabilities differ in their last bits with the rows a call holds.
+    /// The default: each trajectory steps on its own and is ready for its next turn as soon as
+    /// its step ends, whatever its group's other tool calls are doing.
+    fn in_rounds(&self) -> bool {
+        false
+    }
 
     /// The grade of a trajectory that ended on a limit, from its last turn's text; `None` keeps
     /// the turn's own grade.

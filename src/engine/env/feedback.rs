@@ -51,6 +51,10 @@ impl Env for Feedback {
         })
     }
 
+    fn in_rounds(&self) -> bool {
+        true
+    }
+
     fn max_turns(&self) -> u32 {
         self.max_attempts
     }

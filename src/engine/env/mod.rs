@@ -11,8 +11,8 @@
 //! feedback turn) and [`tools::ToolEnv`] (`rollout.tools`: tool calls answered by the sandbox).
 //! An environment holds no per-trajectory state: what it needs of the past (turns, tool calls,
 //! malformed turns in a row, time, the `bash` tool's sandbox) comes in [`Step`], derived from
-//! the trajectory the loop keeps, so a group's trajectories step together and a resumed step
-//! replays the same way.
+//! the trajectory the loop keeps, so the loop may step a trajectory alone or with its group, and
+//! a resumed step replays the same way.
 
 mod contract;
 pub(crate) mod calls;
