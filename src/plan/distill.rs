@@ -102,7 +102,7 @@ pub(crate) fn check_teacher(teacher: &mut Teacher, tree: &Node, key: &str, stude
         }
         Ok(Some(local_model)) => match (student, vocab(&local_model)) {
             (Some(student), Some(theirs)) => vocab_difference(student, &theirs)
-                .map(|why| err(format!("teacher `{written}` has another tokenizer than the student: {why}")).hint("distillation compares the two models token by token; use a teacher with the student's tokenizer"))
+                .map(|why| err(format!("teacher `{written}` has another tokenizer than the student: {why}")).hint("distillation compares the two models token by token, so use a teacher with the student's tokenizer"))
                 .into_iter()
                 .collect(),
             _ => vec![],

@@ -144,6 +144,7 @@ fn kill_9_inside_distillation_then_rerun_finishes_each_step_once() {
 }
 
 #[test]
+#[allow(clippy::print_stderr)] // reports the measured differences
 fn a_checkpoint_teaches_with_its_trained_weights_as_its_export_does() {
     // The trainer loads a trainer state onto its base model (LoRA adapters applied, or a full
     // fine-tune's weights) without an export; its scores must be those of the merged export.
@@ -161,6 +162,7 @@ fn a_checkpoint_teaches_with_its_trained_weights_as_its_export_does() {
         let mut score = |teacher: &Path| student.teacher_logprobs(teacher, std::slice::from_ref(&d)).unwrap().remove(0);
         let (from_state, from_export, from_base) = (score(&state), score(&merged), score(&base));
         let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        eprintln!("{tag}: max |Δlogp| checkpoint − export {:.2e}, checkpoint − base {:.2e}", diff(&from_state, &from_export), diff(&from_state, &from_base));
         assert!(diff(&from_state, &from_export) < 1e-4, "{tag}: the checkpoint scores {:?}, its export {:?}", from_state, from_export);
         assert!(diff(&from_state, &from_base) > 1e-3, "{tag}: the checkpoint's trained weights must count, not only its base's");
     }
@@ -197,6 +199,7 @@ fn distill_once(cx: &TestContext, name: &str, teacher: &str) -> (Value, f64) {
 }
 
 #[test]
+#[allow(clippy::print_stderr)] // reports the measured teacher_kl
 fn a_run_checkpoint_is_a_teacher_by_reference_and_a_gguf_export_of_it_scores_the_same() {
     let cx = TestContext::new();
     let run = teacher_run(&cx);
@@ -216,6 +219,7 @@ fn a_run_checkpoint_is_a_teacher_by_reference_and_a_gguf_export_of_it_scores_the
     assert_eq!(r.code, 0, "{}", r.stderr);
     let (resolved, kl_gguf) = distill_once(&cx, "bygguf", "./gguf/model-f32.gguf");
     assert!(resolved["grpo"]["distill"]["teacher"].get("resolved").is_none(), "a model is not a checkpoint reference");
+    eprintln!("train/teacher_kl at step 0: checkpoint {kl_ref:.6}, its GGUF export {kl_gguf:.6}");
     assert!((kl_gguf - kl_ref).abs() < 1e-3, "GGUF {kl_gguf} against the checkpoint {kl_ref}");
 }
 
