@@ -263,6 +263,11 @@ fn teacher_references_that_name_no_usable_checkpoint_are_located_errors_at_valid
     cx.write("spec.yaml", &distill_spec(2, 100, &format!("runs/{run}/checkpoints/step-000001"), true, "1e-3"));
     let r = cx.run(&["validate", "spec.yaml"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // A sweep plans its members with the same finder as `rlx run` (`./`: without the finder the
+    // reference is a path that does not exist).
+    cx.write("spec.yaml", &distill_spec(2, 100, &format!("./runs/{run}@1"), true, "1e-3"));
+    let r = cx.run(&["sweep", "--dry-run", "spec.yaml", "seed=[3,4]"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
 }
 
 #[test]
