@@ -128,7 +128,7 @@ pub(crate) struct Sampling {
 /// # Errors
 /// [`Error::Invalid`] when the ranges hold fewer than N distinct configurations, when a key
 /// varies twice, or with every problem of the drawn members (as [`sweep::expand`]).
-pub(crate) fn expand(spec_path: &Path, fixed: Vec<Override>, dims: &[Dimension], sampling: Sampling) -> Result<Sweep, Error> {
+pub(crate) fn expand(spec_path: &Path, fixed: Vec<Override>, dims: &[Dimension], sampling: Sampling, checkpoints: Option<&dyn crate::plan::Checkpoints>) -> Result<Sweep, Error> {
     let invalid = |d: Vec<Diagnostic>| Error::Invalid { path: spec_path.to_path_buf(), diagnostics: Diagnostics(d) };
     let mut keys = BTreeSet::new();
     for d in dims {
@@ -171,7 +171,7 @@ pub(crate) fn expand(spec_path: &Path, fixed: Vec<Override>, dims: &[Dimension],
         overrides.extend(drawn);
         points.push((overrides, assignment));
     }
-    sweep::from_points(spec_path, dims.iter().map(Dimension::record).collect(), &fixed, points)
+    sweep::from_points(spec_path, dims.iter().map(Dimension::record).collect(), &fixed, points, checkpoints)
 }
 
 #[cfg(test)]

@@ -151,14 +151,15 @@ pub trait Trainer: Send + Sync {
         Box::pin(async { Err(Error::InvalidArgument { what: "reference_logprobs", reason: "this backend has no reference policy for `grpo.kl`".into() }) })
     }
 
-    /// Submits: the log-probabilities of each datum's targets under the teacher at `teacher`
-    /// (a model directory with the policy's tokenizer: `grpo.distill`), at temperature 1. The
-    /// default answers that the backend has no teacher.
+    /// Submits: the log-probabilities of each datum's targets under the teacher `teacher` (a
+    /// model with the policy's tokenizer in `model.base` form, or a checkpoint's trainer state
+    /// directory: `grpo.distill`), at temperature 1. The default answers that the backend has
+    /// no teacher.
     ///
     /// # Errors
-    /// (In the reply.) An invalid datum, a teacher that cannot be loaded, or a backend without
-    /// one.
-    fn teacher_logprobs(&self, teacher: std::path::PathBuf, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
+    /// (In the reply.) An invalid datum, a teacher that cannot be found or loaded, or a backend
+    /// without one.
+    fn teacher_logprobs(&self, teacher: crate::seam::ModelSource, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
         let _ = (teacher, data);
         Box::pin(async { Err(Error::InvalidArgument { what: "teacher_logprobs", reason: "this backend has no teacher for `grpo.distill`".into() }) })
     }

@@ -9,9 +9,13 @@
 //! and k1 as the estimator ([`shaping::apply_kl`]); rejected: a loss term, which would need a
 //! second differentiated model, where the advantage form needs only the teacher's forward pass.
 
+use std::path::PathBuf;
+
 use crate::backend::Trainer;
+use crate::plan::{GrpoPlan, Plan, StageKind, StagePlan};
 use crate::rl::shaping::{self, KlPenalty};
-use crate::spec::types::{Distill, KlEstimator};
+use crate::seam::ModelSource;
+use crate::spec::types::KlEstimator;
 
 use super::error::Error;
 
@@ -45,12 +49,43 @@ pub(crate) fn add_teacher_term(rows: &mut [Row<'_>], coef: f64) -> Result<f64, E
     Ok(if count == 0 { 0.0 } else { sum / count as f64 })
 }
 
-/// The teacher's log-probabilities of `data`'s targets, on the trainer.
+/// The teacher's log-probabilities of `data`'s targets, on the trainer: `teacher` is what the
+/// plan resolved `grpo.distill.teacher` to ([`crate::plan::GrpoPlan::teacher`]).
 ///
 /// # Errors
-/// A teacher the trainer cannot load or score.
-pub(crate) async fn teacher_logprobs(trainer: &dyn Trainer, distill: &Distill, data: Vec<crate::seam::Datum>) -> Result<Vec<Vec<f32>>, Error> {
-    Ok(trainer.teacher_logprobs(distill.teacher.base.clone().into(), data).await?)
+/// A teacher the trainer cannot find, load or score.
+pub(crate) async fn teacher_logprobs(trainer: &dyn Trainer, teacher: ModelSource, data: Vec<crate::seam::Datum>) -> Result<Vec<Vec<f32>>, Error> {
+    Ok(trainer.teacher_logprobs(teacher, data).await?)
+}
+
+/// What the trainer loads as the teacher of `grpo.distill`: the state a checkpoint reference
+/// resolved to, else `teacher.base` as a model source. `None` without distillation.
+pub(crate) fn teacher_source(grpo: &GrpoPlan) -> Option<ModelSource> {
+    let t = &grpo.distill.as_ref()?.teacher;
+    Some(match &t.resolved {
+        Some(r) => ModelSource::Path(PathBuf::from(&r.state)),
+        // Validation refused a string that names no source; one that slipped past (a plan made
+        // without it) is a path the trainer then fails to find, not distillation silently off.
+        None => ModelSource::parse(&t.base, None).unwrap_or_else(|_| ModelSource::Path(PathBuf::from(&t.base))),
+    })
+}
+
+/// The plan a `distill` stage runs: the run's, with `grpo.distill` the stage's, its learning
+/// rate, its problems, its evaluation cadence, and `schedule.max_steps` the stage's last step + 1
+/// (the step loop runs up to it; evaluations and checkpoints fall due at it). `None` for another
+/// kind of stage. Rejected: a step loop of the stage's own, which would have repeated GRPO's
+/// sampling, pipelining, checkpoints and resume.
+pub(crate) fn stage_plan(plan: &Plan, stage: &StagePlan) -> Option<Plan> {
+    let StageKind::Distill { distill, learning_rate, train, eval_every } = &stage.kind else { return None };
+    let mut p = plan.clone();
+    p.grpo.distill = Some(distill.clone());
+    p.adam.learning_rate = *learning_rate;
+    if let Some(train) = train {
+        p.data.train = train.clone();
+    }
+    p.schedule.eval_every = *eval_every;
+    p.schedule.max_steps = stage.first_step + stage.steps;
+    Some(p)
 }
 
 #[cfg(test)]

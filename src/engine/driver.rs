@@ -306,6 +306,10 @@ impl<'a> Driver<'a> {
             self.logs.rollouts.append(r)?;
         }
         let mut metrics = res.metrics;
+        // A `distill` stage's lines name their stage, as supervised ones do; GRPO's are as before.
+        if let Some(i) = self.plan.stages.iter().position(|st| st.range().contains(&s) && st.kind != crate::plan::StageKind::Grpo) {
+            metrics.insert(crate::runlog::metrics::STAGE.into(), i as f64);
+        }
         if let Some(ev) = &ev {
             self.write_eval_records(ev)?;
             sink.event(Event::Eval { step: i64::from(s), metrics: ev.metrics.clone() });
@@ -361,16 +365,22 @@ impl<'a> Driver<'a> {
 
     /// Whether something done every `every` steps (evals, checkpoints) is due after step `s`:
     /// always after the last step.
-    /// In a staged run the cadence counts the GRPO stage's own steps (the same schedule means the
-    /// same evaluations whatever stages come first); without stages it starts at step 0.
+    /// In a staged run the cadence counts the stage's own steps (the same schedule means the
+    /// same evaluations whatever stages come first); without stages it starts at step 0. A
+    /// `distill` stage's plan ends at the stage's last step, so it is due there too.
     fn due(&self, s: u32, every: u32) -> bool {
-        let from = self.plan.stages.iter().find(|st| st.kind == crate::plan::StageKind::Grpo).map_or(0, |st| st.first_step);
+        let from = crate::plan::stages::stage_of(&self.plan.stages, s).map_or(0, |st| st.first_step);
         s + 1 == self.plan.schedule.max_steps || (every > 0 && (s + 1).saturating_sub(from).is_multiple_of(every))
     }
 
-    /// The `kind` of a due checkpoint after step `s`.
+    /// The `kind` of a due checkpoint after step `s`: `stage` at the end of a stage that another
+    /// follows (a `distill` stage's plan ends there).
     fn checkpoint_kind(&self, s: u32) -> &'static str {
-        if s + 1 == self.plan.schedule.max_steps { "final" } else { "periodic" }
+        match () {
+            () if s + 1 != self.plan.schedule.max_steps => "periodic",
+            () if self.plan.stages.last().is_some_and(|st| st.range().end > s + 1) => "stage",
+            () => "final",
+        }
     }
 
     /// Checkpoints the last of `done` completed steps unless it is saved already; the trainer's

@@ -111,7 +111,7 @@ async fn run_set_up(plan: &Plan, setup: &Setup, dir: &RunDir, stop: &StopSignal,
         python: setup.python.as_ref(),
         sampling: &setup.sampling,
     };
-    let start = Start { status, logs, first_step, cursor, monitor };
+    let start = Start { status, logs, first_step, cursor: cursor.clone(), monitor };
     let mut driver = Driver::new(plan, setup, &cfg, &cx, (dir, sinks), start);
     if first_step == 0 && (plan.schedule.eval_at_start || max_steps == 0) && !setup.eval_set.is_empty()
         && let Some(stopped) = driver.baseline(super::stages::baseline_metrics(plan, setup).await?).await?
@@ -124,21 +124,71 @@ async fn run_set_up(plan: &Plan, setup: &Setup, dir: &RunDir, stop: &StopSignal,
     if plan.stages.is_empty() {
         return driver.drive(first_step).await;
     }
-    // A staged run: the supervised stages write their own lines, then the GRPO stage (if any)
-    // continues the step counter with a driver of its own.
+    // A staged run: each stage in order from the one the run resumes in, the supervised ones
+    // writing their own lines, `distill` and `grpo` a step loop (a driver) of their own.
     drop(driver);
-    let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
-    if let Some(stopped) = super::stages::run(plan, setup, dir, &cx, &mut status, first_step, sinks).await? {
-        return Ok(stopped);
+    for (index, stage) in plan.stages.iter().enumerate() {
+        if first_step >= stage.range().end {
+            continue;
+        }
+        let stopped = match &stage.kind {
+            crate::plan::StageKind::Sft { .. } => {
+                let mut status = dir.status()?.unwrap_or_else(|| Status::new(plan));
+                super::stages::run(plan, setup, dir, &cx, &mut status, first_step, sinks, index).await?
+            }
+            _ => {
+                // Resumed inside a `distill` stage, its problems continue from the checkpoint's
+                // cursor; from its start (after another stage's checkpoint), from the first. A
+                // `grpo` stage starts its problems at the first, as it always has.
+                let inside = first_step > stage.first_step && matches!(stage.kind, crate::plan::StageKind::Distill { .. });
+                let at = if inside { cursor.clone() } else { (0, vec![]) };
+                loop_stage(plan, setup, dir, &cx, sinks, stage, first_step.max(stage.first_step), at).await?
+            }
+        };
+        if let Some(stopped) = stopped {
+            return Ok(stopped);
+        }
     }
-    let Some(grpo) = plan.stages.iter().find(|s| matches!(s.kind, crate::plan::StageKind::Grpo)) else {
-        return Ok(RunOutcome::Finished { steps: max_steps });
+    Ok(RunOutcome::Finished { steps: max_steps })
+}
+
+/// A `distill` or `grpo` stage: the step loop on the stage's plan (the run's for `grpo`,
+/// [`super::distill::stage_plan`] for `distill`) and problems, from step `first` with the
+/// data cursor `cursor`. `Some` when the run ends in it (a stop, or the run's last step).
+#[allow(clippy::too_many_arguments)]
+async fn loop_stage(plan: &Plan, setup: &Setup, dir: &RunDir, cx: &Ctx<'_>, sinks: &mut Sinks, stage: &crate::plan::StagePlan, first: u32, cursor: (u64, Vec<u64>)) -> Result<Option<RunOutcome>, Error> {
+    let own = super::distill::stage_plan(plan, stage);
+    let stage_plan = own.as_ref().unwrap_or(plan);
+    let problems = match &own {
+        Some(p) if p.data.train != plan.data.train => stage_problems(p).await?,
+        _ => setup.train.clone(),
     };
-    let first = first_step.max(grpo.first_step);
+    let cfg = StepConfig {
+        plan: stage_plan,
+        train: &problems,
+        advantage: setup.advantage.as_ref(),
+        reward: setup.reward.as_ref(),
+        python: setup.python.as_ref(),
+        sampling: &setup.sampling,
+    };
     let mut monitor = crate::health::Monitor::new(plan.diagnostics.clone());
     crate::health::replay(&mut monitor, &dir.metrics()?.rows, &dir.rollouts()?.rows, &dir.eval_results()?.rows);
-    let start = Start { status, logs: open_logs(dir, dir.jsonl(files::EVENTS)?)?, first_step: first, cursor: (0, vec![]), monitor };
-    Driver::new(plan, setup, &cfg, &cx, (dir, sinks), start).drive(first).await
+    let status = dir.status()?.unwrap_or_else(|| Status::new(plan));
+    let start = Start { status, logs: open_logs(dir, dir.jsonl(files::EVENTS)?)?, first_step: first, cursor, monitor };
+    match Driver::new(stage_plan, setup, &cfg, cx, (dir, sinks), start).drive(first).await? {
+        RunOutcome::Finished { steps } if steps < plan.schedule.max_steps => Ok(None),
+        ended => Ok(Some(ended)),
+    }
+}
+
+/// A `distill` stage's own training problems (`train`), loaded as `data.train` is.
+async fn stage_problems(plan: &Plan) -> Result<Vec<std::sync::Arc<crate::data::Problem>>, Error> {
+    let (data, seed) = (plan.data.clone(), plan.seed);
+    let dataset = tokio::task::spawn_blocking(move || crate::data::load_data(&data, seed, &crate::data::source::Options::from_env())).await?.map_err(Error::Data)?;
+    if dataset.train.problems.is_empty() {
+        return Err(Error::NoProblems);
+    }
+    Ok(dataset.train.problems.into_iter().map(std::sync::Arc::new).collect())
 }
 
 fn open_logs(dir: &RunDir, events: runlog::JsonlWriter) -> Result<Logs, Error> {

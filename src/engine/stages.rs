@@ -1,5 +1,6 @@
-//! The supervised stages of a staged run (`stages:`), run before the GRPO stage on the same
-//! trainer, run directory and step counter.
+//! The supervised stages of a staged run (`stages:`), run in their place among the others on the
+//! same trainer, run directory and step counter (`distill` and `grpo` stages run the step loop,
+//! `engine/run.rs`).
 //!
 //! A stage's step i trains batch i mod ⌈rows / batch_size⌉ of epoch ⌊i / that⌋, each epoch's
 //! order a seeded shuffle of (seed, stage, epoch): the batch of a step follows from the step
@@ -51,34 +52,34 @@ struct Stage<'a> {
     held_out: Vec<Example>,
 }
 
-/// Runs the supervised stages' steps from `first_step` (a resumed run skips what it trained).
-/// `Some` when the run ends in them (a stop request).
+/// Runs the steps of the supervised stage `index` of `plan.stages` from `first_step` (a resumed
+/// run skips what it trained). `Some` when the run ends in it (a stop request).
 ///
 /// # Errors
 /// Rows the chat template cannot express ([`Error::Stage`]), trainer and run-log failures.
-pub(crate) async fn run(plan: &Plan, setup: &Setup, dir: &RunDir, cx: &Ctx<'_>, status: &mut Status, first_step: u32, sinks: &mut runlog::sinks::Sinks) -> Result<Option<RunOutcome>, Error> {
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn run(plan: &Plan, setup: &Setup, dir: &RunDir, cx: &Ctx<'_>, status: &mut Status, first_step: u32, sinks: &mut runlog::sinks::Sinks, index: usize) -> Result<Option<RunOutcome>, Error> {
     let Some(trainer) = setup.trainer.as_ref() else { return Ok(None) };
+    let Some(stage) = plan.stages.get(index) else { return Ok(None) };
+    let StageKind::Sft { spec, peak_lr, .. } = &stage.kind else { return Ok(None) };
+    let end = stage.first_step + stage.steps;
+    if first_step >= end {
+        return Ok(None);
+    }
     let mut logs = Logs { metrics: dir.jsonl(files::METRICS)?, eval: dir.jsonl(files::EVAL_RESULTS)?, eval_rollouts: dir.jsonl(files::EVAL_ROLLOUTS)?, checkpoints: dir.jsonl(files::CHECKPOINTS)? };
-    for (index, stage) in plan.stages.iter().enumerate() {
-        let StageKind::Sft { spec, peak_lr, .. } = &stage.kind else { continue };
-        let end = stage.first_step + stage.steps;
-        if first_step >= end {
-            continue;
+    let st = Stage { plan: stage, index, spec, peak_lr: *peak_lr, train: examples(setup, &stage.name, spec, &spec.train)?, held_out: match &spec.eval {
+        Some(p) => examples(setup, &stage.name, spec, p)?,
+        None => vec![],
+    } };
+    tracing::info!(stage = %stage.name, first = stage.first_step, steps = stage.steps, rows = st.train.len(), "supervised stage");
+    for s in first_step.max(stage.first_step)..end {
+        if cx.stop.requested() {
+            save_unsaved(trainer, dir, &mut logs, cx, s).await?;
+            return Ok(Some(RunOutcome::Interrupted { steps: s }));
         }
-        let st = Stage { plan: stage, index, spec, peak_lr: *peak_lr, train: examples(setup, &stage.name, spec, &spec.train)?, held_out: match &spec.eval {
-            Some(p) => examples(setup, &stage.name, spec, p)?,
-            None => vec![],
-        } };
-        tracing::info!(stage = %stage.name, first = stage.first_step, steps = stage.steps, rows = st.train.len(), "supervised stage");
-        for s in first_step.max(stage.first_step)..end {
-            if cx.stop.requested() {
-                save_unsaved(trainer, dir, &mut logs, cx, s).await?;
-                return Ok(Some(RunOutcome::Interrupted { steps: s }));
-            }
-            step(plan, setup, trainer, dir, cx, &st, s, &mut logs, sinks).await?;
-            status.steps_done = s + 1;
-            dir.set_status(status)?;
-        }
+        step(plan, setup, trainer, dir, cx, &st, s, &mut logs, sinks).await?;
+        status.steps_done = s + 1;
+        dir.set_status(status)?;
     }
     Ok(None)
 }
@@ -92,7 +93,7 @@ pub(crate) async fn baseline_metrics(plan: &Plan, setup: &Setup) -> Result<BTree
     let mut m = BTreeMap::new();
     let first = plan.stages.iter().find_map(|s| match &s.kind {
         StageKind::Sft { spec, .. } => Some((s, spec)),
-        StageKind::Grpo => None,
+        StageKind::Distill { .. } | StageKind::Grpo => None,
     });
     if let (Some((stage, spec)), Some(trainer)) = (first, setup.trainer.as_ref())
         && let Some(path) = &spec.eval

@@ -322,11 +322,11 @@ async fn apply_kl(trainer: Option<&dyn Trainer>, datums: &mut [Built], cfg: &Ste
 /// to each sampled token's advantage ([`super::distill`]). Returns `train/teacher_kl`; `None`
 /// when distillation is off or nothing trains.
 async fn apply_distill(trainer: Option<&dyn Trainer>, datums: &mut [Built], cfg: &StepConfig<'_>) -> Result<Option<f64>, Error> {
-    let (Some(d), Some(trainer)) = (cfg.plan.grpo.distill.as_ref(), trainer) else { return Ok(None) };
+    let (Some(d), Some(source), Some(trainer)) = (cfg.plan.grpo.distill.as_ref(), super::distill::teacher_source(&cfg.plan.grpo), trainer) else { return Ok(None) };
     if datums.is_empty() {
         return Ok(None);
     }
-    let teacher = super::distill::teacher_logprobs(trainer, d, datums.iter().map(|b| b.datum.clone()).collect()).await?;
+    let teacher = super::distill::teacher_logprobs(trainer, source, datums.iter().map(|b| b.datum.clone()).collect()).await?;
     let mut rows: Vec<super::distill::Row<'_>> = datums
         .iter_mut()
         .zip(&teacher)

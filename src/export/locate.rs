@@ -169,6 +169,29 @@ pub(crate) fn locate_any(arg: &str) -> Result<Checkpoint, Error> {
     locate(arg)
 }
 
+/// Finds the checkpoint a teacher reference names for the plan (`grpo.distill.teacher.base:
+/// runs/<id>@STEP`), as `rlx export` reads the same argument: the plan cannot read run
+/// directories itself (`runlog` is a layer above it), so the command line passes this in.
+pub(crate) struct RunCheckpoints;
+
+impl crate::plan::Checkpoints for RunCheckpoints {
+    fn find(&self, reference: &str) -> Result<Option<crate::plan::FoundCheckpoint>, crate::plan::NotFound> {
+        let (dir, selector) = split(reference);
+        let named = dir.join(files::STATUS).is_file() || (selector.is_none() && dir.join("state.json").is_file());
+        if !named {
+            return Ok(None);
+        }
+        let not_found = |e: &Error| crate::plan::NotFound { message: crate::causes::causes(e).join(": "), hints: e.hints() };
+        let ck = locate(reference).map_err(|e| not_found(&e))?;
+        if ck.is_remote() {
+            let message = format!("its checkpoint `{}` is on a remote service; the embedded trainer scores a teacher on this machine", ck.state.display());
+            return Err(crate::plan::NotFound { message, hints: vec![format!("download it (`rlx export {reference} --out DIR`) and name DIR")] });
+        }
+        let header = crate::backend::local::state::read_header(&ck.state).map_err(|e| crate::plan::NotFound { message: crate::causes::causes(&e).join(": "), hints: vec![] })?;
+        Ok(Some(crate::plan::FoundCheckpoint { state: ck.state, step: ck.step, base_model: header.base_model }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

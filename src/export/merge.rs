@@ -163,26 +163,21 @@ pub(crate) fn peft_config(dir: &Path) -> Result<LoraConfig, Error> {
 
 /// `state.json`.
 fn read_header(dir: &Path) -> Result<Header, Error> {
-    let path = dir.join("state.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io { action: "read", path: path.clone(), source })?;
-    serde_json::from_str(&text).map_err(|e| Error::Model(crate::backend::Error::StateMismatch { path: dir.to_path_buf(), reason: format!("`state.json` is not an rlx trainer state: {e}") }))
+    state::read_header(dir).map_err(io_as_export)
 }
 
-/// The trained parameters (`param.<name>` in `state.safetensors`), as f32; the Adam moments
-/// beside them are not part of the model.
+/// The trained parameters (`param.<name>` in `state.safetensors`), as f32.
 fn read_params(dir: &Path, header: &Header) -> Result<HashMap<String, Tensor>, Error> {
-    let path = state::tensors_path(dir);
-    if !path.is_file() {
-        return Err(Error::Io { action: "read", path, source: std::io::Error::from(std::io::ErrorKind::NotFound) });
+    state::read_params(dir, header).map_err(io_as_export)
+}
+
+/// A state file that cannot be read is the export's I/O error (a user error when it is missing),
+/// anything else the model's.
+fn io_as_export(e: crate::backend::Error) -> Error {
+    match e {
+        crate::backend::Error::Io { action, path, source } => Error::Io { action, path, source },
+        other => Error::Model(other),
     }
-    let mut tensors = candle_core::safetensors::load(&path, &Device::Cpu)
-        .map_err(|e| Error::Model(crate::backend::Error::StateMismatch { path: path.clone(), reason: format!("not a readable safetensors file: {e}") }))?;
-    let mut out = HashMap::new();
-    for name in &header.params {
-        let t = tensors.remove(&format!("param.{name}")).ok_or_else(|| Error::Model(crate::backend::Error::StateMismatch { path: path.clone(), reason: format!("missing tensor `param.{name}`") }))?;
-        out.insert(name.clone(), t.to_dtype(DType::F32)?);
-    }
-    Ok(out)
 }
 
 /// The adapter's tensors, checked to come in `lora_A`/`lora_B` pairs.

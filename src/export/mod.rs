@@ -36,6 +36,6 @@ mod types;
 
 pub(crate) use error::Error;
 pub(crate) use local::{adapter_files, export};
-pub(crate) use locate::{Checkpoint, locate_any};
+pub(crate) use locate::{Checkpoint, RunCheckpoints, locate_any};
 pub(crate) use remote::export as export_remote;
 pub(crate) use types::{Dtype, Format, Request};

@@ -159,7 +159,8 @@ pub(crate) fn normalize(p: &Path) -> PathBuf {
 }
 
 /// Runs every semantic check; on success rewrites relative paths in `spec` to absolute ones.
-pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Result<CheckedFiles, Vec<Diagnostic>> {
+/// `checkpoints` finds the run checkpoint a teacher reference names (the command line's).
+pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn super::distill::Checkpoints>) -> Result<CheckedFiles, Vec<Diagnostic>> {
     let mut cx = Ctx { tree, out: vec![] };
     check_name(&mut cx, spec);
     check_batch(&mut cx, spec);
@@ -173,8 +174,15 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Result<CheckedFiles, Vec<Di
     check_data(&mut cx, spec);
     check_model(&mut cx, spec);
     let templates = check_templates(&mut cx, &mut spec.prompt);
-    cx.out.extend(super::stages::check(spec, tree));
-    cx.out.extend(super::distill::check(spec, tree));
+    for (i, stage) in spec.stages.iter_mut().enumerate() {
+        if let crate::spec::types::Stage::Distill(d) = stage
+            && let Some(train) = d.train.as_mut()
+        {
+            check_sources(&mut cx, &format!("stages.{i}.train"), train);
+        }
+    }
+    cx.out.extend(super::stages::check(spec, tree, checkpoints));
+    cx.out.extend(super::distill::check(spec, tree, checkpoints));
     if cx.out.is_empty() { Ok(CheckedFiles { templates }) } else { Err(cx.out) }
 }
 
@@ -397,49 +405,59 @@ fn check_trackers(cx: &mut Ctx<'_>, spec: &Spec) {
 /// Data sources: files exist and have a known format (made absolute), `hf://` URIs parse, dates are days.
 fn check_data(cx: &mut Ctx<'_>, spec: &mut Spec) {
     for (split, sources) in [("train", &mut spec.data.train), ("eval", &mut spec.data.eval)] {
-        for (i, src) in sources.iter_mut().enumerate() {
-            let key = format!("data.{split}.{i}.path");
-            if src.path.starts_with("hf://") {
-                // The loader's own parser decides what it accepts; its reason, without its own
-                // "invalid dataset" prefix, which the message below already says.
-                let why = crate::data::hf::Uri::parse(&src.path).err().map(|e| match e {
-                    crate::data::hf::Error::BadUri { reason, .. } => reason,
-                    other => other.to_string(),
-                });
-                if let Some(why) = why {
-                    cx.err(&key, format!("invalid dataset `{}`: {why}", src.path))
-                        .hints
-                        .push("write `hf://owner/name`, `hf://owner/name/config` or `hf://owner/name/config:split`".into());
-                }
+        check_sources(cx, &format!("data.{split}"), sources);
+    }
+    check_labels(cx, spec);
+}
+
+/// The sources at `at` (`data.train`, a stage's `train`): paths that exist (made absolute),
+/// Hugging Face URIs the loader reads, dates.
+fn check_sources(cx: &mut Ctx<'_>, at: &str, sources: &mut [crate::spec::types::Source]) {
+    for (i, src) in sources.iter_mut().enumerate() {
+        let key = format!("{at}.{i}.path");
+        if src.path.starts_with("hf://") {
+            // The loader's own parser decides what it accepts; its reason, without its own
+            // "invalid dataset" prefix, which the message below already says.
+            let why = crate::data::hf::Uri::parse(&src.path).err().map(|e| match e {
+                crate::data::hf::Error::BadUri { reason, .. } => reason,
+                other => other.to_string(),
+            });
+            if let Some(why) = why {
+                cx.err(&key, format!("invalid dataset `{}`: {why}", src.path))
+                    .hints
+                    .push("write `hf://owner/name`, `hf://owner/name/config` or `hf://owner/name/config:split`".into());
+            }
+        } else {
+            let abs = cx.resolve_path(&key, Path::new(&src.path));
+            let ext = abs.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if !abs.is_file() {
+                let what = if abs.exists() { "is not a file" } else { "does not exist" };
+                cx.err(&key, format!("dataset `{}` {what}", src.path)).label = format!("resolved to {}", abs.display());
+            } else if !["jsonl", "json", "parquet"].contains(&ext) {
+                cx.err(&key, format!("dataset `{}` must be .jsonl, .json or .parquet", src.path));
             } else {
-                let abs = cx.resolve_path(&key, Path::new(&src.path));
-                let ext = abs.extension().and_then(|e| e.to_str()).unwrap_or("");
-                if !abs.is_file() {
-                    let what = if abs.exists() { "is not a file" } else { "does not exist" };
-                    cx.err(&key, format!("dataset `{}` {what}", src.path)).label = format!("resolved to {}", abs.display());
-                } else if !["jsonl", "json", "parquet"].contains(&ext) {
-                    cx.err(&key, format!("dataset `{}` must be .jsonl, .json or .parquet", src.path));
-                } else {
-                    src.path = abs.display().to_string();
-                }
-            }
-            for (which, date) in [("date_from", &src.date_from), ("date_to", &src.date_to)] {
-                if let Some(d) = date
-                    && !is_day(d)
-                {
-                    cx.err(&format!("data.{split}.{i}.{which}"), format!("`{which}` must be a date `YYYY-MM-DD`, found `{d}`"));
-                }
-            }
-            if let (Some(a), Some(b)) = (&src.date_from, &src.date_to)
-                && is_day(a)
-                && is_day(b)
-                && a > b
-            {
-                cx.err(&format!("data.{split}.{i}.date_to"), format!("`date_to` ({b}) is before `date_from` ({a})"));
+                src.path = abs.display().to_string();
             }
         }
+        for (which, date) in [("date_from", &src.date_from), ("date_to", &src.date_to)] {
+            if let Some(d) = date
+                && !is_day(d)
+            {
+                cx.err(&format!("{at}.{i}.{which}"), format!("`{which}` must be a date `YYYY-MM-DD`, found `{d}`"));
+            }
+        }
+        if let (Some(a), Some(b)) = (&src.date_from, &src.date_to)
+            && is_day(a)
+            && is_day(b)
+            && a > b
+        {
+            cx.err(&format!("{at}.{i}.date_to"), format!("`date_to` ({b}) is before `date_from` ({a})"));
+        }
     }
-    // Per-source eval metrics are keyed by the label: two sources under one name would mix.
+}
+
+/// Per-source eval metrics are keyed by the label: two sources under one name would mix.
+fn check_labels(cx: &mut Ctx<'_>, spec: &Spec) {
     let mut seen: Vec<(String, usize)> = vec![];
     for (i, src) in spec.data.eval.iter().enumerate() {
         let label = src.label();

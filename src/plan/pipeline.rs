@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::check::{self, TemplateRef, normalize};
+use super::distill::Checkpoints;
 use super::hash::{self, sha256_hex};
 use super::{record, resolve};
 use super::types::{Error, Plan, Template, Written};
@@ -23,13 +24,35 @@ use crate::spec::types::Spec;
 /// # Errors
 /// [`Error::Read`] when the file cannot be read; [`Error::Invalid`] with every problem found.
 pub fn plan(path: &Path, overrides: &[Override]) -> Result<Plan, Error> {
+    plan_with(path, overrides, None)
+}
+
+/// Like [`plan`], with `checkpoints` to find the run checkpoint a teacher reference
+/// (`grpo.distill.teacher.base: runs/<id>@STEP`) names: the command line passes its own, since
+/// run directories are read a layer above the plan. Without it such a reference is not
+/// recognised.
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_with(path: &Path, overrides: &[Override], checkpoints: Option<&dyn Checkpoints>) -> Result<Plan, Error> {
     let text = crate::spec::source::read_spec(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
-    plan_text(path, text, overrides)
+    plan_text_with(path, text, overrides, checkpoints)
 }
 
 /// Like [`plan`], for spec text already in memory (`path` names it in messages and anchors
 /// relative paths).
+///
+/// # Errors
+/// As [`plan`].
 pub fn plan_text(path: &Path, text: String, overrides: &[Override]) -> Result<Plan, Error> {
+    plan_text_with(path, text, overrides, None)
+}
+
+/// [`plan_text`] with `checkpoints`, as [`plan_with`].
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_text_with(path: &Path, text: String, overrides: &[Override], checkpoints: Option<&dyn Checkpoints>) -> Result<Plan, Error> {
     let abs = std::path::absolute(path).map(|p| normalize(&p)).unwrap_or_else(|_| path.to_path_buf());
     let invalid = |diagnostics: Vec<Diagnostic>| Error::Invalid { path: path.to_path_buf(), diagnostics: Diagnostics(diagnostics) };
     // Messages name the file as the user wrote it; relative paths inside resolve from its directory.
@@ -46,13 +69,13 @@ pub fn plan_text(path: &Path, text: String, overrides: &[Override]) -> Result<Pl
     }
     diags.extend(Validator::new().validate(&tree));
     if !diags.is_empty() {
-        diags.extend(semantic_despite_schema_errors(&tree, &diags));
+        diags.extend(semantic_despite_schema_errors(&tree, &diags, checkpoints));
         return Err(invalid(diags));
     }
     let mut spec: Spec = serde_json::from_value(tree.to_json()).map_err(|e| {
         invalid(vec![Diagnostic::new(format!("spec does not match its schema: {e}"), Some(tree.span.clone()))])
     })?;
-    let checked = check::check(&mut spec, &tree).map_err(invalid)?;
+    let checked = check::check(&mut spec, &tree, checkpoints).map_err(invalid)?;
     let templates: Vec<Template> = checked.templates.into_iter().map(template).collect();
     // The Python reward's text is part of the experiment, as the templates' are (only specs
     // with one hash it, so every other run id stays as it was).
@@ -74,7 +97,7 @@ fn template(t: TemplateRef) -> Template {
 /// Runs the semantic checks on the tree with the schema's offending values removed (so defaults
 /// take their place), so that a file's problems of both kinds show up in one report. When the
 /// pruned tree still cannot be read (a required section is broken), there is nothing to add.
-fn semantic_despite_schema_errors(tree: &Node, schema_diags: &[Diagnostic]) -> Vec<Diagnostic> {
+fn semantic_despite_schema_errors(tree: &Node, schema_diags: &[Diagnostic], checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
     let mut pruned = tree.clone();
     let mut removed: Vec<String> = vec![];
     for d in schema_diags {
@@ -91,7 +114,7 @@ fn semantic_despite_schema_errors(tree: &Node, schema_diags: &[Diagnostic]) -> V
             removed.iter().any(|r| p.starts_with(r.as_str()) || r.starts_with(p.as_str()))
         })
     };
-    match check::check(&mut spec, &pruned) {
+    match check::check(&mut spec, &pruned, checkpoints) {
         Ok(_) => vec![],
         Err(sem) => sem.into_iter().filter(|d| !touches(d)).collect(),
     }

@@ -18,7 +18,9 @@ use crate::prompt::sft::weighted_tokens;
 use crate::seam::ModelSource;
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::node::Node;
-use crate::spec::types::{Sft, Spec, Stage, TrainOn};
+use crate::spec::types::{Distill, DistillStage, Sft, Source, Spec, Stage, TrainOn};
+
+use super::distill::{Checkpoints, LOCAL_ONLY, check_teacher, student_vocab};
 
 /// A stage on the step counter.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +47,18 @@ pub enum StageKind {
         /// The peak learning rate (the stage's, else `optimizer.learning_rate`).
         peak_lr: f64,
     },
+    /// On-policy distillation: GRPO with the teacher's advantage, on a plan of its own (the
+    /// engine's `distill::stage_plan`).
+    Distill {
+        /// `grpo.distill` as the stage sets it (the teacher resolved by the checks).
+        distill: Distill,
+        /// Its learning rate (the stage's, else `optimizer.learning_rate`).
+        learning_rate: f64,
+        /// Its training problems (absolute paths), when not `data.train`.
+        train: Option<Vec<Source>>,
+        /// Its evaluation cadence, in its own steps.
+        eval_every: u32,
+    },
     /// GRPO on the rest of the spec.
     Grpo,
 }
@@ -57,9 +71,10 @@ impl StagePlan {
 }
 
 /// The stages' rules beyond the schema: a `grpo` stage only last, distinct names, `sft` files
-/// that exist and hold reference completions (each error names the stage and key). On success
-/// the stages' paths are absolute.
-pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Vec<Diagnostic> {
+/// that exist and hold reference completions, a `distill` stage's teacher (each error names the
+/// stage and key). On success the stages' paths are absolute. (A `distill` stage's `train`
+/// sources are `check::check_sources`'s, as `data.train`'s are.)
+pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
     let mut out = vec![];
     let err = |key: &str, message: String| {
         let segs: Vec<&str> = key.split('.').collect();
@@ -68,6 +83,8 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Vec<Diagnostic> {
     let n = spec.stages.len();
     let mut names: Vec<String> = vec![];
     let model = spec.model.clone();
+    let student = spec.stages.iter().any(|s| matches!(s, Stage::Distill(_))).then(|| student_vocab(spec)).flatten();
+    let (backend, local) = (spec.backend.kind(), matches!(spec.backend, crate::spec::types::Backend::Local { .. }));
     for (i, stage) in spec.stages.iter_mut().enumerate() {
         let name = stage.name().to_owned();
         if names.contains(&name) {
@@ -75,6 +92,13 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Vec<Diagnostic> {
             out.push(err(&key, format!("stage {i} is named `{name}` like an earlier stage; stage names must differ (metrics name their stage)")).hint("give each stage a `name`"));
         }
         names.push(name.clone());
+        if let Stage::Distill(d) = stage {
+            if !local {
+                out.push(err(&format!("stages.{i}"), format!("stage `{name}`: a `distill` stage is not available on the `{backend}` backend")).hint(LOCAL_ONLY));
+            }
+            out.extend(check_distill(d, i, &name, tree, student.as_ref(), checkpoints));
+            continue;
+        }
         let Stage::Sft(sft) = stage else {
             if i + 1 != n {
                 out.push(err(&format!("stages.{i}.kind"), format!("stage `{name}`: a `grpo` stage must be the last stage")));
@@ -103,6 +127,32 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node) -> Vec<Diagnostic> {
                 Ok(_) => {}
             }
         }
+    }
+    out
+}
+
+/// A `distill` stage's own rules: a teacher (checked as `grpo.distill.teacher` is), a
+/// coefficient ≥ 0, a positive learning rate.
+fn check_distill(d: &mut DistillStage, i: usize, name: &str, tree: &Node, student: Option<&std::collections::HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
+    let err = |key: String, message: String| {
+        let segs: Vec<&str> = key.split('.').collect();
+        Diagnostic::new(message, Some(tree.span_of(&segs))).at(key)
+    };
+    let mut out = vec![];
+    match d.teacher.as_mut() {
+        None => out.push(err(format!("stages.{i}"), format!("stage `{name}`: a `distill` stage needs a `teacher`")).hint("`teacher: {base: runs/<id>@STEP}`, or a model in `model.base` form")),
+        Some(t) => {
+            for mut e in check_teacher(t, tree, &format!("stages.{i}.teacher.base"), student, checkpoints) {
+                e.message = format!("stage `{name}`: {}", e.message);
+                out.push(e);
+            }
+        }
+    }
+    if !(d.coef.is_finite() && d.coef >= 0.0) {
+        out.push(err(format!("stages.{i}.coef"), format!("stage `{name}`: `coef` must be ≥ 0, found {}", d.coef)));
+    }
+    if d.learning_rate.is_some_and(|lr| lr.is_nan() || lr <= 0.0) {
+        out.push(err(format!("stages.{i}.learning_rate"), format!("stage `{name}`: `learning_rate` must be > 0")));
     }
     out
 }
@@ -162,6 +212,17 @@ pub(crate) fn lay_out(spec: &Spec) -> (Vec<StagePlan>, u32) {
                 let peak_lr = sft.learning_rate.unwrap_or(spec.optimizer.learning_rate);
                 (steps, StageKind::Sft { spec: sft.clone(), rows, peak_lr })
             }
+            Stage::Distill(d) => {
+                let distill = Distill {
+                    // The checks refused a stage without one; an unchecked spec's is a path the
+                    // trainer then fails to find.
+                    teacher: d.teacher.clone().unwrap_or_else(|| crate::spec::types::Teacher { base: String::new(), resolved: None }),
+                    coef: d.coef,
+                    task_reward: d.task_reward,
+                };
+                let kind = StageKind::Distill { distill, learning_rate: d.learning_rate.unwrap_or(spec.optimizer.learning_rate), train: d.train.clone(), eval_every: d.eval_every };
+                (d.max_steps, kind)
+            }
             Stage::Grpo(_) => (spec.schedule.max_steps, StageKind::Grpo),
         };
         out.push(StagePlan { name: stage.name().to_owned(), first_step: next, steps, kind });
@@ -174,3 +235,4 @@ pub(crate) fn lay_out(spec: &Spec) -> (Vec<StagePlan>, u32) {
 pub fn stage_of(stages: &[StagePlan], step: u32) -> Option<&StagePlan> {
     stages.iter().find(|s| s.range().contains(&step))
 }
+

@@ -54,10 +54,11 @@ pub struct AxisRecord {
 pub(crate) const MAX_MEMBERS: usize = 4096;
 
 /// Expands the grid and plans every member. All problems are reported together, once each.
+/// `checkpoints` finds the run checkpoint a teacher names, as [`plan::plan_with`]'s.
 ///
 /// # Errors
 /// [`Error::Invalid`] with every distinct problem across members.
-pub(crate) fn expand(spec_path: &Path, args: &[SweepArg]) -> Result<Sweep, Error> {
+pub(crate) fn expand(spec_path: &Path, args: &[SweepArg], checkpoints: Option<&dyn plan::Checkpoints>) -> Result<Sweep, Error> {
     let invalid = |d: Vec<Diagnostic>| Error::Invalid { path: spec_path.to_path_buf(), diagnostics: Diagnostics(d) };
     let mut fixed = vec![];
     let mut axes: Vec<&Axis> = vec![];
@@ -101,7 +102,7 @@ pub(crate) fn expand(spec_path: &Path, args: &[SweepArg]) -> Result<Sweep, Error
         .iter()
         .map(|a| AxisRecord { key: a.dotted(), values: a.values.iter().map(|v| v.span.text().trim().to_string()).collect(), replicate: a.is_replicate() })
         .collect();
-    from_points(spec_path, records, &fixed, points)
+    from_points(spec_path, records, &fixed, points, checkpoints)
 }
 
 /// Plans the given points (each point's overrides, fixed ones first, and its assignment of axis
@@ -110,14 +111,14 @@ pub(crate) fn expand(spec_path: &Path, args: &[SweepArg]) -> Result<Sweep, Error
 ///
 /// # Errors
 /// [`Error::Read`] for the spec file; [`Error::Invalid`] with every distinct problem across points.
-pub(crate) fn from_points(spec_path: &Path, axes: Vec<AxisRecord>, fixed: &[Override], points: Vec<(Vec<Override>, BTreeMap<String, String>)>) -> Result<Sweep, Error> {
+pub(crate) fn from_points(spec_path: &Path, axes: Vec<AxisRecord>, fixed: &[Override], points: Vec<(Vec<Override>, BTreeMap<String, String>)>, checkpoints: Option<&dyn plan::Checkpoints>) -> Result<Sweep, Error> {
     let invalid = |d: Vec<Diagnostic>| Error::Invalid { path: spec_path.to_path_buf(), diagnostics: Diagnostics(d) };
     let text = crate::spec::source::read_spec(spec_path).map_err(|source| Error::Read { path: spec_path.to_path_buf(), source })?;
     let mut members = vec![];
     let mut diags: Vec<Diagnostic> = vec![];
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for (overrides, assignment) in points {
-        match plan::plan_text(spec_path, text.clone(), &overrides) {
+        match plan::plan_text_with(spec_path, text.clone(), &overrides, checkpoints) {
             Ok(plan) => {
                 if let Some(&other) = seen.get(&plan.run_id) {
                     let a: &Member = &members[other];
@@ -184,7 +185,7 @@ mod tests {
     fn grid_is_cartesian_and_stable() {
         let d = setup();
         let spec = d.path().join("s.yaml");
-        let s = expand(&spec, &args(&["lr=[1e-5,4e-5]", "seed=0,1,2", "steps=5"])).unwrap();
+        let s = expand(&spec, &args(&["lr=[1e-5,4e-5]", "seed=0,1,2", "steps=5"]), None).unwrap();
         assert_eq!(s.members.len(), 6);
         assert_eq!(s.members[0].assignment["seed"], "0");
         assert_eq!(s.members[1].assignment["seed"], "1");
@@ -193,7 +194,7 @@ mod tests {
         assert!(s.axes[1].replicate);
         let ids: std::collections::BTreeSet<_> = s.members.iter().map(|m| m.plan.run_id.clone()).collect();
         assert_eq!(ids.len(), 6);
-        let again = expand(&spec, &args(&["lr=[1e-5,4e-5]", "seed=0,1,2", "steps=5"])).unwrap();
+        let again = expand(&spec, &args(&["lr=[1e-5,4e-5]", "seed=0,1,2", "steps=5"]), None).unwrap();
         assert_eq!(again.id, s.id);
         assert_eq!(again.members[4].plan.run_id, s.members[4].plan.run_id);
     }
@@ -202,10 +203,10 @@ mod tests {
     fn errors_are_reported_once() {
         let d = setup();
         let spec = d.path().join("s.yaml");
-        let Err(Error::Invalid { diagnostics, .. }) = expand(&spec, &args(&["lr=[1e-5,4e-5]", "grpo.group_sise=4"])) else { panic!() };
+        let Err(Error::Invalid { diagnostics, .. }) = expand(&spec, &args(&["lr=[1e-5,4e-5]", "grpo.group_sise=4"]), None) else { panic!() };
         assert_eq!(diagnostics.0.len(), 1);
         assert!(diagnostics.0[0].hints.contains(&"did you mean `group_size`?".to_string()));
-        let Err(Error::Invalid { diagnostics, .. }) = expand(&spec, &args(&["lr=[1e-5,0.00001]"])) else { panic!() };
+        let Err(Error::Invalid { diagnostics, .. }) = expand(&spec, &args(&["lr=[1e-5,0.00001]"]), None) else { panic!() };
         assert!(diagnostics.0[0].message.contains("same experiment"));
     }
 }

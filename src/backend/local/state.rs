@@ -117,6 +117,36 @@ pub(crate) fn load(dir: &Path, expected: &Header, vars: &[Var], opt: &mut AdamW)
     Ok(header.step)
 }
 
+/// The header (`state.json`) of the state directory `dir`.
+///
+/// # Errors
+/// An unreadable file, or one that is not a trainer state's header.
+pub(crate) fn read_header(dir: &Path) -> Result<Header> {
+    let path = dir.join("state.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io { action: "read", path: path.clone(), source })?;
+    serde_json::from_str(&text).map_err(|e| Error::StateMismatch { path: dir.to_path_buf(), reason: format!("`state.json` is not an rlx trainer state: {e}") })
+}
+
+/// The trained parameters of the state directory `dir` (`param.<name>`), as f32; the Adam
+/// moments beside them are not part of the model.
+///
+/// # Errors
+/// A missing or unreadable `state.safetensors`, a parameter `header` names that it lacks.
+pub(crate) fn read_params(dir: &Path, header: &Header) -> Result<HashMap<String, Tensor>> {
+    let path = tensors_path(dir);
+    if !path.is_file() {
+        return Err(Error::Io { action: "read", path, source: std::io::Error::from(std::io::ErrorKind::NotFound) });
+    }
+    let mismatch = |reason: String| Error::StateMismatch { path: path.clone(), reason };
+    let mut tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu).map_err(|e| mismatch(format!("not a readable safetensors file: {e}")))?;
+    let mut out = HashMap::new();
+    for name in &header.params {
+        let t = tensors.remove(&format!("param.{name}")).ok_or_else(|| mismatch(format!("missing tensor `param.{name}`")))?;
+        out.insert(name.clone(), t.to_dtype(candle_core::DType::F32)?);
+    }
+    Ok(out)
+}
+
 /// Where [`save`] puts the tensors of a state directory (for tools that read it).
 pub(crate) fn tensors_path(dir: &Path) -> PathBuf {
     dir.join("state.safetensors")

@@ -213,16 +213,17 @@ impl LocalTrainer {
         Ok(self.score(model, data)?.into_iter().map(|o| o.logprobs).collect())
     }
 
-    /// Log-probabilities of each datum's targets under the teacher at `path` (`grpo.distill`),
-    /// at temperature 1 (the teacher's own distribution, whatever the student samples at),
-    /// loaded frozen on first use and kept (one teacher per run). Packed through the training
-    /// pass as the KL reference is.
+    /// Log-probabilities of each datum's targets under the teacher at `path` (`grpo.distill`: a
+    /// model directory, a `.gguf` file, or a checkpoint's trainer state directory, see
+    /// [`super::teacher`]), at temperature 1 (the teacher's own distribution, whatever the
+    /// student samples at), loaded frozen on first use and kept (one teacher per run). Packed
+    /// through the training pass as the KL reference is.
     ///
     /// # Errors
     /// Invalid datums, a teacher that cannot be loaded, tensor failures.
     pub fn teacher_logprobs(&mut self, path: &Path, data: &[Datum]) -> Result<Vec<Vec<f32>>> {
         if self.teacher.as_ref().is_none_or(|(p, _)| p != path) {
-            let loaded = super::load(path)?;
+            let loaded = super::teacher::load(path)?;
             // Validation compares the tokenizers when both are directories here; a student from
             // elsewhere (`pypi:`, the Hub) is compared now, before the teacher scores anything.
             if let (Some(student), Some(teacher)) = (&self.tokenizer, &loaded.tokenizer)

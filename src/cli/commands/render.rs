@@ -19,7 +19,7 @@ pub(super) fn render(args: RenderArgs) -> anyhow::Result<u8> {
         printer::error_message("`rlx render` takes one spec file, then overrides", &[]);
         return Ok(exit::USAGE);
     };
-    let plan = match crate::plan::plan(Path::new(spec_path), &ovs) {
+    let plan = match super::common::plan_file(Path::new(spec_path), &ovs) {
         Ok(p) => p,
         Err(e) => return Ok(report_plan_error(&e)),
     };

@@ -43,8 +43,8 @@ pub(super) fn run(args: RunArgs) -> anyhow::Result<u8> {
         }
     };
     let planned = match text {
-        Some(t) => crate::plan::plan_text(&spec_path, t, &ovs),
-        None => crate::plan::plan(&spec_path, &ovs),
+        Some(t) => super::common::plan_text(&spec_path, t, &ovs),
+        None => super::common::plan_file(&spec_path, &ovs),
     };
     let plan = match planned {
         Ok(p) => p,

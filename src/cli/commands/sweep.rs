@@ -103,8 +103,8 @@ pub(super) fn sweep(args: SweepArgs) -> anyhow::Result<u8> {
         printer::status("note: no axis given (`key=[a,b]` or `key=a,b`); the sweep has one run");
     }
     let expanded = match sampling {
-        Some(s) => sweep_sample::expand(&spec_path, fixed, &dims, s),
-        None => sweep::expand(&spec_path, &grid),
+        Some(s) => sweep_sample::expand(&spec_path, fixed, &dims, s, Some(&crate::export::RunCheckpoints)),
+        None => sweep::expand(&spec_path, &grid, Some(&crate::export::RunCheckpoints)),
     };
     let sw = match expanded {
         Ok(s) => s,

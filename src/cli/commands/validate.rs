@@ -7,7 +7,7 @@ use clap::Args;
 use super::common::{report_plan_error, split_args};
 use crate::cli::{exit, printer};
 use crate::engine;
-use crate::plan::{self, Plan, explain};
+use crate::plan::{Plan, explain};
 use crate::rl::reward::Custom;
 use crate::seam::Finetune;
 
@@ -23,7 +23,7 @@ pub(super) fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
     let mut code = exit::OK;
     let mut plans = vec![];
     for s in &specs {
-        match plan::plan(Path::new(s), &ovs) {
+        match super::common::plan_file(Path::new(s), &ovs) {
             Ok(plan) => {
                 let rendered = render_templates_once(&plan);
                 if rendered != exit::OK {

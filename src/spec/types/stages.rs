@@ -1,5 +1,5 @@
-//! `stages:` an ordered list of training stages (supervised fine-tuning, then GRPO) sharing one
-//! model, one run directory and one step counter.
+//! `stages:` an ordered list of training stages (supervised fine-tuning, on-policy distillation,
+//! then GRPO) sharing one model, one run directory and one step counter.
 //!
 //! Part of the spec types ([`super`]); the doc comments are the user reference and generate
 //! `schemas/experiment.schema.json`. A spec without `stages` is one GRPO stage (the rest of the
@@ -11,6 +11,9 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::data::Source;
+use super::grpo::Teacher;
+
 /// One stage of a staged run, tagged by `kind`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -18,10 +21,49 @@ pub enum Stage {
     /// Supervised fine-tuning: cross-entropy on prompt → completion rows (weighted
     /// negative log-likelihood of the assistant's tokens).
     Sft(Sft),
+    /// On-policy distillation: GRPO's sampling, grading and update (the spec's `grpo`,
+    /// `sampling`, `reward`), each sampled token's advantage the teacher's per-token negative
+    /// reverse KL (`grpo.distill`'s term; the task reward off by default), for `max_steps` steps
+    /// at its own learning rate, on its own problems or the spec's.
+    Distill(DistillStage),
     /// GRPO on the spec's `data`, `grpo`, `reward`, `sampling` and `optimizer`, for
     /// `schedule.max_steps` steps, evaluated and checkpointed as `schedule` says. It must be the
     /// last stage; without it the run is supervised stages only.
     Grpo(GrpoStage),
+}
+
+/// An on-policy distillation stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DistillStage {
+    /// The stage's name in metrics and logs. Default `distill`; names must differ between stages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The teacher, as `grpo.distill.teacher` (a model, or a checkpoint of an rlx run). Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub teacher: Option<Teacher>,
+    /// The coefficient of the per-token reverse-KL advantage. Default `1`.
+    #[serde(default = "one_f64")]
+    #[schemars(range(min = 0.0))]
+    pub coef: f64,
+    /// Keep the task reward's group advantage (the teacher's term is added to it). Default
+    /// `false`: the teacher's term alone (rewards are still graded and reported).
+    #[serde(default)]
+    pub task_reward: bool,
+    /// The stage's steps.
+    #[schemars(range(min = 1))]
+    pub max_steps: u32,
+    /// The learning rate. Default: `optimizer.learning_rate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learning_rate: Option<f64>,
+    /// Training problems, sources as `data.train` takes them (relative to the spec). Default:
+    /// `data.train`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train: Option<Vec<Source>>,
+    /// Evaluate (pass@k on the spec's eval problems) every this many of the stage's steps; `0`
+    /// only at the stage's end. Default `0`.
+    #[serde(default)]
+    pub eval_every: u32,
 }
 
 /// A GRPO stage: the spec's own RL settings.
@@ -105,6 +147,9 @@ pub enum LrDecay {
 fn one() -> u32 {
     1
 }
+fn one_f64() -> f64 {
+    1.0
+}
 fn eight() -> u32 {
     8
 }
@@ -114,6 +159,7 @@ impl Stage {
     pub fn kind(&self) -> &'static str {
         match self {
             Stage::Sft(_) => "sft",
+            Stage::Distill(_) => "distill",
             Stage::Grpo(_) => "grpo",
         }
     }
@@ -122,6 +168,7 @@ impl Stage {
     pub fn name(&self) -> &str {
         let written = match self {
             Stage::Sft(s) => s.name.as_deref(),
+            Stage::Distill(d) => d.name.as_deref(),
             Stage::Grpo(g) => g.name.as_deref(),
         };
         written.unwrap_or(self.kind())
