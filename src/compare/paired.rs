@@ -86,6 +86,18 @@ impl Paired {
         self.mcnemar.map_or(self.sign_flip.p, |m| m.p)
     }
 
+    /// The 95% interval of [`Paired::delta`] that goes with [`Paired::p`]: McNemar's exact one
+    /// for binary outcomes ([`stats::mcnemar_interval`]), else the paired bootstrap's.
+    pub(crate) fn ci(&self) -> stats::Interval {
+        match self.mcnemar {
+            Some(m) => {
+                let (lo, hi) = stats::mcnemar_interval(m.b, m.c, self.problems as u64);
+                stats::Interval { lo, hi }
+            }
+            None => self.bootstrap.ci,
+        }
+    }
+
     /// The name of the test behind [`Paired::p`].
     pub(crate) fn test_name(&self) -> &'static str {
         match (self.mcnemar, self.sign_flip.exact) {

@@ -924,8 +924,8 @@ fn verdict(c: &Comparison, d: &Decision) -> String {
             format!("`{a}`'s checkpoints are {dir} than `{b}`'s on these {n} problems ({how})")
         } else {
             format!(
-                "no difference detected between `{a}`'s and `{b}`'s checkpoints on these {n} problems ({how}; Δ {}{}, its 95% bootstrap interval, unadjusted): not evidence that they are the same",
-                metric::delta_ci(&c.metric, p.bootstrap.ci.lo, p.bootstrap.ci.hi),
+                "no difference detected between `{a}`'s and `{b}`'s checkpoints on these {n} problems ({how}; Δ {}{}, its 95% interval, unadjusted): not evidence that they are the same",
+                metric::delta_ci(&c.metric, p.ci().lo, p.ci().hi),
                 unit(&c.metric)
             )
         });

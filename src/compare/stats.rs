@@ -17,7 +17,7 @@ use crate::rng::SplitMix64;
 
 // The paired tests live with the other pure functions of numbers: `health` judges runs with them
 // too, and sits below `compare`.
-pub(crate) use crate::rl::signif::{McNemar, SignFlip, ln_gamma, mcnemar, sign_flip};
+pub(crate) use crate::rl::signif::{McNemar, SignFlip, ln_gamma, mcnemar, mcnemar_interval, sign_flip};
 
 /// Mean of `xs`; `NaN` when empty.
 pub(crate) fn mean(xs: &[f64]) -> f64 {
@@ -367,6 +367,28 @@ mod tests {
         assert!(tost(&[0.02; 5], 0.05).unwrap().equivalent);
         assert!(!tost(&[0.07; 5], 0.05).unwrap().equivalent);
         assert!(tost(&[0.1], 0.2).is_none());
+    }
+
+    #[test]
+    fn mcnemar_interval_is_clopper_pearson_and_agrees_with_the_test() {
+        // All discordant pairs one way: π_lo = 0.025^(1/m) in closed form, π_hi = 1. 4 up, 0 down
+        // over 51 problems (p = 0.125): Δ ∈ [4(2·0.3976 − 1)/51, 4/51] = [−1.61, +7.84] pp.
+        let (lo, hi) = mcnemar_interval(4, 0, 51);
+        assert!(close(lo, 4.0 * (2.0 * 0.025f64.powf(0.25) - 1.0) / 51.0, 1e-9), "{lo}");
+        assert!(close(hi, 4.0 / 51.0, 1e-9) && lo < 0.0, "{hi}");
+        // 9 of 10 (the textbook Clopper–Pearson interval [0.5550, 0.9975]): 9 up, 1 down over 51.
+        let (lo, hi) = mcnemar_interval(9, 1, 51);
+        assert!(close(lo, 10.0 * (2.0 * 0.5550 - 1.0) / 51.0, 1e-4) && close(hi, 10.0 * (2.0 * 0.9975 - 1.0) / 51.0, 1e-4), "{lo} {hi}");
+        // Mirror image for the other direction.
+        let (l2, h2) = mcnemar_interval(1, 9, 51);
+        assert!(close(l2, -hi, 1e-9) && close(h2, -lo, 1e-9));
+        // It excludes 0 exactly when McNemar's p is below 0.05, over every split of up to 30.
+        for m in 1..=30u64 {
+            for b in 0..=m {
+                let (lo, hi) = mcnemar_interval(b, m - b, 60);
+                assert_eq!(lo > 0.0 || hi < 0.0, mcnemar(b, m - b).p < 0.05, "b = {b}, c = {}", m - b);
+            }
+        }
     }
 
     #[test]

@@ -316,7 +316,7 @@ fn within_block(r: &Report, out: &mut Vec<Block>) {
                         metric::value(&m, p.mean_b),
                         metric::value(&m, p.mean_a),
                         metric::delta(&m, p.delta()),
-                        metric::delta_ci(&m, p.bootstrap.ci.lo, p.bootstrap.ci.hi)
+                        metric::delta_ci(&m, p.ci().lo, p.ci().hi)
                     ));
                     lines.push(format!("    {}", test_line(p, "up", "down", "same")));
                     if !p.largest_drops.is_empty() {
@@ -333,7 +333,7 @@ fn within_block(r: &Report, out: &mut Vec<Block>) {
                             if p.p() < 0.05 {
                                 "training changed the eval score beyond noise (p < 0.05)".to_string()
                             } else {
-                                format!("no change detected (p ≥ 0.05; Δ 95% CI {}{}): the change could be noise", metric::delta_ci(&m, p.bootstrap.ci.lo, p.bootstrap.ci.hi), super::report::unit(&m))
+                                format!("no change detected (p ≥ 0.05; Δ 95% CI {}{}): the change could be noise", metric::delta_ci(&m, p.ci().lo, p.ci().hi), super::report::unit(&m))
                             }
                         )),
                     }
@@ -365,7 +365,7 @@ fn pooled_block(r: &Report, out: &mut Vec<Block>) {
                 metric::value(m, p.mean_b),
                 metric::value(m, p.mean_a),
                 metric::delta(m, p.delta()),
-                metric::delta_ci(m, p.bootstrap.ci.lo, p.bootstrap.ci.hi)
+                metric::delta_ci(m, p.ci().lo, p.ci().hi)
             ));
             lines.push(format!("        {}", test_line(p, "up", "down", "level")));
             if let Some(t) = &p.tost {
@@ -626,7 +626,7 @@ fn protocol_verdict_adj(name: &str, p: &Paired, holm: Option<f64>) -> String {
         (true, false) => format!("{name} DOWN beyond noise ({test})"),
         (false, _) => {
             let m = "eval/pass@1";
-            format!("{name}: no change detected ({test}; Δ {} 95% CI {})", metric::delta(m, p.delta()), metric::delta_ci(m, p.bootstrap.ci.lo, p.bootstrap.ci.hi))
+            format!("{name}: no change detected ({test}; Δ {} 95% CI {})", metric::delta(m, p.delta()), metric::delta_ci(m, p.ci().lo, p.ci().hi))
         }
     }
 }
@@ -649,14 +649,12 @@ fn test_line(p: &Paired, up: &str, down: &str, same: &str) -> String {
 
 fn paired_lines(m: &str, p: &Paired, lead: &str, up: &str, down: &str, same: &str) -> Vec<String> {
     let pad = " ".repeat(lead.chars().count());
+    let how = match p.mcnemar {
+        Some(_) => format!("McNemar's exact interval over {} problems", p.problems),
+        None => format!("paired bootstrap over {} problems ({} resamples)", p.problems, p.bootstrap.resamples),
+    };
     let mut lines = vec![
-        format!(
-            "{lead}Δ {} {}  paired bootstrap over {} problems ({} resamples)",
-            metric::delta(m, p.delta()),
-            metric::delta_ci(m, p.bootstrap.ci.lo, p.bootstrap.ci.hi),
-            p.problems,
-            p.bootstrap.resamples
-        ),
+        format!("{lead}Δ {} {}  {how}", metric::delta(m, p.delta()), metric::delta_ci(m, p.ci().lo, p.ci().hi)),
         format!("{pad}{}", test_line(p, up, down, same)),
     ];
     if !p.largest_drops.is_empty() {

@@ -172,13 +172,20 @@ async fn loop_stage(plan: &Plan, setup: &Setup, dir: &RunDir, cx: &Ctx<'_>, sink
         sampling: &setup.sampling,
     };
     let mut monitor = crate::health::Monitor::new(plan.diagnostics.clone());
-    crate::health::replay(&mut monitor, &dir.metrics()?.rows, &dir.rollouts()?.rows, &dir.eval_results()?.rows);
+    crate::health::replay(&mut monitor, &stage_lines(dir.metrics()?.rows, stage.first_step), &dir.rollouts()?.rows, &dir.eval_results()?.rows);
     let status = dir.status()?.unwrap_or_else(|| Status::new(plan));
     let start = Start { status, logs: open_logs(dir, dir.jsonl(files::EVENTS)?)?, first_step: first, cursor, monitor };
     match Driver::new(stage_plan, setup, &cfg, cx, (dir, sinks), start).drive(first).await? {
         RunOutcome::Finished { steps } if steps < plan.schedule.max_steps => Ok(None),
         ended => Ok(Some(ended)),
     }
+}
+
+/// The lines a stage's signals look back over: the baseline's and the stage's own. An earlier
+/// stage's steps are no yardstick for this one's (another loss): the quickstart's first GRPO
+/// step after SFT fired `loss_exploding`, its gradient norm 258× the SFT steps' median.
+fn stage_lines(rows: Vec<crate::runlog::MetricsLine>, first_step: u32) -> Vec<crate::runlog::MetricsLine> {
+    rows.into_iter().filter(|l| l.step < 0 || l.step >= i64::from(first_step)).collect()
 }
 
 /// A `distill` stage's own training problems (`train`), loaded as `data.train` is.
@@ -200,4 +207,17 @@ fn open_logs(dir: &RunDir, events: runlog::JsonlWriter) -> Result<Logs, Error> {
         checkpoints: dir.jsonl(files::CHECKPOINTS)?,
         events,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runlog::MetricsLine;
+
+    #[test]
+    fn a_stage_looks_back_over_the_baseline_and_its_own_steps_only() {
+        let rows: Vec<MetricsLine> = [-1, 0, 8, 9, 10].into_iter().map(|s| MetricsLine { step: s, values: Default::default() }).collect();
+        let kept: Vec<i64> = stage_lines(rows, 9).iter().map(|l| l.step).collect();
+        assert_eq!(kept, [-1, 9, 10]);
+    }
 }
