@@ -44,8 +44,7 @@ impl Ctx<'_> {
     }
 
     fn err(&mut self, path: &str, message: String) -> &mut Diagnostic {
-        let span = self.span(path);
-        self.out.push(Diagnostic::new(message, Some(span)).at(path));
+        self.out.push(self.tree.error_at(path, message));
         self.out.last_mut().expect("just pushed")
     }
 

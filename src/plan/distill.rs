@@ -66,10 +66,7 @@ const FORMS: &str = "a teacher is a model directory (`config.json` and safetenso
 /// path, and `teacher.resolved` names the checkpoint a reference resolved to.
 pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
     let mut out = vec![];
-    let err = |key: &str, message: String| {
-        let segs: Vec<&str> = key.split('.').collect();
-        Diagnostic::new(message, Some(tree.span_of(&segs))).at(key)
-    };
+    let err = |key: &str, message: String| tree.error_at(key, message);
     let backend = spec.backend.kind();
     let local = matches!(spec.backend, Backend::Local { .. });
     let trains = spec.schedule.max_steps > 0 && !spec.schedule.dry_run;

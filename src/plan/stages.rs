@@ -76,10 +76,7 @@ impl StagePlan {
 /// sources are `check::check_sources`'s, as `data.train`'s are.)
 pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
     let mut out = vec![];
-    let err = |key: &str, message: String| {
-        let segs: Vec<&str> = key.split('.').collect();
-        Diagnostic::new(message, Some(tree.span_of(&segs))).at(key)
-    };
+    let err = |key: &str, message: String| tree.error_at(key, message);
     let n = spec.stages.len();
     let mut names: Vec<String> = vec![];
     let model = spec.model.clone();
@@ -134,10 +131,7 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn Check
 /// A `distill` stage's own rules: a teacher (checked as `grpo.distill.teacher` is), a
 /// coefficient ≥ 0, a positive learning rate.
 fn check_distill(d: &mut DistillStage, i: usize, name: &str, tree: &Node, student: Option<&std::collections::HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
-    let err = |key: String, message: String| {
-        let segs: Vec<&str> = key.split('.').collect();
-        Diagnostic::new(message, Some(tree.span_of(&segs))).at(key)
-    };
+    let err = |key: String, message: String| tree.error_at(&key, message);
     let mut out = vec![];
     match d.teacher.as_mut() {
         None => out.push(err(format!("stages.{i}"), format!("stage `{name}`: a `distill` stage needs a `teacher`")).hint("`teacher: {base: runs/<id>@STEP}`, or a model in `model.base` form")),

@@ -108,6 +108,13 @@ impl Node {
         Some(node)
     }
 
+    /// An error about the value at the dotted `key` (`stages.0.train`), located there (or at its
+    /// closest ancestor, as [`Node::span_of`]) and naming the key.
+    pub fn error_at(&self, key: &str, message: impl Into<String>) -> Diagnostic {
+        let segs: Vec<&str> = key.split('.').collect();
+        Diagnostic::new(message, Some(self.span_of(&segs))).at(key)
+    }
+
     /// The span of the deepest node that exists along `path`: the value itself if present,
     /// else the closest ancestor (for a value that comes from a default).
     pub fn span_of(&self, path: &[&str]) -> Span {
