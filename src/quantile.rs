@@ -31,7 +31,7 @@ pub struct MedianInterval {
 /// [x₍ⱼ₎, x₍ₙ₋ⱼ₊₁₎] of the largest j whose coverage 1 − 2·P(Binomial(n, ½) < j) is at least
 /// `confidence` (any continuous distribution: each value lies below the median with
 /// probability ½). `None` when n is too small for that confidence (n < 6 at 95%) or past 1,000
-/// (where ½ⁿ underflows; no benchmark repeats that often).
+/// (no benchmark repeats that often).
 /// (Rejected: a bootstrap interval, which undercovers at the ten or so repetitions a
 /// benchmark affords.)
 pub fn median_interval(values: &mut [f64], confidence: f64) -> Option<MedianInterval> {
@@ -40,12 +40,12 @@ pub fn median_interval(values: &mut [f64], confidence: f64) -> Option<MedianInte
         return None;
     }
     values.sort_by(f64::total_cmp);
-    // P(B < j) for B ~ Binomial(n, ½), accumulated term by term: pmf(k+1) = pmf(k)·(n−k)/(k+1).
-    let (mut pmf, mut below) = (0.5f64.powi(n as i32), 0.0);
+    // P(B < j) for B ~ Binomial(n, ½), accumulated a term at a time (one cdf per j would be
+    // quadratic in n).
+    let mut below = 0.0;
     let mut best = None;
     for j in 1..=n / 2 {
-        below += pmf;
-        pmf *= (n - (j - 1)) as f64 / j as f64;
+        below += crate::rl::signif::binomial_pmf(n as u64, (j - 1) as u64, 0.5);
         let coverage = 1.0 - 2.0 * below;
         if coverage < confidence {
             break;

@@ -300,8 +300,9 @@ fn file_hashes(p: &Provenance) -> BTreeMap<String, String> {
     }
     for d in &p.datasets {
         if let (Some(n), Some(h)) = (d.stage, &d.sha256) {
-            let name = if d.split == Split::Train { "train" } else { "eval" };
-            out.insert(format!("stages.{n}.{name}"), h.clone());
+            // Runs older than `key` fingerprinted supervised stages only, whose key this is.
+            let key = d.key.clone().unwrap_or_else(|| format!("stages.{n}.{}", if d.split == Split::Train { "train" } else { "eval" }));
+            out.insert(key, h.clone());
         }
     }
     for t in &p.templates {
@@ -321,7 +322,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stage_file_is_keyed_by_its_stage_and_data_keeps_its_own_indices() {
+    fn a_stage_file_is_keyed_by_its_spec_key_and_data_keeps_its_own_indices() {
         let p: Provenance = serde_json::from_value(serde_json::json!({
             "schema_version": 1, "rlx_version": "0", "run_id": "r-1", "spec_hash": "1", "spec_path": "s.yaml", "spec_sha256": "0",
             "overrides": [], "argv": [], "git": null, "templates": [],
@@ -330,6 +331,7 @@ mod tests {
                 {"split": "train", "path": "/train.jsonl", "sha256": "t0", "bytes": 1},
                 {"split": "eval", "path": "/held.jsonl", "sha256": "h0", "bytes": 1, "stage": 0},
                 {"split": "eval", "path": "/eval.jsonl", "sha256": "e0", "bytes": 1},
+                {"split": "train", "path": "/own.jsonl", "sha256": "d0", "bytes": 1, "stage": 1, "key": "stages.1.train.0.path"},
             ],
             "model": {"base": "m", "revision": null, "tokenizer": "m", "chat_template": "chatml"},
             "host": {"hostname": "h", "os": "linux", "cores": 2}, "created_at": "2026-01-01T00:00:00Z",
@@ -337,6 +339,6 @@ mod tests {
         .unwrap();
         let h = file_hashes(&p);
         let pairs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        assert_eq!(pairs, [("data.eval.0.path", "e0"), ("data.train.0.path", "t0"), ("stages.0.eval", "h0"), ("stages.0.train", "s0")]);
+        assert_eq!(pairs, [("data.eval.0.path", "e0"), ("data.train.0.path", "t0"), ("stages.0.eval", "h0"), ("stages.0.train", "s0"), ("stages.1.train.0.path", "d0")]);
     }
 }

@@ -30,8 +30,8 @@ pub(crate) fn mcnemar(b: u64, c: u64) -> McNemar {
     if q == 0 {
         return McNemar { b, c, p: 1.0, mid_p: 1.0 };
     }
-    let tail = binomial_half_cdf(q, lo);
-    let point = binomial_half_pmf(q, lo);
+    let tail = binomial_cdf(q, lo, 0.5);
+    let point = binomial_pmf(q, lo, 0.5);
     let p = (2.0 * tail).min(1.0);
     let mid_p = (2.0 * (tail - 0.5 * point)).clamp(0.0, 1.0);
     McNemar { b, c, p, mid_p }
@@ -65,20 +65,20 @@ fn bisect(f: impl Fn(f64) -> f64) -> f64 {
     0.5 * (lo + hi)
 }
 
-/// P(X ≤ k) for X ~ Binomial(n, π), 0 < π < 1.
+/// P(X = k) for X ~ Binomial(n, π), 0 < π < 1 (the one binomial of rlx's tests), through
+/// logarithms so that n in the thousands does not underflow term by term. At π = ½ the two log
+/// factors are one, `−n ln 2`, which keeps McNemar's p to the bit what it was before π became a
+/// parameter.
+pub(crate) fn binomial_pmf(n: u64, k: u64, pi: f64) -> f64 {
+    #[allow(clippy::float_cmp)] // exactly ½, the sign tests' coin, not a computed π near it
+    let ln_p = if pi == 0.5 { -(n as f64) * std::f64::consts::LN_2 } else { k as f64 * pi.ln() + (n - k) as f64 * (1.0 - pi).ln() };
+    (ln_choose(n, k) + ln_p).exp()
+}
+
+/// P(X ≤ k) for X ~ Binomial(n, π), 0 < π < 1: McNemar's p and its interval. (The median's
+/// order-statistic interval, [`crate::quantile::median_interval`], sums [`binomial_pmf`] itself.)
 fn binomial_cdf(n: u64, k: u64, pi: f64) -> f64 {
-    (0..=k.min(n)).map(|i| (ln_choose(n, i) + i as f64 * pi.ln() + (n - i) as f64 * (1.0 - pi).ln()).exp()).sum::<f64>().min(1.0)
-}
-
-/// P(X = k) for X ~ Binomial(n, ½), through logarithms so that n in the thousands does not
-/// underflow term by term.
-fn binomial_half_pmf(n: u64, k: u64) -> f64 {
-    (ln_choose(n, k) - n as f64 * std::f64::consts::LN_2).exp()
-}
-
-/// P(X ≤ k) for X ~ Binomial(n, ½).
-fn binomial_half_cdf(n: u64, k: u64) -> f64 {
-    (0..=k).map(|i| binomial_half_pmf(n, i)).sum::<f64>().min(1.0)
+    (0..=k.min(n)).map(|i| binomial_pmf(n, i, pi)).sum::<f64>().min(1.0)
 }
 
 fn ln_choose(n: u64, k: u64) -> f64 {

@@ -109,6 +109,12 @@ pub struct Dataset {
     /// The stage whose file it is (`stages.N.train`, `stages.N.eval`); `None` for `data:`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<usize>,
+    /// The spec key that names a stage's file (`stages.0.train`, a `distill` stage's
+    /// `stages.1.train.0.path`), the key `rlx compare` shows when two runs' files differ: a
+    /// supervised stage names one file and a `distill` stage a list, so the stage number alone
+    /// cannot say which. Absent for `data:` and in runs older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// Model identity.
@@ -174,19 +180,26 @@ impl Provenance {
     pub(crate) fn of(plan: &Plan) -> Provenance {
         let spec = &plan.written.spec;
         let mut datasets = vec![];
-        let fingerprint = |split, path: String, stage| {
+        let fingerprint = |split, path: String, stage: Option<(usize, String)>| {
             let bytes = if path.starts_with("hf://") { None } else { std::fs::read(&path).ok() };
-            Dataset { split, sha256: bytes.as_deref().map(sha256_hex), bytes: bytes.as_ref().map(|b| b.len() as u64), path, stage }
+            let (stage, key) = stage.unzip();
+            Dataset { split, sha256: bytes.as_deref().map(sha256_hex), bytes: bytes.as_ref().map(|b| b.len() as u64), path, stage, key }
         };
         for (split, sources) in [(Split::Train, &spec.data.train), (Split::Eval, &spec.data.eval)] {
             datasets.extend(sources.iter().map(|s| fingerprint(split, s.path.clone(), None)));
         }
-        // A supervised stage's rows are data the run trains on: two runs that differ only in
-        // them must not look alike.
+        // A stage's rows (a supervised stage's transcripts, a `distill` stage's own problems)
+        // are data the run trains on: two runs that differ only in them must not look alike.
         for (i, st) in plan.stages.iter().enumerate() {
-            if let crate::plan::StageKind::Sft { spec: sft, .. } = &st.kind {
-                datasets.push(fingerprint(Split::Train, sft.train.display().to_string(), Some(i)));
-                datasets.extend(sft.eval.iter().map(|e| fingerprint(Split::Eval, e.display().to_string(), Some(i))));
+            match &st.kind {
+                crate::plan::StageKind::Sft { spec: sft, .. } => {
+                    datasets.push(fingerprint(Split::Train, sft.train.display().to_string(), Some((i, format!("stages.{i}.train")))));
+                    datasets.extend(sft.eval.iter().map(|e| fingerprint(Split::Eval, e.display().to_string(), Some((i, format!("stages.{i}.eval"))))));
+                }
+                crate::plan::StageKind::Distill { train: Some(sources), .. } => {
+                    datasets.extend(sources.iter().enumerate().map(|(j, s)| fingerprint(Split::Train, s.path.clone(), Some((i, format!("stages.{i}.train.{j}.path"))))));
+                }
+                _ => {}
             }
         }
         Provenance {

@@ -353,6 +353,11 @@ fn a_distill_stage_between_sft_and_grpo_resumes_inside_with_each_step_once() {
     }
     let boundaries: Vec<i64> = jsonl(&dir.join("checkpoints.jsonl")).iter().filter(|c| c["kind"] == "stage").map(|c| c["step"].as_i64().unwrap()).collect();
     assert_eq!(boundaries, vec![1, 5], "each stage boundary crossed (and checkpointed) once");
+    // The distill stage's own problems are fingerprinted under the key that names them.
+    let prov: Value = serde_json::from_slice(&std::fs::read(dir.join("provenance.json")).unwrap()).unwrap();
+    let own: Vec<&Value> = prov["datasets"].as_array().unwrap().iter().filter(|d| d["stage"] == 1).collect();
+    assert_eq!(own.iter().map(|d| (d["split"].as_str(), d["key"].as_str())).collect::<Vec<_>>(), [(Some("train"), Some("stages.1.train.0.path"))], "{prov}");
+    assert!(own[0]["sha256"].as_str().is_some_and(|h| h.len() == 64), "{prov}");
     let status: Value = serde_json::from_slice(&std::fs::read(dir.join("status.json")).unwrap()).unwrap();
     assert_eq!((status["state"].as_str(), status["steps_done"].as_i64()), (Some("finished"), Some(8)));
 }

@@ -80,7 +80,7 @@ fn sft_then_grpo_share_one_counter_and_sft_lowers_the_nll() {
     // The stage's rows are fingerprinted beside `data:`'s, under their stage.
     let prov: Value = serde_json::from_slice(&std::fs::read(dir.join("provenance.json")).unwrap()).unwrap();
     let staged: Vec<&Value> = prov["datasets"].as_array().unwrap().iter().filter(|d| d["stage"] == 0).collect();
-    assert_eq!(staged.iter().map(|d| d["split"].as_str().unwrap()).collect::<Vec<_>>(), ["train", "eval"], "{prov}");
+    assert_eq!(staged.iter().map(|d| (d["split"].as_str().unwrap(), d["key"].as_str().unwrap())).collect::<Vec<_>>(), [("train", "stages.0.train"), ("eval", "stages.0.eval")], "{prov}");
     assert!(staged.iter().all(|d| d["sha256"].as_str().is_some_and(|h| h.len() == 64)), "{prov}");
     assert!(prov["datasets"].as_array().unwrap().iter().any(|d| d.get("stage").is_none()), "data: keeps its own entries");
     // The readers of run directories read a staged one: the doctor's smoke test reads the GRPO
