@@ -260,8 +260,8 @@ pub struct Teacher {
     /// student's `model.base`, a Hugging Face repo id).
     pub base: String,
     /// A teacher on another Tinker-API server than `backend.base_url` (`backend.kind: tinker`
-    /// only): its URL. The key is the backend's (`backend.api_key_env`). A SkyRL server serves
-    /// one base model, so a teacher on another base model needs its own server.
+    /// only): its URL, reached with the backend's key (`backend.api_key_env`). Its base model
+    /// must still be the student's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
     /// Written by rlx (in a run's `resolved.json`) when `base` names a checkpoint of a run: the
