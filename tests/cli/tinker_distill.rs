@@ -51,6 +51,7 @@ fn datums() -> Vec<Datum> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stderr)] // reports the largest difference
 async fn a_tinker_teacher_scores_targets_as_the_embedded_trainer_scores_the_same_weights() {
     let cx = TestContext::new();
     let model = cx.path().join("tiny");
@@ -65,13 +66,16 @@ async fn a_tinker_teacher_scores_targets_as_the_embedded_trainer_scores_the_same
     let here = local.teacher_logprobs(&on_disk(&cx, &path), &data).expect("the embedded trainer scores the same state");
     let base = trainer.reference_logprobs(data.clone()).await.unwrap();
     let mut moved = 0;
+    let mut largest = 0f32;
     for (i, d) in data.iter().enumerate() {
         assert_eq!(remote[i].len(), d.loss_fn_inputs.target_tokens.len(), "datum {i}: one score per target");
         for t in 0..remote[i].len() {
             assert!((remote[i][t] - here[i][t]).abs() < 1e-4, "datum {i} target {t}: Tinker {} against the embedded trainer {}", remote[i][t], here[i][t]);
             moved += usize::from((remote[i][t] - base[i][t]).abs() > 1e-2);
+            largest = largest.max((remote[i][t] - here[i][t]).abs());
         }
     }
+    eprintln!("teacher log-probs, Tinker against the embedded trainer: largest difference {largest:e}; {moved} targets moved from the base model by > 0.01");
     assert!(moved > 0, "the teacher is the trained adapter, not the base model");
     // Opened once: a second call reuses the sampling session.
     trainer.tinker_teacher_logprobs(teacher, data).await.unwrap();
@@ -108,24 +112,26 @@ fn teacher_on(served: &Server, model: &Path) -> String {
 }
 
 #[test]
+#[allow(clippy::print_stderr)] // reports the measured teacher_kl
 fn a_student_distilled_on_tinker_moves_toward_its_teacher() {
     let cx = TestContext::new();
     let model = cx.path().join("tiny");
     tiny_model(&model);
     let served = Server::start(&cx, &model, &["--long-poll-s", "2"]);
     let path = teacher_on(&served, &model);
-    cx.write("spec.yaml", &distill_spec(&served.url, 8, &path, "", "2e-2"));
+    cx.write("spec.yaml", &distill_spec(&served.url, 10, &path, "", "2e-2"));
     let r = run(&cx, &["run", "spec.yaml"]);
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     let dir = only_run(&cx);
     let kl = teacher_kl(&dir);
-    assert_eq!(kl.len(), 8, "{kl:?}");
-    let (first, last) = (kl[..3].iter().sum::<f64>() / 3.0, kl[5..].iter().sum::<f64>() / 3.0);
+    assert_eq!(kl.len(), 10, "{kl:?}");
+    eprintln!("train/teacher_kl on Tinker: {kl:.4?}");
+    let (first, last) = (kl[..3].iter().sum::<f64>() / 3.0, kl[7..].iter().sum::<f64>() / 3.0);
     assert!(first > 0.05, "the student starts at the base model, away from its teacher: {kl:?}");
     assert!(last < first * 0.7, "teacher_kl {first:.3} → {last:.3}: {kl:?}");
     // The teacher's scores came from its sampling session on the server.
     let scored = served.record().iter().filter(|r| r["path"] == "/api/v1/asample" && r["body"]["prompt_logprobs"] == Value::Bool(true)).count();
-    assert!(scored >= 8 * 6, "every datum of every step scored by the teacher ({scored} scoring requests)");
+    assert!(scored >= 10 * 6, "every datum of every step scored by the teacher ({scored} scoring requests)");
 }
 
 #[test]
