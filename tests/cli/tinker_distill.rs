@@ -227,3 +227,47 @@ fn teachers_a_backend_cannot_score_are_located_errors_at_validate() {
         assert!(at(&stderr, key), "{teacher}: not located at `{key}`:\n{stderr}");
     }
 }
+
+#[test]
+fn a_teacher_server_killed_mid_run_fails_the_step_as_an_infrastructure_error_and_the_run_resumes() {
+    let cx = TestContext::new();
+    let model = cx.path().join("tiny");
+    tiny_model(&model);
+    let served = Server::start(&cx, &model, &["--long-poll-s", "2", "--fault", "latency=30ms"]);
+    let cx2 = TestContext::new();
+    let teacher = Server::start(&cx2, &model, &["--long-poll-s", "2"]);
+    let bind = teacher.url.trim_start_matches("http://").to_string();
+    let spec = distill_spec(&served.url, 8, "./tiny", &format!(", base_url: '{}'", teacher.url), "1e-3");
+    cx.write("spec.yaml", &spec.replace("save_every: 100", "save_every: 1"));
+    // A teacher that stays unreachable is given up on after a second of retries, not five
+    // minutes.
+    let rlx = |cx: &TestContext| {
+        let mut c = cx.rlx();
+        c.args(["run", "spec.yaml"]).env("TINKER_API_KEY", "tml-test").env("RLX_TINKER_RETRY_S", "1");
+        c
+    };
+    let mut child = rlx(&cx).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    // The teacher's server stops once step 1's checkpoint is recorded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let checkpoints = || std::fs::read_dir(cx.path().join("runs")).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| jsonl(&e.path().join("checkpoints.jsonl"))).unwrap_or_default();
+    while checkpoints().len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint within 5 minutes");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before its teacher's server stopped");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(teacher);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "an infrastructure error, not the user's:\n{stderr}");
+    assert!(stderr.contains("/api/v1/asample"), "the failed request is named:\n{stderr}");
+    let dir = only_run(&cx);
+    let done = teacher_kl(&dir);
+    assert!(done.len() >= 2 && done.len() < 8, "stopped mid-run: {done:?}");
+    assert!(done.iter().all(|k| k.is_finite() && k.abs() < 1e-2), "no step trained on a missing teacher's zero: {done:?}");
+    // Its server back at the same URL, the run resumes and finishes every step once.
+    let _teacher = Server::start_at(&cx2, &model, &bind, &["--long-poll-s", "2"]);
+    let r = Run::from(rlx(&cx).output().unwrap());
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let steps: Vec<i64> = jsonl(&dir.join("metrics.jsonl")).iter().filter(|m| m["step"].as_i64() >= Some(0)).map(|m| m["step"].as_i64().unwrap()).collect();
+    assert_eq!(steps, (0..8).collect::<Vec<i64>>(), "each step once across the failure");
+}
