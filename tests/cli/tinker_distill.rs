@@ -215,6 +215,13 @@ fn teachers_a_backend_cannot_score_are_located_errors_at_validate() {
         let (code, stderr) = validate(&cx, &distill_spec(url, 2, teacher, extra, "1e-3"));
         assert_eq!(code, 0, "{teacher}: {stderr}");
     }
+    // A `distill` stage's teacher is checked the same way, named by its stage.
+    let stage = |teacher: &str| crate::tinker::spec(url, 2, 100) + &format!("stages:\n  - {{kind: distill, teacher: {{base: '{teacher}'}}, max_steps: 1}}\n  - {{kind: grpo}}\n");
+    let (code, stderr) = validate(&cx, &stage("./other"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("stage `distill`") && stderr.contains("which the Tinker service cannot load") && at(&stderr, "stages.0.teacher.base"), "{stderr}");
+    let (code, stderr) = validate(&cx, &stage("tinker://abc/weights/step-1"));
+    assert_eq!(code, 0, "{stderr}");
     // The embedded trainer: no `base_url`, no checkpoint on a service.
     let local = |teacher: &str, extra: &str| crate::engine::spec_with(2, 100, "").replace("skip_degenerate: false}", &format!("skip_degenerate: false, distill: {{teacher: {{base: '{teacher}'{extra}}}}}}}"));
     for (teacher, extra, want, key) in [
