@@ -8,6 +8,8 @@
 //! temperature 1. The term is the advantage form of `grpo.kl` with the teacher as the reference
 //! and k1 as the estimator ([`shaping::apply_kl`]); rejected: a loss term, which would need a
 //! second differentiated model, where the advantage form needs only the teacher's forward pass.
+//! The teacher is scored by the embedded trainer, or on `backend.kind: tinker` by the service
+//! ([`TeacherSource`]).
 
 use std::path::PathBuf;
 

