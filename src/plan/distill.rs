@@ -86,19 +86,15 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn Check
     if !(d.coef.is_finite() && d.coef >= 0.0) {
         out.push(err("grpo.distill.coef", format!("`grpo.distill.coef` must be ≥ 0, found {}", d.coef)));
     }
-    let Some(scorer) = scorer else {
-        if trains {
-            out.push(err("grpo.distill", format!("`grpo.distill` is not available on the `{backend}` backend")).hint(LOCAL_ONLY));
-        }
-        out.extend(check_teacher(&mut d.teacher, tree, "grpo.distill.teacher.base", student.as_ref(), checkpoints, &Scorer::Local));
-        return out;
-    };
-    out.extend(check_teacher(&mut d.teacher, tree, "grpo.distill.teacher.base", student.as_ref(), checkpoints, &scorer));
+    if scorer.is_none() && trains {
+        out.push(err("grpo.distill", format!("`grpo.distill` is not available on the `{backend}` backend")).hint(SCORERS));
+    }
+    out.extend(check_teacher(&mut d.teacher, tree, "grpo.distill.teacher.base", student.as_ref(), checkpoints, scorer.as_ref().unwrap_or(&Scorer::Local)));
     out
 }
 
 /// Why distillation needs a trainer that can score a teacher, as a hint.
-pub(crate) const LOCAL_ONLY: &str = "the teacher is scored by the embedded trainer or by the Tinker service: use `backend.kind: local` or `tinker`";
+pub(crate) const SCORERS: &str = "the teacher is scored by the embedded trainer or by the Tinker service: use `backend.kind: local` or `tinker`";
 
 /// Who scores a teacher: the embedded trainer (which loads it on this machine) or a Tinker-API
 /// service (which serves it).
@@ -130,18 +126,16 @@ impl Scorer {
 /// `base_url` only on Tinker. Resolves it in place.
 pub(crate) fn check_teacher(teacher: &mut Teacher, tree: &Node, key: &str, student: Option<&HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>, scorer: &Scorer) -> Vec<Diagnostic> {
     let span = tree.span_of(&key.split('.').collect::<Vec<_>>());
-    let err = |message: String| Diagnostic::new(message, Some(span.clone())).at(key);
-    let written = teacher.base.clone();
     let mut out = check_base_url(teacher, tree, key, scorer);
     if let Scorer::Tinker { student } = scorer {
         if let Err((message, hints)) = resolve_tinker(teacher, &span.source.base_dir, checkpoints, student) {
-            let mut e = err(message);
+            let mut e = Diagnostic::new(message, Some(span.clone())).at(key);
             e.hints = hints;
             out.push(e);
         }
         return out;
     }
-    out.extend(check_local(teacher, &span, key, student, checkpoints, &written));
+    out.extend(check_local(teacher, &span, key, student, checkpoints));
     out
 }
 
@@ -157,8 +151,9 @@ fn check_base_url(teacher: &Teacher, tree: &Node, key: &str, scorer: &Scorer) ->
 }
 
 /// The embedded trainer's teacher: resolved, and its tokenizer compared with the student's.
-fn check_local(teacher: &mut Teacher, span: &crate::spec::source::Span, key: &str, student: Option<&HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>, written: &str) -> Vec<Diagnostic> {
+fn check_local(teacher: &mut Teacher, span: &crate::spec::source::Span, key: &str, student: Option<&HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
     let err = |message: String| Diagnostic::new(message, Some(span.clone())).at(key);
+    let written = teacher.base.clone();
     match resolve_teacher(teacher, &span.source.base_dir, checkpoints) {
         Err((message, hints)) => {
             let mut e = err(message);

@@ -20,7 +20,7 @@ use crate::spec::diagnostic::Diagnostic;
 use crate::spec::node::Node;
 use crate::spec::types::{Distill, DistillStage, Sft, Source, Spec, Stage, TrainOn};
 
-use super::distill::{Checkpoints, LOCAL_ONLY, Scorer, check_teacher, student_vocab};
+use super::distill::{Checkpoints, SCORERS, Scorer, check_teacher, student_vocab};
 
 /// A stage on the step counter.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,7 +91,7 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn Check
         names.push(name.clone());
         if let Stage::Distill(d) = stage {
             if scorer.is_none() {
-                out.push(err(&format!("stages.{i}"), format!("stage `{name}`: a `distill` stage is not available on the `{backend}` backend")).hint(LOCAL_ONLY));
+                out.push(err(&format!("stages.{i}"), format!("stage `{name}`: a `distill` stage is not available on the `{backend}` backend")).hint(SCORERS));
             }
             out.extend(check_distill(d, i, &name, tree, student.as_ref(), checkpoints, scorer.as_ref().unwrap_or(&Scorer::Local)));
             continue;
