@@ -100,9 +100,11 @@ pub const SANDBOX_API_KEY: Switch = Switch::new(
 pub const SERVE_FAULTS: Switch = Switch::new("RLX_SERVE_FAULTS", "`rlx serve --fault`s, comma-separated (client tests)", "none", false);
 /// `RLX_CWSANDBOX_PENDING_S`.
 pub const CWSANDBOX_PENDING_S: Switch = Switch::new("RLX_CWSANDBOX_PENDING_S", "test only: seconds a new sandbox of `rlx sandbox serve --protocol cwsandbox` stays `PENDING` (`inf`: never starts)", "starts at once", false);
+/// `RLX_TINKER_RETRY_S`.
+pub const TINKER_RETRY_S: Switch = Switch::new("RLX_TINKER_RETRY_S", "test only: seconds rlx's Tinker client retries a request that keeps failing (connection errors, 5xx, 429) before it gives up", "300 (the SDK's)", false);
 
 /// Every switch, in the order the docs list them.
-pub const ALL: [Switch; 15] = [PYTHON, SANDBOX_NAMESPACES, PCH, PCH_DIR, TOOLCHAIN_PATH, MODEL_CACHE, OFFLINE, TRAIN_PASS, TRAIN_PACK, ALLOC, ISA, SANDBOX_API_KEY, SERVE_API_KEY, SERVE_FAULTS, CWSANDBOX_PENDING_S];
+pub const ALL: [Switch; 16] = [PYTHON, SANDBOX_NAMESPACES, PCH, PCH_DIR, TOOLCHAIN_PATH, MODEL_CACHE, OFFLINE, TRAIN_PASS, TRAIN_PACK, ALLOC, ISA, SANDBOX_API_KEY, SERVE_API_KEY, SERVE_FAULTS, CWSANDBOX_PENDING_S, TINKER_RETRY_S];
 
 /// What `provenance.json` records: each switch that changes results, with its value in force.
 pub fn recorded() -> BTreeMap<String, String> {

@@ -164,6 +164,17 @@ pub trait Trainer: Send + Sync {
         Box::pin(async { Err(Error::InvalidArgument { what: "teacher_logprobs", reason: "this backend has no teacher for `grpo.distill`".into() }) })
     }
 
+    /// Submits: as [`Trainer::teacher_logprobs`], the teacher a model on a Tinker-API service
+    /// (`backend.kind: tinker`). The default answers that the backend has no such teacher.
+    ///
+    /// # Errors
+    /// (In the reply.) An invalid datum, a teacher the service cannot open or whose base model is
+    /// not the student's, a failed request, or a backend without one.
+    fn tinker_teacher_logprobs(&self, teacher: super::tinker::Teacher, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
+        let _ = (teacher, data);
+        Box::pin(async { Err(Error::InvalidArgument { what: "teacher_logprobs", reason: "this backend cannot score a teacher on a Tinker service".into() }) })
+    }
+
     /// Submits: apply the accumulated gradient with AdamW and reset it.
     ///
     /// # Errors

@@ -8,11 +8,13 @@
 //! temperature 1. The term is the advantage form of `grpo.kl` with the teacher as the reference
 //! and k1 as the estimator ([`shaping::apply_kl`]); rejected: a loss term, which would need a
 //! second differentiated model, where the advantage form needs only the teacher's forward pass.
+//! The teacher is scored by the embedded trainer, or on `backend.kind: tinker` by the service
+//! ([`TeacherSource`]).
 
 use std::path::PathBuf;
 
 use crate::backend::Trainer;
-use crate::plan::{GrpoPlan, Plan, StageKind, StagePlan};
+use crate::plan::{Plan, StageKind, StagePlan};
 use crate::rl::shaping::{self, KlPenalty};
 use crate::seam::ModelSource;
 use crate::spec::types::KlEstimator;
@@ -49,25 +51,44 @@ pub(crate) fn add_teacher_term(rows: &mut [Row<'_>], coef: f64) -> Result<f64, E
     Ok(if count == 0 { 0.0 } else { sum / count as f64 })
 }
 
+/// Where the trainer finds the teacher: a model it loads, or one a Tinker-API service serves.
+pub(crate) enum TeacherSource {
+    /// Loaded by the embedded trainer.
+    Local(ModelSource),
+    /// Scored by the service (`backend.kind: tinker`).
+    Tinker(crate::backend::tinker::Teacher),
+}
+
 /// The teacher's log-probabilities of `data`'s targets, on the trainer: `teacher` is what the
 /// plan resolved `grpo.distill.teacher` to ([`crate::plan::GrpoPlan::teacher`]).
 ///
 /// # Errors
 /// A teacher the trainer cannot find, load or score.
-pub(crate) async fn teacher_logprobs(trainer: &dyn Trainer, teacher: ModelSource, data: Vec<crate::seam::Datum>) -> Result<Vec<Vec<f32>>, Error> {
-    Ok(trainer.teacher_logprobs(teacher, data).await?)
+pub(crate) async fn teacher_logprobs(trainer: &dyn Trainer, teacher: TeacherSource, data: Vec<crate::seam::Datum>) -> Result<Vec<Vec<f32>>, Error> {
+    Ok(match teacher {
+        TeacherSource::Local(source) => trainer.teacher_logprobs(source, data).await?,
+        TeacherSource::Tinker(teacher) => trainer.tinker_teacher_logprobs(teacher, data).await?,
+    })
 }
 
-/// What the trainer loads as the teacher of `grpo.distill`: the state a checkpoint reference
-/// resolved to, else `teacher.base` as a model source. `None` without distillation.
-pub(crate) fn teacher_source(grpo: &GrpoPlan) -> Option<ModelSource> {
-    let t = &grpo.distill.as_ref()?.teacher;
-    Some(match &t.resolved {
+/// What the trainer scores as the teacher of `grpo.distill`. On the Tinker backend: the
+/// `tinker://` path a checkpoint reference resolved to, else `teacher.base` (a `tinker://` path,
+/// else a base model the service serves). Locally: the state a checkpoint reference resolved to,
+/// else `teacher.base` as a model source. `None` without distillation.
+pub(crate) fn teacher_source(plan: &Plan) -> Option<TeacherSource> {
+    let t = &plan.grpo.distill.as_ref()?.teacher;
+    if matches!(plan.backend, crate::backend::BackendChoice::Tinker { .. }) {
+        use crate::backend::tinker::{Teacher, TeacherModel};
+        let written = t.resolved.as_ref().map_or(&t.base, |r| &r.state);
+        let model = if written.starts_with("tinker://") { TeacherModel::Path(written.clone()) } else { TeacherModel::Base(written.clone()) };
+        return Some(TeacherSource::Tinker(Teacher { model, base_url: t.base_url.clone() }));
+    }
+    Some(TeacherSource::Local(match &t.resolved {
         Some(r) => ModelSource::Path(PathBuf::from(&r.state)),
         // Validation refused a string that names no source; one that slipped past (a plan made
         // without it) is a path the trainer then fails to find, not distillation silently off.
         None => ModelSource::parse(&t.base, None).unwrap_or_else(|_| ModelSource::Path(PathBuf::from(&t.base))),
-    })
+    }))
 }
 
 /// The plan a `distill` stage runs: the run's, with `grpo.distill` the stage's, its learning

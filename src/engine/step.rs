@@ -322,7 +322,7 @@ async fn apply_kl(trainer: Option<&dyn Trainer>, datums: &mut [Built], cfg: &Ste
 /// to each sampled token's advantage ([`super::distill`]). Returns `train/teacher_kl`; `None`
 /// when distillation is off or nothing trains.
 async fn apply_distill(trainer: Option<&dyn Trainer>, datums: &mut [Built], cfg: &StepConfig<'_>) -> Result<Option<f64>, Error> {
-    let (Some(d), Some(source), Some(trainer)) = (cfg.plan.grpo.distill.as_ref(), super::distill::teacher_source(&cfg.plan.grpo), trainer) else { return Ok(None) };
+    let (Some(d), Some(source), Some(trainer)) = (cfg.plan.grpo.distill.as_ref(), super::distill::teacher_source(cfg.plan), trainer) else { return Ok(None) };
     if datums.is_empty() {
         return Ok(None);
     }

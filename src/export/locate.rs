@@ -184,11 +184,15 @@ impl crate::plan::Checkpoints for RunCheckpoints {
         let not_found = |e: &Error| crate::plan::NotFound { message: crate::causes::causes(e).join(": "), hints: e.hints() };
         let ck = locate(reference).map_err(|e| not_found(&e))?;
         if ck.is_remote() {
-            let message = format!("its checkpoint `{}` is on a remote service; the embedded trainer scores a teacher on this machine", ck.state.display());
-            return Err(crate::plan::NotFound { message, hints: vec![format!("download it (`rlx export {reference} --out DIR`) and name DIR")] });
+            // A Tinker run's sampler weights when it recorded them, else its state (which the
+            // plan refuses on the embedded trainer and a Tinker teacher samples).
+            let records = ck.run.as_ref().and_then(|r| r.checkpoints().ok()).map(|c| c.rows).unwrap_or_default();
+            let sampler = records.into_iter().rev().find(|r| r.name == ck.name).and_then(|r| r.sampler_path).filter(|p| p.starts_with("tinker://"));
+            let sampler = sampler.unwrap_or_else(|| ck.state.display().to_string());
+            return Ok(Some(crate::plan::FoundCheckpoint { state: ck.state, step: ck.step, base_model: PathBuf::new(), sampler: Some(sampler) }));
         }
         let header = crate::backend::local::state::read_header(&ck.state).map_err(|e| crate::plan::NotFound { message: crate::causes::causes(&e).join(": "), hints: vec![] })?;
-        Ok(Some(crate::plan::FoundCheckpoint { state: ck.state, step: ck.step, base_model: header.base_model }))
+        Ok(Some(crate::plan::FoundCheckpoint { state: ck.state, step: ck.step, base_model: header.base_model, sampler: None }))
     }
 }
 

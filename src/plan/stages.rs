@@ -20,7 +20,7 @@ use crate::spec::diagnostic::Diagnostic;
 use crate::spec::node::Node;
 use crate::spec::types::{Distill, DistillStage, Sft, Source, Spec, Stage, TrainOn};
 
-use super::distill::{Checkpoints, LOCAL_ONLY, check_teacher, student_vocab};
+use super::distill::{Checkpoints, SCORERS, Scorer, check_teacher, student_vocab};
 
 /// A stage on the step counter.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,7 +81,7 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn Check
     let mut names: Vec<String> = vec![];
     let model = spec.model.clone();
     let student = spec.stages.iter().any(|s| matches!(s, Stage::Distill(_))).then(|| student_vocab(spec)).flatten();
-    let (backend, local) = (spec.backend.kind(), matches!(spec.backend, crate::spec::types::Backend::Local { .. }));
+    let (backend, scorer) = (spec.backend.kind(), Scorer::of(spec));
     for (i, stage) in spec.stages.iter_mut().enumerate() {
         let name = stage.name().to_owned();
         if names.contains(&name) {
@@ -90,10 +90,10 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn Check
         }
         names.push(name.clone());
         if let Stage::Distill(d) = stage {
-            if !local {
-                out.push(err(&format!("stages.{i}"), format!("stage `{name}`: a `distill` stage is not available on the `{backend}` backend")).hint(LOCAL_ONLY));
+            if scorer.is_none() {
+                out.push(err(&format!("stages.{i}"), format!("stage `{name}`: a `distill` stage is not available on the `{backend}` backend")).hint(SCORERS));
             }
-            out.extend(check_distill(d, i, &name, tree, student.as_ref(), checkpoints));
+            out.extend(check_distill(d, i, &name, tree, student.as_ref(), checkpoints, scorer.as_ref().unwrap_or(&Scorer::Local)));
             continue;
         }
         let Stage::Sft(sft) = stage else {
@@ -130,13 +130,13 @@ pub(crate) fn check(spec: &mut Spec, tree: &Node, checkpoints: Option<&dyn Check
 
 /// A `distill` stage's own rules: a teacher (checked as `grpo.distill.teacher` is), a
 /// coefficient ≥ 0, a positive learning rate.
-fn check_distill(d: &mut DistillStage, i: usize, name: &str, tree: &Node, student: Option<&std::collections::HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>) -> Vec<Diagnostic> {
+fn check_distill(d: &mut DistillStage, i: usize, name: &str, tree: &Node, student: Option<&std::collections::HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>, scorer: &Scorer) -> Vec<Diagnostic> {
     let err = |key: String, message: String| tree.error_at(&key, message);
     let mut out = vec![];
     match d.teacher.as_mut() {
         None => out.push(err(format!("stages.{i}"), format!("stage `{name}`: a `distill` stage needs a `teacher`")).hint("`teacher: {base: runs/<id>@STEP}`, or a model in `model.base` form")),
         Some(t) => {
-            for mut e in check_teacher(t, tree, &format!("stages.{i}.teacher.base"), student, checkpoints) {
+            for mut e in check_teacher(t, tree, &format!("stages.{i}.teacher.base"), student, checkpoints, scorer) {
                 e.message = format!("stage `{name}`: {}", e.message);
                 out.push(e);
             }
@@ -210,7 +210,7 @@ pub(crate) fn lay_out(spec: &Spec) -> (Vec<StagePlan>, u32) {
                 let distill = Distill {
                     // The checks refused a stage without one; an unchecked spec's is a path the
                     // trainer then fails to find.
-                    teacher: d.teacher.clone().unwrap_or_else(|| crate::spec::types::Teacher { base: String::new(), resolved: None }),
+                    teacher: d.teacher.clone().unwrap_or_else(|| crate::spec::types::Teacher { base: String::new(), base_url: None, resolved: None }),
                     coef: d.coef,
                     task_reward: d.task_reward,
                 };

@@ -72,6 +72,7 @@
 //! - `trainer`: the local candle backend on tiny random models (numpy reference, finite
 //!   differences, KV cache, resume, GRPO learning); `trainer_smollm2`: SmolLM2-135M from its GGUF.
 //! - `tinker_sdk`: `rlx serve` driven by the official Tinker Python SDK, with and without faults.
+//! - `tinker_distill`: on-policy distillation on the Tinker backend against `rlx serve`.
 //! - `tinker_export`: `rlx export` of `tinker://` checkpoints and Tinker runs against `rlx serve`:
 //!   the SDK's own download gives the same files, the merged model is the saved sampler; bad input.
 //! - `tinker_wire`: rlx's Tinker client sends what the SDK sends for the same operations.
@@ -130,6 +131,7 @@ mod stages;
 mod sweep;
 mod task_data;
 mod tinker;
+mod tinker_distill;
 mod tinker_export;
 mod tinker_sdk;
 mod tinker_wire;

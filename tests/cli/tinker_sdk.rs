@@ -38,10 +38,15 @@ impl Server {
     /// Starts `rlx serve` in `cx` on a free port over the model at `model` (served as
     /// `tiny-model` too), with `extra` arguments; waits until it listens.
     pub(crate) fn start(cx: &TestContext, model: &Path, extra: &[&str]) -> Server {
+        Self::start_at(cx, model, "127.0.0.1:0", extra)
+    }
+
+    /// [`Server::start`] listening on `bind` (a server restarted at the URL a run names).
+    pub(crate) fn start_at(cx: &TestContext, model: &Path, bind: &str, extra: &[&str]) -> Server {
         let record = cx.path().join("record.jsonl");
         let mut child = cx
             .rlx()
-            .args(["serve", "--bind", "127.0.0.1:0", "--name", "tiny-model", "--threads", "1", "--state-dir", "state", "--record"])
+            .args(["serve", "--bind", bind, "--name", "tiny-model", "--threads", "1", "--state-dir", "state", "--record"])
             .arg(&record)
             .arg("--model")
             .arg(model)

@@ -110,6 +110,17 @@ pub enum Error {
         /// Why, and what to use instead.
         reason: String,
     },
+    /// A distillation teacher on another base model than the student's (the protocol does not
+    /// say which tokenizer a sampler uses, so the base models must be the same).
+    #[error("teacher `{teacher}` is served from base model `{served}`, the student's is `{student}`: distillation compares the two models token by token, and the Tinker protocol does not say which tokenizer a sampler uses, so a teacher must be on the student's base model")]
+    TeacherBase {
+        /// The teacher, as the spec resolved it.
+        teacher: String,
+        /// Its base model, as its server names it.
+        served: String,
+        /// The student's base model.
+        student: String,
+    },
     /// An earlier request of this training client failed after it took its `seq_id`; the
     /// server waits for that id forever, so nothing later can run.
     #[error("an earlier Tinker request of model {model_id} failed (seq_id {seq_id}), so later requests cannot run: {reason}")]
@@ -128,7 +139,7 @@ impl Error {
     /// than rlx or the service having failed.
     pub fn is_user_error(&self) -> bool {
         match self {
-            Error::NoKey { .. } | Error::BadKey { .. } | Error::Billing { .. } | Error::Refused { .. } | Error::Unsupported { .. } | Error::Unreachable { .. } | Error::ServerLacks { .. } => true,
+            Error::NoKey { .. } | Error::BadKey { .. } | Error::Billing { .. } | Error::Refused { .. } | Error::Unsupported { .. } | Error::Unreachable { .. } | Error::ServerLacks { .. } | Error::TeacherBase { .. } => true,
             Error::Status { status, .. } => matches!(status, 400 | 401 | 403 | 404 | 422),
             Error::RequestFailed { category, .. } => category == "user",
             _ => false,

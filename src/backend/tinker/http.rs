@@ -43,8 +43,10 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
+        // `RLX_TINKER_RETRY_S` shortens it for tests that stop a server mid-run.
+        let budget = crate::switches::TINKER_RETRY_S.var().and_then(|s| s.trim().parse::<f64>().ok()).filter(|s| s.is_finite() && *s > 0.0);
         RetryPolicy {
-            budget: Duration::from_secs(300),
+            budget: budget.map_or(Duration::from_secs(300), Duration::from_secs_f64),
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(30),
             billing_pause: Duration::from_secs(5),

@@ -9,6 +9,7 @@
 //! | [`trainer`] | a LoRA training model: `seq_id` order, pipelined submission |
 //! | [`sampler`] | a sampling session: `asample` with many requests in flight |
 //! | [`convert`] | rlx's data to Tinker's protobuf and JSON and back |
+//! | `teacher` | the models a trainer scores with: distillation teachers (on this server or another), the KL reference |
 //! | [`profile`] | which server is at the URL (hosted Tinker, `rlx serve`, SkyRL, ...) and what it accepts |
 //!
 //! `options` ([`Options`]) and `open` ([`open`], [`open_sampler`]) hold what opening a policy
@@ -30,6 +31,7 @@ mod options;
 pub mod profile;
 pub(crate) mod sampler;
 pub(crate) mod session;
+mod teacher;
 pub(crate) mod trainer;
 
 pub use error::Error;
@@ -39,4 +41,5 @@ pub use options::{DEFAULT_BASE_URL, DEFAULT_MAX_IN_FLIGHT, Options};
 pub use profile::{Profile, Server, Wire};
 pub use sampler::{SamplerOptions, TinkerSampler};
 pub use session::Session;
+pub use teacher::{Teacher, TeacherModel};
 pub use trainer::TinkerTrainer;

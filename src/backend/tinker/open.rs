@@ -11,6 +11,7 @@ use super::options::Options;
 use super::profile::{self, Profile, Server};
 use super::sampler::{SamplerOptions, TinkerSampler};
 use super::session::Session;
+use super::teacher::{Remote, Teachers};
 use super::trainer::TinkerTrainer;
 use crate::backend::traits::Policy;
 use crate::seam::Finetune;
@@ -79,11 +80,13 @@ pub async fn open(options: Options) -> Result<Policy, Error> {
         tokenizer: options.tokenizer.clone(),
         seed_mask: profile.seed_mask,
     };
-    Ok(Policy::Trainable(Arc::new(TinkerTrainer::start(session, model_id, options.base_model.clone(), sampler, profile))))
+    let remote = Remote { api_key: options.api_key.clone(), retry: options.retry.clone(), user_metadata: options.user_metadata.clone(), server: options.server };
+    let teachers = Teachers::new(session.clone(), options.base_model.clone(), sampler.clone(), remote);
+    Ok(Policy::Trainable(Arc::new(TinkerTrainer::start(session, model_id, teachers, sampler, profile))))
 }
 
 /// The declared server's profile, else the one [`profile::discover`] finds at the URL.
-async fn server_profile(client: &http::Client, declared: Option<Server>) -> Profile {
+pub(super) async fn server_profile(client: &http::Client, declared: Option<Server>) -> Profile {
     let server = match declared {
         Some(s) => s,
         None => {
@@ -107,22 +110,32 @@ pub async fn open_sampler(options: Options, model_path: Option<String>) -> Resul
     let client = http::Client::new(&options.base_url, &options.api_key, options.retry.clone())?;
     let profile = server_profile(&client, options.server).await;
     let session = Session::create(client.clone(), options.user_metadata.clone(), &profile).await?;
-    let body = wire::CreateSamplingSessionRequest {
-        session_id: session.id().to_string(),
-        sampling_session_seq_id: u64::from(session.next_sampling_seq()),
-        base_model: model_path.is_none().then(|| options.base_model.clone()),
-        model_path: model_path.clone(),
-        r#type: wire::literal::CreateSamplingSession,
-    };
-    let created: wire::CreateSamplingSessionResponse = client.post_json("/api/v1/create_sampling_session", &body, "ServiceClient.create_sampling_client").await?;
-    tracing::info!(session = %session.id(), sampler = %created.sampling_session_id, base_model = %options.base_model, model_path = ?model_path, "Tinker sampler ready");
+    let id = sampling_session(&session, model_path.is_none().then(|| options.base_model.clone()), model_path.clone()).await?;
+    tracing::info!(session = %session.id(), sampler = %id, base_model = %options.base_model, model_path = ?model_path, "Tinker sampler ready");
     let sampler = SamplerOptions {
         in_flight: Arc::new(tokio::sync::Semaphore::new(options.max_in_flight.max(1))),
         max_in_flight: options.max_in_flight.max(1),
         tokenizer: options.tokenizer.clone(),
         seed_mask: profile.seed_mask,
     };
-    Ok(Policy::Fixed(Arc::new(TinkerSampler::new(session, created.sampling_session_id, sampler))))
+    Ok(Policy::Fixed(Arc::new(TinkerSampler::new(session, id, sampler))))
+}
+
+/// A sampling session of `session` on a base model or on saved weights (`model_path`,
+/// `tinker://…`); its id.
+///
+/// # Errors
+/// A model or path the service does not know, a failed request.
+pub(super) async fn sampling_session(session: &Session, base_model: Option<String>, model_path: Option<String>) -> Result<String, Error> {
+    let body = wire::CreateSamplingSessionRequest {
+        session_id: session.id().to_string(),
+        sampling_session_seq_id: u64::from(session.next_sampling_seq()),
+        base_model,
+        model_path,
+        r#type: wire::literal::CreateSamplingSession,
+    };
+    let created: wire::CreateSamplingSessionResponse = session.client().post_json("/api/v1/create_sampling_session", &body, "ServiceClient.create_sampling_client").await?;
+    Ok(created.sampling_session_id)
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use super::http::Body;
 use super::profile::{Profile, Wire};
 use super::sampler::{SamplerOptions, TinkerSampler};
 use super::session::Session;
+use super::teacher::{Teacher, Teachers};
 use super::convert;
 use super::error::Error as TinkerError;
 use crate::backend::error::{Error, Result};
@@ -43,39 +44,9 @@ enum Op {
 /// The [`Trainer`]: a handle to the submitter task.
 pub struct TinkerTrainer {
     ops: mpsc::UnboundedSender<Op>,
-    /// The reference policy of `grpo.kl`: a sampling session on the base model, created on
-    /// first use. Scoring with it needs no place in the training requests' order.
-    reference: Arc<Reference>,
-}
-
-/// What creating and using the reference sampler needs.
-struct Reference {
-    session: Arc<Session>,
-    base_model: String,
-    options: SamplerOptions,
-    sampler: tokio::sync::OnceCell<Arc<TinkerSampler>>,
-}
-
-impl Reference {
-    /// The base model's sampling session (`create_sampling_session` with `base_model`).
-    async fn sampler(&self) -> Result<Arc<TinkerSampler>> {
-        let created = self
-            .sampler
-            .get_or_try_init(|| async {
-                let body = wire::CreateSamplingSessionRequest {
-                    session_id: self.session.id().to_string(),
-                    sampling_session_seq_id: u64::from(self.session.next_sampling_seq()),
-                    base_model: Some(self.base_model.clone()),
-                    model_path: None,
-                    r#type: literal::CreateSamplingSession,
-                };
-                let created: wire::CreateSamplingSessionResponse =
-                    self.session.client().post_json("/api/v1/create_sampling_session", &body, "ServiceClient.create_sampling_client").await?;
-                Ok::<_, TinkerError>(Arc::new(TinkerSampler::new(self.session.clone(), created.sampling_session_id, self.options.clone())))
-            })
-            .await?;
-        Ok(created.clone())
-    }
+    /// The reference policy of `grpo.kl` and distillation teachers: sampling sessions opened on
+    /// first use. Scoring with them needs no place in the training requests' order.
+    teachers: Arc<Teachers>,
 }
 
 /// Limits on one `forward_backward` request (§5.3, the SDK's `fwdbwd_max_chunk_len` and
@@ -84,12 +55,20 @@ const MAX_CHUNK_DATUMS: usize = 1024;
 const MAX_CHUNK_BYTES: usize = 5_000_000;
 
 impl TinkerTrainer {
-    /// A trainer for the existing model `model_id` of `session`, trained from `base_model`.
-    pub fn start(session: Arc<Session>, model_id: String, base_model: String, sampler: SamplerOptions, profile: Profile) -> Self {
+    /// A trainer for the existing model `model_id` of `session`, scoring with `teachers`.
+    pub(crate) fn start(session: Arc<Session>, model_id: String, teachers: Teachers, sampler: SamplerOptions, profile: Profile) -> Self {
         let (ops, rx) = mpsc::unbounded_channel();
-        let reference = Arc::new(Reference { session: session.clone(), base_model, options: sampler.clone(), sampler: tokio::sync::OnceCell::new() });
         tokio::spawn(Submitter { session, model_id, next_seq: 1, steps: 0, poisoned: None, sampler, profile }.run(rx));
-        TinkerTrainer { ops, reference }
+        TinkerTrainer { ops, teachers: Arc::new(teachers) }
+    }
+
+    /// Each datum's target log-probabilities under `teacher` (see [`super::teacher`]).
+    fn score(&self, teacher: Teacher, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
+        let teachers = self.teachers.clone();
+        Box::pin(async move {
+            let sampler = teachers.sampler(&teacher).await?;
+            super::teacher::score(&sampler, &data).await
+        })
     }
 
     fn send<T: Send + 'static>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Op) -> Pending<T> {
@@ -131,32 +110,15 @@ impl Trainer for TinkerTrainer {
     }
 
     /// The cookbook's KL reference (reference/tinker-protocol.md §10.9): `compute_logprobs` of
-    /// each datum's whole sequence (`model_input` + its last target) on a sampling session of the
-    /// base model; the log-probability of target i is the prompt's at position i + 1.
+    /// each datum's whole sequence on a sampling session of the base model.
     fn reference_logprobs(&self, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
-        let reference = self.reference.clone();
-        Box::pin(async move {
-            let sampler = reference.sampler().await?;
-            // All submitted before the first is awaited: they run concurrently.
-            let pending: Vec<_> = data
-                .iter()
-                .map(|d| {
-                    let mut seq = d.model_input.clone();
-                    seq.extend(d.loss_fn_inputs.target_tokens.last());
-                    sampler.prompt_logprobs(seq)
-                })
-                .collect();
-            let mut out = Vec::with_capacity(data.len());
-            for (d, p) in data.iter().zip(pending) {
-                let lp = p.await?;
-                let n = d.model_input.len();
-                if lp.len() != n + 1 {
-                    return Err(Error::InvalidArgument { what: "prompt_logprobs", reason: format!("{} values for a sequence of {} tokens", lp.len(), n + 1) });
-                }
-                out.push(lp[1..].to_vec());
-            }
-            Ok(out)
-        })
+        self.score(self.teachers.reference(), data)
+    }
+
+    /// The cookbook's on-policy distillation: as the reference, on the teacher's sampling
+    /// session.
+    fn tinker_teacher_logprobs(&self, teacher: Teacher, data: Vec<Datum>) -> Pending<Vec<Vec<f32>>> {
+        self.score(teacher, data)
     }
 
     fn load_state(&self, state: &StateRef) -> Pending<()> {

