@@ -72,19 +72,31 @@ pub(crate) fn differing<'a>(configs: impl IntoIterator<Item = &'a BTreeMap<Strin
         .collect()
 }
 
-/// Whether the files that `key` names hold the same bytes in every run, by the SHA-256s
-/// provenance recorded (`hashes` per run: key → hash). Only when every run has one: a file whose
-/// content was not recorded may differ.
-pub(crate) fn same_content<'a>(key: &str, hashes: impl IntoIterator<Item = &'a BTreeMap<String, String>>) -> bool {
-    let mut seen: Option<&String> = None;
-    for h in hashes {
-        match (h.get(key), seen) {
-            (None, _) => return false,
-            (Some(x), Some(s)) if x != s => return false,
-            (Some(x), _) => seen = Some(x),
+/// Gives each file key that provenance hashed (`hashes` per run: key → SHA-256) one value per
+/// content: the path the first run holding that content named it by. Files with the same bytes
+/// at different paths (two clones of one repository) become one value; files whose bytes differ
+/// stay different (a file changed at one path gets its hash appended); a run without a recorded
+/// hash keeps its path, which may differ. (Rejected: dropping a key only when every run recorded
+/// one hash for it, which split three runs of one recipe from two clones into two arms as soon
+/// as a fourth run's file differed.)
+pub(crate) fn unify_by_content<'a>(runs: impl IntoIterator<Item = (&'a mut BTreeMap<String, String>, &'a BTreeMap<String, String>)>) {
+    let mut named: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (config, hashes) in runs {
+        for (key, hash) in hashes {
+            let Some(path) = config.get(key).cloned() else { continue };
+            let id = (key.clone(), hash.clone());
+            let value = match named.get(&id) {
+                Some(v) => v.clone(),
+                None => {
+                    let clash = named.iter().any(|((k, _), v)| k == key && *v == path);
+                    let v = if clash { format!("{path} (sha256 {})", &hash[..hash.len().min(12)]) } else { path };
+                    named.insert(id, v.clone());
+                    v
+                }
+            };
+            config.insert(key.clone(), value);
         }
     }
-    seen.is_some()
 }
 
 /// How each of `values` is shown: when all of them are absolute paths, relative to their
@@ -191,12 +203,27 @@ mod tests {
     }
 
     #[test]
-    fn identical_files_at_different_paths_are_not_a_difference() {
-        let h = |x: &str| -> BTreeMap<String, String> { [("data.train.0.path".to_string(), x.to_string())].into() };
-        assert!(same_content("data.train.0.path", [&h("ab"), &h("ab")]));
-        assert!(!same_content("data.train.0.path", [&h("ab"), &h("cd")]));
-        assert!(!same_content("data.train.0.path", [&h("ab"), &BTreeMap::new()]), "unrecorded content may differ");
-        assert!(!same_content("prompt.user", [&h("ab")]));
+    fn files_are_one_value_per_content_whatever_their_paths() {
+        let run = |path: &str, hash: Option<&str>| -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+            let key = "data.train.0.path".to_string();
+            ([(key.clone(), path.to_string()), ("seed".into(), "0".into())].into(), hash.map(|h| [(key, h.to_string())].into()).unwrap_or_default())
+        };
+        let unified = |mut runs: Vec<(BTreeMap<String, String>, BTreeMap<String, String>)>| -> Vec<String> {
+            unify_by_content(runs.iter_mut().map(|(c, h)| (c, &*h)));
+            runs.into_iter().map(|(c, _)| c["data.train.0.path"].clone()).collect()
+        };
+        // Two clones of one file, and a third run on other bytes: the clones are one value.
+        let v = unified(vec![run("/a/t.jsonl", Some("h1")), run("/b/t.jsonl", Some("h1")), run("/c/t.jsonl", Some("h2"))]);
+        assert_eq!(v, ["/a/t.jsonl", "/a/t.jsonl", "/c/t.jsonl"]);
+        let configs: Vec<BTreeMap<String, String>> = v.iter().map(|p| [("data.train.0.path".to_string(), p.clone())].into()).collect();
+        assert_eq!(differing(configs.iter()), ["data.train.0.path"], "other bytes still differ");
+        assert!(differing(configs[..2].iter()).is_empty(), "the clones do not");
+        // One path whose bytes changed between runs: two values.
+        let v = unified(vec![run("/a/t.jsonl", Some("h1aaaaaaaaaaaaaa")), run("/a/t.jsonl", Some("h2bbbbbbbbbbbbbb"))]);
+        assert_eq!(v, ["/a/t.jsonl", "/a/t.jsonl (sha256 h2bbbbbbbbbb)"]);
+        // Unrecorded content keeps its path, which is compared as written.
+        let v = unified(vec![run("/a/t.jsonl", Some("h1")), run("/b/t.jsonl", None)]);
+        assert_eq!(v, ["/a/t.jsonl", "/b/t.jsonl"]);
     }
 
     #[test]

@@ -466,7 +466,8 @@ pub(crate) fn build(mut runs: Vec<Run>, opts: &Options) -> Result<Report, Error>
     }
     // A file named by a different path with the same bytes (two clones of one repository) is
     // the same experiment.
-    let differing: Vec<String> = configdiff::differing(runs.iter().map(|r| &r.config)).into_iter().filter(|k| !configdiff::same_content(k, runs.iter().map(|r| &r.hashes))).collect();
+    configdiff::unify_by_content(runs.iter_mut().map(|r| (&mut r.config, &r.hashes)));
+    let differing: Vec<String> = configdiff::differing(runs.iter().map(|r| &r.config));
     let shown = shown_values(&runs, &differing);
     let (groups, lettered) = arms::group(&runs, &differing, &shown);
     let eval = eval_decision(&runs, &decisions, opts.at);
