@@ -2,7 +2,8 @@
 //! (numpy's default, R's type 7), used for the sandbox latency percentiles of `metrics.jsonl`,
 //! `rlx sandbox bench` and the bootstrap intervals of `rlx compare`. Three definitions (nearest
 //! rank, rounded position, interpolated) once lived in those three places and disagreed on small
-//! samples.
+//! samples. Also the one binomial distribution (the median's interval here, McNemar's p and its
+//! interval in `rl::signif`) and the ln Γ it rests on.
 
 /// The `q` quantile (0 ≤ q ≤ 1) of sorted values; 0 for none.
 pub(crate) fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
@@ -45,7 +46,7 @@ pub fn median_interval(values: &mut [f64], confidence: f64) -> Option<MedianInte
     let mut below = 0.0;
     let mut best = None;
     for j in 1..=n / 2 {
-        below += crate::rl::signif::binomial_pmf(n as u64, (j - 1) as u64, 0.5);
+        below += binomial_pmf(n as u64, (j - 1) as u64, 0.5);
         let coverage = 1.0 - 2.0 * below;
         if coverage < confidence {
             break;
@@ -60,6 +61,46 @@ pub fn median_interval(values: &mut [f64], confidence: f64) -> Option<MedianInte
 pub fn quantile(values: &mut [f64], q: f64) -> f64 {
     values.sort_by(f64::total_cmp);
     quantile_sorted(values, q)
+}
+
+/// P(X = k) for X ~ Binomial(n, π), 0 < π < 1 (the one binomial of rlx's tests), through
+/// logarithms so that n in the thousands does not underflow term by term. At π = ½ the two log
+/// factors are one, `−n ln 2`, which keeps McNemar's p to the bit what it was before π became a
+/// parameter.
+pub(crate) fn binomial_pmf(n: u64, k: u64, pi: f64) -> f64 {
+    #[allow(clippy::float_cmp)] // exactly ½, the sign tests' coin, not a computed π near it
+    let ln_p = if pi == 0.5 { -(n as f64) * std::f64::consts::LN_2 } else { k as f64 * pi.ln() + (n - k) as f64 * (1.0 - pi).ln() };
+    (ln_choose(n, k) + ln_p).exp()
+}
+
+fn ln_choose(n: u64, k: u64) -> f64 {
+    ln_gamma(n as f64 + 1.0) - ln_gamma(k as f64 + 1.0) - ln_gamma((n - k) as f64 + 1.0)
+}
+
+/// ln Γ(x) for x > 0 (Lanczos, g = 7, 9 terms; relative error ~1e-15).
+pub(crate) fn ln_gamma(x: f64) -> f64 {
+    const G: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        // Reflection: Γ(x)Γ(1−x) = π / sin(πx).
+        return std::f64::consts::PI.ln() - (std::f64::consts::PI * x).sin().abs().ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let mut a = G[0];
+    let t = x + 7.5;
+    for (i, g) in G.iter().enumerate().skip(1) {
+        a += g / (x + i as f64);
+    }
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
 }
 
 #[cfg(test)]

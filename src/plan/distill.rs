@@ -107,6 +107,8 @@ pub(crate) enum Scorer {
     Tinker {
         /// The student's `model.base`.
         student: String,
+        /// `sampling.temperature`, which the student's log-probabilities are taken at.
+        temperature: f64,
     },
 }
 
@@ -115,7 +117,7 @@ impl Scorer {
     pub(crate) fn of(spec: &Spec) -> Option<Scorer> {
         match spec.backend {
             Backend::Local { .. } => Some(Scorer::Local),
-            Backend::Tinker { .. } => Some(Scorer::Tinker { student: spec.model.base.clone() }),
+            Backend::Tinker { .. } => Some(Scorer::Tinker { student: spec.model.base.clone(), temperature: spec.sampling.temperature }),
             _ => None,
         }
     }
@@ -127,11 +129,21 @@ impl Scorer {
 pub(crate) fn check_teacher(teacher: &mut Teacher, tree: &Node, key: &str, student: Option<&HashMap<String, u32>>, checkpoints: Option<&dyn Checkpoints>, scorer: &Scorer) -> Vec<Diagnostic> {
     let span = tree.span_of(&key.split('.').collect::<Vec<_>>());
     let mut out = check_base_url(teacher, tree, key, scorer);
-    if let Scorer::Tinker { student } = scorer {
+    if let Scorer::Tinker { student, temperature } = scorer {
         if let Err((message, hints)) = resolve_tinker(teacher, &span.source.base_dir, checkpoints, student) {
             let mut e = Diagnostic::new(message, Some(span.clone())).at(key);
             e.hints = hints;
             out.push(e);
+        }
+        // The term compares the student's log-probabilities, taken at the sampling temperature,
+        // with the teacher's; the service's `compute_logprobs` takes the teacher's at 1 only, and
+        // at two temperatures the student would converge to a flatter (or sharper) copy of the
+        // teacher, not to the teacher (the quickstart's distilled student, sampled at 0.7 against
+        // a teacher scored at 1, matched its teacher greedily and stayed 17 points below it
+        // sampled: docs/learning.md).
+        #[allow(clippy::float_cmp)] // exactly 1, as written in the spec
+        if *temperature != 1.0 {
+            out.push(Diagnostic::new(format!("the Tinker service scores teacher `{}` at temperature 1, and this run samples the student at {temperature}: distillation needs both at one temperature", teacher.base), Some(span.clone())).at(key).hint("set `sampling.temperature: 1` (as the cookbook's on-policy distillation), or distil on `backend.kind: local`, which scores the teacher at the student's temperature"));
         }
         return out;
     }

@@ -5,6 +5,8 @@
 
 use serde::Serialize;
 
+pub(crate) use crate::quantile::ln_gamma;
+use crate::quantile::binomial_pmf;
 use crate::rng::SplitMix64;
 
 /// The exact McNemar test on paired binary outcomes: `b` pairs where A passed and B failed, `c`
@@ -65,24 +67,9 @@ fn bisect(f: impl Fn(f64) -> f64) -> f64 {
     0.5 * (lo + hi)
 }
 
-/// P(X = k) for X ~ Binomial(n, π), 0 < π < 1 (the one binomial of rlx's tests), through
-/// logarithms so that n in the thousands does not underflow term by term. At π = ½ the two log
-/// factors are one, `−n ln 2`, which keeps McNemar's p to the bit what it was before π became a
-/// parameter.
-pub(crate) fn binomial_pmf(n: u64, k: u64, pi: f64) -> f64 {
-    #[allow(clippy::float_cmp)] // exactly ½, the sign tests' coin, not a computed π near it
-    let ln_p = if pi == 0.5 { -(n as f64) * std::f64::consts::LN_2 } else { k as f64 * pi.ln() + (n - k) as f64 * (1.0 - pi).ln() };
-    (ln_choose(n, k) + ln_p).exp()
-}
-
-/// P(X ≤ k) for X ~ Binomial(n, π), 0 < π < 1: McNemar's p and its interval. (The median's
-/// order-statistic interval, [`crate::quantile::median_interval`], sums [`binomial_pmf`] itself.)
+/// P(X ≤ k) for X ~ Binomial(n, π), 0 < π < 1: McNemar's p and its interval.
 fn binomial_cdf(n: u64, k: u64, pi: f64) -> f64 {
     (0..=k.min(n)).map(|i| binomial_pmf(n, i, pi)).sum::<f64>().min(1.0)
-}
-
-fn ln_choose(n: u64, k: u64) -> f64 {
-    ln_gamma(n as f64 + 1.0) - ln_gamma(k as f64 + 1.0) - ln_gamma((n - k) as f64 + 1.0)
 }
 
 /// The paired sign-flip permutation test of mean(d) = 0: under H0 the sign of each per-problem
@@ -141,28 +128,3 @@ pub(crate) fn sign_flip(d: &[f64], resamples: usize, seed: u64) -> SignFlip {
     SignFlip { nonzero: q, p: (1 + hits) as f64 / (resamples + 1) as f64, exact: false }
 }
 
-/// ln Γ(x) for x > 0 (Lanczos, g = 7, 9 terms; relative error ~1e-15).
-pub(crate) fn ln_gamma(x: f64) -> f64 {
-    const G: [f64; 9] = [
-        0.999_999_999_999_809_9,
-        676.520_368_121_885_1,
-        -1_259.139_216_722_402_8,
-        771.323_428_777_653_1,
-        -176.615_029_162_140_6,
-        12.507_343_278_686_905,
-        -0.138_571_095_265_720_12,
-        9.984_369_578_019_572e-6,
-        1.505_632_735_149_311_6e-7,
-    ];
-    if x < 0.5 {
-        // Reflection: Γ(x)Γ(1−x) = π / sin(πx).
-        return std::f64::consts::PI.ln() - (std::f64::consts::PI * x).sin().abs().ln() - ln_gamma(1.0 - x);
-    }
-    let x = x - 1.0;
-    let mut a = G[0];
-    let t = x + 7.5;
-    for (i, g) in G.iter().enumerate().skip(1) {
-        a += g / (x + i as f64);
-    }
-    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
-}

@@ -32,29 +32,33 @@ fn teacher_kl(dir: &Path) -> Vec<f64> {
 }
 
 #[test]
-fn the_trainer_scores_the_teacher_at_temperature_1_as_the_teachers_sampler_does() {
+fn the_trainer_scores_the_teacher_at_the_students_temperature_as_the_teacher_scores_itself() {
     let cx = TestContext::new();
     let (student_dir, teacher_dir) = (cx.path().join("tiny"), cx.path().join("teacher"));
     tiny_model(&student_dir);
     tiny_model_seeded(&teacher_dir, 11);
-    // The student scores its own tokens at 0.7; the teacher must still be scored at 1.
+    // The student is scored at 0.7, so the teacher is too: the term's fixed point is then the
+    // teacher itself, where at 1 it would be a student 0.7x as sharp as its teacher.
     let opts = TrainerOptions { temperature: 0.7, ..Default::default() };
-    let mut student = LocalTrainer::new(load(&student_dir).unwrap(), opts).unwrap();
-    let mut teacher = LocalTrainer::new(load(&teacher_dir).unwrap(), TrainerOptions::default()).unwrap();
+    let mut student = LocalTrainer::new(load(&student_dir).unwrap(), opts.clone()).unwrap();
+    let mut teacher = LocalTrainer::new(load(&teacher_dir).unwrap(), opts).unwrap();
     let prompt = [4u32, 5, 6, 7];
     let seq = student.sampler().unwrap().sample(&prompt, 1, &SamplingParams { max_tokens: 10, seed: Some(3), ..Default::default() }).unwrap().remove(0);
     let tokens = [&prompt[..], &seq.tokens].concat();
     let d = rlx::seam::make_datum(&tokens, &seq.logprobs, prompt.len(), 1.0);
     let scored = student.teacher_logprobs(&teacher_dir, std::slice::from_ref(&d)).unwrap().remove(0);
-    let own = teacher.sampler().unwrap().prompt_logprobs(&tokens).unwrap();
+    let own = teacher.forward(std::slice::from_ref(&d)).unwrap().remove(0).logprobs;
+    let at_one = teacher.sampler().unwrap().prompt_logprobs(&tokens).unwrap();
     let policy = student.forward(&[d]).unwrap().remove(0).logprobs;
-    let mut differs = 0;
+    let (mut differs, mut other_temperature) = (0, 0);
     for i in 0..seq.tokens.len() {
         let t = prompt.len() - 1 + i;
-        assert!((scored[t] - own[t + 1]).abs() < 1e-4, "token {i}: trainer {} against the teacher's sampler {}", scored[t], own[t + 1]);
+        assert!((scored[t] - own[t]).abs() < 1e-4, "token {i}: the student's trainer {} against the teacher's own at 0.7 {}", scored[t], own[t]);
         differs += usize::from((scored[t] - policy[t]).abs() > 1e-3);
+        other_temperature += usize::from((scored[t] - at_one[t + 1]).abs() > 1e-3);
     }
     assert!(differs > 0, "the teacher is another model: its scores must differ from the student's");
+    assert!(other_temperature > 0, "at 1 the teacher's scores differ: the test would not see a teacher scored at 1");
 }
 
 #[test]

@@ -222,6 +222,13 @@ fn teachers_a_backend_cannot_score_are_located_errors_at_validate() {
     assert!(stderr.contains("stage `distill`") && stderr.contains("which the Tinker service cannot load") && at(&stderr, "stages.0.teacher.base"), "{stderr}");
     let (code, stderr) = validate(&cx, &stage("tinker://abc/weights/step-1"));
     assert_eq!(code, 0, "{stderr}");
+    // The service scores a teacher at temperature 1 only: a student sampled at another would
+    // converge to a flatter copy of its teacher.
+    let hot = stage("tinker://abc/weights/step-1").replacen("temperature: 1.0}", "temperature: 0.7}", 1);
+    assert!(hot.contains("temperature: 0.7}"), "the engine test's spec changed: {hot}");
+    let (code, stderr) = validate(&cx, &hot);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("scores teacher `tinker://abc/weights/step-1` at temperature 1, and this run samples the student at 0.7") && stderr.contains("sampling.temperature: 1") && at(&stderr, "stages.0.teacher.base"), "{stderr}");
     // The embedded trainer: no `base_url`, no checkpoint on a service.
     let local = |teacher: &str, extra: &str| crate::engine::spec_with(2, 100, "").replace("skip_degenerate: false}", &format!("skip_degenerate: false, distill: {{teacher: {{base: '{teacher}'{extra}}}}}}}"));
     for (teacher, extra, want, key) in [

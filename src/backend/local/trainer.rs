@@ -215,9 +215,13 @@ impl LocalTrainer {
 
     /// Log-probabilities of each datum's targets under the teacher at `path` (`grpo.distill`: a
     /// model directory, a `.gguf` file, or a checkpoint's trainer state directory, see
-    /// [`super::teacher`]), at temperature 1 (the teacher's own distribution, whatever the
-    /// student samples at), loaded frozen on first use and kept (one teacher per run). Packed
-    /// through the training pass as the KL reference is.
+    /// [`super::teacher`]), at the temperature the student is scored at (the learner temperature,
+    /// by default the sampling temperature), loaded frozen on first use and kept (one teacher per
+    /// run). Packed through the training pass as the KL reference is. At one temperature the
+    /// term's fixed point is the student's logits equal to the teacher's; rejected: the teacher
+    /// at 1 against a student sampled at 0.7, whose fixed point is a student 0.7× as sharp as
+    /// its teacher (the quickstart's distilled student matched its teacher greedily and stayed
+    /// 17 points below it sampled, docs/learning.md).
     ///
     /// # Errors
     /// Invalid datums, a teacher that cannot be loaded, tensor failures.
@@ -236,18 +240,15 @@ impl LocalTrainer {
             self.teacher = Some((path.to_path_buf(), model));
         }
         let (_, model) = self.teacher.as_ref().expect("built above");
-        Ok(self.score_at(model, data, 1.0)?.into_iter().map(|o| o.logprobs).collect())
+        Ok(self.score(model, data)?.into_iter().map(|o| o.logprobs).collect())
     }
 
-    /// Log-probabilities of each datum's targets under `model` (the policy, or the KL
-    /// reference), without a gradient: through [`train_pass`] with any common prefix packed
-    /// once, or candle's model over plain rows (f64, `RLX_TRAIN_PASS=autograd`).
+    /// Log-probabilities of each datum's targets under `model` (the policy, the KL reference or
+    /// the teacher) at the learner temperature, without a gradient: through [`train_pass`] with
+    /// any common prefix packed once, or candle's model over plain rows (f64,
+    /// `RLX_TRAIN_PASS=autograd`).
     fn score(&self, model: &Model, data: &[Datum]) -> Result<Vec<DatumOutput>> {
-        self.score_at(model, data, self.options.temperature)
-    }
-
-    /// [`Self::score`] with the logits divided by `temperature`.
-    fn score_at(&self, model: &Model, data: &[Datum], temperature: f32) -> Result<Vec<DatumOutput>> {
+        let temperature = self.options.temperature;
         let dtype = model.embed_tokens().dtype();
         let hand_written = self.hand_written_pass() && dtype == DType::F32;
         let sharing = (hand_written && self.pack_prompts).then_some(Sharing::Any);

@@ -8,7 +8,7 @@ use super::error::Error;
 use super::future;
 use super::http;
 use super::options::Options;
-use super::profile::{self, Profile, Server};
+use super::profile;
 use super::sampler::{SamplerOptions, TinkerSampler};
 use super::session::Session;
 use super::teacher::{Remote, Teachers};
@@ -46,7 +46,7 @@ pub fn lora_config(finetune: &Finetune, seed: u64) -> Result<wire::LoraConfig, E
 /// No key, an unreachable service, a model the service does not offer, a refused LoRA config.
 pub async fn open(options: Options) -> Result<Policy, Error> {
     let client = http::Client::new(&options.base_url, &options.api_key, options.retry.clone())?;
-    let profile = server_profile(&client, options.server).await;
+    let profile = profile::for_client(&client, options.server).await;
     let lora = lora_config(&options.finetune, options.seed & profile.seed_mask)?;
     if let (Some(max), Finetune::Lora(l)) = (profile.max_lora_rank, &options.finetune)
         && l.rank as u32 > max
@@ -85,21 +85,6 @@ pub async fn open(options: Options) -> Result<Policy, Error> {
     Ok(Policy::Trainable(Arc::new(TinkerTrainer::start(session, model_id, teachers, sampler, profile))))
 }
 
-/// The declared server's profile, else the one [`profile::discover`] finds at the URL.
-pub(super) async fn server_profile(client: &http::Client, declared: Option<Server>) -> Profile {
-    let server = match declared {
-        Some(s) => s,
-        None => {
-            let found = profile::discover(client).await;
-            if found != Server::Tinker {
-                tracing::info!(server = %found, url = %client.base_url(), "found a `{found}` Tinker server (set `backend.server` to say so and skip the probe)");
-            }
-            found
-        }
-    };
-    server.profile()
-}
-
 /// Creates a session and a sampling session on the base model, or on saved sampler weights
 /// (`model_path`, `tinker://…`), and returns it as a fixed policy: evaluation without a
 /// training model.
@@ -108,9 +93,9 @@ pub(super) async fn server_profile(client: &http::Client, declared: Option<Serve
 /// No key, an unreachable service, a model or path the service does not know.
 pub async fn open_sampler(options: Options, model_path: Option<String>) -> Result<Policy, Error> {
     let client = http::Client::new(&options.base_url, &options.api_key, options.retry.clone())?;
-    let profile = server_profile(&client, options.server).await;
+    let profile = profile::for_client(&client, options.server).await;
     let session = Session::create(client.clone(), options.user_metadata.clone(), &profile).await?;
-    let id = sampling_session(&session, model_path.is_none().then(|| options.base_model.clone()), model_path.clone()).await?;
+    let id = session.create_sampling_session(model_path.is_none().then(|| options.base_model.clone()), model_path.clone()).await?;
     tracing::info!(session = %session.id(), sampler = %id, base_model = %options.base_model, model_path = ?model_path, "Tinker sampler ready");
     let sampler = SamplerOptions {
         in_flight: Arc::new(tokio::sync::Semaphore::new(options.max_in_flight.max(1))),
@@ -119,23 +104,6 @@ pub async fn open_sampler(options: Options, model_path: Option<String>) -> Resul
         seed_mask: profile.seed_mask,
     };
     Ok(Policy::Fixed(Arc::new(TinkerSampler::new(session, id, sampler))))
-}
-
-/// A sampling session of `session` on a base model or on saved weights (`model_path`,
-/// `tinker://…`); its id.
-///
-/// # Errors
-/// A model or path the service does not know, a failed request.
-pub(super) async fn sampling_session(session: &Session, base_model: Option<String>, model_path: Option<String>) -> Result<String, Error> {
-    let body = wire::CreateSamplingSessionRequest {
-        session_id: session.id().to_string(),
-        sampling_session_seq_id: u64::from(session.next_sampling_seq()),
-        base_model,
-        model_path,
-        r#type: wire::literal::CreateSamplingSession,
-    };
-    let created: wire::CreateSamplingSessionResponse = session.client().post_json("/api/v1/create_sampling_session", &body, "ServiceClient.create_sampling_client").await?;
-    Ok(created.sampling_session_id)
 }
 
 #[cfg(test)]

@@ -132,6 +132,21 @@ pub async fn discover(client: &Client) -> Server {
     }
 }
 
+/// The declared server's profile, else the one [`discover`] finds at the URL.
+pub(super) async fn for_client(client: &Client, declared: Option<Server>) -> Profile {
+    let server = match declared {
+        Some(s) => s,
+        None => {
+            let found = discover(client).await;
+            if found != Server::Tinker {
+                tracing::info!(server = %found, url = %client.base_url(), "found a `{found}` Tinker server (set `backend.server` to say so and skip the probe)");
+            }
+            found
+        }
+    };
+    server.profile()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,23 @@ pub struct Session {
 }
 
 impl Session {
+    /// A sampling session of this session on a base model or on saved weights (`model_path`,
+    /// `tinker://…`); its id.
+    ///
+    /// # Errors
+    /// A model or path the service does not know, a failed request.
+    pub(super) async fn create_sampling_session(&self, base_model: Option<String>, model_path: Option<String>) -> Result<String, Error> {
+        let body = wire::CreateSamplingSessionRequest {
+            session_id: self.id().to_string(),
+            sampling_session_seq_id: u64::from(self.next_sampling_seq()),
+            base_model,
+            model_path,
+            r#type: wire::literal::CreateSamplingSession,
+        };
+        let created: wire::CreateSamplingSessionResponse = self.client().post_json("/api/v1/create_sampling_session", &body, "ServiceClient.create_sampling_client").await?;
+        Ok(created.sampling_session_id)
+    }
+
     /// Reads the client configuration, creates a session and starts its heartbeat.
     ///
     /// # Errors

@@ -112,7 +112,7 @@ impl Teachers {
             Some(url) => {
                 let client = http::Client::new(url.trim_end_matches('/'), &self.remote.api_key, self.remote.retry.clone())?;
                 let same = client.base_url() == self.session.client().base_url();
-                let profile = super::open::server_profile(&client, if same { self.remote.server } else { None }).await;
+                let profile = super::profile::for_client(&client, if same { self.remote.server } else { None }).await;
                 let session = Session::create(client, self.remote.user_metadata.clone(), &profile).await?;
                 // Its own bound: another server's capacity is not the student's.
                 let max = self.sampler.max_in_flight;
@@ -124,7 +124,7 @@ impl Teachers {
             TeacherModel::Base(b) => (Some(b.clone()), None),
             TeacherModel::Path(p) => (None, Some(p.clone())),
         };
-        let id = super::open::sampling_session(&session, base_model, model_path).await?;
+        let id = session.create_sampling_session(base_model, model_path).await?;
         let served = match &teacher.model {
             TeacherModel::Base(b) => b.clone(),
             TeacherModel::Path(_) => {
