@@ -131,7 +131,7 @@ pub(crate) fn check_teacher(teacher: &mut Teacher, tree: &Node, key: &str, stude
     let mut out = check_base_url(teacher, tree, key, scorer);
     if let Scorer::Tinker { student, temperature } = scorer {
         if let Err((message, hints)) = resolve_tinker(teacher, &span.source.base_dir, checkpoints, student) {
-            let mut e = Diagnostic::new(message, Some(span.clone())).at(key);
+            let mut e = tree.error_at(key, message);
             e.hints = hints;
             out.push(e);
         }
@@ -143,7 +143,7 @@ pub(crate) fn check_teacher(teacher: &mut Teacher, tree: &Node, key: &str, stude
         // sampled: docs/learning.md).
         #[allow(clippy::float_cmp)] // exactly 1, as written in the spec
         if *temperature != 1.0 {
-            out.push(Diagnostic::new(format!("the Tinker service scores teacher `{}` at temperature 1, and this run samples the student at {temperature}: distillation needs both at one temperature", teacher.base), Some(span.clone())).at(key).hint("set `sampling.temperature: 1` (as the cookbook's on-policy distillation), or distil on `backend.kind: local`, which scores the teacher at the student's temperature"));
+            out.push(tree.error_at(key, format!("the Tinker service scores teacher `{}` at temperature 1, and this run samples the student at {temperature}: distillation needs both at one temperature", teacher.base)).hint("set `sampling.temperature: 1` (as the cookbook's on-policy distillation), or distil on `backend.kind: local`, which scores the teacher at the student's temperature"));
         }
         return out;
     }
